@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib import import_module
+from importlib.util import find_spec
 
 from xdsl.ir import Dialect
 
@@ -31,11 +32,8 @@ def _loader(module: str, attr: str) -> Callable[[], Dialect]:
 
 def all_dialects() -> list[tuple[str, Callable[[], Dialect]]]:
     """Every dialect whose module exists, as (name, lazy factory)."""
-    out = []
-    for name, module, attr in _BUILTIN_DIALECTS + _PROJECT_DIALECTS:
-        try:
-            import_module(module.rsplit(".", 1)[0])
-        except ImportError:
-            continue
-        out.append((name, _loader(module, attr)))
-    return out
+    return [
+        (name, _loader(module, attr))
+        for name, module, attr in _BUILTIN_DIALECTS + _PROJECT_DIALECTS
+        if find_spec(module) is not None
+    ]

@@ -1,0 +1,38 @@
+"""The passes `ipu-opt` knows: this project's own and the generic xDSL ones that make sense on its IR.
+
+Each entry is (pass name, module path, class name); classes import lazily so that `ipu-opt` starts fast.
+To add a pass, add one line to `_PROJECT_PASSES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+from importlib.util import find_spec
+
+from xdsl.passes import ModulePass
+
+_PROJECT_PASSES: list[tuple[str, str, str]] = [
+    ("nn-fuse-qkv", "ipu.passes.nn_fuse_qkv", "NNFuseQKVPass"),
+    ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
+    ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),
+]
+
+_XDSL_PASSES: list[tuple[str, str, str]] = [
+    ("canonicalize", "xdsl.transforms.canonicalize", "CanonicalizePass"),
+    ("cse", "xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"),
+    ("dce", "xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
+]
+
+
+def _loader(module: str, cls: str) -> Callable[[], type[ModulePass]]:
+    return lambda: getattr(import_module(module), cls)
+
+
+def all_passes() -> list[tuple[str, Callable[[], type[ModulePass]]]]:
+    """Every pass whose module exists, as (name, lazy class factory)."""
+    return [
+        (name, _loader(module, cls))
+        for name, module, cls in _XDSL_PASSES + _PROJECT_PASSES
+        if find_spec(module) is not None
+    ]

@@ -1,0 +1,220 @@
+// RUN: ipu-opt %s --split-input-file --verify-diagnostics | filecheck %s
+
+func.func @linear_inner_dim() {
+  %x = nn.input "x" : tensor<16x48xf32>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %y = nn.linear %x, %w : tensor<16x48xf32>, tensor<64x32xf32> -> tensor<16x64xf32>
+  func.return
+}
+// CHECK: nn.linear: operand 'weight' has shape 64x32 but operand 'input' has shape 16x48: weight's in-dimension 32 must equal input's last dimension 48
+
+// -----
+
+func.func @linear_bias() {
+  %x = nn.input "x" : tensor<16x32xf32>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %b = nn.param "b" : tensor<32xf32>
+  %y = nn.linear %x, %w, %b : tensor<16x32xf32>, tensor<64x32xf32>, tensor<32xf32> -> tensor<16x64xf32>
+  func.return
+}
+// CHECK: nn.linear: operand 'bias' has shape 32 but operand 'weight' has shape 64x32: expected bias shape 64
+
+// -----
+
+func.func @linear_result() {
+  %x = nn.input "x" : tensor<16x32xf32>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %y = nn.linear %x, %w : tensor<16x32xf32>, tensor<64x32xf32> -> tensor<16x32xf32>
+  func.return
+}
+// CHECK: nn.linear: result has shape 16x32 but the operands imply 16x64
+
+// -----
+
+func.func @linear_fp8_result() {
+  %x = nn.input "x" : tensor<16x32xf16>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %y = nn.linear %x, %w : tensor<16x32xf16>, tensor<64x32xf32> -> tensor<16x64xf8E4M3FNUZ>
+  func.return
+}
+// CHECK: nn.linear: the result must be f32 or f16 (FP8 is an operand format only)
+
+// -----
+
+func.func @bad_dtype() {
+  %x = nn.input "x" : tensor<16x32xi32>
+  func.return
+}
+// CHECK: nn.input: result has element type i32; expected one of f32, f16, f8E4M3FNUZ, f8E5M2FNUZ
+
+// -----
+
+func.func @matmul_contraction() {
+  %a = nn.input "a" : tensor<4x8x16xf32>
+  %b = nn.input "b" : tensor<4x8x16xf32>
+  %c = nn.matmul %a, %b : tensor<4x8x16xf32>, tensor<4x8x16xf32> -> tensor<4x8x16xf32>
+  func.return
+}
+// CHECK: nn.matmul: contraction mismatch: 'lhs' has shape 4x8x16 and 'rhs' has shape 4x8x16: 16 != 8
+
+// -----
+
+func.func @add_broadcast() {
+  %a = nn.input "a" : tensor<4x8xf32>
+  %b = nn.input "b" : tensor<4xf32>
+  %c = nn.add %a, %b : tensor<4x8xf32>, tensor<4xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.add: operand 'rhs' has shape 4, which does not broadcast to operand 'lhs' shape 4x8
+
+// -----
+
+func.func @layer_norm_weight() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %g = nn.param "g" : tensor<4xf32>
+  %b = nn.param "b" : tensor<8xf32>
+  %y = nn.layer_norm %x, %g, %b eps=1.0e-06 : tensor<4x8xf32>, tensor<4xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.layer_norm: operand 'weight' has shape 4 but operand 'input' has shape 4x8: expected 8
+
+// -----
+
+func.func @gelu_kind() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.gelu %x "sigmoid" : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.gelu: approximate must be "tanh" or "none", got "sigmoid"
+
+// -----
+
+func.func @softmax_axis() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.softmax %x axis=2 : tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.softmax: axis 2 is out of range for operand 'input' shape 4x8
+
+// -----
+
+func.func @attention_heads() {
+  %q = nn.input "q" : tensor<4x8xf32>
+  %y = nn.attention %q, %q, %q heads=3 scale=0.5 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.attention: heads = 3 does not divide the 8 channels of 'query'
+
+// -----
+
+func.func @attention_kv() {
+  %q = nn.input "q" : tensor<4x8xf32>
+  %k = nn.input "k" : tensor<5x8xf32>
+  %v = nn.input "v" : tensor<6x8xf32>
+  %y = nn.attention %q, %k, %v heads=2 scale=0.5 : tensor<4x8xf32>, tensor<5x8xf32>, tensor<6x8xf32> -> tensor<4x8xf32>
+  func.return
+}
+// CHECK: nn.attention: operand 'key' has shape 5x8 but 'value' has shape 6x8
+
+// -----
+
+func.func @patchify_shape() {
+  %x = nn.input "x" : tensor<1x3x30x30xf32>
+  %p = nn.patchify %x patch=8 : tensor<1x3x30x30xf32> -> tensor<16x192xf32>
+  func.return
+}
+// CHECK: nn.patchify: result has shape 16x192 but the operands imply 9x192
+
+// -----
+
+func.func @reshape_count() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.reshape %x : tensor<4x8xf32> -> tensor<4x4xf32>
+  func.return
+}
+// CHECK: nn.reshape: operand 'input' shape 4x8 and result shape 4x4 have different element counts
+
+// -----
+
+func.func @transpose_perm() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.transpose %x perm=[0, 0] : tensor<4x8xf32> -> tensor<4x4xf32>
+  func.return
+}
+// CHECK: nn.transpose: perm [0, 0] is not a permutation of the 2 dimensions
+
+// -----
+
+func.func @slice_bounds() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.slice %x offsets=[0, 6] : tensor<4x8xf32> -> tensor<4x4xf32>
+  func.return
+}
+// CHECK: nn.slice: dimension 1: [6, 10) is outside operand 'input' shape 4x8
+
+// -----
+
+func.func @concat_shape() {
+  %a = nn.input "a" : tensor<4x8xf32>
+  %b = nn.input "b" : tensor<5x8xf32>
+  %y = nn.concat %a, %b axis=1 : tensor<4x8xf32>, tensor<5x8xf32> -> tensor<4x16xf32>
+  func.return
+}
+// CHECK: nn.concat: operand #1 has shape 5x8, which does not match operand #0 shape 4x8 outside axis 1
+
+// -----
+
+func.func @cast_scale_range() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.cast %x {scale = 40 : i64} : tensor<4x8xf32> -> tensor<4x8xf8E4M3FNUZ>
+  func.return
+}
+// CHECK: nn.cast: FP8 scale 40 is outside the metadata range [-32, 31]
+
+// -----
+
+func.func @cast_scale_not_fp8() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.cast %x {scale = 2 : i64} : tensor<4x8xf32> -> tensor<4x8xf16>
+  func.return
+}
+// CHECK: nn.cast: scale is only meaningful for FP8, but the cast is f32 -> f16
+
+// -----
+
+func.func @repeat_stacked() {
+  %h = nn.input "h" : tensor<4x8xf32>
+  %w = nn.param "w" : tensor<3x8x8xf32>
+  %r = nn.repeat 2 carried(%h : tensor<4x8xf32>) stacked(%w : tensor<3x8x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %wi: tensor<8x8xf32>):
+    nn.yield %a : tensor<4x8xf32>
+  }
+  func.return
+}
+// CHECK: nn.repeat: stacked operand #0 has shape 3x8x8; its leading dimension must be the count 2
+
+// -----
+
+func.func @repeat_args() {
+  %h = nn.input "h" : tensor<4x8xf32>
+  %w = nn.param "w" : tensor<2x8x8xf32>
+  %r = nn.repeat 2 carried(%h : tensor<4x8xf32>) stacked(%w : tensor<2x8x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>, %wi: tensor<2x8x8xf32>):
+    nn.yield %a : tensor<4x8xf32>
+  }
+  func.return
+}
+// CHECK: nn.repeat: body arguments are (tensor<4x8xf32>, tensor<2x8x8xf32>) but carried values and stacked slices imply (tensor<4x8xf32>, tensor<8x8xf32>)
+
+// -----
+
+func.func @repeat_yield() {
+  %h = nn.input "h" : tensor<4x8xf32>
+  %r = nn.repeat 2 carried(%h : tensor<4x8xf32>) stacked( : ) -> tensor<4x8xf32> {
+  ^bb0(%a: tensor<4x8xf32>):
+    %t = nn.transpose %a perm=[1, 0] : tensor<4x8xf32> -> tensor<8x4xf32>
+    nn.yield %t : tensor<8x4xf32>
+  }
+  func.return
+}
+// CHECK: nn.repeat: nn.yield gives (tensor<8x4xf32>) but the carried values are (tensor<4x8xf32>)
