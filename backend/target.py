@@ -117,7 +117,9 @@ class Target:
         min_kib = (t.host_aperture[1] - t.sram_base) // KIB
         if sram_kib % 16 or not (min_kib <= sram_kib <= 624):
             raise ValueError(f"sram_kib must be a multiple of 16 in [{min_kib}, 624], got {sram_kib}")
-        return replace(t, name=name or f"small-{tiles}x{sram_kib}k", num_tiles=tiles, sram_bytes=sram_kib * KIB)
+        return replace(
+            t, name=name or f"small-{tiles}x{sram_kib}k", num_tiles=tiles, sram_bytes=sram_kib * KIB
+        )
 
     # --- derived ------------------------------------------------------------------------------------------
     @property
