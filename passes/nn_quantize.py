@@ -1,0 +1,100 @@
+"""`nn-quantize-weights`: FP8 weights for every GEMM whose weight is a parameter.
+
+The IPU's AMP multiplies FP8 x F16 (or FP8 x FP8) at twice the F16 rate and FP8 weights take a quarter of the
+f32 memory, so the weights of the linears are stored as FP8 with a power-of-two scale. The pass inserts
+
+    %wq = nn.cast %w {scale = S} : tensor<OxIxf32> -> tensor<OxIxf8E4M3FNUZ>
+
+on the weight of each `nn.linear` whose weight is f32 and computed from parameters only (an `nn.param`, a
+reshape/slice/concat/transpose of parameters, or an `nn.repeat` body argument slicing a stacked parameter): the
+cast is then a property of the weights, done once, not per inference. Activation-dependent operands of
+`nn.matmul` (q @ k^T) are not touched.
+
+What stays f32:
+  - Biases: they are added to the accumulator, not multiplied by the AMP.
+  - The linear's result type. The FP8 kernels accumulate in half-precision partials, but that is a property of
+    the kernel chosen at a lower level; at the nn level the result keeps the model's logical type, so the rest
+    of the graph (layer norms, residual adds) is unchanged and the reference evaluator keeps its f32 accumulation.
+
+Options:
+  format (default "f143"): "f143" casts to f8E4M3FNUZ (Graphcore F143), "f152" to f8E5M2FNUZ (F152).
+  scale (default -4): the power-of-two scale of every weight cast, in the QUARTER metadata range [-32, 31].
+      Logical value = decode(bits) * 2^scale, so -4 gives resolution for the small magnitudes of ViT weights.
+  activations (default "f16"): "f16" also casts each rewritten linear's f32 input to f16 (the AMP's other
+      operand format); "none" leaves inputs alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import (
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float32Type,
+    ModuleOp,
+    TensorType,
+    f16,
+)
+from xdsl.ir import Attribute
+from xdsl.passes import ModulePass
+
+from ipu.dialects import nn
+from ipu.passes.nn_utils import is_param_derived
+
+FP8_FORMATS: dict[str, Attribute] = {"f143": Float8E4M3FNUZType(), "f152": Float8E5M2FNUZType()}
+ACTIVATION_MODES = ("f16", "none")
+SCALE_RANGE = (-32, 31)  # the signed 6-bit scale field of the IPU's FP8 metadata
+
+
+@dataclass(frozen=True)
+class NNQuantizeWeightsPass(ModulePass):
+    """Casts the parameter weights of every `nn.linear` to FP8 with a fixed power-of-two scale."""
+
+    name = "nn-quantize-weights"
+
+    format: str = "f143"
+    scale: int = -4
+    activations: str = "f16"
+
+    def __post_init__(self) -> None:
+        # Raised while the pipeline is built, so `ipu-opt` reports it as one line naming the option.
+        if self.format not in FP8_FORMATS:
+            raise ValueError(
+                f"{self.name}: option 'format' must be one of {', '.join(FP8_FORMATS)}, got {self.format!r}"
+            )
+        lo, hi = SCALE_RANGE
+        if not lo <= self.scale <= hi:
+            raise ValueError(
+                f"{self.name}: option 'scale' must be in [{lo}, {hi}] (the FP8 metadata range), got {self.scale}"
+            )
+        if self.activations not in ACTIVATION_MODES:
+            raise ValueError(
+                f"{self.name}: option 'activations' must be one of {', '.join(ACTIVATION_MODES)}, "
+                f"got {self.activations!r}"
+            )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fp8 = FP8_FORMATS[self.format]
+        provenance: dict = {}  # memo for is_param_derived, shared across linears
+        for linear in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
+            wt = linear.weight.type
+            if not (isinstance(wt, TensorType) and isinstance(wt.element_type, Float32Type)):
+                continue
+            if not is_param_derived(linear.weight, provenance):
+                continue
+            block = linear.parent_block()
+            cast = nn.CastOp(linear.weight, TensorType(fp8, wt.get_shape()), self.scale)
+            block.insert_op_before(cast, linear)
+            linear.operands[1] = cast.result
+
+            xt = linear.input.type
+            if (
+                self.activations == "f16"
+                and isinstance(xt, TensorType)
+                and isinstance(xt.element_type, Float32Type)
+            ):
+                x16 = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
+                block.insert_op_before(x16, linear)
+                linear.operands[0] = x16.result
