@@ -202,7 +202,7 @@ class _Outliner:
                         raise NotOutlinable(
                             f"layer {index}: {_describe(op)} is used outside the layer by {_describe(u.operation)}"
                         )
-        for suffix, p in layer.params.items():
+        for p in layer.params.values():
             for u in p.result.uses:
                 if ancestor_in_block(u.operation, self.block) not in taken:
                     raise NotOutlinable(
@@ -239,7 +239,7 @@ class _Outliner:
             mapper[template.params[suffix].result] = arg
             arg.name_hint = re.sub(r"\W", "_", suffix.replace("self_attn.", ""))
         for op in template.ops:
-            body.add_op(op.clone(mapper))
+            body.add_op(op.clone(mapper, clone_name_hints=False))  # layer-0 names would mislead
         body.add_op(nn.YieldOp([mapper[template.output]]))
 
         repeat = nn.RepeatOp(n, [template.input], stacked, [body])
