@@ -1,0 +1,623 @@
+"""NumPy reference evaluator for `nn` IR: the numerical oracle of the end-to-end tests.
+
+`evaluate(module_or_func, inputs, params, mode=..., capture=...)` walks the body of one `func.func` op by op with a
+dispatch table (op class -> NumPy function); `nn.repeat` runs its body `count` times, binding the carried values and
+iteration i's slice of every stacked operand to the block arguments. It does not use xDSL's interpreter.
+
+Every value is held as a float32 array (modes "fp32" and "device") or a float64 array (mode "fp64"), whatever its
+IR element type: an f16 or FP8 value in device mode is a float32 array whose elements are exactly representable in
+that format (times 2^scale for FP8). Captured values and outputs have the same representation.
+
+Modes
+-----
+"fp32"   The pure model in float32: every op computes in float32; `nn.cast` is the identity (it does not round,
+         not even to FP8) and f16/FP8 element types are ignored. Parameters and inputs are converted to float32
+         where they are used (no copy when they already are float32, e.g. a float32 memmap).
+"fp64"   The same in float64. Attributes (`nn.scale` factor, layer-norm eps, attention scale) are f32 attributes
+         in the dialect, so fp64 mode uses their float32-rounded values (72^-0.5 becomes 0.1178511307): a
+         relative difference of ~1e-8 from a pure float64 model, far below any tolerance in use.
+"device" Rounds where the IPU will, and computes everything else in float32:
+         - `nn.cast` to f16: round to nearest even in float16 (IEEE: overflow gives +-inf).
+         - `nn.cast` to FP8 (f8E4M3FNUZ = Graphcore F143, f8E5M2FNUZ = F152) with scale s: q = x * 2^-s, clamped
+           to the format's largest finite value (240, resp. 57344; the IPU's saturating mode, never NaN on
+           overflow), rounded to nearest even in the format (ml_dtypes, one rounding from float32); the value is
+           then the logical value decode(q) * 2^s. NaN inputs stay NaN.
+         - `nn.cast` to f32, and from FP8 (whose value already is the logical value): no rounding, except to the
+           result type if that is f16 or FP8.
+         - Any op whose result type is f16 computes in float32 from its (already rounded) operands and rounds
+           the result once to float16. This covers `nn.input` and `nn.param` typed f16 (rounded where used).
+         - `nn.linear` / `nn.matmul`: operands hold exactly their f16/FP8 values, so the float32 products are
+           exact; the sum is accumulated in float32 (BLAS sgemm), the bias added in float32, and the result
+           rounded to the result type. (The IPU's FP8 AMP accumulates in half partials; this model does not.)
+         - `nn.softmax`, `nn.layer_norm`, `nn.gelu`, `nn.attention` compute entirely in float32 (for attention:
+           scores, softmax and the probabilities-times-values product) and round only their result.
+         - Data-movement ops (reshape, transpose, slice, concat, patchify) move values without rounding.
+         - An `nn.input` or `nn.param` typed FP8 is quantized with scale 0 (the IR has no scale for it).
+         - Only these ops may produce an FP8 result: `nn.cast`, data movement, `nn.param`, `nn.input`;
+           anything else is an error (an FP8 result needs a scale, which only `nn.cast` carries).
+
+Operator semantics are those of the op docstrings in `ipu.dialects.nn`. `nn.gelu "none"` (exact erf GELU)
+evaluates erf in float64 from a piecewise Chebyshev fit of libm's erf/erfc, accurate to ~1 ulp in float64,
+then continues in the mode's precision; `"tanh"` is PyTorch's gelu_pytorch_tanh evaluated in the mode's
+precision.
+
+Capture
+-------
+With `capture=True`, `Result.values` maps an `OpId` to every op result except `nn.param`'s (those are the
+caller's arrays), in execution order: top-level ops, and for ops inside an `nn.repeat` body one entry per
+iteration. An `OpId` is stable for a given module (position of the op,
+iteration, result index), so two runs of the same module (e.g. "fp64" vs "device") can be compared key by key;
+`str(op_id)` names the operator for reports. `Result.get(ssa_value, *iterations)` looks a value up by SSA value.
+Without capture, values are freed after their last use so a 27-layer model needs little more than its weights.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import ml_dtypes
+import numpy as np
+from numpy.polynomial import chebyshev
+from xdsl.dialects.builtin import (
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    Float16Type,
+    ModuleOp,
+    TensorType,
+)
+from xdsl.dialects.func import FuncOp, ReturnOp
+from xdsl.ir import Attribute, Block, Operation, SSAValue
+
+from ipu.dialects import nn
+
+Mode = Literal["fp32", "fp64", "device"]
+MODES = ("fp32", "fp64", "device")
+
+# FP8 element type -> (ml_dtypes format, largest finite value).
+FP8_FORMATS: dict[type[Attribute], tuple[Any, float]] = {
+    Float8E4M3FNUZType: (ml_dtypes.float8_e4m3fnuz, float(ml_dtypes.finfo(ml_dtypes.float8_e4m3fnuz).max)),
+    Float8E5M2FNUZType: (ml_dtypes.float8_e5m2fnuz, float(ml_dtypes.finfo(ml_dtypes.float8_e5m2fnuz).max)),
+}
+
+
+class EvaluationError(Exception):
+    """A model cannot be evaluated: a missing or mis-shaped input or parameter, or an unsupported construct."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Results and value identities
+
+
+@dataclass(frozen=True)
+class OpId:
+    """Identifies one op result in one execution.
+
+    `path` is the op's position: (i,) for op i of the function body, (i, j) for op j of the body of the
+    `nn.repeat` at position i, and so on. `iterations` holds the enclosing repeats' iteration numbers (one per
+    level, so len(iterations) == len(path) - 1). `result` is the result index (only `nn.repeat` has several).
+    `op_name` and `hint` (the SSA name, e.g. "h") are for display and do not take part in equality.
+    """
+
+    path: tuple[int, ...]
+    iterations: tuple[int, ...] = ()
+    result: int = 0
+    op_name: str = field(default="", compare=False)
+    hint: str | None = field(default=None, compare=False)
+
+    def __str__(self) -> str:
+        where = "#" + ".".join(map(str, self.path))
+        if self.iterations:
+            where += " (iteration " + ".".join(map(str, self.iterations)) + ")"
+        value = f" %{self.hint}" if self.hint else ""
+        if self.result:
+            value += f" result {self.result}"
+        return f"{where} {self.op_name}{value}"
+
+
+@dataclass
+class Result:
+    """What `evaluate` returns.
+
+    outputs: by `nn.output` name.
+    values:  with capture, every op result by `OpId`, in execution order (empty otherwise).
+    """
+
+    outputs: dict[str, np.ndarray]
+    values: dict[OpId, np.ndarray] = field(default_factory=dict)
+    # SSA value -> (path, result index) of its defining op, filled in capture mode.
+    _positions: dict[SSAValue, tuple[tuple[int, ...], int]] = field(default_factory=dict, repr=False)
+
+    def op_id(self, value: SSAValue, *iterations: int) -> OpId:
+        """The `OpId` of an SSA value; give the iteration number(s) for a value inside an `nn.repeat` body."""
+        if value not in self._positions:
+            raise KeyError(f"{value} is not an op result of the evaluated function (or capture was off)")
+        path, result = self._positions[value]
+        return OpId(path, tuple(iterations), result)
+
+    def get(self, value: SSAValue, *iterations: int) -> np.ndarray:
+        """The captured array of an SSA value (with iteration numbers for values inside `nn.repeat`)."""
+        return self.values[self.op_id(value, *iterations)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Precision helpers
+
+
+def _shape_str(shape) -> str:
+    return "x".join(str(d) for d in shape) if len(shape) else "scalar"
+
+
+def _type_str(t: TensorType) -> str:
+    return f"{_shape_str(t.get_shape())} ({t.element_type})"
+
+
+def quantize_fp8(x: np.ndarray, fmt_type: type[Attribute], scale: int) -> np.ndarray:
+    """The logical value of x cast to FP8: decode(rne(clamp(x * 2^-scale))) * 2^scale, in x's float dtype."""
+    fmt, max_finite = FP8_FORMATS[fmt_type]
+    # Multiplying by a power of two is exact (barring float32 under/overflow, impossible for |scale| <= 32 and
+    # model-sized values), so the only rounding is the one into the format.
+    q = np.ldexp(x, -scale) if scale else np.array(x, copy=True)
+    np.clip(q, -max_finite, max_finite, out=q)  # saturate: fnuz formats would give NaN on overflow
+    codes = q.astype(fmt).view(np.uint8)
+    q = _fp8_decode_table(fmt, x.dtype)[codes]  # a 256-entry table: faster than ml_dtypes' cast back
+    return np.ldexp(q, scale) if scale else q
+
+
+@functools.cache
+def _fp8_decode_table(fmt: Any, dtype: np.dtype) -> np.ndarray:
+    return np.arange(256, dtype=np.uint8).view(fmt).astype(dtype)
+
+
+def _round_f16(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):  # overflow to +-inf is what an f16 result does; not worth a warning
+        return x.astype(np.float16).astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# erf, for the exact GELU (NumPy has none and scipy is not a dependency).
+# |x| < 2:      erf(x) = x * g(x^2), g(u) = erf(sqrt(u)) / sqrt(u), a Chebyshev series in u over [0, 4]
+#               (keeps full relative accuracy near 0, where erf(x) ~ 2x/sqrt(pi)).
+# 2 <= |x| < 6: erf(x) = 1 - exp(-x^2) * h(x), h(x) = erfc(x) * exp(x^2) smooth and slowly varying on [2, 6].
+# |x| >= 6:     erf(x) = +-1 exactly in float64 (erfc(6) = 2e-17 < half an ulp of 1).
+# The series are interpolated from libm's erf/erfc at import time; both are accurate to ~1 ulp in float64.
+
+
+def _erf_small_g(t: np.ndarray) -> np.ndarray:
+    u = (t + 1.0) * 2.0  # t in [-1, 1] -> u in [0, 4]; Chebyshev nodes never hit u = 0
+    return np.array([math.erf(math.sqrt(v)) / math.sqrt(v) for v in u])
+
+
+def _erf_large_h(t: np.ndarray) -> np.ndarray:
+    x = (t + 1.0) * 2.0 + 2.0  # t in [-1, 1] -> x in [2, 6]
+    return np.array([math.erfc(v) * math.exp(v * v) for v in x])
+
+
+_ERF_G = chebyshev.chebinterpolate(_erf_small_g, 18)
+_ERF_H = chebyshev.chebinterpolate(_erf_large_h, 20)
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """Vectorised erf in float64 (accurate to a few ulp); NaN propagates."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    out = np.empty_like(x)
+    small = a < 2.0
+    xs = x[small]
+    out[small] = xs * chebyshev.chebval(xs * xs * 0.5 - 1.0, _ERF_G)
+    large = ~small
+    al = a[large]
+    r = np.ones_like(al)
+    mid = al < 6.0
+    am = al[mid]
+    r[mid] = 1.0 - np.exp(-am * am) * chebyshev.chebval((am - 4.0) * 0.5, _ERF_H)
+    r[np.isnan(al)] = np.nan
+    out[large] = np.copysign(r, x[large])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Operators. Each takes the evaluator (for the compute dtype), the op and its operand arrays, and returns a fresh
+# array (or a view of an operand: nothing mutates an operand in place).
+
+
+def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None):
+    k = x.shape[-1]
+    y = np.matmul(x.reshape(-1, k), w.T)  # w.T is a transposed view: BLAS reads it without a copy
+    if b is not None:
+        y += b
+    return y.reshape(*x.shape[:-1], w.shape[0])
+
+
+def _matmul(ev: _Evaluator, op: nn.MatmulOp, lhs: np.ndarray, rhs: np.ndarray):
+    return np.matmul(lhs, np.swapaxes(rhs, -1, -2) if op.rhs_transposed else rhs)
+
+
+def _add(ev: _Evaluator, op: nn.AddOp, lhs: np.ndarray, rhs: np.ndarray):
+    return lhs + rhs  # rhs matches lhs's trailing dimensions: NumPy broadcasting
+
+
+def _mul(ev: _Evaluator, op: nn.MulOp, lhs: np.ndarray, rhs: np.ndarray):
+    return lhs * rhs
+
+
+def _scale(ev: _Evaluator, op: nn.ScaleOp, x: np.ndarray):
+    return x * ev.dtype.type(op.factor.value.data)
+
+
+def _layer_norm(ev: _Evaluator, op: nn.LayerNormOp, x: np.ndarray, w: np.ndarray, b: np.ndarray):
+    eps = ev.dtype.type(op.eps.value.data)
+    mean = x.mean(axis=-1, keepdims=True)
+    d = x - mean
+    var = np.mean(d * d, axis=-1, keepdims=True)  # biased variance
+    var += eps  # eps inside the square root
+    np.sqrt(var, out=var)
+    d /= var
+    d *= w
+    d += b
+    return d
+
+
+def _gelu(ev: _Evaluator, op: nn.GeluOp, x: np.ndarray):
+    if op.approximate.data == "tanh":
+        # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with Python-float constants so float32 stays float32.
+        t = x * x
+        t *= 0.044715
+        t += 1.0
+        t *= x
+        t *= math.sqrt(2.0 / math.pi)
+        np.tanh(t, out=t)
+    else:
+        t = erf(x * (1.0 / math.sqrt(2.0))).astype(ev.dtype)  # 0.5 x (1 + erf(x / sqrt 2))
+    t += 1.0
+    t *= x
+    t *= 0.5
+    return t
+
+
+def _softmax_inplace(s: np.ndarray, axis: int) -> np.ndarray:
+    s -= s.max(axis=axis, keepdims=True)
+    np.exp(s, out=s)
+    s /= s.sum(axis=axis, keepdims=True)
+    return s
+
+
+def _softmax(ev: _Evaluator, op: nn.SoftmaxOp, x: np.ndarray):
+    return _softmax_inplace(np.array(x, copy=True), op.axis.value.data)
+
+
+def _attention(ev: _Evaluator, op: nn.AttentionOp, q: np.ndarray, k: np.ndarray, v: np.ndarray):
+    heads = op.num_heads
+    t, channels = q.shape
+    s = k.shape[0]
+    d = channels // heads
+    # Head h owns channels [h*D, (h+1)*D). Contiguous per-head layouts make the batched GEMMs run on BLAS.
+    qh = np.ascontiguousarray(q.reshape(t, heads, d).transpose(1, 0, 2))  # [H, T, D]
+    kh = np.ascontiguousarray(k.reshape(s, heads, d).transpose(1, 2, 0))  # [H, D, S]
+    vh = np.ascontiguousarray(v.reshape(s, heads, d).transpose(1, 0, 2))  # [H, S, D]
+    scores = np.matmul(qh, kh)  # [H, T, S]
+    scores *= ev.dtype.type(op.scale.value.data)  # the scale multiplies q k^T, as the op docstring says
+    probs = _softmax_inplace(scores, -1)
+    out = np.matmul(probs, vh)  # [H, T, D]
+    return out.transpose(1, 0, 2).reshape(t, channels)
+
+
+def _patchify(ev: _Evaluator, op: nn.PatchifyOp, x: np.ndarray):
+    p = op.patch.value.data
+    b, c, h, w = x.shape
+    gh, gw = h // p, w // p
+    # Drop the pixels beyond the last whole patch ("valid" conv), then order tokens (row, col) and each patch
+    # vector (channel, ky, kx).
+    x = x[:, :, : gh * p, : gw * p].reshape(b, c, gh, p, gw, p)
+    return x.transpose(0, 2, 4, 1, 3, 5).reshape(b * gh * gw, c * p * p)
+
+
+def _reshape(ev: _Evaluator, op: nn.ReshapeOp, x: np.ndarray):
+    return x.reshape(op.result.type.get_shape())
+
+
+def _transpose(ev: _Evaluator, op: nn.TransposeOp, x: np.ndarray):
+    return x.transpose(op.permutation)
+
+
+def _slice(ev: _Evaluator, op: nn.SliceOp, x: np.ndarray):
+    shape = op.result.type.get_shape()
+    return x[tuple(slice(o, o + n) for o, n in zip(op.static_offsets, shape))]
+
+
+def _concat(ev: _Evaluator, op: nn.ConcatOp, *xs: np.ndarray):
+    return np.concatenate(xs, axis=op.axis.value.data)
+
+
+def _cast(ev: _Evaluator, op: nn.CastOp, x: np.ndarray):
+    if not ev.device:
+        return x  # the pure-model modes ignore precision
+    fp8 = FP8_FORMATS.get(type(op.result.type.element_type))
+    if fp8 is not None:
+        return quantize_fp8(x, type(op.result.type.element_type), op.fp8_scale)
+    return x  # to f32 (exact), or to f16: rounded by the evaluator like every f16 result
+
+
+OpFunction = Callable[..., np.ndarray]
+
+# op class -> NumPy implementation. nn.input, nn.param, nn.output, nn.repeat and nn.yield need the bindings or
+# the environment and are handled by the evaluator itself.
+OPS: dict[type[Operation], OpFunction] = {
+    nn.LinearOp: _linear,
+    nn.MatmulOp: _matmul,
+    nn.AddOp: _add,
+    nn.MulOp: _mul,
+    nn.ScaleOp: _scale,
+    nn.LayerNormOp: _layer_norm,
+    nn.GeluOp: _gelu,
+    nn.SoftmaxOp: _softmax,
+    nn.AttentionOp: _attention,
+    nn.PatchifyOp: _patchify,
+    nn.ReshapeOp: _reshape,
+    nn.TransposeOp: _transpose,
+    nn.SliceOp: _slice,
+    nn.ConcatOp: _concat,
+    nn.CastOp: _cast,
+}
+
+# Ops that may carry an FP8 result in device mode without rounding: they only move already-quantized values.
+_FP8_PASS_THROUGH = (nn.ReshapeOp, nn.TransposeOp, nn.SliceOp, nn.ConcatOp, nn.PatchifyOp)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The evaluator
+
+
+@dataclass
+class _Param:
+    """A parameter as the caller gave it (possibly a memmap or a stacked slice of one), converted where used so
+    that a lazily loaded or half-precision checkpoint is never converted as a whole."""
+
+    raw: Any
+    type: TensorType
+
+
+class _Scope:
+    """Values of one block; lookups fall back to the enclosing block (an nn.repeat body may use outer values)."""
+
+    def __init__(self, parent: _Scope | None = None):
+        self.values: dict[SSAValue, Any] = {}
+        self.parent = parent
+
+    def lookup(self, v: SSAValue) -> Any:
+        scope = self
+        while scope is not None:
+            if v in scope.values:
+                return scope.values[v]
+            scope = scope.parent
+        raise EvaluationError(f"internal: {v} used before it was computed")
+
+
+def _frees(block: Block) -> dict[int, list[SSAValue]]:
+    """Op index i -> the values defined in `block` that are dead once op i of `block` has run: their last user
+    (directly or from a nested region) is op i, or op i defines them and nothing uses them."""
+    index = {id(op): i for i, op in enumerate(block.ops)}
+    frees: dict[int, list[SSAValue]] = {}
+    for i, op in enumerate(block.ops):
+        for v in op.results:
+            last = i
+            for use in v.uses:
+                user: Operation | None = use.operation
+                while user is not None and id(user) not in index:
+                    user = user.parent_op()
+                if user is not None:
+                    last = max(last, index[id(user)])
+            frees.setdefault(last, []).append(v)
+    return frees
+
+
+class _Evaluator:
+    def __init__(self, inputs: Mapping[str, Any], params: Mapping[str, Any], mode: str, capture: bool):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.inputs = inputs
+        self.params = params
+        self.device = mode == "device"
+        self.dtype = np.dtype(np.float64 if mode == "fp64" else np.float32)
+        self.capture = capture
+        self.outputs: dict[str, np.ndarray] = {}
+        self.values: dict[OpId, np.ndarray] = {}
+        self.positions: dict[SSAValue, tuple[tuple[int, ...], int]] = {}
+        self._frees_cache: dict[int, dict[int, list[SSAValue]]] = {}
+
+    # -- value conversion ------------------------------------------------------------------------------------
+
+    def to_type(self, x: np.ndarray, t: TensorType, what: str) -> np.ndarray:
+        """Rounds a freshly computed value to its IR type (device mode only)."""
+        if not self.device:
+            return x
+        et = t.element_type
+        if isinstance(et, Float16Type):
+            return _round_f16(x)
+        if type(et) in FP8_FORMATS:
+            raise EvaluationError(
+                f"{what}: device mode cannot produce an FP8 result here: only nn.cast carries an FP8 scale"
+            )
+        return x
+
+    def resolve(self, v: Any) -> np.ndarray:
+        if isinstance(v, _Param):
+            x = np.asarray(v.raw, dtype=self.dtype)  # no copy when the caller's array already is that dtype
+            if self.device:
+                et = v.type.element_type
+                if isinstance(et, Float16Type):
+                    x = _round_f16(x)
+                elif type(et) in FP8_FORMATS:
+                    x = quantize_fp8(x, type(et), 0)
+            return x
+        return v
+
+    # -- sources and sinks ----------------------------------------------------------------------------------
+
+    def eval_input(self, op: nn.InputOp, label: str) -> np.ndarray:
+        name, t = op.sym.data, op.result.type
+        if name not in self.inputs:
+            given = ", ".join(sorted(self.inputs)) or "none"
+            raise EvaluationError(
+                f"{label}: missing input '{name}': expected an array of shape {_type_str(t)}; inputs given: {given}"
+            )
+        x = np.asarray(self.inputs[name])
+        if tuple(x.shape) != tuple(t.get_shape()):
+            raise EvaluationError(
+                f"{label}: input '{name}' has shape {_shape_str(x.shape)} but the IR expects {_type_str(t)}"
+            )
+        return self.resolve(_Param(x, t))
+
+    def eval_param(self, op: nn.ParamOp, label: str) -> _Param:
+        name, t = op.param_name, op.result.type
+        try:
+            raw = self.params[name]
+        except KeyError:
+            close = ""
+            try:
+                matches = difflib.get_close_matches(name, list(self.params.keys()), n=3)
+                close = f"; similar names: {', '.join(matches)}" if matches else ""
+            except Exception:  # a lazy mapping may not list its keys; the message is still clear without them
+                pass
+            raise EvaluationError(
+                f"{label}: missing parameter '{name}': expected shape {_type_str(t)}{close}"
+            ) from None
+        shape = tuple(getattr(raw, "shape", np.shape(raw)))
+        if shape != tuple(t.get_shape()):
+            raise EvaluationError(
+                f"{label}: parameter '{name}' has shape {_shape_str(shape)} but the IR expects {_type_str(t)}"
+            )
+        return _Param(raw, t)
+
+    # -- blocks -----------------------------------------------------------------------------------------------
+
+    def run_block(
+        self,
+        block: Block,
+        scope: _Scope,
+        path: tuple[int, ...],
+        iterations: tuple[int, ...],
+    ) -> list[Any] | None:
+        """Runs the ops of `block`; returns the yielded values for an nn.repeat body."""
+        frees = self._frees_cache.get(id(block))
+        if frees is None:
+            frees = self._frees_cache[id(block)] = _frees(block)
+        yielded = None
+        for i, op in enumerate(block.ops):
+            op_path = (*path, i)
+            label = str(
+                OpId(op_path, iterations, 0, op.name, op.results[0].name_hint if op.results else None)
+            )
+            if isinstance(op, nn.YieldOp):
+                yielded = [scope.lookup(v) for v in op.values]
+            elif isinstance(op, nn.OutputOp):
+                name = op.sym.data
+                if name in self.outputs:
+                    raise EvaluationError(f"{label}: output '{name}' is defined twice")
+                self.outputs[name] = self.resolve(scope.lookup(op.value))
+            elif isinstance(op, ReturnOp):
+                pass  # outputs are the nn.output ops
+            else:
+                results = self.eval_op(op, scope, op_path, iterations, label)
+                for r, value in zip(op.results, results):
+                    scope.values[r] = value
+                    # Parameters are the caller's arrays, not computed values: capturing them could only mean
+                    # copying a lazily stacked or half-precision checkpoint.
+                    if self.capture and not isinstance(op, nn.ParamOp):
+                        self.positions[r] = (op_path, r.index)
+                        self.values[OpId(op_path, iterations, r.index, op.name, r.name_hint)] = self.resolve(
+                            value
+                        )
+            if not self.capture:
+                for v in frees.get(i, ()):
+                    scope.values.pop(v, None)  # free activations after their last use
+        return yielded
+
+    def eval_op(
+        self, op: Operation, scope: _Scope, path: tuple[int, ...], iterations: tuple[int, ...], label: str
+    ) -> list[Any]:
+        if isinstance(op, nn.InputOp):
+            return [self.eval_input(op, label)]
+        if isinstance(op, nn.ParamOp):
+            return [self.eval_param(op, label)]
+        if isinstance(op, nn.RepeatOp):
+            return self.eval_repeat(op, scope, path, iterations, label)
+        fn = OPS.get(type(op))
+        if fn is None:
+            raise EvaluationError(f"{label}: the reference evaluator does not implement {op.name}")
+        args = [self.resolve(scope.lookup(v)) for v in op.operands]
+        try:
+            y = fn(self, op, *args)
+        except EvaluationError:
+            raise
+        except Exception as e:  # a NumPy error: say which op
+            raise EvaluationError(f"{label}: {type(e).__name__}: {e}") from e
+        t = op.results[0].type
+        if tuple(y.shape) != tuple(t.get_shape()):
+            raise EvaluationError(
+                f"{label}: internal: computed shape {_shape_str(y.shape)}, IR says {_type_str(t)}"
+            )
+        if (
+            self.device
+            and type(t.element_type) in FP8_FORMATS
+            and isinstance(op, (nn.CastOp, *_FP8_PASS_THROUGH))
+        ):
+            return [y]  # already quantized (by the cast, or upstream for data movement)
+        return [self.to_type(y, t, label)]
+
+    def eval_repeat(
+        self, op: nn.RepeatOp, scope: _Scope, path: tuple[int, ...], iterations: tuple[int, ...], label: str
+    ) -> list[Any]:
+        carried = [scope.lookup(v) for v in op.carried]
+        stacked = [scope.lookup(v) for v in op.stacked]
+        block = op.body.block
+        n_carried = len(carried)
+        for it in range(op.iterations):
+            body = _Scope(scope)
+            for arg, value in zip(block.args[:n_carried], carried):
+                body.values[arg] = value
+            for arg, value in zip(block.args[n_carried:], stacked):
+                # Iteration it's slice: a view, converted where used (never the whole stack at once).
+                body.values[arg] = _Param(value.raw[it], arg.type) if isinstance(value, _Param) else value[it]
+            carried = self.run_block(block, body, path, (*iterations, it))
+            if carried is None:
+                raise EvaluationError(f"{label}: body has no nn.yield")
+        return carried
+
+
+def _single_func(module_or_func: ModuleOp | FuncOp) -> FuncOp:
+    if isinstance(module_or_func, FuncOp):
+        return module_or_func
+    if isinstance(module_or_func, ModuleOp):
+        funcs = [op for op in module_or_func.ops if isinstance(op, FuncOp)]
+        if len(funcs) != 1:
+            raise EvaluationError(f"expected a module holding exactly one func.func, found {len(funcs)}")
+        return funcs[0]
+    raise TypeError(f"expected a builtin.module or func.func, got {type(module_or_func).__name__}")
+
+
+def evaluate(
+    module_or_func: ModuleOp | FuncOp,
+    inputs: Mapping[str, Any],
+    params: Mapping[str, Any],
+    *,
+    mode: Mode = "fp32",
+    capture: bool = False,
+    verify: bool = True,
+) -> Result:
+    """Evaluates the function with NumPy and returns its `nn.output` values (see the module docstring).
+
+    inputs: `nn.input` name -> array. params: `nn.param` name -> array; any mapping, read only for the names the
+    IR uses (a lazy mapping of memmaps works and is not copied). mode: "fp32", "fp64" or "device".
+    capture: also return every op result (Result.values). verify: run the IR verifier first.
+    """
+    func = _single_func(module_or_func)
+    if verify:
+        func.verify()
+    ev = _Evaluator(inputs, params, mode, capture)
+    ev.run_block(func.body.block, _Scope(), (), ())
+    return Result(ev.outputs, ev.values, ev.positions)
