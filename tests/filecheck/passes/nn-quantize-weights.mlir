@@ -1,0 +1,79 @@
+// Parameter weights of nn.linear get an FP8 cast; activations an f16 cast; biases and results stay f32.
+
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{format="f152" scale=-6 activations="none"})' | filecheck %s --check-prefix=F152
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights, nn-quantize-weights)' | filecheck %s --check-prefix=TWICE
+
+func.func @weights() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %w = nn.param "encoder.layers.0.mlp.fc1.weight" : tensor<16x8xf32>
+  %b = nn.param "encoder.layers.0.mlp.fc1.bias" : tensor<16xf32>
+  %y = nn.linear %x, %w, %b : tensor<4x8xf32>, tensor<16x8xf32>, tensor<16xf32> -> tensor<4x16xf32>
+  // A weight reshaped from a parameter (the patch kernel) is still a parameter.
+  %k = nn.param "embeddings.patch_embedding.weight" : tensor<8x2x2x2xf32>
+  %kr = nn.reshape %k : tensor<8x2x2x2xf32> -> tensor<8x8xf32>
+  %z = nn.linear %x, %kr : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+  // A weight computed from an activation is not.
+  %act = nn.reshape %x : tensor<4x8xf32> -> tensor<4x8xf32>
+  %u = nn.linear %x, %act : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
+  nn.output "y" %y : tensor<4x16xf32>
+  nn.output "z" %z : tensor<4x8xf32>
+  nn.output "u" %u : tensor<4x4xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @weights()
+// CHECK-NEXT:    %x = nn.input "x" : tensor<4x8xf32>
+// CHECK-NEXT:    %w = nn.param "encoder.layers.0.mlp.fc1.weight" : tensor<16x8xf32>
+// CHECK-NEXT:    %b = nn.param "encoder.layers.0.mlp.fc1.bias" : tensor<16xf32>
+// CHECK-NEXT:    %[[W8:[^ ]+]] = nn.cast %w {scale = -4 : i64} : tensor<16x8xf32> -> tensor<16x8xf8E4M3FNUZ>
+// CHECK-NEXT:    %[[X16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// CHECK-NEXT:    %y = nn.linear %[[X16]], %[[W8]], %b : tensor<4x8xf16>, tensor<16x8xf8E4M3FNUZ>, tensor<16xf32> -> tensor<4x16xf32>
+// CHECK-NEXT:    %k = nn.param "embeddings.patch_embedding.weight"
+// CHECK-NEXT:    %kr = nn.reshape %k
+// CHECK-NEXT:    %[[K8:[^ ]+]] = nn.cast %kr {scale = -4 : i64} : tensor<8x8xf32> -> tensor<8x8xf8E4M3FNUZ>
+// CHECK-NEXT:    %[[X16B:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// CHECK-NEXT:    %z = nn.linear %[[X16B]], %[[K8]] : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ> -> tensor<4x8xf32>
+// CHECK-NEXT:    %act = nn.reshape %x
+// CHECK-NEXT:    %u = nn.linear %x, %act : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
+
+// F152-LABEL: func.func @weights()
+// F152:          %[[W8:[^ ]+]] = nn.cast %w {scale = -6 : i64} : tensor<16x8xf32> -> tensor<16x8xf8E5M2FNUZ>
+// F152-NEXT:     %y = nn.linear %x, %[[W8]], %b : tensor<4x8xf32>, tensor<16x8xf8E5M2FNUZ>, tensor<16xf32> -> tensor<4x16xf32>
+// F152:          %[[K8:[^ ]+]] = nn.cast %kr {scale = -6 : i64} : tensor<8x8xf32> -> tensor<8x8xf8E5M2FNUZ>
+// F152-NEXT:     %z = nn.linear %x, %[[K8]]
+// F152:          %u = nn.linear %x, %act : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
+
+// The pass is idempotent: FP8 weights and f16 inputs are left alone the second time.
+// TWICE-LABEL: func.func @weights()
+// TWICE-COUNT-2: {scale = -4 : i64}
+// TWICE-NOT:     {scale = -4 : i64}
+
+// -----
+
+// In an nn.repeat body the weight is a slice of a stacked parameter: the cast goes inside the body.
+func.func @repeat_body() {
+  %h = nn.input "h" : tensor<4x8xf32>
+  %ws = nn.param "encoder.layers.*.self_attn.out_proj.weight" : tensor<2x8x8xf32>
+  %bs = nn.param "encoder.layers.*.self_attn.out_proj.bias" : tensor<2x8xf32>
+  %out = nn.repeat 2 carried(%h : tensor<4x8xf32>) stacked(%ws, %bs : tensor<2x8x8xf32>, tensor<2x8xf32>) -> tensor<4x8xf32> {
+  ^bb0(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>):
+    %y = nn.linear %x, %w, %b : tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+    // The carried value is an activation, not a weight.
+    %s = nn.linear %y, %x : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
+    nn.yield %y : tensor<4x8xf32>
+  }
+  nn.output "out" %out : tensor<4x8xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @repeat_body()
+// CHECK:         ^{{.*}}(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>):
+// CHECK-NEXT:      %[[W8:[^ ]+]] = nn.cast %w {scale = -4 : i64} : tensor<8x8xf32> -> tensor<8x8xf8E4M3FNUZ>
+// CHECK-NEXT:      %[[X16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// CHECK-NEXT:      %y = nn.linear %[[X16]], %[[W8]], %b : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ>, tensor<8xf32> -> tensor<4x8xf32>
+// CHECK-NEXT:      %s = nn.linear %y, %x : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
+
+// TWICE-LABEL: func.func @repeat_body()
+// TWICE-COUNT-1: {scale = -4 : i64}
+// TWICE-NOT:     {scale = -4 : i64}
