@@ -52,6 +52,7 @@ class Operand:
     signed: bool = False
     postinc: bool = False  # written as `$m+=`: the register is post-incremented by the instruction
     is_def: bool = False  # the instruction writes this register
+    word: bool = True  # labels: True = word address (branch targets), False = byte address (setzi)
 
     @property
     def reg_file(self) -> str | None:
@@ -278,10 +279,10 @@ def _ops(spec: str) -> tuple[Operand, ...]:
         k = k.rstrip("!")
         post = k.endswith("+=")
         k = k.removesuffix("+=")
-        m = re.match(r"^(zimm|simm|label)(\d+)$", k)
+        m = re.match(r"^(zimm|simm|label|addr)(\d+)$", k)
         if m:
-            kind = Kind.LABEL if m.group(1) == "label" else Kind.IMM
-            out.append(Operand(name, kind, int(m.group(2)), m.group(1) == "simm"))
+            kind = Kind.LABEL if m.group(1) in ("label", "addr") else Kind.IMM
+            out.append(Operand(name, kind, int(m.group(2)), m.group(1) == "simm", word=m.group(1) == "label"))
         else:
             out.append(Operand(name, Kind(k), postinc=post, is_def=is_def or post))
     return tuple(out)
@@ -321,6 +322,7 @@ for _mn, _imm, _summary in (
     _f(f"{_mn}_ri", _mn, f"d:m! s0:m s1:{_imm}", M, B, "alu", summary=_summary)
 
 _f("setzi_m", "setzi", "d:m! imm:zimm20", M, B, "alu", summary="d = zero-extended 20-bit immediate")
+_f("setzi_ml", "setzi", "d:m! t:addr20", M, B, "alu", summary="d = byte address of a label")
 _f("setzi_a", "setzi", "d:a! imm:zimm20", M, W, "alu", summary="ARF d = zero-extended 20-bit immediate")
 _f("nop", "nop", "", M, B, "nop", summary="no operation (MAIN)")
 _f("fnop", "fnop", "", X, W, "nop", summary="no operation (AUX)")

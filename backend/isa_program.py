@@ -129,6 +129,8 @@ class Program:
             if name not in self.kernels:
                 by_addr.setdefault(addr, []).append(name)
         addr_label = {a: sorted(ns)[0] for a, ns in by_addr.items()}
+        for name, (addr, _) in self.kernels.items():
+            addr_label.setdefault(addr, name)
         kernels: list[Kernel] = []
         starts = {addr: (name, sup) for name, (addr, sup) in self.kernels.items()}
         for u in self.units:
@@ -144,8 +146,10 @@ class Program:
 def _label_targets(ins: Instr, addr_label: dict[int, str]) -> Instr:
     ops = list(ins.ops)
     for k, o in enumerate(ins.form.operands):
-        if o.kind == Kind.LABEL and isinstance(ops[k], int) and ops[k] * 4 in addr_label:
-            ops[k] = addr_label[ops[k] * 4]
+        if o.kind == Kind.LABEL and isinstance(ops[k], int):
+            byte_addr = ops[k] * 4 if o.word else ops[k]
+            if byte_addr in addr_label:
+                ops[k] = addr_label[byte_addr]
     return Instr(ins.form, tuple(ops))
 
 
@@ -199,7 +203,7 @@ def layout(kernels: list[Kernel], base: int) -> Program:
                 if o.kind == Kind.LABEL and isinstance(ops[j], str):
                     if ops[j] not in labels:
                         raise OperandError(f"{ins.mnemonic}: undefined label '{ops[j]}'")
-                    ops[j] = labels[ops[j]] // 4
+                    ops[j] = labels[ops[j]] // 4 if o.word else labels[ops[j]]
             resolved.append(Instr(ins.form, tuple(ops)))
         units.append(Unit(a, tuple(resolved), kname, sup))
     return Program(base, units, labels, kentries)

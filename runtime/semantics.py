@@ -1,0 +1,938 @@
+"""Instruction semantics: one function per ISA form (`sem_<form key>`), vectorised over a group of contexts.
+
+Each function takes (sim, group, sel, instr): `sel` selects the group's contexts in the per-context arrays (a slice
+when contiguous). It returns None to fall through, or one of:
+("branch", next_pcs), ("rpt", counts, body_start, body_end), ("exit",), ("wait", sync_zone).
+
+Semantics are the project's reading of Graphcore's ISA text (S2) and poplibs (S1); choices of ours are [own]:
+
+Addresses. `ld/st` EA = base + delta + offset * size; `...step` forms use EA = base + delta, then
+delta += stride * size (size 4 for 32-bit, 8 for 64-bit forms). Pace forms take a triple-packed MRF pair
+(written by `tapack`); the packed format is [own] (Graphcore's is not public): low register = addr0 in bits [20:0],
+high register = addr1 in bits [20:0], and the 64-bit word index of addr2 (18 bits) split over bits [31:21] of the
+low register (its low 11 bits) and bits [27:21] of the high one. Each address is post-incremented by a 2-bit
+selector: 0 -> +1 atom (8 bytes), 1/2/3 -> field 0/1/2 of the stride register (three signed 10-bit atom counts at
+bits [9:0], [19:10], [29:20]) (S1 inlineAssemblerConv.hpp [C]). Selector order (low bits first):
+ld2x64pace (addr0, addr1); ld2xst64pace (addr0 = input, addr1 = partials, addr2 = store); ldst64pace
+(addr0 = load, addr2 = store); st64pace (addr2).
+
+AMP (f16v4hihov4amp, f8v8hihov4amp), per worker context, with the tile's common weights CW[engine, phase, k]
+(16 engines x 4 phases x 4 halves or 8 fp8; CWEI slot = engine * 4 + phase [own layout]). The flags name the
+phase p (TAMP_*_E4_P<p>; only E4 = all 16 engines is simulated). One instruction at phase p:
+  1. if p == 0, a new group of 4 instructions starts: finished <- in-progress, in-progress <- next-partials,
+     next-partials <- 0;
+  2. d <- the finished results of engines 4p..4p+3, rounded to half;
+  3. next-partials[4p..4p+3] <- the 4 half partials of operand p;
+  4. in-progress[e] += sum_k x[k] * CW[e, p, k] for all 16 engines (FP8: times 2^$FP_ISCL).
+So partials enter one group early and results leave one group late (S2 f16v4hihoamp example table [D]): a run
+over N groups takes 4 (N + 2) instructions: a warm-up group, N groups, a drain group (S1 loops prime and drain).
+The internal accumulation is float32 [I: hardware is a wider fixed-point, S4 TAMP widths]; `uput $FP_CLR, ZAACC`
+zeroes all three accumulator sets of the context.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipu.backend.isa import (
+    FORMS_BY_KEY,
+    FP_CLR_ZAACC,
+    FP_CTL_NANOO,
+    M_VERTEX_BASE,
+    M_WORKER_BASE,
+    SUPERVISOR_CSRS,
+)
+from ipu.backend.isa import WORKER_CSRS as WC
+from ipu.runtime import fp8
+from ipu.runtime.errors import SimError
+
+WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
+WRITTEN = 3
+SC = SUPERVISOR_CSRS
+U32 = np.uint32
+
+
+def _col(index: int) -> int:
+    from ipu.runtime.simulator import CSR_COLUMN
+
+    c = int(CSR_COLUMN[index])
+    if c < 0:
+        raise SimError("csr", f"CSR index {index:#x} does not exist")
+    return c
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Registers
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _m(sim, sel, r):
+    return sim.m[sel, r]
+
+
+def _set_m(sim, sel, r, vals):
+    sim.m[sel, r] = vals
+
+
+def _set_a(sim, sel, r, vals):
+    if sim._defer is not None:
+        sim._defer.append((sim.a, sel, r, np.array(vals, dtype=U32)))
+    else:
+        sim.a[sel, r] = vals
+
+
+def _set_a64(sim, sel, r, vals):
+    """Write an ARF pair (r even) from uint64 values."""
+    if sim._defer is not None:
+        sim._defer.append((sim.a64, sel, r // 2, np.array(vals, dtype=np.uint64)))
+    else:
+        sim.a64[sel, r // 2] = vals
+
+
+def _a64(sim, sel, r):
+    return sim.a64[sel, r // 2]
+
+
+def _h4(u64):
+    """uint64 [n] -> float16 [n, 4]"""
+    return np.ascontiguousarray(u64).view(np.float16).reshape(-1, 4)
+
+
+def _f2(u64):
+    return np.ascontiguousarray(u64).view(np.float32).reshape(-1, 2)
+
+
+def _u64(x):
+    return np.ascontiguousarray(x).view(np.uint64).reshape(-1)
+
+
+def _src2(sim, sel, ins):
+    v = ins.ops[2]
+    if ins.form.key.endswith("_ri"):
+        return U32(int(v) & 0xFFFFFFFF)
+    return sim.m[sel, v]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Integer and address arithmetic
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _binop(fn):
+    def sem(sim, g, sel, ins):
+        a = sim.m[sel, ins.ops[1]]
+        b = _src2(sim, sel, ins)
+        _set_m(sim, sel, ins.ops[0], fn(a, b).astype(U32))
+
+    return sem
+
+
+def _i32(x):
+    return np.asarray(x).astype(U32).view(np.int32)
+
+
+_ALU = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "and": lambda a, b: a & b,
+    "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b,
+    "shl": lambda a, b: np.left_shift(a, np.asarray(b) & U32(31)),
+    "shr": lambda a, b: np.right_shift(a, np.asarray(b) & U32(31)),
+    "shrs": lambda a, b: np.right_shift(_i32(a), _i32(np.asarray(b) & U32(31))).view(U32),
+    "cmpeq": lambda a, b: a == b,
+    "cmpne": lambda a, b: a != b,
+    "cmpslt": lambda a, b: _i32(a) < _i32(b),
+    "cmpult": lambda a, b: a < b,
+    "min": lambda a, b: np.minimum(_i32(a), _i32(b)),
+    "max": lambda a, b: np.maximum(_i32(a), _i32(b)),
+}
+for _name, _fn in _ALU.items():
+    globals()[f"sem_{_name}_rr"] = _binop(_fn)
+    globals()[f"sem_{_name}_ri"] = _binop(_fn)
+
+
+def sem_setzi_m(sim, g, sel, ins):
+    _set_m(sim, sel, ins.ops[0], U32(ins.ops[1]))
+
+
+sem_setzi_ml = sem_setzi_m
+
+
+def sem_setzi_a(sim, g, sel, ins):
+    _set_a(sim, sel, ins.ops[0], np.full(_n(sim, sel), ins.ops[1], dtype=U32))
+
+
+def sem_nop(sim, g, sel, ins):
+    return None
+
+
+sem_fnop = sem_nop
+
+
+def _n(sim, sel):
+    return sel.stop - sel.start if isinstance(sel, slice) else len(sel)
+
+
+def pack_triple(a0, a1, a2):
+    """The triple-packed pair (low, high) of three byte addresses ([own] format, see module docstring)."""
+    a0 = np.asarray(a0, dtype=np.int64)
+    a1 = np.asarray(a1, dtype=np.int64)
+    w2 = np.asarray(a2, dtype=np.int64) >> 3
+    lo = (a0 & 0x1FFFFF) | ((w2 & 0x7FF) << 21)
+    hi = (a1 & 0x1FFFFF) | (((w2 >> 11) & 0x7F) << 21)
+    return lo.astype(U32), hi.astype(U32)
+
+
+def unpack_triple(lo, hi):
+    lo = np.asarray(lo).astype(np.int64)
+    hi = np.asarray(hi).astype(np.int64)
+    return lo & 0x1FFFFF, hi & 0x1FFFFF, ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
+
+
+def sem_tapack(sim, g, sel, ins):
+    d, a0, a1, a2 = ins.ops
+    lo, hi = pack_triple(sim.m[sel, a0], sim.m[sel, a1], sim.m[sel, a2])
+    _set_m(sim, sel, d, lo)
+    _set_m(sim, sel, d + 1, hi)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Memory access with checks
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _first(mask) -> int:
+    return int(np.argmax(mask))
+
+
+def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
+    """Flat 64-bit word indices of per-context byte addresses, after the checks; marks stores as written."""
+    off = addr - sim.base
+    bad = (off < 0) | (off > sim.end - sim.base - size)
+    if bad.any():
+        i = _first(bad)
+        sim.fail("bounds", f"{size}-byte access outside tile SRAM", g, ins, i, addr[i])
+    mis = (addr & (size - 1)) != 0
+    if mis.any():
+        i = _first(mis)
+        sim.fail("alignment", f"misaligned {size}-byte access", g, ins, i, addr[i])
+    if interleaved:
+        low = addr < sim.r1
+        if low.any():
+            i = _first(low)
+            sim.fail(
+                "interleave", f"'{ins.mnemonic}' needs interleaved memory (region 1)", g, ins, i, addr[i]
+            )
+    words = sim.ctx_word_base[sel] + (off >> 3)
+    if store:
+        st = sim.flat_state[words]
+        prot = (st & PROTECTED) != 0
+        if prot.any():
+            i = _first(prot)
+            sim.fail("protected", "store into code or a reserved range", g, ins, i, addr[i])
+        bits = WRITTEN if size >= 8 else (U32(1) << ((addr >> 2) & 1)).astype(np.uint8)
+        sim.flat_state[words] = st | bits
+        if size == 16:
+            sim.flat_state[words + 1] |= WRITTEN
+    elif sim.check_poison:
+        st = sim.flat_state[words]
+        if size >= 8:
+            bad = (st & WRITTEN) != WRITTEN
+            if size == 16:
+                bad |= (sim.flat_state[words + 1] & WRITTEN) != WRITTEN
+        else:
+            need = (1 << ((addr >> 2) & 1)).astype(np.uint8)
+            bad = (st & need) == 0
+        if bad.any():
+            i = _first(bad)
+            sim.fail("poison", "load of memory never written since load", g, ins, i, addr[i])
+    return words
+
+
+def _ea(sim, sel, ins, scale):
+    """Effective address of base + delta + offset*scale forms (offset: register or zimm12)."""
+    base = sim.m[sel, ins.ops[1]].astype(np.int64)
+    delta = sim.m[sel, ins.ops[2]].astype(np.int64)
+    off = ins.ops[3]
+    if ins.form.key.endswith(("_r", "_mr", "_ar")):
+        off = sim.m[sel, off].astype(np.int64)
+    return (base + delta + off * scale) & 0xFFFFFFFF
+
+
+def _step_ea(sim, sel, ins, scale):
+    """EA = base + delta, then delta += stride * scale (stride: register (signed) or simm8)."""
+    base = sim.m[sel, ins.ops[1]].astype(np.int64)
+    dreg = ins.ops[2]
+    delta = sim.m[sel, dreg].astype(np.int64)
+    stride = ins.ops[3]
+    if ins.form.key.endswith(("_r", "_mr", "_ar")):
+        stride = sim.m[sel, stride].view(np.int32).astype(np.int64)
+    _set_m(sim, sel, dreg, ((delta + stride * scale) & 0xFFFFFFFF).astype(U32))
+    return (base + delta) & 0xFFFFFFFF
+
+
+def _ld32(sim, g, sel, ins, addr):
+    w = _words(sim, g, sel, ins, addr, 4)
+    return sim.flat32[w * 2 + ((addr >> 2) & 1)]
+
+
+def _st32(sim, g, sel, ins, addr, vals):
+    w = _words(sim, g, sel, ins, addr, 4, store=True)
+    sim.flat32[w * 2 + ((addr >> 2) & 1)] = vals
+
+
+def _load_to(sim, sel, ins, vals):
+    if ins.form.key.startswith(("ld32_a", "ld32step_a")):
+        _set_a(sim, sel, ins.ops[0], vals)
+    else:
+        _set_m(sim, sel, ins.ops[0], vals)
+
+
+def _store_from(sim, sel, ins):
+    if ins.form.key.startswith(("st32_a", "st32step_a")):
+        return sim.a[sel, ins.ops[0]]
+    return sim.m[sel, ins.ops[0]]
+
+
+def sem_ld32_mr(sim, g, sel, ins):
+    _load_to(sim, sel, ins, _ld32(sim, g, sel, ins, _ea(sim, sel, ins, 4)))
+
+
+sem_ld32_mi = sem_ld32_ar = sem_ld32_ai = sem_ld32_mr
+
+
+def sem_ld32step_mr(sim, g, sel, ins):
+    _load_to(sim, sel, ins, _ld32(sim, g, sel, ins, _step_ea(sim, sel, ins, 4)))
+
+
+sem_ld32step_mi = sem_ld32step_ar = sem_ld32step_ai = sem_ld32step_mr
+
+
+def sem_st32_mr(sim, g, sel, ins):
+    _st32(sim, g, sel, ins, _ea(sim, sel, ins, 4), _store_from(sim, sel, ins))
+
+
+sem_st32_mi = sem_st32_ar = sem_st32_ai = sem_st32_mr
+
+
+def sem_st32step_mr(sim, g, sel, ins):
+    vals = _store_from(sim, sel, ins).copy()
+    _st32(sim, g, sel, ins, _step_ea(sim, sel, ins, 4), vals)
+
+
+sem_st32step_mi = sem_st32step_ar = sem_st32step_ai = sem_st32step_mr
+
+
+def sem_ld64_r(sim, g, sel, ins):
+    w = _words(sim, g, sel, ins, _ea(sim, sel, ins, 8), 8)
+    _set_a64(sim, sel, ins.ops[0], sim.flat64[w])
+
+
+sem_ld64_i = sem_ld64_r
+
+
+def sem_ld64step_r(sim, g, sel, ins):
+    w = _words(sim, g, sel, ins, _step_ea(sim, sel, ins, 8), 8)
+    _set_a64(sim, sel, ins.ops[0], sim.flat64[w])
+
+
+sem_ld64step_i = sem_ld64step_r
+
+
+def sem_ld128_r(sim, g, sel, ins):
+    w = _words(sim, g, sel, ins, _ea(sim, sel, ins, 16), 16, interleaved=True)
+    _set_a64(sim, sel, ins.ops[0], sim.flat64[w])
+    _set_a64(sim, sel, ins.ops[0] + 2, sim.flat64[w + 1])
+
+
+sem_ld128_i = sem_ld128_r
+
+
+def sem_st64_r(sim, g, sel, ins):
+    vals = _a64(sim, sel, ins.ops[0])
+    w = _words(sim, g, sel, ins, _ea(sim, sel, ins, 8), 8, store=True)
+    sim.flat64[w] = vals
+
+
+sem_st64_i = sem_st64_r
+
+
+def sem_st64step_r(sim, g, sel, ins):
+    vals = _a64(sim, sel, ins.ops[0])
+    w = _words(sim, g, sel, ins, _step_ea(sim, sel, ins, 8), 8, store=True)
+    sim.flat64[w] = vals
+
+
+sem_st64step_i = sem_st64step_r
+
+
+# --- pace forms -------------------------------------------------------------------------------------------------
+
+
+def _stride_inc(sim, sel, stride_reg, selector):
+    """Increment in bytes for a 2-bit selector: 0 -> one atom, 1..3 -> stride field 0..2 (signed 10-bit atoms)."""
+    if selector == 0:
+        return 8
+    v = sim.m[sel, stride_reg].astype(np.int64)
+    f = (v >> (10 * (selector - 1))) & 0x3FF
+    return (f - ((f & 0x200) << 1)) * 8
+
+
+def _bank_conflict(sim, g, ins, x, y, what):
+    """Two accesses of one instruction must use different banks (S7, S16 [D]; see Target.bank_of)."""
+    d = x ^ y
+    near = d < 0x8000
+    if not near.any():
+        return
+    r1 = x >= sim.r1
+    same_bank0 = (d < sim.target.region0_element_bytes) & ~r1
+    same_bank1 = (d < sim.target.region1_element_bytes) & r1 & ((d & 8) == 0)
+    clash = same_bank0 | same_bank1
+    if clash.any():
+        i = _first(clash)
+        sim.fail("bank-conflict", f"{what} hit the same memory bank in one bundle", g, ins, i, y[i])
+
+
+def _pace(sim, g, sel, ins, loads, store, sel_bits):
+    """Shared body of the pace forms. loads: which of addr0/addr1 are loaded; store: addr2 stored?"""
+    areg = ins.operand("addr")
+    lo, hi = sim.m[sel, areg], sim.m[sel, areg + 1]
+    a0, a1, a2 = unpack_triple(lo, hi)
+    stride = ins.operand("stride")
+    acc = [a0, a1, a2]
+    used = [i for i in (0, 1) if i in loads] + ([2] if store else [])
+    for i, j in ((0, 1), (0, 2), (1, 2)):
+        if i in used and j in used:
+            _bank_conflict(sim, g, ins, acc[i], acc[j], f"addresses {i} and {j}")
+    out = [_words(sim, g, sel, ins, acc[i], 8) for i in loads]
+    store_words = _words(sim, g, sel, ins, a2, 8, store=True) if store else None
+    data = [sim.flat64[w] for w in out]
+    # post-increment
+    new = list(acc)
+    for i, bits in sel_bits:
+        new[i] = acc[i] + _stride_inc(sim, sel, stride, bits)
+    nlo, nhi = pack_triple(new[0], new[1], new[2])
+    _set_m(sim, sel, areg, nlo)
+    _set_m(sim, sel, areg + 1, nhi)
+    return data, store_words
+
+
+def sem_ld2x64pace(sim, g, sel, ins):
+    s = ins.operand("sel")
+    d0, d1 = ins.ops[0], ins.ops[1]
+    if d0 == d1:
+        sim.fail("register-class", "ld2x64pace destination pairs must differ", g, ins)
+    (x, y), _ = _pace(sim, g, sel, ins, (0, 1), False, ((0, s & 3), (1, (s >> 2) & 3)))
+    _set_a64(sim, sel, d0, x)
+    _set_a64(sim, sel, d1, y)
+
+
+def sem_ld2xst64pace(sim, g, sel, ins):
+    s = ins.operand("sel")
+    vals = _a64(sim, sel, ins.ops[1]).copy()
+    (x, y), sw = _pace(sim, g, sel, ins, (0, 1), True, ((0, s & 3), (1, (s >> 2) & 3), (2, (s >> 4) & 3)))
+    sim.flat64[sw] = vals
+    _set_a64(sim, sel, ins.ops[0], x)
+    _set_a64(sim, sel, ins.ops[0] + 2, y)
+
+
+def sem_ldst64pace(sim, g, sel, ins):
+    s = ins.operand("sel")
+    vals = _a64(sim, sel, ins.ops[1]).copy()
+    (x,), sw = _pace(sim, g, sel, ins, (0,), True, ((0, s & 3), (2, (s >> 2) & 3)))
+    sim.flat64[sw] = vals
+    _set_a64(sim, sel, ins.ops[0], x)
+
+
+def sem_st64pace(sim, g, sel, ins):
+    s = ins.operand("sel")
+    vals = _a64(sim, sel, ins.ops[0]).copy()
+    _, sw = _pace(sim, g, sel, ins, (), True, ((2, s & 3),))
+    sim.flat64[sw] = vals
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Control
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def sem_br(sim, g, sel, ins):
+    """Branch to a register. For the supervisor, a branch to address 0 (the initial $lr) returns to the host
+    runtime and ends the context [own convention]."""
+    targets = sim.m[sel, ins.ops[0]].astype(np.int64)
+    if g.supervisor and (targets == 0).any():
+        if not (targets == 0).all():
+            sim.fail("control", "some supervisors return to the host and others do not", g, ins)
+        return ("exit",)
+    return ("branch", targets)
+
+
+def sem_bri(sim, g, sel, ins):
+    return ("branch", np.full(len(g.idx), int(ins.ops[0]) * 4, dtype=np.int64))
+
+
+def _cond_branch(taken, g, ins, target_word, size=4):
+    return ("branch", np.where(taken, int(target_word) * 4, g.pc + size).astype(np.int64))
+
+
+def sem_brz(sim, g, sel, ins):
+    return _cond_branch(sim.m[sel, ins.ops[0]] == 0, g, ins, ins.ops[1])
+
+
+def sem_brnz(sim, g, sel, ins):
+    return _cond_branch(sim.m[sel, ins.ops[0]] != 0, g, ins, ins.ops[1])
+
+
+def sem_brnzdec(sim, g, sel, ins):
+    v = sim.m[sel, ins.ops[0]]
+    taken = v != 0
+    _set_m(sim, sel, ins.ops[0], (v - taken.astype(U32)).astype(U32))
+    return _cond_branch(taken, g, ins, ins.ops[1])
+
+
+def sem_call(sim, g, sel, ins):
+    _set_m(sim, sel, ins.ops[0], U32(g.pc + 4))
+    return ("branch", np.full(len(g.idx), int(ins.ops[1]) * 4, dtype=np.int64))
+
+
+def sem_exitz(sim, g, sel, ins):
+    return ("exit",)
+
+
+sem_exitnz = sem_exitz
+
+
+def sem_rpt_r(sim, g, sel, ins):
+    count = ins.ops[0]
+    counts = sim.m[sel, count].astype(np.int64) if ins.form.key == "rpt_r" else np.full(len(g.idx), count)
+    if (counts >= 1 << sim.target.repeat_count_bits).any():
+        i = _first(counts >= 1 << sim.target.repeat_count_bits)
+        sim.fail("rpt", f"repeat count {counts[i]} does not fit $REPEAT_COUNT (16 bits)", g, ins, i)
+    unit = sim._units[(g.pc - sim.program.base) >> 2][0]
+    start = g.pc + unit.size
+    end = start + (int(ins.ops[1]) + 1) * 8
+    _check_rpt_body(sim, g, ins, start, end)
+    return ("rpt", counts, start, end)
+
+
+sem_rpt_i = sem_rpt_r
+
+
+def _check_rpt_body(sim, g, ins, start, end):
+    cache = sim.__dict__.setdefault("_rpt_checked", set())
+    if (start, end) in cache:
+        return
+    base = sim.program.base
+    a = start
+    while a < end:
+        k = (a - base) >> 2
+        unit = sim._units[k] if 0 <= k < len(sim._units) else None
+        if unit is None:
+            sim.fail("rpt", f"rpt body runs past the code (no instruction at {a:#x})", g, ins)
+        u = unit[0]
+        if len(u.instrs) != 2:
+            sim.fail("rpt", f"rpt body holds a solo instruction at {a:#x}: '{u.text()}'", g, ins)
+        for i in u.instrs:
+            if not i.form.in_rpt_body_ok:
+                raise SimError(
+                    "rpt",
+                    f"illegal {i.form.category} instruction '{i.mnemonic}' inside an rpt body",
+                    tile=int(sim.ctx_tile[g.idx[0]]),
+                    context=sim.context_name(int(g.idx[0])),
+                    pc=a,
+                    instr=u.text(),
+                )
+        a += u.size
+    cache.add((start, end))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# System: workers, sync, CSRs, AMP weights, exchange
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _start_workers(sim, g, ins, sup_ctx, workers, entry, vbase):
+    """Start worker contexts `workers` (one per element of sup_ctx) at `entry` with vertex base `vbase`."""
+    from ipu.runtime.simulator import Group
+
+    bad = (entry % 4 != 0) | ~np.array([sim.target.is_executable(int(e)) for e in entry])
+    if bad.any():
+        i = _first(bad)
+        sim.fail("fetch", f"worker entry {int(entry[i]):#x} is not an aligned executable address", g, ins, i)
+    sim.active[workers] = True
+    sim.m[workers, M_VERTEX_BASE] = vbase.astype(U32)
+    tiles = sim.ctx_tile[workers]
+    wk = workers % sim.W
+    wb = sim.csr[sup_ctx, _col(SC["WORKER0_BASE"])]
+    wb_all = np.stack([sim.csr[sup_ctx, _col(SC[f"WORKER{k}_BASE"])] for k in range(sim.W)], axis=1)
+    wb = wb_all[np.arange(len(workers)), wk]
+    sim.m[workers, M_WORKER_BASE] = wb
+    sim.csr[workers, _col(WC["WSR"])] = wk.astype(U32)
+    sim.csr[workers, _col(WC["VERTEX_BASE"])] = vbase.astype(U32)
+    sim.csr[workers, _col(WC["FP_CTL"])] = sim.csr[sup_ctx, _col(SC["FP_ICTL"])]
+    sim.cycles[workers] = sim.cycles[sup_ctx]
+    del tiles
+    order = np.argsort(workers)
+    workers, entry = workers[order], entry[order]
+    for e in np.unique(entry):
+        sim._spawned.append(Group(int(e), workers[entry == e], False))
+
+
+def sem_run(sim, g, sel, ins):
+    sup = g.idx
+    tiles = sim.ctx_tile[sup]
+    busy = sim.active[: sim.NW].reshape(sim.T, sim.W)[tiles]
+    if busy.all(axis=1).any():
+        i = _first(busy.all(axis=1))
+        sim.fail("run", "run with no free worker context", g, ins, i)
+    free = np.argmax(~busy, axis=1)
+    workers = tiles * sim.W + free
+    entry = sim.m[sel, ins.ops[0]].astype(np.int64)
+    vbase = sim.m[sel, ins.ops[1]].astype(np.int64) + ins.ops[2] * 4 + sim.base
+    _start_workers(sim, g, ins, sup, workers, entry, vbase)
+
+
+def sem_runall(sim, g, sel, ins):
+    sup = g.idx
+    tiles = sim.ctx_tile[sup]
+    busy = sim.active[: sim.NW].reshape(sim.T, sim.W)[tiles].any(axis=1)
+    if busy.any():
+        i = _first(busy)
+        sim.fail("run", "runall while workers are still active", g, ins, i)
+    W = sim.W
+    workers = (tiles[:, None] * W + np.arange(W)[None, :]).reshape(-1)
+    sup_rep = np.repeat(sup, W)
+    entry = np.repeat(sim.m[sel, ins.ops[0]].astype(np.int64), W)
+    vb0 = sim.m[sel, ins.ops[1]].astype(np.int64) + sim.base
+    vbase = (vb0[:, None] + np.arange(W)[None, :] * ins.ops[2] * 4).reshape(-1)
+    _start_workers(sim, g, ins, sup_rep, workers, entry, vbase)
+
+
+def sem_sync(sim, g, sel, ins):
+    zone = int(ins.ops[0])
+    if zone not in (2, 3):
+        sim.fail("sync", f"sync zone {zone} is not simulated (only LOCAL=2 and INTERNAL=3)", g, ins)
+    sim._sync_pc[g.idx] = g.pc
+    return ("wait", zone)
+
+
+_READ_ONLY = {("s", SC["TILE_ID"]), ("w", WC["WSR"])}
+
+
+def sem_get(sim, g, sel, ins):
+    d, c = ins.ops
+    if c == WC["FP_CLR"]:
+        _set_m(sim, sel, d, U32(0))
+        return
+    _set_m(sim, sel, d, sim.csr[sel, _col(c)])
+
+
+def sem_uget(sim, g, sel, ins):
+    d, c = ins.ops
+    vals = np.zeros(len(g.idx), U32) if c == WC["FP_CLR"] else sim.csr[sel, _col(c)].copy()
+    _set_a(sim, sel, d, vals)
+
+
+def _csr_write(sim, g, sel, ins, c, vals):
+    space = "s" if g.supervisor else "w"
+    if (space, c) in _READ_ONLY:
+        sim.fail("csr", f"CSR {c:#x} is read-only", g, ins)
+    if not g.supervisor and c == WC["FP_CLR"]:
+        zero = (np.broadcast_to(vals, (len(g.idx),)) & FP_CLR_ZAACC) != 0
+        if zero.all():
+            sim.acc_cur[sel] = 0
+            sim.acc_next[sel] = 0
+            sim.acc_done[sel] = 0
+        elif zero.any():
+            rows = g.idx[zero]
+            sim.acc_cur[rows] = 0
+            sim.acc_next[rows] = 0
+            sim.acc_done[rows] = 0
+        return
+    sim.csr[sel, _col(c)] = vals
+
+
+def sem_put(sim, g, sel, ins):
+    c, s = ins.ops
+    _csr_write(sim, g, sel, ins, c, sim.m[sel, s])
+
+
+def sem_uput(sim, g, sel, ins):
+    c, s = ins.ops
+    _csr_write(sim, g, sel, ins, c, sim.a[sel, s])
+
+
+def _putcs(sim, g, sel, ins, nbytes):
+    col = _col(SC["CCCSLOAD"])
+    addr = sim.csr[sel, col].astype(np.int64)
+    idx = int(ins.ops[0])
+    if idx + nbytes // 8 > 64:
+        sim.fail("amp", f"CWEI slot {idx} + {nbytes // 8} is beyond the 64 slots", g, ins)
+    w = _words(sim, g, sel, ins, addr, nbytes, interleaved=nbytes == 16)
+    tiles = sim.ctx_tile[sel]
+    sim.cwei[tiles, idx] = sim.flat64[w].view(np.uint8).reshape(-1, 8)
+    if nbytes == 16:
+        sim.cwei[tiles, idx + 1] = sim.flat64[w + 1].view(np.uint8).reshape(-1, 8)
+    sim.csr[sel, col] = (addr + nbytes).astype(U32)
+    sim._cw_cache.clear()
+
+
+def sem_ld64putcs(sim, g, sel, ins):
+    _putcs(sim, g, sel, ins, 8)
+
+
+def sem_ld128putcs(sim, g, sel, ins):
+    _putcs(sim, g, sel, ins, 16)
+
+
+def sem_send(sim, g, sel, ins):
+    areg, count = ins.ops
+    n = int(count) + 1
+    addr = sim.m[sel, areg].astype(np.int64)
+    data = []
+    for k in range(n):
+        w = _words(sim, g, sel, ins, addr + 8 * k, 8)
+        data.append(sim.flat64[w])
+    sim.exchange_log.append((sim.ctx_tile[sel].copy(), np.stack(data, axis=1)))
+    _set_m(sim, sel, areg, (addr + 8 * n).astype(U32))
+    sim.cycles[sel] += sim.target.exchange_send_latency + n * 8 // sim.target.exchange_bytes_per_cycle
+
+
+def sem_delay(sim, g, sel, ins):
+    sim.cycles[sel] += int(ins.ops[0])
+
+
+def deliver_exchange(sim, tiles):
+    """At an internal sync: every tile with $INCOMING_DCOUNT > 0 receives, in order, the atoms sent since the
+    last sync by the tile named in its $INCOMING_MUX, at $INCOMING_BASE upwards. A receiver left waiting for
+    data no one sent is an error (a receive with no matching send)."""
+    sup = sim.NW + np.asarray(tiles)
+    dcount = sim.csr[sup, _col(SC["INCOMING_DCOUNT"])].astype(np.int64)
+    sent: dict[int, list] = {}
+    for src, data in sim.exchange_log:
+        for t, row in zip(src, data):
+            sent.setdefault(int(t), []).append(row)
+    sim.exchange_log = []
+    for t, ctx, n in zip(tiles, sup, dcount):
+        if n <= 0:
+            continue
+        mux = int(sim.csr[ctx, _col(SC["INCOMING_MUX"])])
+        atoms = np.concatenate(sent.get(mux, [np.zeros(0, np.uint64)]))
+        if len(atoms) < n:
+            raise SimError(
+                "exchange",
+                f"receive of {n} atoms from tile {mux} but only {len(atoms)} were sent",
+                tile=int(t),
+                context="supervisor",
+            )
+        base = int(sim.csr[ctx, _col(SC["INCOMING_BASE"])])
+        off = base - sim.base
+        if base % 8 or not sim.target.in_sram(base, 8 * int(n)):
+            raise SimError("exchange", "bad receive address", tile=int(t), context="supervisor", address=base)
+        w0 = int(t) * sim.nwords + off // 8
+        if (sim.flat_state[w0 : w0 + n] & PROTECTED).any():
+            raise SimError("protected", "receive into code or a reserved range", tile=int(t), address=base)
+        sim.flat64[w0 : w0 + n] = atoms[:n]
+        sim.flat_state[w0 : w0 + n] |= WRITTEN
+        sim.csr[ctx, _col(SC["INCOMING_DCOUNT"])] = 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Floating point (AUX)
+# ----------------------------------------------------------------------------------------------------------------
+
+_FP = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+}
+
+
+def _mk_f16v4(fn):
+    def sem(sim, g, sel, ins):
+        d, s0, s1 = ins.ops
+        with np.errstate(all="ignore"):
+            r = fn(_h4(_a64(sim, sel, s0)), _h4(_a64(sim, sel, s1)))
+        _set_a64(sim, sel, d, _u64(r.astype(np.float16)))
+
+    return sem
+
+
+def _mk_f32v2(fn):
+    def sem(sim, g, sel, ins):
+        d, s0, s1 = ins.ops
+        with np.errstate(all="ignore"):
+            r = fn(_f2(_a64(sim, sel, s0)), _f2(_a64(sim, sel, s1)))
+        _set_a64(sim, sel, d, _u64(r.astype(np.float32)))
+
+    return sem
+
+
+def _mk_f32(fn):
+    def sem(sim, g, sel, ins):
+        d, s0, s1 = ins.ops
+        with np.errstate(all="ignore"):
+            r = fn(sim.a[sel, s0].view(np.float32), sim.a[sel, s1].view(np.float32))
+        _set_a(sim, sel, d, np.asarray(r, dtype=np.float32).view(U32))
+
+    return sem
+
+
+for _name, _fn in _FP.items():
+    globals()[f"sem_f16v4{_name}"] = _mk_f16v4(_fn)
+    globals()[f"sem_f32v2{_name}"] = _mk_f32v2(_fn)
+    globals()[f"sem_f32{_name}"] = _mk_f32(_fn)
+
+
+def sem_f32tof16(sim, g, sel, ins):
+    with np.errstate(all="ignore"):
+        h = sim.a[sel, ins.ops[1]].view(np.float32).astype(np.float16)
+    _set_a(sim, sel, ins.ops[0], h.view(np.uint16).astype(U32))
+
+
+def sem_f16tof32(sim, g, sel, ins):
+    h = (sim.a[sel, ins.ops[1]] & 0xFFFF).astype(np.uint16).view(np.float16)
+    _set_a(sim, sel, ins.ops[0], h.astype(np.float32).view(U32))
+
+
+def sem_f32v2tof16(sim, g, sel, ins):
+    with np.errstate(all="ignore"):
+        h = _f2(_a64(sim, sel, ins.ops[1])).astype(np.float16)
+    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(h).view(U32).reshape(-1))
+
+
+def sem_f16v2tof32(sim, g, sel, ins):
+    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16).reshape(-1, 2)
+    _set_a64(sim, sel, ins.ops[0], _u64(h.astype(np.float32)))
+
+
+def _fp8_csrs(sim, sel):
+    """(format, scale, nan_on_overflow) for the contexts; one setting per group is supported."""
+    fmt = sim.csr[sel, _col(WC["FP_NFMT"])] & 1
+    scl = sim.csr[sel, _col(WC["FP_SCL"])]
+    ctl = sim.csr[sel, _col(WC["FP_CTL"])] & FP_CTL_NANOO
+    return fmt, scl, ctl
+
+
+def _per_setting(sim, g, sel, ins, fn):
+    """Apply fn(rows_mask, fmt, scale, nanoo) for each distinct FP8 CSR setting among the group's contexts."""
+    fmt, scl, ctl = _fp8_csrs(sim, sel)
+    key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1 | (ctl != 0).astype(np.int64) << 8
+    for k in np.unique(key):
+        mask = key == k
+        fn(mask, int(k) & 1, fp8.scale_from_csr((int(k) >> 1) & 0x3F), bool(int(k) >> 8))
+
+
+def _fp8_to_f16(sim, g, sel, ins, nbytes):
+    raw = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.uint8).reshape(-1, 4)[:, :nbytes]
+    out = np.zeros((len(g.idx), nbytes), dtype=np.float16)
+
+    def conv(mask, fmt, scale, nanoo):
+        with np.errstate(all="ignore"):
+            out[mask] = fp8.decode(raw[mask], fmt, scale).astype(np.float16)
+
+    _per_setting(sim, g, sel, ins, conv)
+    return out
+
+
+def sem_f8v2tof16(sim, g, sel, ins):
+    h = _fp8_to_f16(sim, g, sel, ins, 2)
+    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(h).view(U32).reshape(-1))
+
+
+def sem_f8v4tof16(sim, g, sel, ins):
+    h = _fp8_to_f16(sim, g, sel, ins, 4)
+    _set_a64(sim, sel, ins.ops[0], _u64(h))
+
+
+def _f16_to_fp8(sim, g, sel, ins, halves):
+    out = np.zeros(halves.shape, dtype=np.uint8)
+
+    def conv(mask, fmt, scale, nanoo):
+        with np.errstate(all="ignore"):
+            out[mask] = fp8.encode(halves[mask].astype(np.float32), fmt, scale, nanoo)
+
+    _per_setting(sim, g, sel, ins, conv)
+    return out
+
+
+def sem_f16v2tof8(sim, g, sel, ins):
+    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16).reshape(-1, 2)
+    b = _f16_to_fp8(sim, g, sel, ins, h)
+    packed = np.zeros((len(b), 4), dtype=np.uint8)
+    packed[:, :2] = b
+    _set_a(sim, sel, ins.ops[0], packed.view(U32).reshape(-1))
+
+
+def sem_f16v8tof8(sim, g, sel, ins):
+    s = ins.ops[1]
+    h = np.concatenate([_h4(_a64(sim, sel, s)), _h4(_a64(sim, sel, s + 2))], axis=1)
+    b = _f16_to_fp8(sim, g, sel, ins, h)
+    _set_a64(sim, sel, ins.ops[0], np.ascontiguousarray(b).view(np.uint64).reshape(-1))
+
+
+# --- AMP --------------------------------------------------------------------------------------------------------
+
+
+def _amp_common(sim, g, sel, ins):
+    d, x, p, flags = ins.ops
+    phase = flags & 3
+    if flags >> 2 != 2:
+        sim.fail("amp", "only the E4 (all 16 engines) AMP mode is simulated", g, ins)
+    if phase == 0:
+        sim.acc_done[sel] = sim.acc_cur[sel]
+        sim.acc_cur[sel] = sim.acc_next[sel]
+        sim.acc_next[sel] = 0
+    lanes = slice(4 * phase, 4 * phase + 4)
+    with np.errstate(all="ignore"):
+        out = sim.acc_done[sel, lanes].astype(np.float16)
+    sim.acc_next[sel, lanes] = _h4(_a64(sim, sel, p))
+    _set_a64(sim, sel, d, _u64(out))
+    return phase
+
+
+def _amp_products(sim, sel, x, w):
+    """sum_k x[c, k] * w[tile(c), e, k] -> [n, 16]: per tile when the group is whole tiles, else per context."""
+    W = sim.W
+    if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
+        t0, t1 = sel.start // W, sel.stop // W
+        xt = x.reshape(t1 - t0, W, -1)
+        return np.matmul(xt, w[t0:t1].transpose(0, 2, 1)).reshape(-1, 16)
+    tiles = sim.ctx_tile[sel]
+    return np.einsum("ck,cek->ce", x, w[tiles])
+
+
+def sem_f16v4hihov4amp(sim, g, sel, ins):
+    phase = _amp_common(sim, g, sel, ins)
+    x = _h4(_a64(sim, sel, ins.ops[1])).astype(np.float32)
+    w = sim.cwei_f32("f16")[:, phase]  # [T, 16, 4]
+    sim.acc_cur[sel] += _amp_products(sim, sel, x, w)
+
+
+def sem_f8v8hihov4amp(sim, g, sel, ins):
+    tiles = sim.ctx_tile[sel]
+    sup = sim.NW + tiles
+    infmt = sim.csr[sup, _col(SC["FP_INFMT"])]
+    iscl = sim.csr[sup, _col(SC["FP_ISCL"])]
+    if (infmt != infmt[0]).any() or (iscl != iscl[0]).any():
+        sim.fail("amp", "tiles of one AMP group use different FP8 formats or scales", g, ins)
+    wfmt, xfmt = int(infmt[0]) & 1, (int(infmt[0]) >> 1) & 1
+    v = int(iscl[0]) & 0x7F
+    scale = v - 128 if v & 0x40 else v  # the sum of two signed 6-bit scales: signed 7-bit
+    phase = _amp_common(sim, g, sel, ins)
+    raw = np.ascontiguousarray(_a64(sim, sel, ins.ops[1])).view(np.uint8).reshape(-1, 8)
+    x = fp8.DECODE[xfmt][raw]
+    w = sim.cwei_f32("f152" if wfmt else "f143")[:, phase]  # [T, 16, 8]
+    prod = _amp_products(sim, sel, x, w)
+    if scale:
+        prod *= np.float32(2.0**scale)
+    sim.acc_cur[sel] += prod
+
+
+# Every form must have semantics.
+_missing = [k for k in FORMS_BY_KEY if f"sem_{k}" not in globals()]
+assert not _missing, f"forms without semantics: {_missing}"

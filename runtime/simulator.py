@@ -1,0 +1,432 @@
+"""The instruction-level IPU simulator: the project's device.
+
+State (all tiles at once, numpy):
+- `sram`: uint8 [tiles, sram_bytes], the memory of every tile, with 64-bit word views for the loads and stores;
+- `wstate`: uint8 [tiles, sram_bytes / 8], per 64-bit word: bit 0/1 = low/high 32-bit half written since load
+  (poison tracking), bit 2 = protected (code and reserved ranges);
+- registers: `m` (MRF) and `a` (ARF) uint32 [contexts, 16], CSRs uint32 [contexts, n_csr];
+- AMP: common weights `cwei` uint8 [tiles, 64 slots, 8 bytes] (shared by a tile's workers, written by its
+  supervisor), accumulators float32 [workers, 16] x 3 (in progress, next partials, finished; per context).
+
+Contexts are numbered workers first (`tile * 6 + w`), then supervisors (`6 * tiles + tile`), so "every worker of
+every tile" is the contiguous range [0, 6 * tiles) and numpy can use views instead of gathers.
+
+Execution is SIMT: contexts at the same PC form a group and execute one instruction (or bundle) as one numpy
+operation across tiles and workers. A round advances every running group once; groups split on divergent branches
+and merge when they meet again. An rpt loop is held by its group, so looping costs nothing per context.
+
+Time (barrel model): every context keeps its own clock in tile cycles. A worker issues every sixth cycle, so an
+instruction of cost c advances its clock by 6c (S6, S9 [D]); the supervisor's instructions cost their
+`supervisor_cycles` (1, or 6 for control/system stalls, S1 [C]); workers start at the supervisor's clock when it
+runs them; `sync` waits for the slowest participant, plus the target's sync cost. Simplification: the supervisor
+is not slowed down by running workers (on hardware it only gets the free barrel slots).
+
+Checks raise `SimError` naming tile, context, PC, instruction and address (see `runtime/errors.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.backend.isa import SUPERVISOR_CSRS, WORKER_CSRS, Ctx, Instr
+from ipu.backend.isa_program import Program
+from ipu.backend.target import Target
+from ipu.runtime import semantics
+from ipu.runtime.errors import SimError
+
+WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
+WRITTEN = WRITTEN_LO | WRITTEN_HI
+
+# CSR columns: one per distinct CSR index (worker and supervisor spaces overlap in indices but a context only
+# uses its own space, so one column per index is enough).
+_CSR_INDICES = sorted(set(WORKER_CSRS.values()) | set(SUPERVISOR_CSRS.values()))
+CSR_COLUMN = np.full(0x200, -1, dtype=np.int64)
+CSR_COLUMN[_CSR_INDICES] = np.arange(len(_CSR_INDICES))
+
+
+@dataclass
+class Group:
+    """Contexts at one PC that step together."""
+
+    pc: int
+    idx: np.ndarray  # sorted context indices
+    supervisor: bool
+    rpt: tuple[int, int, int] | None = None  # (body start, body end, iterations left incl. the current one)
+
+    @property
+    def sel(self) -> slice | np.ndarray:
+        """A slice when the contexts are contiguous (numpy views), else the index array."""
+        i = self.idx
+        if len(i) and int(i[-1]) - int(i[0]) + 1 == len(i):
+            return slice(int(i[0]), int(i[-1]) + 1)
+        return i
+
+
+@dataclass
+class RunResult:
+    """What a run reports: cycles per tile and per context, instructions issued, rounds executed."""
+
+    tile_cycles: np.ndarray  # [tiles] the supervisor's clock at the end (tile cycles)
+    context_cycles: np.ndarray  # [tiles, 7]: column 0 = supervisor, 1..6 = workers (busy clock, tile cycles)
+    instructions: np.ndarray  # [tiles, 7] instructions issued
+    rounds: int
+
+    @property
+    def max_cycles(self) -> int:
+        return int(self.tile_cycles.max())
+
+
+class Simulator:
+    """All tiles of one IPU (or of a small test target). See the module docstring."""
+
+    def __init__(self, target: Target, *, check_poison: bool = True):
+        self.target = target
+        T, W = target.num_tiles, target.num_workers
+        self.T, self.W = T, W
+        self.NW = T * W  # worker contexts
+        self.NC = T * W + T  # all contexts
+        self.check_poison = check_poison
+        self.base = target.sram_base
+        self.end = target.sram_end
+        self.r1 = target.region1_base
+        self.nwords = target.sram_bytes // 8
+
+        self.sram = np.zeros((T, target.sram_bytes), dtype=np.uint8)
+        self.flat64 = self.sram.view(np.uint64).reshape(-1)
+        self.flat32 = self.sram.view(np.uint32).reshape(-1)
+        self.wstate = np.zeros((T, self.nwords), dtype=np.uint8)
+        self.flat_state = self.wstate.reshape(-1)
+
+        self.m = np.zeros((self.NC, 16), dtype=np.uint32)
+        self.a = np.zeros((self.NC, 16), dtype=np.uint32)
+        self.a64 = self.a.view(np.uint64)  # [NC, 8]: ARF pairs
+        self.csr = np.zeros((self.NC, len(_CSR_INDICES)), dtype=np.uint32)
+
+        self.ctx_tile = np.concatenate([np.arange(self.NW) // W, np.arange(T)]).astype(np.int64)
+        self.ctx_word_base = (
+            self.ctx_tile * self.nwords
+        )  # flat 64-bit word index of each context's SRAM start
+        self.csr[self.NW :, CSR_COLUMN[SUPERVISOR_CSRS["TILE_ID"]]] = np.arange(T)
+
+        self.cwei = np.zeros((T, 64, 8), dtype=np.uint8)
+        self._cw_cache: dict[tuple, np.ndarray] = {}
+        self.acc_cur = np.zeros((self.NW, 16), dtype=np.float32)
+        self.acc_next = np.zeros((self.NW, 16), dtype=np.float32)
+        self.acc_done = np.zeros((self.NW, 16), dtype=np.float32)
+
+        self.active = np.zeros(self.NC, dtype=bool)
+        self.cycles = np.zeros(self.NC, dtype=np.int64)
+        self.issued = np.zeros(self.NC, dtype=np.int64)
+
+        self.program: Program | None = None
+        self._units: list = []  # indexed by (pc - program.base) // 4 -> compiled unit or None
+        self._groups: list[Group] = []
+        self._spawned: list[Group] = []
+        self._waiting: dict[int, int] = {}  # supervisor ctx -> sync zone
+        self._worker_exited = False
+        self._sync_pc = np.zeros(self.NC, dtype=np.int64)  # PC of the sync each waiting supervisor executed
+        self._defer: list | None = None
+        self.exchange_log: list = []  # pending sends until the next internal sync
+        self.rounds = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Context helpers
+    # ------------------------------------------------------------------------------------------------------------
+    def context_name(self, ctx: int) -> str:
+        return "supervisor" if ctx >= self.NW else f"worker {ctx % self.W}"
+
+    def supervisor_ctx(self, tiles=None) -> np.ndarray:
+        t = np.arange(self.T) if tiles is None else np.asarray(tiles)
+        return self.NW + t
+
+    def worker_ctx(self, tile: int, worker: int) -> int:
+        return tile * self.W + worker
+
+    def fail(self, check: str, message: str, group: Group, ins: Instr | None, which=0, address=None):
+        """Raise a SimError for context number `which` (an index into the group)."""
+        ctx = int(group.idx[which])
+        raise SimError(
+            check,
+            message,
+            tile=int(self.ctx_tile[ctx]),
+            context=self.context_name(ctx),
+            pc=group.pc,
+            instr=ins.text(group.supervisor) if ins is not None else None,
+            address=None if address is None else int(address),
+        )
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Host access to memory
+    # ------------------------------------------------------------------------------------------------------------
+    def write(self, addr: int, data, tiles=None) -> None:
+        """Host write: `data` (bytes-like or numpy array, or [n_tiles, ...] per tile) to `addr` of `tiles`."""
+        arr = np.asarray(data)
+        tiles_idx = np.arange(self.T) if tiles is None else np.atleast_1d(np.asarray(tiles))
+        if arr.ndim >= 2 and arr.shape[0] == len(tiles_idx) and tiles is not None and np.ndim(tiles) > 0:
+            raw = np.ascontiguousarray(arr).view(np.uint8).reshape(len(tiles_idx), -1)
+        else:
+            raw = np.ascontiguousarray(arr).view(np.uint8).reshape(1, -1)
+        n = raw.shape[1]
+        if not self.target.in_sram(addr, n):
+            raise SimError("host", f"write of {n} bytes at {addr:#x} is outside SRAM", address=addr)
+        off = addr - self.base
+        self.sram[tiles_idx, off : off + n] = raw
+        w0, w1 = off // 8, (off + n + 7) // 8
+        # Whole words written; partial words at the edges count as written (host writes are byte-exact).
+        self.wstate[np.ix_(tiles_idx, np.arange(w0, w1))] |= WRITTEN
+
+    def read(self, addr: int, nbytes: int, dtype=np.uint8, tiles=None) -> np.ndarray:
+        """Host read: [n_tiles, nbytes / itemsize] of `dtype` (no poison check)."""
+        off = addr - self.base
+        tiles_idx = np.arange(self.T) if tiles is None else np.atleast_1d(np.asarray(tiles))
+        return np.ascontiguousarray(self.sram[tiles_idx, off : off + nbytes]).view(dtype)
+
+    def protect(self, start: int, end: int) -> None:
+        """Mark [start, end) of every tile as protected (code, reserved ranges): stores there raise."""
+        w0, w1 = (start - self.base) // 8, (end - self.base + 7) // 8
+        self.wstate[:, w0:w1] |= PROTECTED
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Program
+    # ------------------------------------------------------------------------------------------------------------
+    def load(self, program: Program, *, write_image: bool = True) -> None:
+        """Load a laid-out program into every tile: compile its units, write and protect the code image."""
+        self.program = program
+        n = (program.end - program.base) // 4
+        self._units = [None] * max(n, 0)
+        for u in program.units:
+            handlers = []
+            for ins in u.instrs:
+                fn = getattr(semantics, ins.form.sem_name, None)
+                if fn is None:
+                    raise SimError("program", f"no semantics for '{ins.form.key}'", instr=ins.text())
+                handlers.append((fn, ins))
+            # AUX first with deferred register writes, so both halves of a bundle read the old registers.
+            if len(handlers) == 2:
+                handlers = [handlers[1], handlers[0]]
+            wcost = self.target.num_barrel_slots * max(i.form.cycles for i in u.instrs)
+            scost = sum(i.form.supervisor_cycles for i in u.instrs)
+            self._units[(u.addr - program.base) // 4] = (u, handlers, wcost, scost)
+        if write_image and program.units:
+            from ipu.backend.encoding import encode_program
+
+            image = encode_program(program)
+            if self.target.in_sram(program.base, len(image)):
+                self.write(program.base, np.frombuffer(image, dtype=np.uint8))
+                self.protect(program.base, program.base + len(image))
+
+    def label(self, name: str) -> int:
+        assert self.program is not None
+        return self.program.labels[name]
+
+    # ------------------------------------------------------------------------------------------------------------
+    # Running
+    # ------------------------------------------------------------------------------------------------------------
+    def run(self, entry: str | int, *, tiles=None, max_rounds: int = 50_000_000) -> RunResult:
+        """Start the supervisors of `tiles` (default all) at `entry` and run until every context is idle."""
+        if self.program is None:
+            raise SimError("program", "no program loaded")
+        pc = self.label(entry) if isinstance(entry, str) else int(entry)
+        sup = self.supervisor_ctx(tiles)
+        self.active[sup] = True
+        self._groups = [Group(pc, np.sort(sup), True)]
+        start_rounds = self.rounds
+        while True:
+            if not self._groups:
+                self._release_syncs(force_check=True)
+                if not self._groups:
+                    break
+            groups, self._groups = self._groups, []
+            for g in groups:
+                self._step(g)
+            if self._spawned:
+                self._groups.extend(self._spawned)
+                self._spawned = []
+            if self._waiting:
+                self._release_syncs()
+            if len(self._groups) > 1:
+                self._merge_groups()
+            self.rounds += 1
+            if self.rounds - start_rounds > max_rounds:
+                raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
+        if self._waiting:
+            ctx = next(iter(self._waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} forever",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+        return self.result()
+
+    def result(self) -> RunResult:
+        T, W = self.T, self.W
+        ctxc = np.concatenate([self.cycles[self.NW :, None], self.cycles[: self.NW].reshape(T, W)], axis=1)
+        ins = np.concatenate([self.issued[self.NW :, None], self.issued[: self.NW].reshape(T, W)], axis=1)
+        return RunResult(self.cycles[self.NW :].copy(), ctxc, ins, self.rounds)
+
+    def _merge_groups(self) -> None:
+        merged: dict[tuple, Group] = {}
+        out: list[Group] = []
+        for g in self._groups:
+            if g.rpt is not None:
+                out.append(g)
+                continue
+            key = (g.pc, g.supervisor)
+            if key in merged:
+                h = merged[key]
+                h.idx = np.sort(np.concatenate([h.idx, g.idx]))
+            else:
+                merged[key] = g
+                out.append(g)
+        self._groups = out
+
+    def _step(self, g: Group) -> None:
+        """Execute the unit at g.pc for every context of g, then place the contexts at their next PC."""
+        prog = self.program
+        k = (g.pc - prog.base) >> 2
+        unit = self._units[k] if 0 <= k < len(self._units) and g.pc % 4 == 0 else None
+        if unit is None:
+            if not self.target.is_executable(g.pc):
+                self.fail("fetch", "instruction fetch outside region 0 (the only executable region)", g, None)
+            self.fail("fetch", "instruction fetch from an address that holds no instruction", g, None)
+        u, handlers, wcost, scost = unit
+        if not self.target.is_executable(g.pc):
+            self.fail("fetch", "instruction fetch outside region 0 (the only executable region)", g, None)
+        sel = g.sel
+        result = None
+        if len(handlers) == 2:
+            (fa, ia), (fm, im) = handlers
+            self._check_context(g, ia)
+            self._check_context(g, im)
+            self._defer = []
+            fa(self, g, sel, ia)
+            deferred, self._defer = self._defer, None
+            result = fm(self, g, sel, im)
+            for arr, rows, col, vals in deferred:
+                arr[rows, col] = vals
+        else:
+            fn, ins = handlers[0]
+            self._check_context(g, ins)
+            result = fn(self, g, sel, ins)
+        if g.supervisor:
+            self.cycles[sel] += scost
+        else:
+            self.cycles[sel] += wcost
+        self.issued[sel] += len(handlers)
+        nxt = g.pc + u.size
+        if result is None:
+            if g.rpt is not None and nxt == g.rpt[1]:
+                start, end, left = g.rpt
+                if left > 1:
+                    self._groups.append(Group(start, g.idx, g.supervisor, (start, end, left - 1)))
+                else:
+                    self._groups.append(Group(nxt, g.idx, g.supervisor))
+                return
+            g.pc = nxt
+            self._groups.append(g)
+            return
+        kind = result[0]
+        if kind == "branch":  # per-context next PCs
+            targets = np.asarray(result[1], dtype=np.int64)
+            if len(targets) and (targets == targets[0]).all():
+                g.pc = int(targets[0])
+                self._groups.append(g)
+                return
+            for t in np.unique(targets):
+                self._groups.append(Group(int(t), g.idx[targets == t], g.supervisor))
+        elif kind == "rpt":  # (per-context counts, body start, body end)
+            counts, start, end = result[1], result[2], result[3]
+            for c in np.unique(counts):
+                idx = g.idx[counts == c]
+                if c == 0:
+                    self._groups.append(Group(end, idx, g.supervisor))  # a zero count branches over the body
+                else:
+                    self._groups.append(Group(start, idx, g.supervisor, (start, end, int(c))))
+        elif kind == "exit":
+            self.active[g.idx] = False
+            self._worker_exited = True
+        elif kind == "wait":  # supervisor waits on a sync zone
+            for c in g.idx:
+                self._waiting[int(c)] = result[1]
+        else:  # pragma: no cover
+            raise AssertionError(kind)
+
+    def _check_context(self, g: Group, ins: Instr) -> None:
+        ctx = ins.form.ctx
+        if g.supervisor and ctx == Ctx.WORKER:
+            self.fail(
+                "register-class",
+                f"'{ins.mnemonic}' is a worker instruction (ARF/AUX); the supervisor cannot issue it",
+                g,
+                ins,
+            )
+        if not g.supervisor and ctx == Ctx.SUPERVISOR:
+            self.fail("register-class", f"'{ins.mnemonic}' is a supervisor-only instruction", g, ins)
+
+    def _release_syncs(self, force_check: bool = False) -> None:
+        """Release waiting supervisors whose sync condition holds."""
+        if not self._waiting:
+            return
+        T, W = self.T, self.W
+        local = [c for c, z in self._waiting.items() if z == 2]
+        if local and (self._worker_exited or force_check):
+            self._worker_exited = False
+            busy = self.active[: self.NW].reshape(T, W).any(axis=1)
+            release = [c for c in local if not busy[c - self.NW]]
+            if release:
+                rel = np.array(release, dtype=np.int64)
+                tiles = rel - self.NW
+                wclock = self.cycles[: self.NW].reshape(T, W)[tiles].max(axis=1)
+                self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
+                for c in release:
+                    del self._waiting[c]
+                self._resume(rel)
+        internal = [c for c, z in self._waiting.items() if z == 3]
+        running_sup = self.active[self.NW :].sum()
+        if internal and len(internal) == running_sup and not any(z != 3 for z in self._waiting.values()):
+            if self._groups and any(g.supervisor for g in self._groups):
+                return
+            rel = np.array(sorted(internal), dtype=np.int64)
+            self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
+            semantics.deliver_exchange(self, rel - self.NW)
+            for c in internal:
+                del self._waiting[c]
+            self._resume(rel)
+        elif force_check and self._waiting and not self._groups:
+            ctx = next(iter(self._waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} and nothing else runs",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+
+    def _resume(self, ctxs: np.ndarray) -> None:
+        """Restart supervisors after their sync instruction."""
+        pcs = {}
+        for c in ctxs:
+            pcs.setdefault(int(self._sync_pc[c]), []).append(int(c))
+        for pc, cs in pcs.items():
+            self._groups.append(Group(pc + 4, np.array(sorted(cs), dtype=np.int64), True))
+
+    # ------------------------------------------------------------------------------------------------------------
+    # AMP weights cache
+    # ------------------------------------------------------------------------------------------------------------
+    def cwei_f32(self, fmt: str, tiles=None) -> np.ndarray:
+        """Common weights as float32 [tiles, 4 phases, 16 engines, k], k = 4 (F16) or 8 (FP8 F143/F152)."""
+        key = (fmt,)
+        w = self._cw_cache.get(key)
+        if w is None:
+            from ipu.runtime import fp8
+
+            raw = self.cwei.reshape(self.T, 16, 4, 8)  # slot = engine * 4 + phase
+            if fmt == "f16":
+                w = raw.view(np.float16).astype(np.float32)  # [T, 16, 4, 4]
+            else:
+                w = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][raw]  # [T, 16, 4, 8]
+            w = np.ascontiguousarray(w.transpose(0, 2, 1, 3))  # [T, phase, engine, k]
+            self._cw_cache[key] = w
+        return w
