@@ -99,6 +99,16 @@ def require_result_shape(op: Operation, result: SSAValue, expected: Sequence[int
         )
 
 
+def require_compute_result(op: Operation) -> None:
+    """Arithmetic produces f32 or f16: an FP8 value needs a scale, which only `nn.cast` carries."""
+    t = tensor_of(op.results[0], op, "result")
+    if not is_float_compute(t):
+        raise VerifyException(
+            f"{op.name}: result element type {t.element_type} is not allowed; arithmetic results are f32 or f16 "
+            "(produce FP8 with nn.cast, which carries the scale)"
+        )
+
+
 def is_float_compute(t: TensorType) -> bool:
     """Activations flow in f32 or f16; FP8 only as a GEMM operand."""
     return isinstance(t.element_type, Float32Type | Float16Type)
@@ -247,6 +257,7 @@ class MatmulOp(IRDLOperation):
         return self.transpose_rhs is not None and self.transpose_rhs.value.data != 0
 
     def verify_(self) -> None:
+        require_compute_result(self)
         ls = shape_of(self.lhs, self, "operand 'lhs'")
         rs = shape_of(self.rhs, self, "operand 'rhs'")
         if len(ls) < 2 or len(rs) != len(ls):
@@ -291,6 +302,7 @@ class _BinaryElementwise(IRDLOperation):
                 f"operand 'lhs' shape {shape_str(ls)} (rhs must equal lhs's trailing dimensions)"
             )
         require_result_shape(self, self.result, ls)
+        require_compute_result(self)
 
 
 @irdl_op_definition
@@ -324,6 +336,7 @@ class ScaleOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
+        require_compute_result(self)
         require_result_shape(self, self.result, shape_of(self.input, self, "operand 'input'"))
 
 
@@ -353,6 +366,7 @@ class LayerNormOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
+        require_compute_result(self)
         xs = shape_of(self.input, self, "operand 'input'")
         for name, v in (("weight", self.weight), ("bias", self.bias)):
             s = shape_of(v, self, f"operand '{name}'")
@@ -385,6 +399,7 @@ class GeluOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
+        require_compute_result(self)
         if self.approximate.data not in GELU_APPROXIMATIONS:
             raise VerifyException(
                 f'nn.gelu: approximate must be "tanh" or "none", got "{self.approximate.data}"'
@@ -409,6 +424,7 @@ class SoftmaxOp(IRDLOperation):
         )
 
     def verify_(self) -> None:
+        require_compute_result(self)
         xs = shape_of(self.input, self, "operand 'input'")
         a = self.axis.value.data
         if not -len(xs) <= a < len(xs):
@@ -423,7 +439,8 @@ class AttentionOp(IRDLOperation):
     """Multi-head attention without mask: per head h, softmax(scale * q_h k_h^T) v_h, heads concatenated.
 
     q is [T, H*D], k and v are [S, H*D]; head h owns channels [h*D, (h+1)*D). No projections: those are
-    `nn.linear` ops around it.
+    `nn.linear` ops around it. The scale multiplies the scores q_h k_h^T (HF's MAP head scales q before the
+    product instead; the two differ only in the last ulp).
     """
 
     name = "nn.attention"
@@ -459,6 +476,7 @@ class AttentionOp(IRDLOperation):
         return self.heads.value.data
 
     def verify_(self) -> None:
+        require_compute_result(self)
         qs = shape_of(self.query, self, "operand 'query'")
         ks = shape_of(self.key, self, "operand 'key'")
         vs = shape_of(self.value, self, "operand 'value'")

@@ -218,3 +218,12 @@ func.func @repeat_yield() {
   func.return
 }
 // CHECK: nn.repeat: nn.yield gives (tensor<8x4xf32>) but the carried values are (tensor<4x8xf32>)
+
+// -----
+
+func.func @fp8_arith() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %y = nn.gelu %x "tanh" : tensor<4x8xf32> -> tensor<4x8xf8E4M3FNUZ>
+  func.return
+}
+// CHECK: nn.gelu: result element type f8E4M3FNUZ is not allowed; arithmetic results are f32 or f16 (produce FP8 with nn.cast, which carries the scale)
