@@ -1,0 +1,145 @@
+"""Cycle estimates for planning and scheduling, until the kernels bring their own (a placeholder with a narrow API).
+
+Every estimate is for ONE tile doing its share of an operator, in tile clock cycles (all six workers busy unless
+said otherwise). The numbers come from `shared/reference/IPU_FACTS.md` section 7 (poplibs' cycle estimators) and
+section 6 (exchange), simplified to closed forms; where we simplify, the docstring says how. Kernels will later
+replace this module function by function, so callers must only use the functions below:
+
+    gemm_cycles(m, k, n, precision)            AMP matrix product of one tile's [m, k] x [k, n] block
+    elementwise_cycles(n, kind, dtype)         n elements of an element-wise op (add, mul, scale, cast, gelu, copy)
+    row_reduce_cycles(rows, cols, kind)        layer norm / softmax over `cols` for `rows` rows
+    attention_cycles(q_rows, keys, dim, precision)   materialized attention of one head block
+    exchange_cycles(nbytes)                    streaming `nbytes` through one tile's exchange port
+    copy_cycles(nbytes)                        on-tile memcpy (local part of a relayout)
+    sync_cycles()                              one all-tile barrier
+    exchange_row_bytes(kind)                   encoded exchange-table bytes of one send / receive / delay row
+
+All take an optional `target` (default: the full IPU21 machine), the single source of machine numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ipu.backend.target import IPU21, Target
+
+# AMP efficiency actually reached on ViT-sized blocks. Poplibs' ConvPartial1x1Out estimate (IPU_FACTS 7) adds per
+# output-group and per-worker overheads to the ideal MAC rate; for panels of a few dozen rows these cost ~25-35 %.
+# We fold them into one factor instead of evaluating the worklist formula [own, from the formula's constants].
+AMP_EFFICIENCY = 0.70
+# MAC/cycle/tile of the AMP for fp32 operands: 4 x f32 per engine-cycle pair, a quarter of the f16 rate [I].
+AMP_F32_MACS_PER_CYCLE = 16
+# Fixed supervisor + worker launch cost of one vertex (IPU_FACTS 7: "Total = 50 + ..." for 1x1 convs).
+VERTEX_OVERHEAD = 50
+# AMP weight (coefficient) load: 32 cycles per 16x16 f16 group, per 16x32 fp8 group (IPU_FACTS 7 "Weight load").
+WEIGHT_LOAD_CYCLES = 32
+
+# Element-wise worker costs (IPU_FACTS 7, BinaryOp1D / UnaryOp1D): thread-cycle setup w0, vector width,
+# cycles per vector. Transcendentals (tanh for GELU, exp for softmax) cost several cycles per vector.
+_ELEMENTWISE = {
+    # kind: (cycles per vector for half, cycles per vector for float)
+    "add": (1, 1),
+    "mul": (1, 1),
+    "scale": (1, 1),
+    "cast": (2, 2),
+    "copy": (1, 1),
+    "gelu": (6, 12),  # tanh: 12 cycles per 2 floats (IPU_FACTS 7), plus the polynomial around it
+    "exp": (1, 6),  # EXP on half: 4 cycles / 4 elements; on float ~6 per 2
+}
+ASM_LOOP_OVERHEAD = 2  # ovh for asm codelets (IPU_FACTS 7)
+
+
+def _workers(target: Target) -> int:
+    return target.num_workers
+
+
+def gemm_cycles(m: int, k: int, n: int, precision: str, target: Target = IPU21) -> int:
+    """One tile's [m, k] x [k, n] on the AMP, precision "f16", "fp8" (FP8 x F16 or FP8 x FP8) or "f32".
+
+    = weight loads (one per 16 output channels x 16 (f16) / 32 (fp8) inputs) + MACs at the AMP rate divided by
+    AMP_EFFICIENCY + a fixed vertex overhead. Simplified from ConvPartial1x1Out: rows are assumed spread over the
+    six workers, so worker imbalance is inside AMP_EFFICIENCY.
+    """
+    if min(m, k, n) <= 0:
+        return 0
+    rate = {
+        "f16": target.amp_f16_macs_per_cycle,
+        "fp8": target.amp_fp8_macs_per_cycle,
+        "f32": AMP_F32_MACS_PER_CYCLE,
+    }[precision]
+    k_group = 32 if precision == "fp8" else 16
+    loads = WEIGHT_LOAD_CYCLES * math.ceil(n / target.amp_engines) * math.ceil(k / k_group)
+    return VERTEX_OVERHEAD + loads + math.ceil(m * k * n / (rate * AMP_EFFICIENCY))
+
+
+def elementwise_cycles(n: int, kind: str, dtype: str = "f32", target: Target = IPU21) -> int:
+    """n elements of an element-wise op, spread over the six workers (BinaryOp1D, IPU_FACTS 7):
+    6 * (w0 + ceil(ceil(n/6) / vw) * (cpl + ovh)) + 11, w0 = 26 (half) / 29 (float), vw = 4 (half) / 2 (float).
+    dtype "f8" is costed as half (it is unpacked to half first)."""
+    if n <= 0:
+        return 0
+    half = dtype in ("f16", "f8")
+    w0 = 26 if half else 29
+    vw = target.f16_vector_width if half else target.f32_vector_width
+    cpl = _ELEMENTWISE[kind][0 if half else 1]
+    w = _workers(target)
+    return w * (w0 + math.ceil(math.ceil(n / w) / vw) * (cpl + ASM_LOOP_OVERHEAD)) + 11
+
+
+def row_reduce_cycles(rows: int, cols: int, kind: str, dtype: str = "f32", target: Target = IPU21) -> int:
+    """Layer norm ("layer_norm") or softmax ("softmax") of `rows` rows of `cols` elements on one tile.
+
+    Layer norm = mean, variance (two reductions) and the affine normalisation (two element-wise passes); softmax
+    = max, exp, sum and the division. Modelled as that many element-wise passes plus 20 cycles per row for each
+    reduction's tail [own estimate; poplibs' reduce estimator is not transcribed]."""
+    n = rows * cols
+    if n <= 0:
+        return 0
+    if kind == "layer_norm":
+        return 4 * elementwise_cycles(n, "add", dtype, target) + 2 * 20 * rows
+    if kind == "softmax":
+        return (
+            2 * elementwise_cycles(n, "add", dtype, target)
+            + elementwise_cycles(n, "exp", dtype, target)
+            + elementwise_cycles(n, "mul", dtype, target)
+            + 2 * 20 * rows
+        )
+    raise ValueError(f"row_reduce_cycles: unknown kind {kind!r}")
+
+
+def attention_cycles(q_rows: int, keys: int, dim: int, precision: str, target: Target = IPU21) -> int:
+    """Materialized attention for one head and `q_rows` queries: scores = q k^T (AMP), softmax in f32,
+    probs v (AMP). FlashAttention would add an online-softmax merge per 64-key block (not modelled)."""
+    return (
+        gemm_cycles(q_rows, dim, keys, precision, target)
+        + row_reduce_cycles(q_rows, keys, "softmax", "f32", target)
+        + gemm_cycles(q_rows, keys, dim, precision, target)
+    )
+
+
+def exchange_cycles(nbytes: int, target: Target = IPU21) -> int:
+    """Cycles to stream `nbytes` through one tile's exchange port (4 bytes/cycle/tile, IPU_FACTS 6)."""
+    return math.ceil(nbytes / target.exchange_bytes_per_cycle)
+
+
+def copy_cycles(nbytes: int, target: Target = IPU21) -> int:
+    """On-tile copy of `nbytes`: one 64-bit load+store per cycle per worker pair, six workers share the issue
+    slots, so ~8 bytes per cycle with a vertex overhead (a Copy vertex) [own estimate]."""
+    if nbytes <= 0:
+        return 0
+    return VERTEX_OVERHEAD + math.ceil(nbytes / target.atom_bytes)
+
+
+def sync_cycles(target: Target = IPU21) -> int:
+    """One all-tile (internal) barrier."""
+    return target.sync_internal_cycles
+
+
+# Encoded exchange-table sizes [own model until the asm level encodes rows]: a send row is a `send` instruction
+# plus its address/count setup (2 words); a receive row switches the incoming mux and sets the destination
+# (2 words); an idle gap on a tile's timeline needs a `delay` (1 word).
+_ROW_BYTES = {"send": 8, "recv": 8, "delay": 4}
+
+
+def exchange_row_bytes(kind: str) -> int:
+    return _ROW_BYTES[kind]

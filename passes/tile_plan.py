@@ -1,0 +1,515 @@
+"""`tile-plan`: gives every tensor a layout over the tiles and every operator a plan (nn -> tile level).
+
+For each operator, in program order:
+
+- `nn.linear` (rank-2 input): a GEMM over a gm x gn tile grid, chosen by the cost model among all grids that fit
+  the target: estimated AMP cycles of the busiest tile + cycles to receive its x row panel and w column panel
+  (4 bytes/cycle) , subject to the per-tile working set fitting in `memory_fraction` of the SRAM. Big GEMMs end up
+  on (nearly) all tiles.
+- `nn.attention`: materialized attention over a [query blocks, heads] grid (keys/values of a head replicated over
+  its query blocks), as many query blocks as tiles allow.
+- element-wise ops (add, mul, scale, gelu, cast): in the layout of their first operand (no data movement);
+  a broadcast operand (bias, position embedding) is replicated to match.
+- `nn.layer_norm`, `nn.softmax` over the last axis: whole rows per block (the input's layout when it has whole
+  rows, else rows spread over the tiles); weight and bias replicated to every block.
+- anything else (patchify, reshape, transpose, slice, concat, matmul, odd ranks): the whole operator on one tile
+  (`#tile.single`). Correct, not fast; these are outside the encoder's hot path.
+
+Parameters and inputs get the layout their first consumer asks for, without replication (a parameter's resident
+home: for a replicated operand layout, block b stays on replica b mod R, spreading weights over the grid);
+wherever a producer's layout differs from what a consumer needs, a `tile.relayout` is inserted right before the
+consumer (one per value and layout per block). `nn.repeat` becomes `tile.repeat`: the body is planned once;
+carried values keep the layout they enter with, stacked parameters get their slice's home with `stack = count`.
+
+Existing decisions are honoured: an op that already has `tile.plan` keeps it (its result layout is derived from
+the plan unless `tile.layout` is also given), and a parameter or input with a `tile.layout` keeps that layout. So a
+search or a person can override any choice by editing attributes.
+
+Simplifications (said here so nobody is surprised): batch 1 (2-D activations [tokens, width]); GEMMs never split
+K (no reduction phase); attention is materialized only (`kind = "flash"` is rejected); the cost model is
+`passes/cost_model.py`, not the kernels' estimators.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
+from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from ipu.backend.target import IPU21, Target
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.passes import cost_model as cm
+
+ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
+SOURCE_OPS = (nn.ParamOp, nn.InputOp)
+
+
+def target_for(tiles: int, sram_kib: int) -> Target:
+    """The target a pass option pair names: 0 tiles = the full IPU21."""
+    if tiles == 0 and sram_kib == 624:
+        return IPU21
+    return Target.small(tiles=tiles or IPU21.num_tiles, sram_kib=sram_kib)
+
+
+def label(op: Operation) -> str:
+    hint = op.results[0].name_hint if op.results and op.results[0].name_hint else None
+    return f"{op.name}{' (%' + hint + ')' if hint else ''}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Layout constructors
+
+
+def whole_on(shape, dtype: Attribute, tile: int) -> tl.LayoutAttr:
+    return tl.make_layout(shape, shape, np.array([[tile]], np.int32), dtype)
+
+
+def spread_rows(shape, dtype: Attribute, tiles: int) -> tl.LayoutAttr:
+    """Dimension 0 cut into at most `tiles` blocks, one per tile."""
+    rows = shape[0]
+    per = math.ceil(rows / min(rows, tiles))
+    nb = math.ceil(rows / per)
+    return tl.make_layout(shape, (per, *shape[1:]), np.arange(nb, dtype=np.int32)[:, None], dtype)
+
+
+def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.LayoutAttr:
+    if layout.dtype == dtype and layout.scale.data == scale:
+        return layout
+    return tl.LayoutAttr(
+        layout.shape_, layout.block_, layout.table(), dtype, layout.order.data, layout.stack.data, scale
+    )
+
+
+def home_of(layout: tl.LayoutAttr) -> tl.LayoutAttr:
+    """A resident home for a replicated layout: block b on replica b mod R (spreads data over the grid)."""
+    if layout.replicas.data == 1:
+        return layout
+    t = layout.table()
+    pick = np.arange(t.shape[0]) % t.shape[1]
+    return tl.LayoutAttr(
+        layout.shape_, layout.block_, t[np.arange(t.shape[0]), pick][:, None], layout.dtype, layout.order.data,
+        0, layout.scale.data,
+    )  # fmt: skip
+
+
+def broadcast_to(layout: tl.LayoutAttr, shape, dtype: Attribute) -> tl.LayoutAttr:
+    """The layout of a trailing-dims operand (e.g. a bias [D] or [T, D] added to [T, D]) such that every tile of
+    `layout` holds the part of the operand its blocks need: blocks of the trailing dims, replicated over the
+    leading grid dimensions."""
+    rank, brank = len(layout.shape_), len(shape)
+    if tuple(shape) == layout.shape_:
+        return with_dtype(layout, dtype)
+    grid = layout.grid
+    t = layout.table()[:, 0].reshape(grid)
+    lead = math.prod(grid[: rank - brank])
+    table = t.reshape(lead, -1).T  # [trailing blocks, lead replicas]
+    if lead > 1 and any(len(set(row)) < lead for row in table.tolist()):
+        # Two leading blocks on one tile: keep one replica per distinct tile.
+        rows = [list(dict.fromkeys(row)) for row in table.tolist()]
+        width = min(len(r) for r in rows)
+        table = np.array([r[:width] for r in rows], np.int32)
+    return tl.LayoutAttr(tuple(shape), layout.block_[rank - brank :], np.ascontiguousarray(table), dtype)
+
+
+def replicate_rows_param(layout: tl.LayoutAttr, n: int, dtype: Attribute) -> tl.LayoutAttr:
+    """A [n] vector (layer-norm weight/bias) whole on every distinct tile of `layout`."""
+    tiles = np.unique(layout.table())
+    return tl.LayoutAttr((n,), (n,), tiles[None, :].astype(np.int32), dtype)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Plans -> operand and result layouts
+
+
+def gemm_layouts(op: nn.LinearOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """(operand layouts, result layout) of a linear under a GEMM plan."""
+    gm, gn = plan.get("grid")
+    pm, k, pn = plan.get("panel")
+    base = plan.get("base")
+    m, n = op.result.type.get_shape()
+    if gm * gn > num_tiles or math.ceil(m / pm) != gm or math.ceil(n / pn) != gn:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: GEMM plan grid {gm}x{gn} with panels [{pm}, {pn}] does not cover the "
+            f"[{m}, {n}] result on {num_tiles} tiles"
+        )
+    xt, wt = op.input.type, op.weight.type
+    x_tab = tl.AffineTilesAttr(base, gn, 1).table(gm, gn)
+    w_tab = tl.AffineTilesAttr(base, 1, gn).table(gn, gm)
+    x = tl.make_layout(xt.get_shape(), (pm, k), x_tab, xt.element_type)
+    w = tl.make_layout(wt.get_shape(), (pn, k), w_tab, wt.element_type, order=plan.get("worder"))
+    operands = [x, w]
+    if op.bias is not None:
+        operands.append(tl.make_layout(op.bias.type.get_shape(), (pn,), w_tab, op.bias.type.element_type))
+    res = tl.make_layout(
+        (m, n), (pm, pn), tl.AffineTilesAttr(base, 1, 0).table(gm * gn, 1), op.result.type.element_type
+    )
+    return operands, res
+
+
+def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles: int):
+    nq, h = plan.get("grid")
+    qb, base = plan.get("qblock"), plan.get("base")
+    t, c = op.query.type.get_shape()
+    s = op.key.type.get_shape()[0]
+    d = c // h
+    q_tab = (tl.AffineTilesAttr(base, 1, 0).table(nq * h, 1)) % num_tiles
+    kv_tab = (tl.AffineTilesAttr(base, 1, h).table(h, nq)) % num_tiles
+    q = tl.make_layout((t, c), (qb, d), q_tab, op.query.type.element_type)
+    k = tl.make_layout((s, c), (s, d), kv_tab, op.key.type.element_type)
+    v = tl.make_layout((s, c), (s, d), kv_tab, op.value.type.element_type)
+    return [q, k, v], with_dtype(q, op.result.type.element_type)
+
+
+def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_tiles: int):
+    """Operand layouts an op's plan needs, given its result layout (None: no requirement)."""
+    if isinstance(plan, tl.GemmPlanAttr):
+        return gemm_layouts(op, plan, num_tiles)[0]
+    if isinstance(plan, tl.AttentionPlanAttr):
+        return attention_layouts(op, plan, num_tiles)[0]
+    if isinstance(plan, tl.SinglePlanAttr):
+        t = plan.get("tile")
+        return [whole_on(v.type.get_shape(), v.type.element_type, t) for v in op.operands]
+    if isinstance(plan, tl.MapPlanAttr):
+        if plan.get("kind") == "rows":
+            x = op.operands[0]
+            rest = [
+                replicate_rows_param(result, v.type.get_shape()[0], v.type.element_type)
+                for v in op.operands[1:]
+            ]
+            return [with_dtype(result, x.type.element_type), *rest]
+        return [broadcast_to(result, v.type.get_shape(), v.type.element_type) for v in op.operands]
+    raise PassFailedException(f"tile-plan: {label(op)}: unknown plan {plan}")
+
+
+def result_layout_of_plan(op: Operation, plan: Attribute, num_tiles: int) -> tl.LayoutAttr | None:
+    if isinstance(plan, tl.GemmPlanAttr):
+        return gemm_layouts(op, plan, num_tiles)[1]
+    if isinstance(plan, tl.AttentionPlanAttr):
+        return attention_layouts(op, plan, num_tiles)[1]
+    if isinstance(plan, tl.SinglePlanAttr):
+        r = op.results[0].type
+        return whole_on(r.get_shape(), r.element_type, plan.get("tile"))
+    return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Choices (the cost model)
+
+
+def precision_of(x: TensorType, w: TensorType) -> str:
+    fp8 = (Float8E4M3FNUZType, Float8E5M2FNUZType)
+    if isinstance(w.element_type, fp8) or isinstance(x.element_type, fp8):
+        return "fp8"
+    if tl.element_bytes(x.element_type) == 2 or tl.element_bytes(w.element_type) == 2:
+        return "f16"
+    return "f32"
+
+
+def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
+    """The cheapest gm x gn grid: busiest tile's AMP cycles + cycles to receive its x and w panels."""
+    m, k = op.input.type.get_shape()
+    n = op.weight.type.get_shape()[0]
+    bx = tl.element_bytes(op.input.type.element_type)
+    bw = tl.element_bytes(op.weight.type.element_type)
+    by = tl.element_bytes(op.result.type.element_type)
+    prec = precision_of(op.input.type, op.weight.type)
+    budget = memory_fraction * target.sram_bytes
+    tiles = target.num_tiles
+    best = None
+    for gm0 in range(1, min(m, tiles) + 1):
+        pm = math.ceil(m / gm0)
+        gm = math.ceil(m / pm)
+        if gm != gm0:
+            continue  # the same panel height as a smaller gm
+        for gn0 in {min(n, tiles // gm), min(n, max(1, tiles // gm // 2))}:
+            pn = math.ceil(n / gn0)
+            gn = math.ceil(n / pn)
+            mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
+            if mem > budget:
+                continue
+            cycles = cm.gemm_cycles(pm, k, pn, prec, target)
+            recv = cm.exchange_cycles(pm * k * bx + pn * k * bw, target)
+            key = (cycles + recv, -gm * gn)
+            if best is None or key < best[0]:
+                best = (key, gm, gn, pm, pn, cycles)
+    if best is None:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits {memory_fraction:.0%} of "
+            f"{target.sram_bytes} bytes per tile on {tiles} tiles"
+        )
+    _, gm, gn, pm, pn, cycles = best
+    cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
+    return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
+
+
+def gemm_plan(gm, gn, pm, k, pn, base, prec, cast, worder, cycles) -> tl.GemmPlanAttr:
+    return tl.GemmPlanAttr(
+        tl._int_array((gm, gn)),
+        tl._int_array((pm, k, pn)),
+        tl.IntAttr(base),
+        tl.StringAttr(prec),
+        tl.StringAttr(cast),
+        tl.StringAttr(worder),
+        tl.IntAttr(cycles),
+    )
+
+
+def choose_attention(op: nn.AttentionOp, target: Target, kind: str) -> tl.AttentionPlanAttr:
+    h = op.num_heads
+    t, c = op.query.type.get_shape()
+    s = op.key.type.get_shape()[0]
+    d = c // h
+    nq0 = max(1, min(t, target.num_tiles // h))
+    qb = math.ceil(t / nq0)
+    nq = math.ceil(t / qb)
+    prec = precision_of(op.query.type, op.key.type)
+    cycles = cm.attention_cycles(qb, s, d, prec, target) * max(1, math.ceil(h / target.num_tiles))
+    return tl.AttentionPlanAttr(
+        tl.StringAttr(kind),
+        tl._int_array((nq, h)),
+        tl.IntAttr(qb),
+        tl.IntAttr(64 if kind == "flash" else 0),
+        tl.IntAttr(0),
+        tl.StringAttr(prec),
+        tl.IntAttr(cycles),
+    )
+
+
+def map_plan(kind: str, cycles: int) -> tl.MapPlanAttr:
+    return tl.MapPlanAttr(tl.StringAttr(kind), tl.IntAttr(cycles))
+
+
+def single_plan(tile: int, cycles: int) -> tl.SinglePlanAttr:
+    return tl.SinglePlanAttr(tl.IntAttr(tile), tl.IntAttr(cycles))
+
+
+def busiest_elems(layout: tl.LayoutAttr) -> int:
+    return int(layout.geometry().shard_elems.max())
+
+
+def estimate_cycles(op: Operation, plan: Attribute, result: tl.LayoutAttr, target: Target) -> int:
+    """The busiest tile's compute estimate for plans whose cost depends on the result layout."""
+    n = busiest_elems(result)
+    dt = tl.dtype_name(result.dtype)
+    if isinstance(op, nn.LayerNormOp | nn.SoftmaxOp):
+        rows = math.ceil(n / result.shape_[-1])
+        kind = "layer_norm" if isinstance(op, nn.LayerNormOp) else "softmax"
+        return cm.row_reduce_cycles(rows, result.shape_[-1], kind, dt, target)
+    kind = {nn.AddOp: "add", nn.MulOp: "mul", nn.ScaleOp: "scale", nn.GeluOp: "gelu", nn.CastOp: "cast"}.get(
+        type(op), "copy"
+    )
+    return cm.elementwise_cycles(n, kind, dt, target)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The pass
+
+
+@dataclass
+class _Planner:
+    target: Target
+    memory_fraction: float
+    attention: str
+    weights_order: str
+    relayouts: dict = field(default_factory=dict)
+
+    def plan_block(self, block: Block) -> None:
+        for op in list(block.ops):
+            self.plan_op(op)
+
+    def set_layout(self, op: Operation, layout: tl.LayoutAttr) -> None:
+        op.attributes[tl.LAYOUT_ATTR] = layout
+
+    def require(self, op: Operation, index: int, want: tl.LayoutAttr) -> None:
+        """Makes operand `index` of `op` arrive in layout `want`, inserting a relayout if needed."""
+        v = op.operands[index]
+        have = tl.layout_of(v)
+        if have is None:
+            owner = v.owner
+            if not isinstance(owner, SOURCE_OPS):
+                raise PassFailedException(f"tile-plan: {label(op)}: operand #{index} has no layout")
+            have = home_of(want)
+            self.set_layout(owner, have)
+        if have == want:
+            return
+        key = (v, want, id(op.parent_block()))
+        r = self.relayouts.get(key)
+        if r is None:
+            rel = tl.RelayoutOp(v, want)
+            Rewriter.insert_op(rel, InsertPoint.before(op))
+            r = self.relayouts[key] = rel.result
+        op.operands[index] = r
+
+    def plan_op(self, op: Operation) -> None:
+        if isinstance(op, (*SOURCE_OPS, nn.OutputOp, func.ReturnOp, tl.RelayoutOp)):
+            return
+        if isinstance(op, nn.RepeatOp):
+            self.plan_repeat(op)
+            return
+        if isinstance(op, nn.YieldOp):
+            return
+        if op.dialect_name() != "nn":
+            raise PassFailedException(
+                f"tile-plan: {label(op)}: cannot plan an op of dialect '{op.dialect_name()}'"
+            )
+        n_tiles = self.target.num_tiles
+        plan = op.attributes.get(tl.PLAN_ATTR)
+        result = op.attributes.get(tl.LAYOUT_ATTR)
+        if plan is None:
+            plan, result = self.choose(op)
+        elif result is None:
+            result = result_layout_of_plan(op, plan, n_tiles)
+            if result is None:  # a map plan: the first operand's layout decides
+                result = self.map_result_layout(op)
+        if isinstance(plan, tl.AttentionPlanAttr) and plan.get("kind") != "materialized":
+            raise PassFailedException(
+                f"tile-plan: {label(op)}: attention kind '{plan.get('kind')}' is not implemented (materialized only)"
+            )
+        tl.check_layout_matches(op, op.results[0], result)
+        for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
+            if want is not None:
+                self.require(op, i, want)
+        if isinstance(plan, tl.MapPlanAttr) and plan.get("cycles") == 0:
+            plan = map_plan(plan.get("kind"), estimate_cycles(op, plan, result, self.target))
+        op.attributes[tl.PLAN_ATTR] = plan
+        self.set_layout(op, result)
+
+    def map_result_layout(self, op: Operation) -> tl.LayoutAttr:
+        x = op.operands[0]
+        shape, dtype = op.results[0].type.get_shape(), op.results[0].type.element_type
+        have = tl.layout_of(x)
+        rows = isinstance(op, nn.LayerNormOp | nn.SoftmaxOp)
+        if have is not None and have.stack.data == 0:
+            have = home_of(have)
+            if not rows or have.block_[-1] == shape[-1]:
+                return with_dtype(have, dtype)
+        return spread_rows(shape, dtype, self.target.num_tiles)
+
+    def choose(self, op: Operation) -> tuple[Attribute, tl.LayoutAttr]:
+        t = self.target
+        if isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2:
+            plan = choose_gemm(op, t, self.memory_fraction, self.weights_order)
+            return plan, gemm_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.AttentionOp):
+            plan = choose_attention(op, t, self.attention)
+            if plan.get("kind") != "materialized":
+                return plan, None  # rejected by the caller with a message
+            return plan, attention_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, ELEMENTWISE_OPS):
+            res = self.map_result_layout(op)
+            return map_plan("elementwise", estimate_cycles(op, None, res, t)), res
+        if isinstance(op, nn.LayerNormOp) or (
+            isinstance(op, nn.SoftmaxOp) and op.axis.value.data in (-1, len(op.input.type.get_shape()) - 1)
+        ):
+            res = self.map_result_layout(op)
+            return map_plan("rows", estimate_cycles(op, None, res, t)), res
+        r = op.results[0].type
+        n = math.prod(r.get_shape())
+        plan = single_plan(0, cm.elementwise_cycles(n, "copy", tl.dtype_name(r.element_type), t))
+        return plan, whole_on(r.get_shape(), r.element_type, 0)
+
+    def plan_repeat(self, op: nn.RepeatOp) -> None:
+        """nn.repeat -> tile.repeat. Carried values keep their incoming layout; the yield is relayouted back to
+        it. Stacked parameters: the body is planned first, so each stacked slice gets the home its first
+        consumer asks for; the stacked operand outside gets that layout with `stack = count`."""
+        block = op.body.block
+        nc = len(op.carried)
+        carried_layouts = []
+        for i, v in enumerate(op.carried):
+            lay = tl.layout_of(v)
+            if lay is None:
+                t = v.type
+                lay = spread_rows(t.get_shape(), t.element_type, self.target.num_tiles)
+                self.set_layout(v.owner, lay)
+            carried_layouts.append(lay)
+        # Plan the body with block arguments as layout-less sources: give them temporary `_ArgSource`s.
+        new_block = Block(arg_types=[a.type for a in block.args])
+        for a, na in zip(block.args, new_block.args):
+            na.name_hint = a.name_hint
+        arg_layouts: list[tl.LayoutAttr | None] = [*carried_layouts, *([None] * len(op.stacked))]
+        # Placeholder sources so `require` can assign homes to stacked slices.
+        placeholders = []
+        for i, a in enumerate(block.args):
+            ph = nn.ParamOp(f"__tile_plan_arg{i}", a.type)
+            if i < nc:
+                ph.attributes[tl.LAYOUT_ATTR] = carried_layouts[i]
+            placeholders.append(ph)
+            new_block.add_op(ph)
+            a.replace_by(ph.result)
+        for body_op in list(block.ops):
+            body_op.detach()
+            new_block.add_op(body_op)
+        self.plan_block(new_block)
+        term = new_block.last_op
+        assert isinstance(term, nn.YieldOp)
+        for i in range(nc):
+            self.require(term, i, carried_layouts[i])
+        for i, ph in enumerate(placeholders):
+            lay = ph.attributes.get(tl.LAYOUT_ATTR)
+            if lay is None:  # unused stacked slice
+                lay = spread_rows(
+                    ph.result.type.get_shape(), ph.result.type.element_type, self.target.num_tiles
+                )
+            arg_layouts[i] = lay
+            ph.result.replace_by(new_block.args[i])
+            ph.detach()
+            ph.erase()
+        yield_op = tl.YieldOp(list(term.values))
+        Rewriter.replace_op(term, yield_op)
+        for i, v in enumerate(op.stacked):
+            stacked_lay = arg_layouts[nc + i].stacked(op.iterations)
+            have = tl.layout_of(v)
+            if have is None and isinstance(v.owner, SOURCE_OPS):
+                self.set_layout(v.owner, stacked_lay)
+            elif have != stacked_lay:
+                raise PassFailedException(
+                    f"tile-plan: {label(op)}: stacked operand #{i} has layout {have}, the body needs {stacked_lay}"
+                )
+        new = tl.RepeatOp(op.iterations, list(op.carried), list(op.stacked), arg_layouts, Region(new_block))
+        Rewriter.replace_op(op, new)
+
+
+@dataclass(frozen=True)
+class TilePlanPass(ModulePass):
+    """Chooses a layout for every tensor and a plan for every operator (see the module docstring)."""
+
+    name = "tile-plan"
+
+    tiles: int = 0
+    """Tiles of the target (0: the full IPU21, 1472 tiles)."""
+    sram_kib: int = 624
+    """SRAM per tile of the target, KiB."""
+    memory_fraction: float = 0.5
+    """Share of a tile's SRAM one GEMM's panels may use (the rest: other live tensors, code, exchange tables)."""
+    attention: str = "materialized"
+    """Attention implementation: "materialized" (only this one is lowered further) or "flash"."""
+    weights_order: str = "row_major"
+    """Storage order of GEMM weight panels: "row_major" or "amp16" (AMP micro-panels)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.weights_order not in tl.STORAGE_ORDERS:
+            raise PassFailedException(f"tile-plan: weights_order must be one of {tl.STORAGE_ORDERS}")
+        target = target_for(self.tiles, self.sram_kib)
+        planner = _Planner(target, self.memory_fraction, self.attention, self.weights_order)
+        for f in op.walk():
+            if isinstance(f, func.FuncOp):
+                planner.plan_block(f.body.block)
+                # Unused sources and sources only read by outputs: whole on tile 0.
+                for src in f.body.block.ops:
+                    if isinstance(src, SOURCE_OPS) and tl.LAYOUT_ATTR not in src.attributes:
+                        t = src.results[0].type
+                        src.attributes[tl.LAYOUT_ATTR] = whole_on(t.get_shape(), t.element_type, 0)
+        for o in op.walk():
+            if isinstance(o, tl.RepeatOp):
+                for a, lay in zip(o.body.block.args, o.arg_layouts.data):
+                    tl.check_layout_matches(o, a, lay)
+        _ = ArrayAttr  # (kept for callers building multi-result layouts)
