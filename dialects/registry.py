@@ -16,6 +16,7 @@ from xdsl.ir import Dialect
 _PROJECT_DIALECTS: list[tuple[str, str, str]] = [
     ("nn", "ipu.dialects.nn", "NN"),
     ("asm", "ipu.dialects.asm", "ASM"),
+    ("tile", "ipu.dialects.tile", "TILE"),
 ]
 
 _BUILTIN_DIALECTS: list[tuple[str, str, str]] = [

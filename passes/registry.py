@@ -16,6 +16,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-fuse-qkv", "ipu.passes.nn_fuse_qkv", "NNFuseQKVPass"),
     ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
     ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),
+    ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]
 

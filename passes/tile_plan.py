@@ -424,7 +424,7 @@ class _Planner:
         block = op.body.block
         nc = len(op.carried)
         carried_layouts = []
-        for i, v in enumerate(op.carried):
+        for v in op.carried:
             lay = tl.layout_of(v)
             if lay is None:
                 t = v.type
