@@ -17,6 +17,7 @@ _PROJECT_DIALECTS: list[tuple[str, str, str]] = [
     ("nn", "ipu.dialects.nn", "NN"),
     ("asm", "ipu.dialects.asm", "ASM"),
     ("tile", "ipu.dialects.tile", "TILE"),
+    ("exchange", "ipu.dialects.exchange", "EXCHANGE"),
 ]
 
 _BUILTIN_DIALECTS: list[tuple[str, str, str]] = [

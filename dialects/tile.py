@@ -700,6 +700,9 @@ def layout_of(value: SSAValue) -> LayoutAttr | None:
     if isinstance(owner, Operation):
         if isinstance(owner, RepeatOp):
             return owner.arg_layouts.data[value.index]
+        multi = owner.properties.get("layouts")  # ops with several laid-out results (exchange.phase)
+        if isinstance(multi, ArrayAttr):
+            return multi.data[value.index]
         lay = owner.attributes.get(LAYOUT_ATTR)
         if isinstance(lay, ArrayAttr):
             lay = lay.data[value.index]

@@ -17,6 +17,8 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
     ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
+    ("exchange-lower", "ipu.passes.exchange_lower", "ExchangeLowerPass"),
+    ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]
 

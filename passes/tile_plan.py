@@ -444,7 +444,7 @@ class _Planner:
                 ph.attributes[tl.LAYOUT_ATTR] = carried_layouts[i]
             placeholders.append(ph)
             new_block.add_op(ph)
-            a.replace_by(ph.result)
+            a.replace_all_uses_with(ph.result)
         for body_op in list(block.ops):
             body_op.detach()
             new_block.add_op(body_op)
@@ -460,7 +460,7 @@ class _Planner:
                     ph.result.type.get_shape(), ph.result.type.element_type, self.target.num_tiles
                 )
             arg_layouts[i] = lay
-            ph.result.replace_by(new_block.args[i])
+            ph.result.replace_all_uses_with(new_block.args[i])
             ph.detach()
             ph.erase()
         yield_op = tl.YieldOp(list(term.values))

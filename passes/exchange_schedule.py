@@ -1,0 +1,228 @@
+"""`exchange-schedule`: gives every transfer of every exchange phase its cycle.
+
+The model (IPU_FACTS 6): a tile's exchange port sends one 4-byte word per cycle and receives one word per cycle;
+a transfer of b bytes holds its sender's port and every receiver's port for ceil(b / 4) cycles, the receivers
+`latency` cycles after the sender. The schedule is list scheduling in one global priority order: each transfer
+starts as soon as its sender and all its receivers are free, in priority order. It is computed as the least
+fixpoint of "start = max(end of the previous transfer on the sender, end of the previous transfer on each
+receiver)", which numpy evaluates a whole chain at a time (grouped cumulative max), alternating sender and
+receiver chains until nothing moves; a plain Python loop computes the same schedule if that takes too many
+rounds. Both chain orders follow the same priority order, so the precedence graph is acyclic and the fixpoint
+exists and equals greedy list scheduling.
+
+Modes (option `mode`):
+- "latency" (default): whole segments; the priority is the rotation distance (first receiver - sender) mod tiles,
+  so in round k every sender talks to the tile k places further on: unicast rounds are conflict-free.
+- "compact": address-ordered stream waves. Segments are cut into chunks of `stream_words` words; each sender
+  sends its chunks in address order (so back-to-back chunks merge into one encoded row), wave by wave; within a
+  wave the chunks whose receivers have the most remaining work go first (endpoint-balanced ordering).
+
+Reports per phase (properties): `cycles` (the phase's makespan), `row_bytes` (encoded exchange-table bytes per
+tile, a [tiles, 1] table) and `max_row_bytes`; and on the module, the program's estimated cycles split into
+compute, exchange and sync (`exchange.compute_cycles`, `exchange.exchange_cycles`, `exchange.sync_cycles`),
+with `tile.repeat` bodies counted `count` times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+from xdsl.ir import Block
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from ipu.dialects import exchange as ex
+from ipu.dialects import tile as tl
+from ipu.passes import cost_model as cm
+
+MAX_ROUNDS = 200
+
+
+def split_chunks(sends: np.ndarray, recvs: np.ndarray, chunk_bytes: int):
+    """Cuts every send (and its receives) into pieces of at most chunk_bytes bytes."""
+    if len(sends) == 0:
+        return sends, recvs
+    n = np.maximum(1, (sends[:, 3] + chunk_bytes - 1) // chunk_bytes)
+    first = np.concatenate([[0], np.cumsum(n)[:-1]])
+    k = np.arange(int(n.sum())) - np.repeat(first, n)
+    src = np.repeat(np.arange(len(sends)), n)
+    s = sends[src].copy()
+    s[:, 2] += k * chunk_bytes
+    s[:, 3] = np.minimum(chunk_bytes, sends[src, 3] - k * chunk_bytes)
+    rn = n[recvs[:, 3]]
+    rsrc = np.repeat(np.arange(len(recvs)), rn)
+    rk = np.arange(int(rn.sum())) - np.repeat(np.concatenate([[0], np.cumsum(rn)[:-1]]), rn)
+    r = recvs[rsrc].copy()
+    r[:, 2] += rk * chunk_bytes
+    r[:, 3] = first[recvs[rsrc, 3]] + rk
+    return s, r
+
+
+def _first_receiver(sends: np.ndarray, recvs: np.ndarray) -> np.ndarray:
+    first = np.zeros(len(sends), np.int64)
+    order = np.argsort(recvs[:, 3], kind="stable")
+    idx, at = np.unique(recvs[order, 3], return_index=True)
+    first[idx] = recvs[order, 0][at]
+    return first
+
+
+def priority(sends: np.ndarray, recvs: np.ndarray, num_tiles: int, mode: str) -> np.ndarray:
+    """A rank per send (0 = first)."""
+    if len(sends) == 0:
+        return np.zeros(0, np.int64)
+    first = _first_receiver(sends, recvs)
+    if mode == "latency":
+        rot = (first - sends[:, 0]) % num_tiles
+        order = np.lexsort((sends[:, 2], sends[:, 1], sends[:, 0], rot))
+    else:
+        # Wave = position of the chunk in its sender's address-ordered stream.
+        by_addr = np.lexsort((sends[:, 2], sends[:, 1], sends[:, 0]))
+        t_sorted = sends[by_addr, 0]
+        group_start = np.searchsorted(t_sorted, t_sorted, side="left")
+        wave = np.empty(len(sends), np.int64)
+        wave[by_addr] = np.arange(len(sends)) - group_start
+        # Endpoint balance: receivers with more words to receive go first within a wave.
+        w = ex.words(sends[recvs[:, 3], 3])
+        load = np.bincount(recvs[:, 0], weights=w, minlength=num_tiles)
+        order = np.lexsort((sends[:, 0], -load[first], wave))
+    rank = np.empty(len(sends), np.int64)
+    rank[order] = np.arange(len(sends))
+    return rank
+
+
+def _chain_starts(group: np.ndarray, start: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """For transfers already sorted into chains (equal `group` = one chain, in order): the earliest starts with
+    each transfer after the previous one of its chain, and not before its own `start`."""
+    n = len(group)
+    if n == 0:
+        return start
+    csum = np.cumsum(w)
+    new_group = np.ones(n, bool)
+    new_group[1:] = group[1:] != group[:-1]
+    base = np.maximum.accumulate(np.where(new_group, csum - w, 0))
+    cex = csum - w - base  # exclusive prefix sum of words within the chain
+    v = start - cex
+    gid = np.cumsum(new_group) - 1
+    big = int(np.abs(v).max()) * 2 + 1
+    acc = np.maximum.accumulate(v + gid * big) - gid * big
+    return cex + acc
+
+
+def schedule_starts(sends: np.ndarray, recvs: np.ndarray, rank: np.ndarray, latency: int) -> np.ndarray:
+    """Send start cycles of the greedy list schedule in `rank` order (see the module docstring)."""
+    n = len(sends)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    w = ex.words(sends[:, 3])
+    s_order = np.lexsort((rank, sends[:, 0]))
+    r_order = np.lexsort((rank[recvs[:, 3]], recvs[:, 0]))
+    r_send = recvs[r_order, 3]
+    r_tile = recvs[r_order, 0]
+    start = np.zeros(n, np.int64)
+    for _ in range(MAX_ROUNDS):
+        s = np.empty(n, np.int64)
+        s[s_order] = _chain_starts(sends[s_order, 0], start[s_order], w[s_order])
+        req = _chain_starts(r_tile, s[r_send], w[r_send])
+        new = s.copy()
+        np.maximum.at(new, r_send, req)
+        if np.array_equal(new, start):
+            return start
+        start = new
+    return schedule_starts_loop(sends, recvs, rank)
+
+
+def schedule_starts_loop(sends: np.ndarray, recvs: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The same schedule, one transfer at a time (the reference the vectorised version is tested against)."""
+    n = len(sends)
+    w = ex.words(sends[:, 3]).tolist()
+    tiles = sends[:, 0].tolist()
+    by_send: list[list[int]] = [[] for _ in range(n)]
+    for t, i in zip(recvs[:, 0].tolist(), recvs[:, 3].tolist()):
+        by_send[i].append(t)
+    send_free: dict[int, int] = {}
+    recv_free: dict[int, int] = {}
+    start = np.zeros(n, np.int64)
+    for i in np.argsort(rank).tolist():
+        c = send_free.get(tiles[i], 0)
+        for t in by_send[i]:
+            c = max(c, recv_free.get(t, 0))
+        start[i] = c
+        send_free[tiles[i]] = c + w[i]
+        for t in by_send[i]:
+            recv_free[t] = c + w[i]
+    return start
+
+
+def schedule_phase(phase: ex.PhaseOp, mode: str, stream_words: int) -> None:
+    sends, recvs = phase.send_table(), phase.recv_table()
+    if mode == "compact":
+        sends, recvs = split_chunks(sends, recvs, stream_words * ex.WORD_BYTES)
+    rank = priority(sends, recvs, phase.tiles.data, mode)
+    starts = schedule_starts(sends, recvs, rank, phase.latency.data)
+    phase.set_schedule(starts, mode, sends, recvs)
+
+
+def block_cycles(block: Block) -> tuple[int, int, int]:
+    """(compute, exchange, sync) estimated cycles of a block, repeat bodies counted `count` times."""
+    comp = exch = sync = 0
+    for op in block.ops:
+        if isinstance(op, ex.PhaseOp):
+            exch += op.cycles.data
+            copies = op.copy_table()
+            if len(copies):
+                per_tile = np.bincount(copies[:, 0], weights=copies[:, 4])
+                comp += cm.copy_cycles(int(per_tile.max()))
+        elif isinstance(op, ex.SyncOp):
+            sync += op.cycles.data
+        elif isinstance(op, tl.RepeatOp):
+            c, e, s = block_cycles(op.body.block)
+            n = op.count.data
+            comp, exch, sync = comp + n * c, exch + n * e, sync + n * s
+        else:
+            plan = op.attributes.get(tl.PLAN_ATTR)
+            if plan is not None:
+                comp += tl.plan_cycles(plan)
+    return comp, exch, sync
+
+
+@dataclass(frozen=True)
+class ExchangeSchedulePass(ModulePass):
+    """Schedules every exchange phase (see the module docstring)."""
+
+    name = "exchange-schedule"
+
+    mode: str = "latency"
+    """"latency" (default: shortest phases) or "compact" (address-ordered stream waves: fewer encoded rows)."""
+    stream_words: int = 256
+    """Compact mode: words per stream wave (chunk)."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.mode not in ("latency", "compact"):
+            raise PassFailedException(
+                f'exchange-schedule: mode must be "latency" or "compact", got "{self.mode}"'
+            )
+        if self.stream_words <= 0:
+            raise PassFailedException(
+                f"exchange-schedule: stream_words must be positive, got {self.stream_words}"
+            )
+        phases = [o for o in op.walk() if isinstance(o, ex.PhaseOp)]
+        for p in phases:
+            schedule_phase(p, self.mode, self.stream_words)
+            per_tile = ex.encoded_row_bytes(p.send_table(), p.recv_table(), p.tiles.data)
+            worst = int(per_tile.argmax()) if len(per_tile) else 0
+            if len(per_tile) and per_tile[worst] > p.row_budget.data:
+                raise PassFailedException(
+                    f"exchange-schedule: exchange.phase: tile {worst} needs {int(per_tile[worst])} bytes of "
+                    f"exchange rows in {self.mode} mode, over the budget of {p.row_budget.data}"
+                )
+        comp = exch = sync = 0
+        for f in op.ops:
+            for region in f.regions:
+                for b in region.blocks:
+                    c, e, s = block_cycles(b)
+                    comp, exch, sync = comp + c, exch + e, sync + s
+        for key, v in (("compute", comp), ("exchange", exch), ("sync", sync)):
+            op.attributes[f"exchange.{key}_cycles"] = IntegerAttr(v, i64)
