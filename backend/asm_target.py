@@ -34,13 +34,10 @@ class IpuAsmTarget(Target):
             output.write(print_kernels(kernels))
             return
         program = layout(kernels, self.base)
-        addr_of_line = {}
-        for u in program.units:
-            addr_of_line.setdefault(u.kernel, []).append(u.addr)
         text = print_kernels(program.to_kernels())
         out, it = [], iter(u.addr for u in program.units)
         for line in text.splitlines():
             if line.startswith("    "):
-                line = f"{line:<64}// {next(it):#07x}"
+                line = f"{line:<63} // {next(it):#07x}"
             out.append(line)
         output.write("\n".join(out) + "\n")

@@ -262,7 +262,7 @@ def check_register(form: InstrForm, op: Operand, file: str, index: int, count: i
     if op.is_def and file == "m" and index in (MZERO, 14) and want_count == 1:
         raise OperandError(f"{where}: ${file}{index} is read-only")
     if op.is_def and file == "a" and index + count - 1 == AZERO:
-        raise OperandError(f"{where}: {register_text(file, index, count)} includes a read-only zero register")
+        raise OperandError(f"{where}: {register_text(file, index, count)} is read-only (a zero register)")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -322,7 +322,7 @@ for _mn, _imm, _summary in (
     _f(f"{_mn}_ri", _mn, f"d:m! s0:m s1:{_imm}", M, B, "alu", summary=_summary)
 
 _f("setzi_m", "setzi", "d:m! imm:zimm20", M, B, "alu", summary="d = zero-extended 20-bit immediate")
-_f("setzi_ml", "setzi", "d:m! t:addr20", M, B, "alu", summary="d = byte address of a label")
+_f("setzi_ml", "setzi", "d:m! imm:addr20", M, B, "alu", summary="d = byte address of a label")
 _f("setzi_a", "setzi", "d:a! imm:zimm20", M, W, "alu", summary="ARF d = zero-extended 20-bit immediate")
 _f("nop", "nop", "", M, B, "nop", summary="no operation (MAIN)")
 _f("fnop", "fnop", "", X, W, "nop", summary="no operation (AUX)")

@@ -63,14 +63,14 @@ class Kernel:
 
     def verify(self) -> None:
         for it in self.items:
-            for ins in (
-                (it.main, it.aux) if isinstance(it, Bundle) else (it,) if isinstance(it, Instr) else ()
-            ):
-                check_instr(ins.form, ins.ops, self.supervisor)
             if isinstance(it, Bundle) and self.supervisor:
                 raise OperandError(
                     f"{self.name}: the supervisor cannot co-issue bundles (it has no AUX pipeline)"
                 )
+            for ins in (
+                (it.main, it.aux) if isinstance(it, Bundle) else (it,) if isinstance(it, Instr) else ()
+            ):
+                check_instr(ins.form, ins.ops, self.supervisor)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class Program:
         for u in self.units:
             if u.addr in starts:
                 kernels.append(Kernel(starts[u.addr][0], starts[u.addr][1]))
-            if u.addr in addr_label:
+            if u.addr in addr_label and addr_label[u.addr] not in self.kernels:
                 kernels[-1].items.append(Label(addr_label[u.addr]))
             instrs = tuple(_label_targets(i, addr_label) for i in u.instrs)
             kernels[-1].items.append(Bundle(*instrs) if len(instrs) == 2 else instrs[0])
@@ -169,7 +169,9 @@ def layout(kernels: list[Kernel], base: int) -> Program:
 
     for k in kernels:
         k.verify()
-        addr = (addr + 7) // 8 * 8
+        if addr % 8:  # kernels start 8-byte aligned; pad the previous one so the image stays contiguous
+            placed.append((addr, (NOP,), placed[-1][2], placed[-1][3]))
+            addr += 4
         define(k.name, addr)
         kentries[k.name] = (addr, k.supervisor)
         rpt_left = 0  # bundles still to place inside the current rpt body

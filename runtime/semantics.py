@@ -177,17 +177,22 @@ def _n(sim, sel):
 
 def pack_triple(a0, a1, a2):
     """The triple-packed pair (low, high) of three byte addresses ([own] format, see module docstring)."""
-    a0 = np.asarray(a0, dtype=np.int64)
-    a1 = np.asarray(a1, dtype=np.int64)
-    w2 = np.asarray(a2, dtype=np.int64) >> 3
+    a0, a1, a2 = (np.asarray(a, dtype=np.int64).astype(U32) for a in (a0, a1, a2))
+    w2 = a2 >> 3
     lo = (a0 & 0x1FFFFF) | ((w2 & 0x7FF) << 21)
     hi = (a1 & 0x1FFFFF) | (((w2 >> 11) & 0x7F) << 21)
-    return lo.astype(U32), hi.astype(U32)
+    return lo, hi
+
+
+def _pack_u32(a0, a1, a2):
+    w2 = a2 >> 3
+    return (a0 & 0x1FFFFF) | ((w2 & 0x7FF) << 21), (a1 & 0x1FFFFF) | (((w2 >> 11) & 0x7F) << 21)
 
 
 def unpack_triple(lo, hi):
-    lo = np.asarray(lo).astype(np.int64)
-    hi = np.asarray(hi).astype(np.int64)
+    """-> three byte addresses (uint32) of a triple-packed pair."""
+    lo = np.asarray(lo, dtype=U32)
+    hi = np.asarray(hi, dtype=U32)
     return lo & 0x1FFFFF, hi & 0x1FFFFF, ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
 
 
@@ -208,15 +213,15 @@ def _first(mask) -> int:
 
 
 def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
-    """Flat 64-bit word indices of per-context byte addresses, after the checks; marks stores as written."""
-    off = addr - sim.base
-    bad = (off < 0) | (off > sim.end - sim.base - size)
-    if bad.any():
+    """Flat 64-bit word indices of per-context byte addresses (uint32), after the checks; marks stores written."""
+    addr = np.asarray(addr, dtype=U32)
+    off = addr - U32(sim.base)  # wraps: an address below SRAM becomes a huge offset
+    if (off > sim.end - sim.base - size).any():
+        bad = (addr < sim.base) | (off > sim.end - sim.base - size)
         i = _first(bad)
         sim.fail("bounds", f"{size}-byte access outside tile SRAM", g, ins, i, addr[i])
-    mis = (addr & (size - 1)) != 0
-    if mis.any():
-        i = _first(mis)
+    if np.bitwise_and(addr, size - 1).any():
+        i = _first((addr & (size - 1)) != 0)
         sim.fail("alignment", f"misaligned {size}-byte access", g, ins, i, addr[i])
     if interleaved:
         low = addr < sim.r1
@@ -225,26 +230,27 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
             sim.fail(
                 "interleave", f"'{ins.mnemonic}' needs interleaved memory (region 1)", g, ins, i, addr[i]
             )
-    words = sim.ctx_word_base[sel] + (off >> 3)
+    words = (off >> 3) + sim.ctx_word_base[sel]  # int64
     if store:
         st = sim.flat_state[words]
-        prot = (st & PROTECTED) != 0
-        if prot.any():
-            i = _first(prot)
+        if np.bitwise_and(st, PROTECTED).any():
+            i = _first((st & PROTECTED) != 0)
             sim.fail("protected", "store into code or a reserved range", g, ins, i, addr[i])
-        bits = WRITTEN if size >= 8 else (U32(1) << ((addr >> 2) & 1)).astype(np.uint8)
-        sim.flat_state[words] = st | bits
+        if size >= 8:
+            st |= WRITTEN
+        else:
+            st |= (1 << ((addr >> 2) & 1)).astype(np.uint8)
+        sim.flat_state[words] = st
         if size == 16:
             sim.flat_state[words + 1] |= WRITTEN
     elif sim.check_poison:
         st = sim.flat_state[words]
         if size >= 8:
-            bad = (st & WRITTEN) != WRITTEN
             if size == 16:
-                bad |= (sim.flat_state[words + 1] & WRITTEN) != WRITTEN
+                st = st & sim.flat_state[words + 1]
+            bad = np.bitwise_and(st, WRITTEN) != WRITTEN
         else:
-            need = (1 << ((addr >> 2) & 1)).astype(np.uint8)
-            bad = (st & need) == 0
+            bad = (st & (1 << ((addr >> 2) & 1)).astype(np.uint8)) == 0
         if bad.any():
             i = _first(bad)
             sim.fail("poison", "load of memory never written since load", g, ins, i, addr[i])
@@ -252,25 +258,26 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
 
 
 def _ea(sim, sel, ins, scale):
-    """Effective address of base + delta + offset*scale forms (offset: register or zimm12)."""
-    base = sim.m[sel, ins.ops[1]].astype(np.int64)
-    delta = sim.m[sel, ins.ops[2]].astype(np.int64)
+    """Effective address of base + delta + offset*scale forms (offset: register or zimm12), 32-bit wrapping."""
+    ea = sim.m[sel, ins.ops[1]] + sim.m[sel, ins.ops[2]]
     off = ins.ops[3]
     if ins.form.key.endswith(("_r", "_mr", "_ar")):
-        off = sim.m[sel, off].astype(np.int64)
-    return (base + delta + off * scale) & 0xFFFFFFFF
+        return ea + sim.m[sel, off] * U32(scale)
+    return ea + U32(off * scale)
 
 
 def _step_ea(sim, sel, ins, scale):
-    """EA = base + delta, then delta += stride * scale (stride: register (signed) or simm8)."""
-    base = sim.m[sel, ins.ops[1]].astype(np.int64)
+    """EA = base + delta, then delta += stride * scale (stride: register (signed) or simm8), 32-bit wrapping."""
     dreg = ins.ops[2]
-    delta = sim.m[sel, dreg].astype(np.int64)
+    delta = sim.m[sel, dreg]
+    ea = sim.m[sel, ins.ops[1]] + delta
     stride = ins.ops[3]
     if ins.form.key.endswith(("_r", "_mr", "_ar")):
-        stride = sim.m[sel, stride].view(np.int32).astype(np.int64)
-    _set_m(sim, sel, dreg, ((delta + stride * scale) & 0xFFFFFFFF).astype(U32))
-    return (base + delta) & 0xFFFFFFFF
+        inc = sim.m[sel, stride] * U32(scale)
+    else:
+        inc = U32((stride * scale) & 0xFFFFFFFF)
+    _set_m(sim, sel, dreg, delta + inc)
+    return ea
 
 
 def _ld32(sim, g, sel, ins, addr):
@@ -372,19 +379,18 @@ sem_st64step_i = sem_st64step_r
 
 
 def _stride_inc(sim, sel, stride_reg, selector):
-    """Increment in bytes for a 2-bit selector: 0 -> one atom, 1..3 -> stride field 0..2 (signed 10-bit atoms)."""
+    """Increment in bytes (uint32, wrapping) for a 2-bit selector: 0 -> one atom, 1..3 -> stride field 0..2
+    (signed 10-bit atom counts)."""
     if selector == 0:
-        return 8
-    v = sim.m[sel, stride_reg].astype(np.int64)
-    f = (v >> (10 * (selector - 1))) & 0x3FF
-    return (f - ((f & 0x200) << 1)) * 8
+        return U32(8)
+    f = (sim.m[sel, stride_reg] >> U32(10 * (selector - 1))) & U32(0x3FF)
+    return (f - ((f & U32(0x200)) << U32(1))) * U32(8)
 
 
 def _bank_conflict(sim, g, ins, x, y, what):
     """Two accesses of one instruction must use different banks (S7, S16 [D]; see Target.bank_of)."""
     d = x ^ y
-    near = d < 0x8000
-    if not near.any():
+    if not (d < 0x8000).any():
         return
     r1 = x >= sim.r1
     same_bank0 = (d < sim.target.region0_element_bytes) & ~r1
@@ -395,28 +401,26 @@ def _bank_conflict(sim, g, ins, x, y, what):
         sim.fail("bank-conflict", f"{what} hit the same memory bank in one bundle", g, ins, i, y[i])
 
 
-def _pace(sim, g, sel, ins, loads, store, sel_bits):
-    """Shared body of the pace forms. loads: which of addr0/addr1 are loaded; store: addr2 stored?"""
+def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
+    """Shared body of the pace forms. loads: which of addr0/addr1 are loaded; store: addr2 stored from the ARF
+    pair store_src (stored before the loads' registers are written, so overlapping registers read old values)."""
     areg = ins.operand("addr")
-    lo, hi = sim.m[sel, areg], sim.m[sel, areg + 1]
-    a0, a1, a2 = unpack_triple(lo, hi)
+    acc = list(unpack_triple(sim.m[sel, areg], sim.m[sel, areg + 1]))
     stride = ins.operand("stride")
-    acc = [a0, a1, a2]
-    used = [i for i in (0, 1) if i in loads] + ([2] if store else [])
+    used = list(loads) + ([2] if store else [])
     for i, j in ((0, 1), (0, 2), (1, 2)):
         if i in used and j in used:
             _bank_conflict(sim, g, ins, acc[i], acc[j], f"addresses {i} and {j}")
     out = [_words(sim, g, sel, ins, acc[i], 8) for i in loads]
-    store_words = _words(sim, g, sel, ins, a2, 8, store=True) if store else None
+    if store:
+        sim.flat64[_words(sim, g, sel, ins, acc[2], 8, store=True)] = _a64(sim, sel, store_src)
     data = [sim.flat64[w] for w in out]
-    # post-increment
-    new = list(acc)
     for i, bits in sel_bits:
-        new[i] = acc[i] + _stride_inc(sim, sel, stride, bits)
-    nlo, nhi = pack_triple(new[0], new[1], new[2])
-    _set_m(sim, sel, areg, nlo)
-    _set_m(sim, sel, areg + 1, nhi)
-    return data, store_words
+        acc[i] = acc[i] + _stride_inc(sim, sel, stride, bits)
+    lo, hi = _pack_u32(*acc)
+    _set_m(sim, sel, areg, lo)
+    _set_m(sim, sel, areg + 1, hi)
+    return data
 
 
 def sem_ld2x64pace(sim, g, sel, ins):
@@ -424,33 +428,28 @@ def sem_ld2x64pace(sim, g, sel, ins):
     d0, d1 = ins.ops[0], ins.ops[1]
     if d0 == d1:
         sim.fail("register-class", "ld2x64pace destination pairs must differ", g, ins)
-    (x, y), _ = _pace(sim, g, sel, ins, (0, 1), False, ((0, s & 3), (1, (s >> 2) & 3)))
+    x, y = _pace(sim, g, sel, ins, (0, 1), False, ((0, s & 3), (1, (s >> 2) & 3)))
     _set_a64(sim, sel, d0, x)
     _set_a64(sim, sel, d1, y)
 
 
 def sem_ld2xst64pace(sim, g, sel, ins):
     s = ins.operand("sel")
-    vals = _a64(sim, sel, ins.ops[1]).copy()
-    (x, y), sw = _pace(sim, g, sel, ins, (0, 1), True, ((0, s & 3), (1, (s >> 2) & 3), (2, (s >> 4) & 3)))
-    sim.flat64[sw] = vals
+    bits = ((0, s & 3), (1, (s >> 2) & 3), (2, (s >> 4) & 3))
+    x, y = _pace(sim, g, sel, ins, (0, 1), True, bits, store_src=ins.ops[1])
     _set_a64(sim, sel, ins.ops[0], x)
     _set_a64(sim, sel, ins.ops[0] + 2, y)
 
 
 def sem_ldst64pace(sim, g, sel, ins):
     s = ins.operand("sel")
-    vals = _a64(sim, sel, ins.ops[1]).copy()
-    (x,), sw = _pace(sim, g, sel, ins, (0,), True, ((0, s & 3), (2, (s >> 2) & 3)))
-    sim.flat64[sw] = vals
+    (x,) = _pace(sim, g, sel, ins, (0,), True, ((0, s & 3), (2, (s >> 2) & 3)), store_src=ins.ops[1])
     _set_a64(sim, sel, ins.ops[0], x)
 
 
 def sem_st64pace(sim, g, sel, ins):
     s = ins.operand("sel")
-    vals = _a64(sim, sel, ins.ops[0]).copy()
-    _, sw = _pace(sim, g, sel, ins, (), True, ((2, s & 3),))
-    sim.flat64[sw] = vals
+    _pace(sim, g, sel, ins, (), True, ((2, s & 3),), store_src=ins.ops[0])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -641,15 +640,10 @@ def _csr_write(sim, g, sel, ins, c, vals):
         sim.fail("csr", f"CSR {c:#x} is read-only", g, ins)
     if not g.supervisor and c == WC["FP_CLR"]:
         zero = (np.broadcast_to(vals, (len(g.idx),)) & FP_CLR_ZAACC) != 0
-        if zero.all():
-            sim.acc_cur[sel] = 0
-            sim.acc_next[sel] = 0
-            sim.acc_done[sel] = 0
-        elif zero.any():
-            rows = g.idx[zero]
-            sim.acc_cur[rows] = 0
-            sim.acc_next[rows] = 0
-            sim.acc_done[rows] = 0
+        rows = sel if zero.all() else g.idx[zero]
+        for arr in (sim.acc_cur, sim.acc_next, sim.acc_done, sim.amp_x):
+            arr[rows] = 0
+        sim.amp_kind[rows] = 0
         return
     sim.csr[sel, _col(c)] = vals
 
@@ -671,6 +665,7 @@ def _putcs(sim, g, sel, ins, nbytes):
     if idx + nbytes // 8 > 64:
         sim.fail("amp", f"CWEI slot {idx} + {nbytes // 8} is beyond the 64 slots", g, ins)
     w = _words(sim, g, sel, ins, addr, nbytes, interleaved=nbytes == 16)
+    amp_flush(sim)  # pending AMP products use the old weights
     tiles = sim.ctx_tile[sel]
     sim.cwei[tiles, idx] = sim.flat64[w].view(np.uint8).reshape(-1, 8)
     if nbytes == 16:
@@ -878,39 +873,70 @@ def sem_f16v8tof8(sim, g, sel, ins):
 # --- AMP --------------------------------------------------------------------------------------------------------
 
 
-def _amp_common(sim, g, sel, ins):
-    d, x, p, flags = ins.ops
+def amp_flush(sim, sel=None) -> None:
+    """Add the products of the pending AMP group (inputs kept in sim.amp_x) to the in-progress accumulators.
+
+    Deferring the products to the end of a group is exact with respect to what a program can observe: the
+    in-progress sums are only read when the next group starts (they become the finished results), and the
+    weights can only change through the supervisor's ld64putcs/ld128putcs, which flush first."""
+    if sel is None:
+        sel = slice(0, sim.NW)
+    kinds = sim.amp_kind[sel]
+    if not kinds.any():
+        return
+    uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
+    for kind in (1, 2, 3) if uniform < 0 else (uniform,):
+        w = sim.cwei_matrix(kind)  # [T, 4 * K, 16]
+        K = 4 if kind == 1 else 8
+        if uniform >= 0:
+            x = sim.amp_x[sel, :, :K].reshape(-1, 4 * K)
+            sim.acc_cur[sel] += _tile_products(sim, sel, x, w)
+        else:
+            rows = np.arange(sim.NW)[sel][kinds == kind]
+            if len(rows):
+                x = sim.amp_x[rows, :, :K].reshape(-1, 4 * K)
+                sim.acc_cur[rows] += _tile_products(sim, rows, x, w)
+    sim.amp_x[sel] = 0
+    sim.amp_kind[sel] = 0
+
+
+def _tile_products(sim, sel, x, w):
+    """x[c] @ w[tile(c)] -> [n, 16]: batched per tile when the group is whole tiles, else per context."""
+    W = sim.W
+    if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
+        t0, t1 = sel.start // W, sel.stop // W
+        return np.matmul(x.reshape(t1 - t0, W, -1), w[t0:t1]).reshape(-1, 16)
+    return np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]])
+
+
+def _amp(sim, g, sel, ins, kind, x):
+    """Shared AMP step (see the module docstring); x: float32 [n, K] inputs, already scaled."""
+    d, _, p, flags = ins.ops
     phase = flags & 3
     if flags >> 2 != 2:
         sim.fail("amp", "only the E4 (all 16 engines) AMP mode is simulated", g, ins)
+    kinds = sim.amp_kind[sel]
+    if phase == 0 or ((kinds != kind) & (kinds != 0)).any():
+        amp_flush(sim, sel)
     if phase == 0:
-        sim.acc_done[sel] = sim.acc_cur[sel]
-        sim.acc_cur[sel] = sim.acc_next[sel]
+        if isinstance(sel, slice) and sel.start == 0 and sel.stop == sim.NW:
+            # every worker rotates: swap the arrays instead of copying them
+            sim.acc_done, sim.acc_cur, sim.acc_next = sim.acc_cur, sim.acc_next, sim.acc_done
+        else:
+            sim.acc_done[sel] = sim.acc_cur[sel]
+            sim.acc_cur[sel] = sim.acc_next[sel]
         sim.acc_next[sel] = 0
     lanes = slice(4 * phase, 4 * phase + 4)
     with np.errstate(all="ignore"):
         out = sim.acc_done[sel, lanes].astype(np.float16)
     sim.acc_next[sel, lanes] = _h4(_a64(sim, sel, p))
     _set_a64(sim, sel, d, _u64(out))
-    return phase
-
-
-def _amp_products(sim, sel, x, w):
-    """sum_k x[c, k] * w[tile(c), e, k] -> [n, 16]: per tile when the group is whole tiles, else per context."""
-    W = sim.W
-    if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
-        t0, t1 = sel.start // W, sel.stop // W
-        xt = x.reshape(t1 - t0, W, -1)
-        return np.matmul(xt, w[t0:t1].transpose(0, 2, 1)).reshape(-1, 16)
-    tiles = sim.ctx_tile[sel]
-    return np.einsum("ck,cek->ce", x, w[tiles])
+    sim.amp_x[sel, phase, : x.shape[1]] = x
+    sim.amp_kind[sel] = kind
 
 
 def sem_f16v4hihov4amp(sim, g, sel, ins):
-    phase = _amp_common(sim, g, sel, ins)
-    x = _h4(_a64(sim, sel, ins.ops[1])).astype(np.float32)
-    w = sim.cwei_f32("f16")[:, phase]  # [T, 16, 4]
-    sim.acc_cur[sel] += _amp_products(sim, sel, x, w)
+    _amp(sim, g, sel, ins, 1, _h4(_a64(sim, sel, ins.ops[1])))
 
 
 def sem_f8v8hihov4amp(sim, g, sel, ins):
@@ -923,14 +949,11 @@ def sem_f8v8hihov4amp(sim, g, sel, ins):
     wfmt, xfmt = int(infmt[0]) & 1, (int(infmt[0]) >> 1) & 1
     v = int(iscl[0]) & 0x7F
     scale = v - 128 if v & 0x40 else v  # the sum of two signed 6-bit scales: signed 7-bit
-    phase = _amp_common(sim, g, sel, ins)
     raw = np.ascontiguousarray(_a64(sim, sel, ins.ops[1])).view(np.uint8).reshape(-1, 8)
     x = fp8.DECODE[xfmt][raw]
-    w = sim.cwei_f32("f152" if wfmt else "f143")[:, phase]  # [T, 16, 8]
-    prod = _amp_products(sim, sel, x, w)
     if scale:
-        prod *= np.float32(2.0**scale)
-    sim.acc_cur[sel] += prod
+        x = x * np.float32(2.0**scale)  # exact: a power of two (the scale applies to the whole product)
+    _amp(sim, g, sel, ins, 3 if wfmt else 2, x)
 
 
 # Every form must have semantics.
