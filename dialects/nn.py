@@ -48,7 +48,7 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
-from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
+from xdsl.traits import HasCanonicalizationPatternsTrait, HasParent, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
 # Element types the IPU computes in (F16 and FP8 on the AMP, f32 for accumulation state and the reference).
@@ -122,19 +122,37 @@ def tensor(shape: Sequence[int], element_type: Attribute = f32) -> TensorType:
     return TensorType(element_type, list(shape))
 
 
+class NNCanonicalizationPatterns(HasCanonicalizationPatternsTrait):
+    """Lets xDSL's generic `canonicalize` apply the nn folds of `ipu.passes.nn_canonicalize`."""
+
+    def get_patterns(self, op):
+        from ipu.passes.nn_canonicalize import PATTERNS  # lazy: the patterns import this module
+
+        return PATTERNS.get(op, ())
+
+    @classmethod
+    def get_canonicalization_patterns(cls):
+        from ipu.passes.nn_canonicalize import PATTERNS
+
+        return tuple(p for ps in PATTERNS.values() for p in ps)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Sources and sinks
 
 
 @irdl_op_definition
 class InputOp(IRDLOperation):
-    """A named model input (e.g. "pixel_values"), bound at run time."""
+    """A named model input (e.g. "pixel_values"), bound at run time.
+
+    Deliberately not `Pure`: an input is part of the model's interface, so dead-code elimination keeps it even
+    when nothing reads it.
+    """
 
     name = "nn.input"
     sym = prop_def(StringAttr, prop_name="name")
     result = result_def(TensorType)
     assembly_format = "$name attr-dict `:` type($result)"
-    traits = traits_def(Pure())
 
     def __init__(self, name: str, result_type: TensorType):
         super().__init__(properties={"name": StringAttr(name)}, result_types=[result_type])
@@ -328,7 +346,7 @@ class ScaleOp(IRDLOperation):
     factor = prop_def(FloatAttr[Float32Type])
     result = result_def(TensorType)
     assembly_format = "$input `by` $factor attr-dict `:` type($input) `->` type($result)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), NNCanonicalizationPatterns())
 
     def __init__(self, x: SSAValue, factor: float, result_type: Attribute | None = None):
         super().__init__(
@@ -551,7 +569,7 @@ class ReshapeOp(IRDLOperation):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), NNCanonicalizationPatterns())
 
     def __init__(self, x: SSAValue, result_type: TensorType):
         super().__init__(operands=[x], result_types=[result_type])
@@ -577,7 +595,7 @@ class TransposeOp(IRDLOperation):
     perm = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
     assembly_format = "$input `perm` `` `=` `` $perm attr-dict `:` type($input) `->` type($result)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), NNCanonicalizationPatterns())
 
     def __init__(self, x: SSAValue, perm: Sequence[int], result_type: TensorType):
         super().__init__(operands=[x], properties={"perm": int_array(perm)}, result_types=[result_type])
@@ -605,7 +623,7 @@ class SliceOp(IRDLOperation):
     offsets = prop_def(DenseArrayBase[I64])
     result = result_def(TensorType)
     assembly_format = "$input `offsets` `` `=` `` $offsets attr-dict `:` type($input) `->` type($result)"
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), NNCanonicalizationPatterns())
 
     def __init__(self, x: SSAValue, offsets: Sequence[int], result_type: TensorType):
         super().__init__(operands=[x], properties={"offsets": int_array(offsets)}, result_types=[result_type])
@@ -680,7 +698,7 @@ class CastOp(IRDLOperation):
     result = result_def(TensorType)
     assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
     irdl_options = (ParsePropInAttrDict(),)
-    traits = traits_def(Pure())
+    traits = traits_def(Pure(), NNCanonicalizationPatterns())
 
     def __init__(self, x: SSAValue, result_type: TensorType, scale: int | None = None):
         props = {"scale": IntegerAttr(scale, i64)} if scale is not None else {}
