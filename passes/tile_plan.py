@@ -333,6 +333,8 @@ class _Planner:
         """Makes operand `index` of `op` arrive in layout `want`, inserting a relayout if needed."""
         v = op.operands[index]
         have = tl.layout_of(v)
+        if have is not None and have.scale.data != want.scale.data:
+            want = with_dtype(want, want.dtype, have.scale.data)  # FP8 bits keep their producer's scale
         if have is None:
             owner = v.owner
             if not isinstance(owner, SOURCE_OPS):
@@ -374,6 +376,8 @@ class _Planner:
             raise PassFailedException(
                 f"tile-plan: {label(op)}: attention kind '{plan.get('kind')}' is not implemented (materialized only)"
             )
+        if isinstance(op, nn.CastOp) and op.fp8_scale:
+            result = with_dtype(result, result.dtype, op.fp8_scale)
         tl.check_layout_matches(op, op.results[0], result)
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
             if want is not None:
