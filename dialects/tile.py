@@ -563,13 +563,16 @@ class AttentionPlanAttr(_KVAttr):
             raise VerifyException(f"#tile.attention: kind '{self.kind.data}' not in {ATTENTION_KINDS}")
 
 
-MAP_KINDS = ("elementwise", "rows")
+MAP_KINDS = ("elementwise", "rows", "view", "host")
 
 
 @irdl_attr_definition
 class MapPlanAttr(_KVAttr):
     """Tile-local work in the result's layout: "elementwise" (every operand in the result layout, a broadcast
-    operand replicated to match) or "rows" (layer norm / softmax: blocks hold whole rows)."""
+    operand replicated to match), "rows" (layer norm / softmax: blocks hold whole rows), "view" (a reshape that
+    only inserts or drops unit dimensions: the same blocks on the same tiles, no work) or "host" (computed once
+    by the host from parameters / inputs when it uploads them: weight casts to FP8, slices and reshapes of
+    parameters, the image's patchify; its operands live on the host, it costs no device cycles)."""
 
     name = "tile.map"
     kind: StringAttr

@@ -39,7 +39,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ArrayAttr, Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
-from xdsl.ir import Attribute, Block, Operation, Region
+from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 from xdsl.utils.exceptions import PassFailedException
@@ -51,6 +51,32 @@ from ipu.passes import cost_model as cm
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
+# Ops the host folds when it uploads parameters / inputs (when all their operands are host values).
+HOST_OPS = (nn.CastOp, nn.ReshapeOp, nn.SliceOp, nn.TransposeOp, nn.ConcatOp, nn.PatchifyOp)
+
+
+def is_host_value(v: SSAValue) -> bool:
+    """A parameter, an input, or a data-movement / cast op computed from those only (folded by the host)."""
+    owner = v.owner
+    if isinstance(owner, SOURCE_OPS):
+        return True
+    if isinstance(owner, HOST_OPS):
+        plan = owner.attributes.get(tl.PLAN_ATTR)
+        if plan is not None and not (isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host"):
+            return False
+        return all(is_host_value(o) for o in owner.operands)
+    return False
+
+
+def view_layout(layout: tl.LayoutAttr, shape) -> tl.LayoutAttr | None:
+    """The same blocks on the same tiles for a reshape that only inserts or drops unit dimensions."""
+    if [d for d in layout.shape_ if d != 1] != [d for d in shape if d != 1]:
+        return None
+    blocks = iter([b for d, b in zip(layout.shape_, layout.block_) if d != 1])
+    block = tuple(1 if d == 1 else next(blocks) for d in shape)
+    return tl.LayoutAttr(
+        tuple(shape), block, layout.table(), layout.dtype, layout.order.data, 0, layout.scale.data
+    )
 
 
 def target_for(tiles: int, sram_kib: int) -> Target:
@@ -179,6 +205,10 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
         t = plan.get("tile")
         return [whole_on(v.type.get_shape(), v.type.element_type, t) for v in op.operands]
     if isinstance(plan, tl.MapPlanAttr):
+        if plan.get("kind") == "host":
+            return [None] * len(op.operands)
+        if plan.get("kind") == "view":
+            return [view_layout(result, op.operands[0].type.get_shape())]
         if plan.get("kind") == "rows":
             x = op.operands[0]
             rest = [
@@ -337,10 +367,18 @@ class _Planner:
             want = with_dtype(want, want.dtype, have.scale.data)  # FP8 bits keep their producer's scale
         if have is None:
             owner = v.owner
-            if not isinstance(owner, SOURCE_OPS):
+            if isinstance(owner, HOST_OPS) and is_host_value(v):
+                # Folded by the host and uploaded straight into the consumer's (home) layout.
+                scale = owner.fp8_scale if isinstance(owner, nn.CastOp) else 0
+                have = with_dtype(home_of(want), want.dtype, scale)
+                want = with_dtype(want, want.dtype, scale)
+                owner.attributes[tl.PLAN_ATTR] = map_plan("host", 0)
+                self.set_layout(owner, have)
+            elif isinstance(owner, SOURCE_OPS):
+                have = home_of(want)
+                self.set_layout(owner, have)
+            else:
                 raise PassFailedException(f"tile-plan: {label(op)}: operand #{index} has no layout")
-            have = home_of(want)
-            self.set_layout(owner, have)
         if have == want:
             return
         key = (v, want, id(op.parent_block()))
@@ -359,6 +397,12 @@ class _Planner:
             return
         if isinstance(op, nn.YieldOp):
             return
+        if (
+            isinstance(op, HOST_OPS)
+            and tl.PLAN_ATTR not in op.attributes
+            and all(map(is_host_value, op.operands))
+        ):
+            return  # planned when a consumer asks for it (see `require`)
         if op.dialect_name() != "nn":
             raise PassFailedException(
                 f"tile-plan: {label(op)}: cannot plan an op of dialect '{op.dialect_name()}'"
@@ -408,6 +452,10 @@ class _Planner:
             if plan.get("kind") != "materialized":
                 return plan, None  # rejected by the caller with a message
             return plan, attention_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.ReshapeOp) and (have := tl.layout_of(op.input)) is not None:
+            res = view_layout(have, op.result.type.get_shape()) if have.stack.data == 0 else None
+            if res is not None:
+                return map_plan("view", 0), res
         if isinstance(op, ELEMENTWISE_OPS):
             res = self.map_result_layout(op)
             return map_plan("elementwise", estimate_cycles(op, None, res, t)), res
@@ -507,9 +555,17 @@ class TilePlanPass(ModulePass):
         for f in op.walk():
             if isinstance(f, func.FuncOp):
                 planner.plan_block(f.body.block)
-                # Unused sources and sources only read by outputs: whole on tile 0.
+                # Sources read only by the host stay on the host; other unused ones: whole on tile 0.
                 for src in f.body.block.ops:
-                    if isinstance(src, SOURCE_OPS) and tl.LAYOUT_ATTR not in src.attributes:
+                    host_only = (
+                        isinstance(src, SOURCE_OPS)
+                        and bool(src.results[0].uses)
+                        and all(
+                            isinstance(u.operation, HOST_OPS) and is_host_value(u.operation.results[0])
+                            for u in src.results[0].uses
+                        )
+                    )
+                    if isinstance(src, SOURCE_OPS) and tl.LAYOUT_ATTR not in src.attributes and not host_only:
                         t = src.results[0].type
                         src.attributes[tl.LAYOUT_ATTR] = whole_on(t.get_shape(), t.element_type, 0)
         for o in op.walk():

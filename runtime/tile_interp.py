@@ -171,10 +171,8 @@ class Interpreter:
         self.ref, self.ev = _evaluator()
 
     # -- sources ------------------------------------------------------------------------------------------------
-    def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded:
+    def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded | np.ndarray:
         lay = op.attributes.get(tl.LAYOUT_ATTR)
-        if not isinstance(lay, tl.LayoutAttr):
-            raise TileInterpError(f"{op.name} '{op.sym.data}' has no tile.layout: run tile-plan first")
         table = self.inputs if isinstance(op, nn.InputOp) else self.params
         if op.sym.data not in table:
             raise TileInterpError(f"{op.name}: missing '{op.sym.data}'")
@@ -182,18 +180,37 @@ class Interpreter:
         t = op.results[0].type
         if isinstance(t.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType):
             raw = self.ref.quantize_fp8(raw, type(t.element_type), 0)
+        if not isinstance(lay, tl.LayoutAttr):
+            return raw  # a host value (only host-folded ops read it)
         return encode(lay, raw)
 
     # -- compute ------------------------------------------------------------------------------------------------
-    def compute(self, op: Operation) -> Sharded:
+    def host(self, op: Operation) -> Sharded | np.ndarray:
+        """A host-folded op: computed once on whole arrays, uploaded into its layout (if it has one)."""
+        fn = self.ref.OPS[type(op)]
+        args = [decode(v) if isinstance(v, Sharded) else v for v in (self.values[o] for o in op.operands)]
+        y = np.asarray(fn(self.ev, op, *args), np.float32)
+        rtype = op.results[0].type
+        if not isinstance(rtype.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType):
+            y = np.asarray(self.ev.to_type(y, rtype, op.name), np.float32)
+        lay = op.attributes.get(tl.LAYOUT_ATTR)
+        return encode(lay, y) if isinstance(lay, tl.LayoutAttr) else y
+
+    def compute(self, op: Operation) -> Sharded | np.ndarray:
         plan = op.attributes.get(tl.PLAN_ATTR)
         lay = op.attributes.get(tl.LAYOUT_ATTR)
+        if plan is None or (isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host"):
+            if plan is not None or all(isinstance(self.values[o], np.ndarray) for o in op.operands):
+                return self.host(op)
         if plan is None or not isinstance(lay, tl.LayoutAttr):
             raise TileInterpError(f"{op.name}: no tile.plan / tile.layout: run tile-plan first")
         fn = self.ref.OPS.get(type(op))
         if fn is None:
             raise TileInterpError(f"{op.name}: no reference implementation")
         operands = [self.values[v] for v in op.operands]
+        for i, v in enumerate(operands):
+            if not isinstance(v, Sharded):
+                raise TileInterpError(f"{op.name}: operand #{i} is a host value without a tile layout")
         rtype: TensorType = op.results[0].type
         table = lay.table()
         g = lay.geometry()
@@ -264,7 +281,8 @@ class Interpreter:
             if isinstance(op, nn.InputOp | nn.ParamOp):
                 self.values[op.results[0]] = self.source(op)
             elif isinstance(op, nn.OutputOp):
-                self.outputs[op.sym.data] = decode(self.values[op.value])
+                v = self.values[op.value]
+                self.outputs[op.sym.data] = decode(v) if isinstance(v, Sharded) else v
             elif isinstance(op, tl.RelayoutOp):
                 self.values[op.result] = self.relayout(op)
             elif isinstance(op, ex.PhaseOp):
@@ -289,7 +307,7 @@ class Interpreter:
             for a, v in zip(args[:nc], carried):
                 self.values[a] = v
             for a, s in zip(args[nc:], stacked):
-                self.values[a] = s.slice_layer(i)
+                self.values[a] = s.slice_layer(i) if isinstance(s, Sharded) else s[i]
             carried = self.run_block(op.body.block)
         for r, v in zip(op.res, carried):
             self.values[r] = v
