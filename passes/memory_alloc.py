@@ -262,7 +262,7 @@ class _ClassAllocator:
     # -- failure -----------------------------------------------------------------------------------------------
     def fail(self, b: int, event: int, why: str, region: tuple[int, int], placement: Placement, n_tiles: int):
         p, buf = self.p, self.p.buffers[b]
-        f, l = p.lifetime(b)
+        f, last = p.lifetime(b)
         placed = np.nonzero(self.addr >= 0)[0]
         live = [int(x) for x in placed if p.lifetime(int(x))[0] <= event <= p.lifetime(int(x))[1]]
         live.sort(key=lambda x: -int(self.span[x]))
@@ -274,7 +274,7 @@ class _ClassAllocator:
         more = f" and {len(live) - 8} more" if len(live) > 8 else ""
         # Free space this request could use: holes of its region minus its forbidden ranges (aperture at host
         # events, elements of live pairwise partners).
-        forbidden = self.forbidden(b, f, l)
+        forbidden = self.forbidden(b, f, last)
         holes = [seg for h0, h1 in self.free.holes_in(*region) for seg in _subtract(h0, h1, forbidden)]
         free = sum(h1 - h0 for h0, h1 in holes)
         big = max(holes, key=lambda h: h[1] - h[0], default=(region[0], region[0]))
@@ -285,7 +285,7 @@ class _ClassAllocator:
             + f", {p.event_label(event)}: cannot place '{buf.name}'"
             + (f" of {buf.owner}" if buf.owner else "")
             + f" ({int(self.span[b]) or span_of(buf, int(self.member[b]))} B, align {buf.align}, "
-            + f"{REGION_NAMES[buf.region]}, live [{f}, {l}]{seq if buf.count > 1 else ''}"
+            + f"{REGION_NAMES[buf.region]}, live [{f}, {last}]{seq if buf.count > 1 else ''}"
             + (", resident" if buf.resident else "")
             + f"): {why}; live: {shown or 'nothing'}{more} ({sum(int(self.span[x]) for x in live)} B); "
             + f"usable free in [{region[0]:#x}, {region[1]:#x}): {free} B, largest hole {big[1] - big[0]} B at {big[0]:#x}"
@@ -293,23 +293,23 @@ class _ClassAllocator:
         return PlacementError(msg, self.tile, event, b, placement)
 
     # -- allocation --------------------------------------------------------------------------------------------
-    def forbidden(self, b: int, f: int, l: int) -> list[tuple[int, int]]:
-        out = [(s, e) for (tf, tl, s, e) in self.timed if tf <= l and f <= tl]
+    def forbidden(self, b: int, f: int, last: int) -> list[tuple[int, int]]:
+        out = [(s, e) for (tf, tlast, s, e) in self.timed if tf <= last and f <= tlast]
         buf = self.p.buffers[b]
         if buf.host_io or buf.resident:
             out.append(self.aperture)
         for q in self.partners.get(b, ()):
             if self.addr[q] >= 0:
                 qf, ql = self.p.lifetime(q)
-                if qf <= l and f <= ql:
+                if qf <= last and f <= ql:
                     out.append(self.elements.span(int(self.addr[q]), int(self.addr[q] + self.span[q])))
         out.sort()
         return out
 
-    def choose(self, b: int, span: int, f: int, l: int, lo: int, hi: int) -> int:
+    def choose(self, b: int, span: int, f: int, last: int, lo: int, hi: int) -> int:
         """Best fit: the smallest allowed segment that holds the aligned span; -1 if none."""
         buf = self.p.buffers[b]
-        forbidden = self.forbidden(b, f, l)
+        forbidden = self.forbidden(b, f, last)
         best, best_len = -1, None
         for h0, h1 in self.free.holes_in(lo, hi):
             for s0, s1 in _subtract(h0, h1, forbidden) if forbidden else ((h0, h1),):
@@ -340,14 +340,14 @@ class _ClassAllocator:
             if not_fixed:
                 continue
             buf, a, s = p.buffers[b], p.buffers[b].fixed, int(self.span[b])
-            f, l = p.lifetime(b)
+            f, last = p.lifetime(b)
             if not t.in_sram(a, s):
                 raise self.fail(
                     b, f, f"fixed address {a:#x} is outside the SRAM", t.region0, placement_of_failure(), 1
                 )
             for q in np.nonzero(self.addr >= 0)[0]:
                 qf, ql = p.lifetime(int(q))
-                if qf <= l and f <= ql and self.addr[q] < a + s and a < self.addr[q] + self.span[q]:
+                if qf <= last and f <= ql and self.addr[q] < a + s and a < self.addr[q] + self.span[q]:
                     raise self.fail(
                         b,
                         f,
@@ -357,10 +357,10 @@ class _ClassAllocator:
                         1,
                     )
             self.addr[b] = a
-            if f == 0 and l == p.events - 1:
+            if f == 0 and last == p.events - 1:
                 self.free.carve(a, a + s)
             else:
-                self.timed.append((f, l, a, a + s))
+                self.timed.append((f, last, a, a + s))
         ends: list[tuple[int, int]] = []  # heap of (last event, buffer) of placed, freeable buffers
         for f, not_fixed, _, _, b in order:
             if not not_fixed:
@@ -369,21 +369,21 @@ class _ClassAllocator:
                 _, q = heapq.heappop(ends)
                 self.free.give(int(self.addr[q]), int(self.addr[q] + self.span[q]))
             buf = p.buffers[b]
-            _, l = p.lifetime(b)
+            _, last = p.lifetime(b)
             lo, hi = region_range(t, buf.region)
             a = -1
             if buf.resident and buf.region == REGION_ANY:
                 # Resident data prefers the non-interleaved region: interleaved memory is what the buffers that
                 # need ld128 (region 1 requests) compete for.
-                a = self.choose(b, int(self.span[b]), f, l, *t.region0)
+                a = self.choose(b, int(self.span[b]), f, last, *t.region0)
             if a < 0 and lo < hi:
-                a = self.choose(b, int(self.span[b]), f, l, lo, hi)
+                a = self.choose(b, int(self.span[b]), f, last, lo, hi)
             if a < 0:
                 why = "no hole fits" if lo < hi else "the target has no such region"
                 raise self.fail(b, f, why, (lo, hi), placement_of_failure(), 1)
             self.addr[b] = a
             self.free.take(a, a + int(self.span[b]))
-            heapq.heappush(ends, (l, b))
+            heapq.heappush(ends, (last, b))
 
 
 def allocate(problem: Problem) -> Placement:
@@ -397,9 +397,11 @@ def allocate(problem: Problem) -> Placement:
             raise ValueError(f"buffer '{buf.name}': alignment {buf.align} is not a power of two")
         if buf.count < 1 or (buf.stride and buf.stride < int(sizes[i].max(initial=0))):
             raise ValueError(f"buffer '{buf.name}': sequence stride {buf.stride} below its member size")
-        f, l = problem.lifetime(i)
-        if not (0 <= f <= l < problem.events):
-            raise ValueError(f"buffer '{buf.name}': lifetime [{f}, {l}] outside events [0, {problem.events})")
+        f, last = problem.lifetime(i)
+        if not (0 <= f <= last < problem.events):
+            raise ValueError(
+                f"buffer '{buf.name}': lifetime [{f}, {last}] outside events [0, {problem.events})"
+            )
     tile_class, reps = tile_classes(sizes)
     nc = len(reps)
     partners: dict[int, list[int]] = {}
