@@ -130,3 +130,31 @@ def decode_program(image: bytes, base: int, kernels: dict[str, tuple[int, bool]]
             k += 1
     labels = {name: addr for name, (addr, _) in kernels.items()}
     return Program(base, units, labels, dict(kernels))
+
+
+def encoding_table_markdown() -> str:
+    """The opcode table of docs/asm-encoding.md, generated from the ISA table (a test keeps the doc in sync)."""
+    kind_text = {Kind.M: "$m", Kind.MP: "$m pair", Kind.A: "$a", Kind.AP: "$a pair", Kind.AQ: "$a quad"}
+    rows = [
+        "| opcode | form | syntax | slot | context | category | cycles (worker/supervisor) | fields (bit:width) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for f in FORMS:
+        syntax = (
+            f.mnemonic
+            + " "
+            + ", ".join(
+                (
+                    kind_text.get(o.kind)
+                    or (("s" if o.signed else "z") + f"imm{o.bits}" if o.kind == Kind.IMM else o.kind.value)
+                )
+                + ("+=" if o.postinc else "")
+                for o in f.operands
+            )
+        )
+        fields = ", ".join(f"{o.name} {s}:{w}" for o, (s, w, _) in zip(f.operands, _LAYOUTS[f.opcode]))
+        rows.append(
+            f"| {f.opcode} | `{f.key}` | `{syntax.strip()}` | {f.slot.value} | {f.ctx.value} | {f.category} "
+            f"| {f.cycles}/{f.supervisor_cycles} | {fields} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -102,10 +102,26 @@ class AmpLayout:
     worker_stride: int = 0x800
 
 
-def amp_program(target: Target, fp8_formats: tuple[int, int] | None = None, fp8_scale: int = 0) -> Program:
+# Room for ~180 groups per worker on a full-size tile (the benchmark's layout).
+BENCH_LAYOUT = AmpLayout(
+    weights=0x50000,
+    vertex_state=0x50400,
+    inputs=0x54000,
+    outputs=0x68000,
+    partials=0x80000,
+    worker_stride=0x1800,
+)
+
+
+def amp_program(
+    target: Target,
+    fp8_formats: tuple[int, int] | None = None,
+    fp8_scale: int = 0,
+    lay: AmpLayout | None = None,
+) -> Program:
     """16x16 AMP product per worker: Y = X W^T + P over N groups of 16 inputs (F16, or FP8 when
     fp8_formats = (input format, weight format) is given)."""
-    lay = AmpLayout()
+    lay = lay or AmpLayout()
     fmt, amp = ("F8V8", "f8v8hihov4amp") if fp8_formats else ("F16V4", "f16v4hihov4amp")
     worker = AMP_WORKER.format(zaacc=FP_CLR_ZAACC, amp=amp, fmt=fmt)
     fp8_setup = ""
@@ -124,10 +140,12 @@ def amp_program(target: Target, fp8_formats: tuple[int, int] | None = None, fp8_
     return parse_program(sup + worker, target.sram_base)
 
 
-def amp_setup(sim, n_groups: int, weights: np.ndarray, x: np.ndarray, partials: np.ndarray) -> None:
+def amp_setup(
+    sim, n_groups: int, weights: np.ndarray, x: np.ndarray, partials: np.ndarray, lay: AmpLayout | None = None
+) -> None:
     """Write the AMP example's buffers. weights: [T, 512 B] raw; x: [T, 6, n_groups, 8 B * 4] raw bytes of the
     inputs per group (4 atoms), partials: [T, 6, n_groups, 16] float16."""
-    lay = AmpLayout()
+    lay = lay or AmpLayout()
     T, W = sim.T, sim.W
     tiles = np.arange(T)
     sim.write(lay.weights, weights.reshape(T, -1), tiles=tiles)
@@ -154,9 +172,9 @@ def amp_setup(sim, n_groups: int, weights: np.ndarray, x: np.ndarray, partials: 
     sim.write(lay.vertex_state, vs.reshape(T, -1), tiles=tiles)
 
 
-def amp_outputs(sim, n_groups: int) -> np.ndarray:
+def amp_outputs(sim, n_groups: int, lay: AmpLayout | None = None) -> np.ndarray:
     """[T, 6, n_groups, 16] float16 results of the AMP example."""
-    lay = AmpLayout()
+    lay = lay or AmpLayout()
     out = np.stack(
         [sim.read(lay.outputs + w * lay.worker_stride + 64, n_groups * 32, np.float16) for w in range(sim.W)],
         1,

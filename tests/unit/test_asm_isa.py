@@ -264,3 +264,13 @@ def test_encoding_rejects_bad_words():
     nop = encode_instr(make("nop"))
     with pytest.raises(EncodingError, match="unused operand bits"):
         decode_instr(nop | 1)
+
+
+def test_encoding_doc_is_in_sync_with_the_table():
+    from pathlib import Path
+
+    from ipu.backend.encoding import encoding_table_markdown
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "asm-encoding.md").read_text()
+    assert encoding_table_markdown() in doc
+    assert "project's own" in doc
