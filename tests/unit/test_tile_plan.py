@@ -1,0 +1,158 @@
+"""tile-plan, exchange-lower and exchange-schedule on the tiny ViT: the model computes the same outputs at nn
+(reference evaluator), tile and exchange level, plans are honoured when given, and broken plans are caught."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import PassFailedException, VerifyException
+
+from ipu.dialects import exchange as ex
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.frontend.reference import evaluate
+from ipu.frontend.siglip import PRESETS, build_vision_model
+from ipu.frontend.weights import random_weights
+from ipu.passes.exchange_lower import ExchangeLowerPass
+from ipu.passes.exchange_schedule import ExchangeSchedulePass
+from ipu.passes.nn_outline_repeat import NNOutlineRepeatPass
+from ipu.passes.nn_quantize import NNQuantizeWeightsPass
+from ipu.passes.tile_plan import TilePlanPass, gemm_plan
+from ipu.runtime.tile_interp import TileInterpError, run
+
+CFG = PRESETS["tiny"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    params = random_weights(CFG, seed=0)
+    x = np.random.default_rng(1).standard_normal((1, 3, CFG.image_size, CFG.image_size)).astype(np.float32)
+    return {"pixel_values": x}, params
+
+
+def build(quantize: bool, outline: bool) -> ModuleOp:
+    m = build_vision_model(CFG)
+    if quantize:
+        NNQuantizeWeightsPass().apply(Context(), m)
+    if outline:
+        NNOutlineRepeatPass().apply(Context(), m)
+    return m
+
+
+def close(a: dict, b: dict, tol: float) -> None:
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_allclose(a[k], b[k], rtol=tol, atol=tol, err_msg=k)
+
+
+@pytest.mark.parametrize(
+    "quantize,outline,tiles,mode",
+    [
+        (False, False, 16, "latency"),
+        (True, False, 16, "compact"),
+        (True, True, 16, "latency"),
+        (False, True, 5, "compact"),
+        (True, False, 1, "latency"),
+    ],
+)
+def test_same_result_at_every_level(data, quantize, outline, tiles, mode):
+    inputs, params = data
+    m = build(quantize, outline)
+    ref = evaluate(m, inputs, params, mode="device").outputs
+    ctx = Context()
+    TilePlanPass(tiles=tiles, sram_kib=256).apply(ctx, m)
+    m.verify()
+    assert any(isinstance(o, tl.RepeatOp) for o in m.walk()) == outline
+    at_tile = run(m, inputs, params)
+    close(at_tile, ref, 1e-5)
+    ExchangeLowerPass(tiles=tiles, sram_kib=256).apply(ctx, m)
+    ExchangeSchedulePass(mode=mode, stream_words=16).apply(ctx, m)
+    m.verify()
+    phases = [o for o in m.walk() if isinstance(o, ex.PhaseOp)]
+    assert phases and all(p.mode.data == mode for p in phases)
+    if tiles > 1:
+        assert any(p.cycles.data > 0 for p in phases)
+    at_exchange = run(m, inputs, params)
+    # Transfers are byte copies: exactly the tile-level result.
+    for k in at_tile:
+        np.testing.assert_array_equal(at_exchange[k], at_tile[k], err_msg=k)
+    assert m.attributes["exchange.exchange_cycles"].value.data > 0 or tiles == 1
+
+
+def test_big_gemms_use_all_tiles():
+    m = build(True, False)
+    TilePlanPass(tiles=16, sram_kib=256).apply(Context(), m)
+    grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
+    # The encoder's [16, 64] x [64, 128] GEMM (fc1) has 16 x 128 outputs: it must use all 16 tiles.
+    assert max(gm * gn for gm, gn in grids) == 16
+
+
+def test_plan_override_is_honoured(data):
+    inputs, params = data
+    m = build(False, False)
+    fc1 = next(o for o in m.walk() if isinstance(o, nn.LinearOp) and o.result.type.get_shape()[-1] == 128)
+    # Force a 4 x 2 grid with amp16 weight panels, f16 arithmetic (a late cast of f32 operands).
+    fc1.attributes[tl.PLAN_ATTR] = gemm_plan(4, 2, 4, 64, 64, 3, "f16", "late", "amp16", 0)
+    ref = evaluate(m, inputs, params, mode="device").outputs
+    ctx = Context()
+    TilePlanPass(tiles=16, sram_kib=256).apply(ctx, m)
+    assert fc1.attributes[tl.PLAN_ATTR].get("grid") == (4, 2)
+    assert fc1.attributes[tl.LAYOUT_ATTR].table().min() == 3  # base tile 3
+    w_layout = tl.layout_of(fc1.weight)
+    assert w_layout.order.data == "amp16" and w_layout.replicas.data == 4
+    out = run(m, inputs, params)
+    # f16 operands: close to the f32 reference, but not equal.
+    close(out, ref, 5e-2)
+    assert any(np.abs(out[k] - ref[k]).max() > 0 for k in out)
+    ExchangeLowerPass(tiles=16, sram_kib=256).apply(ctx, m)
+    ExchangeSchedulePass().apply(ctx, m)
+    m.verify()
+    out2 = run(m, inputs, params)
+    for k in out:
+        np.testing.assert_array_equal(out2[k], out[k])
+
+
+def test_bad_override_is_rejected():
+    m = build(False, False)
+    fc1 = next(o for o in m.walk() if isinstance(o, nn.LinearOp) and o.result.type.get_shape()[-1] == 128)
+    fc1.attributes[tl.PLAN_ATTR] = gemm_plan(8, 4, 2, 64, 32, 0, "f32", "late", "row_major", 0)
+    with pytest.raises(PassFailedException, match="does not cover"):
+        TilePlanPass(tiles=16, sram_kib=256).apply(Context(), m)
+
+
+def test_missing_transfer_is_caught(data):
+    inputs, params = data
+    m = build(False, False)
+    ctx = Context()
+    TilePlanPass(tiles=8, sram_kib=256).apply(ctx, m)
+    ExchangeLowerPass(tiles=8, sram_kib=256).apply(ctx, m)
+    phase = next(o for o in m.walk() if isinstance(o, ex.PhaseOp) and len(o.recv_table()) > 1)
+    recvs = phase.recv_table()
+    phase.recvs = ex.table_attr(recvs[1:], 5)  # drop one receive
+    with pytest.raises(VerifyException):
+        m.verify()
+    with pytest.raises(TileInterpError, match="never receives"):
+        run(m, inputs, params)
+
+
+def test_wrong_operand_layout_is_caught(data):
+    inputs, params = data
+    m = build(False, False)
+    TilePlanPass(tiles=8, sram_kib=256).apply(Context(), m)
+    # Give a GEMM's x operand only replica 0 of each row panel: other tiles of the row lack data.
+    rel = next(o for o in m.walk() if isinstance(o, tl.RelayoutOp) and o.layout.replicas.data > 1)
+    lay = rel.layout
+    rel.layout = tl.LayoutAttr(lay.shape_, lay.block_, lay.table()[:, :1], lay.dtype)
+    with pytest.raises(TileInterpError, match="lacks operand data"):
+        run(m, inputs, params)
+
+
+def test_full_size_layer_plan_shape():
+    """Planning alone for one So400m layer on 1472 tiles: the big GEMMs use (nearly) all tiles."""
+    m = build_vision_model(PRESETS["so400m-patch14-384"].with_layers(1))
+    NNQuantizeWeightsPass().apply(Context(), m)
+    TilePlanPass().apply(Context(), m)
+    grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
+    assert max(gm * gn for gm, gn in grids) >= 0.9 * 1472
