@@ -18,6 +18,7 @@ _PROJECT_DIALECTS: list[tuple[str, str, str]] = [
     ("asm", "ipu.dialects.asm", "ASM"),
     ("tile", "ipu.dialects.tile", "TILE"),
     ("exchange", "ipu.dialects.exchange", "EXCHANGE"),
+    ("memory", "ipu.dialects.memory", "MEMORY"),
 ]
 
 _BUILTIN_DIALECTS: list[tuple[str, str, str]] = [
