@@ -30,7 +30,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, DenseIntOrFPElementsAttr, IntAttr, StringAttr, TensorType
+from xdsl.dialects.builtin import (
+    I64,
+    ArrayAttr,
+    DenseIntOrFPElementsAttr,
+    IntegerAttr,
+    StringAttr,
+    TensorType,
+    i64,
+)
 from xdsl.ir import Dialect, SSAValue
 from xdsl.irdl import (
     IRDLOperation,
@@ -63,12 +71,12 @@ class SyncOp(IRDLOperation):
 
     name = "exchange.sync"
     zone = prop_def(StringAttr)
-    cycles = prop_def(IntAttr)
+    cycles = prop_def(IntegerAttr[I64])
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$zone attr-dict"
 
     def __init__(self, cycles: int, zone: str = "internal"):
-        super().__init__(properties={"zone": StringAttr(zone), "cycles": IntAttr(cycles)})
+        super().__init__(properties={"zone": StringAttr(zone), "cycles": IntegerAttr(cycles, i64)})
 
 
 @irdl_op_definition
@@ -82,12 +90,12 @@ class PhaseOp(IRDLOperation):
     sends = prop_def(DenseIntOrFPElementsAttr)
     recvs = prop_def(DenseIntOrFPElementsAttr)
     copies = prop_def(DenseIntOrFPElementsAttr)
-    tiles = prop_def(IntAttr)
-    latency = prop_def(IntAttr)
-    row_budget = prop_def(IntAttr)
+    tiles = prop_def(IntegerAttr[I64])
+    latency = prop_def(IntegerAttr[I64])
+    row_budget = prop_def(IntegerAttr[I64])
     mode = prop_def(StringAttr)
-    cycles = prop_def(IntAttr)
-    max_row_bytes = opt_prop_def(IntAttr)
+    cycles = prop_def(IntegerAttr[I64])
+    max_row_bytes = opt_prop_def(IntegerAttr[I64])
     row_bytes = opt_prop_def(DenseIntOrFPElementsAttr)
     irdl_options = (ParsePropInAttrDict(),)
     assembly_format = "$sources attr-dict `:` type($sources) `->` type($res)"
@@ -111,11 +119,11 @@ class PhaseOp(IRDLOperation):
                 "sends": table_attr(sends, 5),
                 "recvs": table_attr(recvs, 5),
                 "copies": table_attr(copies, 5),
-                "tiles": IntAttr(tiles),
-                "latency": IntAttr(latency),
-                "row_budget": IntAttr(row_budget),
+                "tiles": IntegerAttr(tiles, i64),
+                "latency": IntegerAttr(latency, i64),
+                "row_budget": IntegerAttr(row_budget, i64),
                 "mode": StringAttr("none"),
-                "cycles": IntAttr(0),
+                "cycles": IntegerAttr(0, i64),
             },
         )
 
@@ -134,15 +142,15 @@ class PhaseOp(IRDLOperation):
         s = (self.send_table() if sends is None else sends).copy()
         r = (self.recv_table() if recvs is None else recvs).copy()
         s[:, 4] = send_cycles
-        r[:, 4] = send_cycles[r[:, 3]] + self.latency.data if len(r) else r[:, 4]
+        r[:, 4] = send_cycles[r[:, 3]] + self.latency.value.data if len(r) else r[:, 4]
         self.sends = table_attr(s, 5)
         self.recvs = table_attr(r, 5)
         self.mode = StringAttr(mode)
         ends = r[:, 4] + words(s[r[:, 3], 3]) if len(r) else np.zeros(1, np.int64)
-        self.cycles = IntAttr(int(ends.max()) if len(r) else 0)
-        per_tile = encoded_row_bytes(s, r, self.tiles.data)
+        self.cycles = IntegerAttr(int(ends.max()) if len(r) else 0, i64)
+        per_tile = encoded_row_bytes(s, r, self.tiles.value.data)
         self.row_bytes = tl.dense_i32(per_tile[:, None])
-        self.max_row_bytes = IntAttr(int(per_tile.max()) if len(per_tile) else 0)
+        self.max_row_bytes = IntegerAttr(int(per_tile.max()) if len(per_tile) else 0, i64)
 
     def verify_(self) -> None:
         if self.mode.data not in SCHEDULE_MODES:
@@ -161,9 +169,9 @@ class PhaseOp(IRDLOperation):
             self.send_table(),
             self.recv_table(),
             self.copy_table(),
-            self.tiles.data,
-            self.latency.data,
-            self.row_budget.data,
+            self.tiles.value.data,
+            self.latency.value.data,
+            self.row_budget.value.data,
             src_layouts,
             list(self.layouts.data),
         )

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 import numpy as np
 from xdsl.dialects.builtin import (
+    I64,
     ArrayAttr,
     BytesAttr,
     DenseIntOrFPElementsAttr,
@@ -38,9 +39,11 @@ from xdsl.dialects.builtin import (
     Float16Type,
     Float32Type,
     IntAttr,
+    IntegerAttr,
     StringAttr,
     TensorType,
     i32,
+    i64,
 )
 from xdsl.ir import Attribute, Dialect, Operation, ParametrizedAttribute, SSAValue
 from xdsl.irdl import (
@@ -650,7 +653,7 @@ class RepeatOp(IRDLOperation):
     name = "tile.repeat"
     carried = var_operand_def(TensorType)
     stacked = var_operand_def(TensorType)
-    count = prop_def(IntAttr)
+    count = prop_def(IntegerAttr[I64])
     arg_layouts = prop_def(ArrayAttr[LayoutAttr])
     res = var_result_def(TensorType)
     body = region_def("single_block")
@@ -664,10 +667,14 @@ class RepeatOp(IRDLOperation):
     def __init__(self, count: int, carried, stacked, arg_layouts: Sequence[LayoutAttr], body):
         super().__init__(
             operands=[carried, stacked],
-            properties={"count": IntAttr(count), "arg_layouts": ArrayAttr(arg_layouts)},
+            properties={"count": IntegerAttr(count, i64), "arg_layouts": ArrayAttr(arg_layouts)},
             result_types=[[v.type for v in carried]],
             regions=[body],
         )
+
+    @property
+    def iterations(self) -> int:
+        return self.count.value.data
 
     def verify_(self) -> None:
         block = self.body.block

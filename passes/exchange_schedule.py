@@ -160,8 +160,8 @@ def schedule_phase(phase: ex.PhaseOp, mode: str, stream_words: int) -> None:
     sends, recvs = phase.send_table(), phase.recv_table()
     if mode == "compact":
         sends, recvs = split_chunks(sends, recvs, stream_words * ex.WORD_BYTES)
-    rank = priority(sends, recvs, phase.tiles.data, mode)
-    starts = schedule_starts(sends, recvs, rank, phase.latency.data)
+    rank = priority(sends, recvs, phase.tiles.value.data, mode)
+    starts = schedule_starts(sends, recvs, rank, phase.latency.value.data)
     phase.set_schedule(starts, mode, sends, recvs)
 
 
@@ -170,16 +170,16 @@ def block_cycles(block: Block) -> tuple[int, int, int]:
     comp = exch = sync = 0
     for op in block.ops:
         if isinstance(op, ex.PhaseOp):
-            exch += op.cycles.data
+            exch += op.cycles.value.data
             copies = op.copy_table()
             if len(copies):
                 per_tile = np.bincount(copies[:, 0], weights=copies[:, 4])
                 comp += cm.copy_cycles(int(per_tile.max()))
         elif isinstance(op, ex.SyncOp):
-            sync += op.cycles.data
+            sync += op.cycles.value.data
         elif isinstance(op, tl.RepeatOp):
             c, e, s = block_cycles(op.body.block)
-            n = op.count.data
+            n = op.iterations
             comp, exch, sync = comp + n * c, exch + n * e, sync + n * s
         else:
             plan = op.attributes.get(tl.PLAN_ATTR)
@@ -211,12 +211,12 @@ class ExchangeSchedulePass(ModulePass):
         phases = [o for o in op.walk() if isinstance(o, ex.PhaseOp)]
         for p in phases:
             schedule_phase(p, self.mode, self.stream_words)
-            per_tile = ex.encoded_row_bytes(p.send_table(), p.recv_table(), p.tiles.data)
+            per_tile = ex.encoded_row_bytes(p.send_table(), p.recv_table(), p.tiles.value.data)
             worst = int(per_tile.argmax()) if len(per_tile) else 0
-            if len(per_tile) and per_tile[worst] > p.row_budget.data:
+            if len(per_tile) and per_tile[worst] > p.row_budget.value.data:
                 raise PassFailedException(
                     f"exchange-schedule: exchange.phase: tile {worst} needs {int(per_tile[worst])} bytes of "
-                    f"exchange rows in {self.mode} mode, over the budget of {p.row_budget.data}"
+                    f"exchange rows in {self.mode} mode, over the budget of {p.row_budget.value.data}"
                 )
         comp = exch = sync = 0
         for f in op.ops:

@@ -303,7 +303,7 @@ class Interpreter:
         stacked = [self.values[v] for v in op.stacked]
         args = op.body.block.args
         nc = len(carried)
-        for i in range(op.count.data):
+        for i in range(op.iterations):
             for a, v in zip(args[:nc], carried):
                 self.values[a] = v
             for a, s in zip(args[nc:], stacked):
