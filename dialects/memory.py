@@ -62,13 +62,14 @@ RESERVE_KINDS = (
 )
 
 
-def class_table(values: np.ndarray) -> Attribute:
-    """A per-class int column: one IntAttr when all equal (ignoring absent classes, -1), else a [C, 1] table."""
+def class_table(values: np.ndarray, absent: int = -1) -> Attribute:
+    """A per-class int column (-1 marks classes that do not hold the buffer): one IntAttr when every holding
+    class has the same value, else a [C, 1] table with `absent` for the classes that do not hold it."""
     values = np.asarray(values, dtype=np.int64).reshape(-1)
     present = values[values >= 0]
-    if present.size and np.all(present == present[0]) and present.size == values.size:
+    if present.size and np.all(present == present[0]):
         return IntAttr(int(present[0]))
-    col = np.ascontiguousarray(values.astype(np.int32)[:, None])
+    col = np.ascontiguousarray(np.where(values >= 0, values, absent).astype(np.int32)[:, None])
     return DenseIntOrFPElementsAttr(TensorType(i32, list(col.shape)), BytesAttr(col.tobytes()))
 
 

@@ -1,0 +1,415 @@
+"""`memory-plan`: places every buffer in every tile's SRAM (exchange level -> memory level).
+
+Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `tile.repeat` loops) and writes the
+`memory` dialect's decisions onto it (see `dialects/memory.py`); nothing is moved or rewritten.
+
+1. Events: `number_events` numbers the program points of a function (host input = 0, one per phase and compute
+   operator, a `tile.repeat` body once between its start and its `tile.yield`, host output last).
+2. Buffers: one per laid-out value (an operator's result, a phase's result, a parameter, an input, a carried
+   block argument of a repeat), with per-tile bytes = the value's shard on that tile (`LayoutGeometry`).
+   Parameters (and host-folded values computed from parameters only) are resident and host-visible; a stacked
+   parameter (`stack = L`) is a Repeat sequence of L members at a fixed stride, whose body block argument is the
+   current member (no buffer of its own). Inputs live from event 0, outputs until the last event. A value used
+   inside a repeat body but defined outside lives until the body's end (every iteration reads it). A "view" plan
+   (unit-dim reshape) shares its operand's buffer. Values without a layout stay on the host (no buffer).
+3. Constraints: GEMM results go to interleaved memory (region 1, 16-byte aligned, when the target has one) and
+   must not share a memory element with the GEMM's operands (poplibs `elem(**in) != elem(**out)`).
+4. Support reservations from the target model and the options: runtime state (stacks grow down inside it) and
+   host descriptors at the bottom of region 0, kernel code and tile programs (`reserve-code-bytes`) and exchange
+   tables (`exchange-table-bytes`, by default the largest per-tile sum of the phases' encoded rows) in whole
+   16 KiB elements at the top of region 0, and the host aperture, reserved at the host events only (transient
+   buffers may borrow it in between unless `aperture-reuse=false`).
+5. `memory_alloc.allocate` places everything per tile class; the result is recorded as `memory.plan`,
+   `memory.reserve` ops and `memory.buffers` / `memory.args` attributes. A buffer that does not fit fails the pass
+   with the allocator's diagnostic (tile, event, request, live buffers, largest hole).
+
+Gaps (said here so nobody is surprised): in-place operators and copy elimination are not modelled (each
+operator's result is a new buffer; a repeat's carried block argument, its yield operand and its result are
+three buffers); kernel scratch and access tails are not yet requested (the kernels do not exist yet); only the
+GEMM element constraint is declared; the code size is an option, not measured from the asm level.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ArrayAttr, ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, SSAValue
+from xdsl.passes import ModulePass
+from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.utils.exceptions import PassFailedException
+
+from ipu.backend.target import Target
+from ipu.dialects import exchange as ex
+from ipu.dialects import memory as mem
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.passes import memory_alloc as ma
+from ipu.passes.tile_plan import target_for
+
+NO_EVENT_OPS = (ex.SyncOp, func.ReturnOp, nn.ParamOp, nn.InputOp, nn.OutputOp, mem.PlanOp, mem.ReserveOp)
+REGION_OF = {ma.REGION_ANY: "any", ma.REGION_0: "r0", ma.REGION_1: "r1"}
+
+
+def _label(v: SSAValue) -> str:
+    return f"%{v.name_hint}" if v.name_hint else f"#{v.index}" if isinstance(v, BlockArgument) else "%?"
+
+
+def op_label(op: Operation) -> str:
+    hint = op.results[0].name_hint if op.results and op.results[0].name_hint else None
+    return f"{op.name}{' %' + hint if hint else ''}"
+
+
+@dataclass
+class Events:
+    """Event numbering of one function: `start[op]` its event, `end[op]` its last (a repeat's yield event)."""
+
+    start: dict[Operation, int]
+    end: dict[Operation, int]
+    names: list[str]
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+
+def number_events(f: func.FuncOp) -> Events:
+    """Events of a function in program order (see the module docstring); the one definition of event numbers."""
+    start: dict[Operation, int] = {}
+    end: dict[Operation, int] = {}
+    names = ["host input"]
+
+    def walk(block: Block) -> None:
+        for op in block.ops:
+            if isinstance(op, NO_EVENT_OPS):
+                continue
+            start[op] = len(names)
+            names.append(op_label(op))
+            if isinstance(op, tl.RepeatOp):
+                walk(op.body.block)
+                end[op] = end[op.body.block.last_op]  # the yield's event: the body's last point
+            else:
+                end[op] = start[op]
+
+    walk(f.body.block)
+    names.append("host output")
+    return Events(start, end, names)
+
+
+def shard_bytes(layout: tl.LayoutAttr, num_tiles: int) -> np.ndarray:
+    """Bytes of one slice of the layout on every tile (a stacked layout's member)."""
+    g = layout.geometry().shard_elems * tl.element_bytes(layout.dtype)
+    out = np.zeros(num_tiles, np.int64)
+    n = min(num_tiles, len(g))
+    out[:n] = g[:n]
+    return out
+
+
+def _host_sources(v: SSAValue) -> set[type]:
+    """The kinds of sources (nn.param / nn.input) a host-folded value is computed from."""
+    owner = v.owner
+    if isinstance(owner, nn.ParamOp | nn.InputOp):
+        return {type(owner)}
+    if isinstance(owner, Operation):
+        return set().union(*(_host_sources(o) for o in owner.operands)) if owner.operands else set()
+    return set()
+
+
+def _plan_kind(op: Operation) -> str | None:
+    plan = op.attributes.get(tl.PLAN_ATTR)
+    return plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
+
+
+class _Builder:
+    """Collects the buffers of one function as allocator requests."""
+
+    def __init__(self, f: func.FuncOp, target: Target, events: Events, gemm_interleaved: bool):
+        self.f, self.target, self.events = f, target, events
+        self.gemm_interleaved = gemm_interleaved and target.region1[0] < target.region1[1]
+        self.buffers: list[ma.Buffer] = []
+        self.sizes: list[np.ndarray] = []
+        self.value_buffer: dict[SSAValue, int] = {}
+        self.pairs: list[tuple[int, int]] = []
+
+    def add(self, buf: ma.Buffer, sizes: np.ndarray) -> int:
+        self.buffers.append(buf)
+        self.sizes.append(sizes)
+        return len(self.buffers) - 1
+
+    def last_use(self, v: SSAValue, def_block: Block) -> int:
+        """The event of v's last use, a use inside a nested repeat counting as the repeat's end."""
+        last = -1
+        for use in v.uses:
+            op = use.operation
+            while op.parent_block() is not def_block and op.parent_op() is not None:
+                op = op.parent_op()
+            if isinstance(op, nn.OutputOp):
+                return self.events.count - 1
+            if isinstance(op, tl.RepeatOp) and use.operation is op and use.index < len(op.carried):
+                last = max(last, self.events.start[op])  # copied into the carried argument at the start
+                continue
+            if isinstance(op, tl.YieldOp):
+                last = max(last, self.events.end[op.parent_op()])
+            elif op in self.events.end:
+                last = max(last, self.events.end[op])
+        return last
+
+    def value(self, v: SSAValue, first: int, block: Block, owner_label: str) -> None:
+        layout = tl.layout_of(v)
+        if layout is None:
+            return
+        op = v.owner
+        n = self.target.num_tiles
+        if int(layout.table().max()) >= n:
+            raise PassFailedException(
+                f"memory-plan: {owner_label}: layout of {_label(v)} names tile {int(layout.table().max())}, "
+                f"the target has {n}"
+            )
+        if isinstance(op, Operation) and _plan_kind(op) == "view":
+            self.value_buffer[v] = self.value_buffer[op.operands[0]]  # same storage as its operand
+            return
+        sizes = shard_bytes(layout, n)
+        count = max(1, layout.stack.data)
+        last = max(first, self.last_use(v, block))
+        # Host-written values: parameters, inputs, and what the host folds from them (plan kind "host").
+        kind: set[type] = set()
+        if isinstance(op, nn.ParamOp | nn.InputOp) or (
+            isinstance(op, Operation) and _plan_kind(op) == "host"
+        ):
+            kind = _host_sources(v)
+        resident = bool(kind) and nn.InputOp not in kind
+        region, align = ma.REGION_ANY, 8
+        if isinstance(op, Operation) and isinstance(op.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr):
+            if self.gemm_interleaved:
+                region, align = ma.REGION_1, 16
+        host = bool(kind) or last == self.events.count - 1
+        b = self.add(
+            ma.Buffer(
+                name=_label(v),
+                owner=owner_label,
+                align=align,
+                region=region,
+                first=0 if kind else first,
+                last=last,
+                resident=resident,
+                host_io=host,
+                count=count,
+            ),
+            sizes,
+        )
+        self.value_buffer[v] = b
+
+    def block(self, block: Block) -> None:
+        for op in block.ops:
+            if isinstance(op, tl.RepeatOp):
+                first = self.events.start[op]
+                body = op.body.block
+                for i, arg in enumerate(body.args[: len(op.carried)]):
+                    self.value(arg, first, body, f"tile.repeat carried argument #{i}")
+                    if self.value_buffer.get(arg) is not None:
+                        b = self.value_buffer[arg]
+                        self.buffers[b] = _replace(self.buffers[b], last=self.events.end[op])
+                for arg, operand in zip(body.args[len(op.carried) :], op.stacked):
+                    if operand in self.value_buffer:  # the current member of the operand's sequence
+                        self.value_buffer[arg] = self.value_buffer[operand]
+                self.block(body)
+                for r in op.results:
+                    self.value(r, self.events.end[op], block, op_label(op))
+                continue
+            first = self.events.start.get(op, 0)
+            for r in op.results:
+                self.value(r, first, block, op_label(op))
+            plan = op.attributes.get(tl.PLAN_ATTR)
+            if isinstance(plan, tl.GemmPlanAttr) and op.results and op.results[0] in self.value_buffer:
+                out = self.value_buffer[op.results[0]]
+                for x in op.operands[:2]:
+                    if x in self.value_buffer:
+                        self.pairs.append((self.value_buffer[x], out))
+
+
+def _replace(buf: ma.Buffer, **kw) -> ma.Buffer:
+    from dataclasses import replace
+
+    return replace(buf, **kw)
+
+
+def exchange_table_bytes(f: func.FuncOp, num_tiles: int) -> int:
+    """The largest per-tile sum of encoded exchange rows over all phases of the function."""
+    total = np.zeros(num_tiles, np.int64)
+    for op in f.walk():
+        if isinstance(op, ex.PhaseOp):
+            if op.row_bytes is not None:
+                rows = tl.dense_to_numpy(op.row_bytes).reshape(-1).astype(np.int64)
+            else:
+                rows = ex.encoded_row_bytes(op.send_table(), op.recv_table(), op.tiles.data)
+            m = min(num_tiles, len(rows))
+            total[:m] += rows[:m]
+    return int(total.max(initial=0))
+
+
+@dataclass(frozen=True)
+class MemoryPlanPass(ModulePass):
+    """Places every buffer of every tile (exchange level -> memory level)."""
+
+    name = "memory-plan"
+
+    tiles: int = 0
+    """Tiles of the target (0: the full IPU21)."""
+    sram_kib: int = 624
+    """SRAM per tile of the target, KiB."""
+    reserve_code_bytes: int = 48 * 1024
+    """Kernel code and tile programs (region 0, rounded up to whole 16 KiB elements); seed 000: ~42 KiB."""
+    exchange_table_bytes: int = -1
+    """Exchange tables per tile (rounded up to elements); -1: the largest per-tile sum of the phases' rows."""
+    host_descriptor_bytes: int = 256
+    """Host transfer descriptors, placed after the runtime state."""
+    aperture_reuse: bool = True
+    """Let transient buffers borrow the host aperture between host phases."""
+    gemm_interleaved: bool = True
+    """Put GEMM results in interleaved memory (region 1) when the target has it."""
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for key in ("reserve_code_bytes", "host_descriptor_bytes"):
+            if getattr(self, key) < 0:
+                raise PassFailedException(f"memory-plan: {key.replace('_', '-')} must be >= 0")
+        if self.exchange_table_bytes < -1:
+            raise PassFailedException(
+                "memory-plan: exchange-table-bytes must be >= 0 (or -1: from the phases)"
+            )
+        try:
+            target = target_for(self.tiles, self.sram_kib)
+        except ValueError as e:
+            raise PassFailedException(f"memory-plan: {e}") from None
+        for f in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
+            if any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+                raise PassFailedException(f"memory-plan: @{f.sym_name.data} already has a memory.plan")
+            self.plan_function(f, target)
+
+    def support(self, f: func.FuncOp, target: Target, events: int) -> list[tuple[str, ma.Buffer, int]]:
+        """(kind, fixed buffer, bytes) of the support reservations, from the target model and the options."""
+        e0 = target.region0_element_bytes
+        r0_lo, r0_hi = target.region0
+        runtime = target.runtime_state_bytes
+        out = [("runtime_state", r0_lo, runtime, 8)]
+        desc_at = ma.align_up(r0_lo + runtime, 8)
+        if self.host_descriptor_bytes:
+            out.append(("host_descriptors", desc_at, self.host_descriptor_bytes, 8))
+        xbytes = self.exchange_table_bytes
+        if xbytes < 0:
+            xbytes = exchange_table_bytes(f, target.num_tiles)
+        code = ma.align_up(self.reserve_code_bytes, e0)
+        xtab = ma.align_up(xbytes, e0)
+        top = ma.align_down(r0_hi, e0)
+        floor = max(ma.align_up(desc_at + self.host_descriptor_bytes, e0), target.host_aperture[1])
+        if top - code - xtab < floor:
+            raise PassFailedException(
+                f"memory-plan: code ({code} B) and exchange tables ({xtab} B) need {code + xtab} B of whole "
+                f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
+            )
+        if code:
+            out.append(("code", top - code, code, e0))
+        if xtab:
+            out.append(("exchange_tables", top - code - xtab, xtab, e0))
+        return [
+            (
+                kind,
+                ma.Buffer(
+                    kind,
+                    owner="support",
+                    kind=kind,
+                    align=align,
+                    region=ma.REGION_0,
+                    fixed=addr,
+                    resident=True,
+                ),
+                size,
+            )
+            for kind, addr, size, align in out
+        ]
+
+    def plan_function(self, f: func.FuncOp, target: Target) -> None:
+        events = number_events(f)
+        n = target.num_tiles
+        builder = _Builder(f, target, events, self.gemm_interleaved)
+        support = self.support(f, target, events.count)
+        for _, buf, size in support:
+            builder.add(buf, np.full(n, size, np.int64))
+        builder.block(f.body.block)
+        host_events = (0, events.count - 1)
+        problem = ma.Problem(
+            target,
+            builder.buffers,
+            np.array(builder.sizes, np.int64).reshape(len(builder.buffers), n),
+            events.count,
+            np.array(builder.pairs, np.int64).reshape(-1, 2),
+            host_events=host_events,
+            event_names=events.names,
+        )
+        if not self.aperture_reuse:
+            # Every buffer stays out of the aperture (host-visible buffers already do).
+            problem.buffers = [_replace(b, host_io=True) if b.fixed < 0 else b for b in problem.buffers]
+        try:
+            placement = ma.allocate(problem)
+        except ma.PlacementError as err:
+            raise PassFailedException(f"memory-plan: @{f.sym_name.data}: {err}") from None
+        self.record(f, target, problem, placement, events, support, builder)
+
+    def record(self, f, target, problem, placement, events, support, builder) -> None:
+        def attr(b: int) -> mem.BufferAttr:
+            buf = problem.buffers[b]
+            addr = placement.class_addr[b]
+            member = problem.sizes[b][placement_reps(placement)]
+            present = addr >= 0
+            stride = np.where(present, [ma.stride_of(buf, int(m)) if m else -1 for m in member], -1)
+            return mem.BufferAttr(
+                mem.class_table(addr),
+                mem.class_table(np.where(present, member, -1), absent=0),
+                problem.lifetime(b),
+                REGION_OF[buf.region],
+                buf.align,
+                buf.count,
+                mem.class_table(stride, absent=0) if buf.count > 1 else 0,
+                buf.resident,
+                buf.host_io,
+            )
+
+        ops = [
+            mem.PlanOp(
+                target.num_tiles,
+                events.count,
+                problem.host_events,
+                (target.sram_base, target.region1_base, target.sram_end),
+                target.host_aperture,
+                placement.tile_class,
+                placement.class_high,
+            )
+        ]
+        for i, (kind, _, _) in enumerate(support):
+            ops.append(mem.ReserveOp(kind, attr(i)))
+        ap0, ap1 = target.host_aperture
+        if ap0 < target.sram_end:
+            for e in problem.host_events:
+                ops.append(
+                    mem.ReserveOp(
+                        "host_aperture", mem.BufferAttr(ap0, min(ap1, target.sram_end) - ap0, (e, e), "r0")
+                    )
+                )
+        Rewriter.insert_op(ops, InsertPoint.at_start(f.body.block))
+        for op in f.walk():
+            if isinstance(op, tl.RepeatOp):
+                args = [builder.value_buffer.get(a) for a in op.body.block.args[: len(op.carried)]]
+                if all(b is not None for b in args) and args:
+                    op.attributes[mem.ARGS_ATTR] = ArrayAttr([attr(b) for b in args])
+            bufs = [builder.value_buffer.get(r) for r in op.results]
+            if bufs and all(b is not None for b in bufs):
+                op.attributes[mem.BUFFERS_ATTR] = ArrayAttr([attr(b) for b in bufs])
+
+
+def placement_reps(placement: ma.Placement) -> np.ndarray:
+    """A representative tile of each class."""
+    reps = np.zeros(placement.num_classes, np.int64)
+    reps[placement.tile_class[::-1]] = np.arange(len(placement.tile_class))[::-1]
+    return reps
