@@ -47,21 +47,7 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
     y = ex.amp_outputs(sim, groups, lay=lay)
     ref = np.einsum("twnk,tek->twne", x.astype(np.float32), w.astype(np.float32)) + p
     assert np.allclose(y, ref, rtol=2e-2, atol=2e-2), "benchmark results are wrong"
-    state = sum(
-        a.nbytes
-        for a in (
-            sim.sram,
-            sim.wstate,
-            sim.m,
-            sim.a,
-            sim.csr,
-            sim.acc_cur,
-            sim.acc_next,
-            sim.acc_done,
-            sim.amp_x,
-            sim.cwei,
-        )
-    )
+    state = sum(sim.state_bytes().values())
     return {
         "tiles": tiles,
         "contexts": tiles * 6,

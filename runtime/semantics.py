@@ -45,6 +45,7 @@ from ipu.backend.isa import (
 from ipu.backend.isa import WORKER_CSRS as WC
 from ipu.runtime import fp8
 from ipu.runtime.errors import SimError
+from ipu.runtime.halfconv import f16_bits_to_f32, f32_to_f16_bits
 
 WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
 WRITTEN = 3
@@ -403,18 +404,41 @@ def _bank_conflict(sim, g, ins, x, y, what):
 
 def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     """Shared body of the pace forms. loads: which of addr0/addr1 are loaded; store: addr2 stored from the ARF
-    pair store_src (stored before the loads' registers are written, so overlapping registers read old values)."""
+    pair store_src (stored before the loads' registers are written, so overlapping registers read old values).
+
+    The (up to three) accesses are checked and gathered together, as one [k, n] array: this is the simulator's
+    hottest path (the AMP inner loop), and one numpy call per check instead of three matters."""
     areg = ins.operand("addr")
     acc = list(unpack_triple(sim.m[sel, areg], sim.m[sel, areg + 1]))
-    stride = ins.operand("stride")
     used = list(loads) + ([2] if store else [])
     for i, j in ((0, 1), (0, 2), (1, 2)):
         if i in used and j in used:
             _bank_conflict(sim, g, ins, acc[i], acc[j], f"addresses {i} and {j}")
-    out = [_words(sim, g, sel, ins, acc[i], 8) for i in loads]
-    if store:
-        sim.flat64[_words(sim, g, sel, ins, acc[2], 8, store=True)] = _a64(sim, sel, store_src)
-    data = [sim.flat64[w] for w in out]
+    addrs = np.stack([acc[i] for i in used])  # [k, n] uint32
+    off = addrs - U32(sim.base)
+    if (off > sim.end - sim.base - 8).any():
+        k, i = np.argwhere((addrs < sim.base) | (off > sim.end - sim.base - 8))[0]
+        sim.fail("bounds", "8-byte access outside tile SRAM", g, ins, i, addrs[k, i])
+    if np.bitwise_and(addrs, 7).any():
+        k, i = np.argwhere(addrs & 7)[0]
+        sim.fail("alignment", "misaligned 8-byte access", g, ins, i, addrs[k, i])
+    words = (off >> 3) + sim.ctx_word_base[sel]  # [k, n] int64
+    nl = len(loads)
+    if store or sim.check_poison:
+        st = sim.flat_state[words]
+        if sim.check_poison and nl:
+            bad = np.bitwise_and(st[:nl], WRITTEN) != WRITTEN
+            if bad.any():
+                k, i = np.argwhere(bad)[0]
+                sim.fail("poison", "load of memory never written since load", g, ins, i, addrs[k, i])
+        if store:
+            if np.bitwise_and(st[nl], PROTECTED).any():
+                i = _first((st[nl] & PROTECTED) != 0)
+                sim.fail("protected", "store into code or a reserved range", g, ins, i, addrs[nl, i])
+            sim.flat_state[words[nl]] = st[nl] | WRITTEN
+            sim.flat64[words[nl]] = _a64(sim, sel, store_src)
+    data = sim.flat64[words[:nl]] if nl else ()
+    stride = ins.operand("stride")
     for i, bits in sel_bits:
         acc[i] = acc[i] + _stride_inc(sim, sel, stride, bits)
     lo, hi = _pack_u32(*acc)
@@ -641,10 +665,12 @@ def _csr_write(sim, g, sel, ins, c, vals):
     if not g.supervisor and c == WC["FP_CLR"]:
         zero = (np.broadcast_to(vals, (len(g.idx),)) & FP_CLR_ZAACC) != 0
         rows = sel if zero.all() else g.idx[zero]
-        for arr in (sim.acc_cur, sim.acc_next, sim.acc_done, sim.amp_x):
+        for arr in (sim.acc_cur, sim.amp_next_raw, sim.amp_done_raw, sim.amp_xraw):
             arr[rows] = 0
         sim.amp_kind[rows] = 0
         return
+    if g.supervisor and c in (SC["FP_INFMT"], SC["FP_ISCL"]):
+        amp_flush(sim)  # pending FP8 products use the old formats/scale
     sim.csr[sel, _col(c)] = vals
 
 
@@ -874,29 +900,34 @@ def sem_f16v8tof8(sim, g, sel, ins):
 
 
 def amp_flush(sim, sel=None) -> None:
-    """Add the products of the pending AMP group (inputs kept in sim.amp_x) to the in-progress accumulators.
+    """Add the products of the pending AMP group (raw inputs kept in sim.amp_xraw) to the in-progress sums.
 
     Deferring the products to the end of a group is exact with respect to what a program can observe: the
     in-progress sums are only read when the next group starts (they become the finished results), and the
-    weights can only change through the supervisor's ld64putcs/ld128putcs, which flush first."""
+    weights and FP8 settings can only change through the supervisor (ld64putcs/ld128putcs, put $FP_INFMT /
+    $FP_ISCL), which flush first."""
     if sel is None:
         sel = slice(0, sim.NW)
     kinds = sim.amp_kind[sel]
     if not kinds.any():
         return
     uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
+    scales = sim.amp_scale[sel]
     for kind in (1, 2, 3) if uniform < 0 else (uniform,):
-        w = sim.cwei_matrix(kind)  # [T, 4 * K, 16]
-        K = 4 if kind == 1 else 8
-        if uniform >= 0:
-            x = sim.amp_x[sel, :, :K].reshape(-1, 4 * K)
-            sim.acc_cur[sel] += _tile_products(sim, sel, x, w)
+        w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
+        rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]
+        raw = np.ascontiguousarray(sim.amp_xraw[rows])  # [n, 4 phases] uint64
+        if kind == 1:
+            x = f16_bits_to_f32(raw.view(np.uint16))  # [n, 16]
         else:
-            rows = np.arange(sim.NW)[sel][kinds == kind]
-            if len(rows):
-                x = sim.amp_x[rows, :, :K].reshape(-1, 4 * K)
-                sim.acc_cur[rows] += _tile_products(sim, rows, x, w)
-    sim.amp_x[sel] = 0
+            x = np.take(fp8.DECODE[sim.amp_xfmt], raw.view(np.uint8)).astype(np.float32)  # [n, 32]
+            sc = scales if uniform >= 0 else sim.amp_scale[rows]
+            if (sc != sc[0]).any():
+                x *= np.exp2(sc.astype(np.float32))[:, None]
+            elif sc[0]:
+                x *= np.float32(2.0 ** int(sc[0]))  # exact: a power of two (scales the whole product)
+        sim.acc_cur[rows] += _tile_products(sim, rows, x, w)
+    sim.amp_xraw[sel] = 0
     sim.amp_kind[sel] = 0
 
 
@@ -909,9 +940,10 @@ def _tile_products(sim, sel, x, w):
     return np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]])
 
 
-def _amp(sim, g, sel, ins, kind, x):
-    """Shared AMP step (see the module docstring); x: float32 [n, K] inputs, already scaled."""
-    d, _, p, flags = ins.ops
+def _amp(sim, g, sel, ins, kind, scale=0):
+    """Shared AMP step (see the module docstring). Partials, inputs and results are kept as raw half/fp8 bits
+    per phase; conversions and products happen once per group (numpy's float16 casts are slow)."""
+    d, xreg, p, flags = ins.ops
     phase = flags & 3
     if flags >> 2 != 2:
         sim.fail("amp", "only the E4 (all 16 engines) AMP mode is simulated", g, ins)
@@ -919,24 +951,20 @@ def _amp(sim, g, sel, ins, kind, x):
     if phase == 0 or ((kinds != kind) & (kinds != 0)).any():
         amp_flush(sim, sel)
     if phase == 0:
-        if isinstance(sel, slice) and sel.start == 0 and sel.stop == sim.NW:
-            # every worker rotates: swap the arrays instead of copying them
-            sim.acc_done, sim.acc_cur, sim.acc_next = sim.acc_cur, sim.acc_next, sim.acc_done
-        else:
-            sim.acc_done[sel] = sim.acc_cur[sel]
-            sim.acc_cur[sel] = sim.acc_next[sel]
-        sim.acc_next[sel] = 0
-    lanes = slice(4 * phase, 4 * phase + 4)
-    with np.errstate(all="ignore"):
-        out = sim.acc_done[sel, lanes].astype(np.float16)
-    sim.acc_next[sel, lanes] = _h4(_a64(sim, sel, p))
-    _set_a64(sim, sel, d, _u64(out))
-    sim.amp_x[sel, phase, : x.shape[1]] = x
+        # finished <- in progress, in progress <- next partials, next partials <- 0
+        sim.amp_done_raw[sel] = _u64(f32_to_f16_bits(sim.acc_cur[sel])).reshape(-1, 4)
+        sim.acc_cur[sel] = f16_bits_to_f32(np.ascontiguousarray(sim.amp_next_raw[sel]).view(np.uint16))
+        sim.amp_next_raw[sel] = 0
+    _set_a64(sim, sel, d, sim.amp_done_raw[sel, phase])
+    sim.amp_next_raw[sel, phase] = sim.a64[sel, p // 2]
+    sim.amp_xraw[sel, phase] = sim.a64[sel, xreg // 2]
     sim.amp_kind[sel] = kind
+    if kind != 1:
+        sim.amp_scale[sel] = scale
 
 
 def sem_f16v4hihov4amp(sim, g, sel, ins):
-    _amp(sim, g, sel, ins, 1, _h4(_a64(sim, sel, ins.ops[1])))
+    _amp(sim, g, sel, ins, 1)
 
 
 def sem_f8v8hihov4amp(sim, g, sel, ins):
@@ -949,11 +977,10 @@ def sem_f8v8hihov4amp(sim, g, sel, ins):
     wfmt, xfmt = int(infmt[0]) & 1, (int(infmt[0]) >> 1) & 1
     v = int(iscl[0]) & 0x7F
     scale = v - 128 if v & 0x40 else v  # the sum of two signed 6-bit scales: signed 7-bit
-    raw = np.ascontiguousarray(_a64(sim, sel, ins.ops[1])).view(np.uint8).reshape(-1, 8)
-    x = fp8.DECODE[xfmt][raw]
-    if scale:
-        x = x * np.float32(2.0**scale)  # exact: a power of two (the scale applies to the whole product)
-    _amp(sim, g, sel, ins, 3 if wfmt else 2, x)
+    if sim.amp_kind[sel].any() and sim.amp_xfmt != xfmt:
+        amp_flush(sim)
+    sim.amp_xfmt = xfmt
+    _amp(sim, g, sel, ins, 3 if wfmt else 2, scale)
 
 
 # Every form must have semantics.

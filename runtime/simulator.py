@@ -126,16 +126,17 @@ class Simulator:
 
         self.cwei = np.zeros((T, 64, 8), dtype=np.uint8)
         self._cw_cache: dict[tuple, np.ndarray] = {}
+        # AMP state per worker context (see semantics.py): in-progress sums (float32), the next group's partials
+        # and the finished results as raw half bits per phase, and the raw inputs of the group in progress,
+        # whose products are added when the group ends (amp_kind: 0 none, 1 F16, 2/3 FP8 with F143/F152
+        # weights; amp_scale: the FP8 scale they were issued with; amp_xfmt: the FP8 input format).
         self.acc_cur = np.zeros((self.NW, 16), dtype=np.float32)
-        self.acc_next = np.zeros((self.NW, 16), dtype=np.float32)
-        self.acc_done = np.zeros((self.NW, 16), dtype=np.float32)
-        # Inputs of the AMP group in progress, [workers, phase, k]: their products with the weights are added to
-        # acc_cur when the group ends (one 16-deep product per group instead of four 4-deep ones; nothing can
-        # observe acc_cur before that, see semantics.amp_flush).
-        self.amp_x = np.zeros((self.NW, 4, 8), dtype=np.float32)
-        self.amp_kind = np.zeros(
-            self.NW, dtype=np.int8
-        )  # 0 none, 1 F16, 2 FP8 F143 weights, 3 FP8 F152 weights
+        self.amp_next_raw = np.zeros((self.NW, 4), dtype=np.uint64)
+        self.amp_done_raw = np.zeros((self.NW, 4), dtype=np.uint64)
+        self.amp_xraw = np.zeros((self.NW, 4), dtype=np.uint64)
+        self.amp_kind = np.zeros(self.NW, dtype=np.int8)
+        self.amp_scale = np.zeros(self.NW, dtype=np.int8)
+        self.amp_xfmt = 0
 
         self.active = np.zeros(self.NC, dtype=bool)
         self.cycles = np.zeros(self.NC, dtype=np.int64)
@@ -244,6 +245,33 @@ class Simulator:
             if self.target.in_sram(program.base, len(image)):
                 self.write(program.base, np.frombuffer(image, dtype=np.uint8))
                 self.protect(program.base, program.base + len(image))
+
+    def state_bytes(self) -> dict[str, int]:
+        """Bytes of the simulator state by part: SRAM, per-word state, and everything else (registers, CSRs,
+        AMP state, clocks)."""
+        other = (
+            self.m,
+            self.a,
+            self.csr,
+            self.cwei,
+            self.acc_cur,
+            self.amp_next_raw,
+            self.amp_done_raw,
+            self.amp_xraw,
+            self.amp_kind,
+            self.amp_scale,
+            self.active,
+            self.cycles,
+            self.issued,
+            self.ctx_tile,
+            self.ctx_word_base,
+            self._sync_pc,
+        )
+        return {
+            "sram": self.sram.nbytes,
+            "word_state": self.wstate.nbytes,
+            "other": sum(a.nbytes for a in other),
+        }
 
     def label(self, name: str) -> int:
         assert self.program is not None

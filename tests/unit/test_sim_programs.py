@@ -109,8 +109,8 @@ def test_ir_text_and_binary_programs_simulate_identically():
 def test_simulator_memory_stays_near_sram_size():
     t = Target.small(tiles=64, sram_kib=624)
     sim = Simulator(t)
-    state = sum(a.nbytes for a in (sim.m, sim.a, sim.csr, sim.acc_cur, sim.acc_next, sim.acc_done, sim.amp_x))
-    # per-word poison/protection state is 1/8 of SRAM; registers and accumulators are small
-    assert sim.sram.nbytes == 64 * 624 * 1024
-    assert sim.wstate.nbytes == sim.sram.nbytes // 8
-    assert state < 0.05 * sim.sram.nbytes
+    state = sim.state_bytes()
+    # per-word poison/protection state is 1/8 of SRAM; registers, CSRs and accumulators are small
+    assert state["sram"] == 64 * 624 * 1024
+    assert state["word_state"] == state["sram"] // 8
+    assert state["other"] < 0.01 * state["sram"]
