@@ -198,6 +198,9 @@ class ExchangeLowerPass(ModulePass):
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
 
+    def __post_init__(self) -> None:
+        target_for(self.tiles, self.sram_kib)  # raises ValueError naming tiles / sram_kib
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = target_for(self.tiles, self.sram_kib)
         blocks = [b for o in op.walk() for r in o.regions for b in r.blocks]

@@ -199,15 +199,13 @@ class ExchangeSchedulePass(ModulePass):
     stream_words: int = 256
     """Compact mode: words per stream wave (chunk)."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def __post_init__(self) -> None:
         if self.mode not in ("latency", "compact"):
-            raise PassFailedException(
-                f'exchange-schedule: mode must be "latency" or "compact", got "{self.mode}"'
-            )
+            raise ValueError(f"{self.name}: option 'mode' must be one of latency, compact, got {self.mode!r}")
         if self.stream_words <= 0:
-            raise PassFailedException(
-                f"exchange-schedule: stream_words must be positive, got {self.stream_words}"
-            )
+            raise ValueError(f"{self.name}: option 'stream_words' must be positive, got {self.stream_words}")
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
         phases = [o for o in op.walk() if isinstance(o, ex.PhaseOp)]
         for p in phases:
             schedule_phase(p, self.mode, self.stream_words)

@@ -547,9 +547,24 @@ class TilePlanPass(ModulePass):
     weights_order: str = "row_major"
     """Storage order of GEMM weight panels: "row_major" or "amp16" (AMP micro-panels)."""
 
-    def apply(self, ctx: Context, op: ModuleOp) -> None:
+    def __post_init__(self) -> None:
+        # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.
         if self.weights_order not in tl.STORAGE_ORDERS:
-            raise PassFailedException(f"tile-plan: weights_order must be one of {tl.STORAGE_ORDERS}")
+            raise ValueError(
+                f"{self.name}: option 'weights_order' must be one of {', '.join(tl.STORAGE_ORDERS)}, "
+                f"got {self.weights_order!r}"
+            )
+        if self.attention not in tl.ATTENTION_KINDS:
+            raise ValueError(
+                f"{self.name}: option 'attention' must be one of {', '.join(tl.ATTENTION_KINDS)}, got {self.attention!r}"
+            )
+        if not 0 < self.memory_fraction <= 1:
+            raise ValueError(
+                f"{self.name}: option 'memory_fraction' must be in (0, 1], got {self.memory_fraction}"
+            )
+        target_for(self.tiles, self.sram_kib)  # raises ValueError naming tiles / sram_kib
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = target_for(self.tiles, self.sram_kib)
         planner = _Planner(target, self.memory_fraction, self.attention, self.weights_order)
         for f in op.walk():

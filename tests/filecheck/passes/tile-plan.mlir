@@ -1,0 +1,86 @@
+// RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' | filecheck %s
+
+// A GEMM on all 4 tiles: x row panels and w column panels replicated over the grid (multicast relayouts), the
+// parameters' resident homes unreplicated; GELU in the GEMM's layout; layer norm needs whole rows.
+
+func.func @mlp() {
+  %x = nn.input "x" : tensor<8x16xf32>
+  %w = nn.param "w" : tensor<32x16xf32>
+  %b = nn.param "b" : tensor<32xf32>
+  %y = nn.linear %x, %w, %b : tensor<8x16xf32>, tensor<32x16xf32>, tensor<32xf32> -> tensor<8x32xf32>
+  %g = nn.gelu %y "tanh" : tensor<8x32xf32> -> tensor<8x32xf32>
+  %lw = nn.param "ln.w" : tensor<32xf32>
+  %lb = nn.param "ln.b" : tensor<32xf32>
+  %n = nn.layer_norm %g, %lw, %lb eps=1.000000e-06 : tensor<8x32xf32>, tensor<32xf32>, tensor<32xf32> -> tensor<8x32xf32>
+  nn.output "n" %n : tensor<8x32xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @mlp
+// CHECK:      %x = nn.input "x" {tile.layout = #tile.layout<shape = [8, 16], block = [{{[0-9]+}}, 16], replicas = 1
+// CHECK:      %w = nn.param "w" {tile.layout = #tile.layout<shape = [32, 16], block = [{{[0-9]+}}, 16], replicas = 1
+// CHECK:      tile.relayout %x to <shape = [8, 16], block = [{{[0-9]+}}, 16], replicas = {{[2-4]}}
+// CHECK:      nn.linear {{.*}} {tile.plan = #tile.gemm<grid = [{{[0-9]+}}, {{[0-9]+}}], panel = [{{[0-9]+}}, 16, {{[0-9]+}}], base = 0, precision = "f32", cast = "late", worder = "row_major", cycles = {{[0-9]+}}>, tile.layout = #tile.layout<shape = [8, 32]
+// CHECK-SAME: tiles = #tile.affine<0, 1, 0>
+// CHECK:      nn.gelu {{.*}} {tile.plan = #tile.map<kind = "elementwise", cycles = {{[0-9]+}}>
+// CHECK:      tile.relayout %{{.*}} to <shape = [8, 32], block = [2, 32], replicas = 1, tiles = #tile.affine<0, 1, 0>
+// CHECK:      tile.relayout %lw to <shape = [32], block = [32], replicas = 4, tiles = #tile.affine<0, 0, 1>
+// CHECK:      nn.layer_norm {{.*}} {tile.plan = #tile.map<kind = "rows", cycles = {{[0-9]+}}>, tile.layout = #tile.layout<shape = [8, 32], block = [2, 32]
+// CHECK:      nn.output "n"
+
+// -----
+
+// A plan already present is honoured (here: a 1 x 2 grid from tile 2 with amp16 weight panels), and so is a
+// parameter's layout: w is already where the GEMM wants it, so no relayout of w is inserted.
+
+func.func @override() {
+  %x = nn.input "x" : tensor<8x16xf32>
+  %w = nn.param "w" {tile.layout = #tile.layout<shape = [32, 16], block = [16, 16], replicas = 1, tiles = #tile.affine<2, 1, 0>, order = "amp16", dtype = f32>} : tensor<32x16xf32>
+  %y = nn.linear %x, %w {tile.plan = #tile.gemm<grid = [1, 2], panel = [8, 16, 16], base = 2, precision = "f32", cast = "late", worder = "amp16", cycles = 0>} : tensor<8x16xf32>, tensor<32x16xf32> -> tensor<8x32xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @override
+// CHECK:      %x = nn.input "x" {tile.layout = #tile.layout<shape = [8, 16], block = [8, 16], replicas = 1, tiles = #tile.affine<2, 0, 0>
+// CHECK-NEXT: %w = nn.param "w" {tile.layout = #tile.layout<shape = [32, 16], block = [16, 16], replicas = 1, tiles = #tile.affine<2, 1, 0>, order = "amp16"
+// CHECK-NEXT: %{{.*}} = tile.relayout %x to <shape = [8, 16], block = [8, 16], replicas = 2, tiles = #tile.affine<2, 0, 1>
+// CHECK-NEXT: nn.linear %{{.*}}, %w {tile.plan = #tile.gemm<grid = [1, 2], panel = [8, 16, 16], base = 2
+// CHECK-SAME: tile.layout = #tile.layout<shape = [8, 32], block = [8, 16], replicas = 1, tiles = #tile.affine<2, 1, 0>
+
+// -----
+
+// Weight casts and parameter slices are folded by the host (`#tile.map<kind = "host">`); the FP8 layout keeps
+// the cast's scale; the f32 parameter itself stays on the host (no layout).
+
+func.func @host_cast() {
+  %x = nn.input "x" : tensor<8x16xf16>
+  %w = nn.param "w" : tensor<32x16xf32>
+  %wq = nn.cast %w {scale = -4 : i64} : tensor<32x16xf32> -> tensor<32x16xf8E4M3FNUZ>
+  %y = nn.linear %x, %wq : tensor<8x16xf16>, tensor<32x16xf8E4M3FNUZ> -> tensor<8x32xf16>
+  func.return
+}
+// CHECK-LABEL: func.func @host_cast
+// CHECK:      %w = nn.param "w" : tensor<32x16xf32>
+// CHECK-NEXT: %wq = nn.cast %w {tile.plan = #tile.map<kind = "host", cycles = 0>, tile.layout = #tile.layout<{{.*}}dtype = f8E4M3FNUZ, scale = -4>, scale = -4 : i64}
+// CHECK:      precision = "fp8"
+
+// -----
+
+// nn.repeat becomes tile.repeat: the body is planned once, the stacked parameter gets its slice's home with
+// stack = 2, and the carried value is relayouted back to its loop layout before the yield.
+
+func.func @loop() {
+  %h = nn.input "h" : tensor<8x16xf32>
+  %ws = nn.param "encoder.layers.*.w" : tensor<2x16x16xf32>
+  %r = nn.repeat 2 carried(%h : tensor<8x16xf32>) stacked(%ws : tensor<2x16x16xf32>) -> tensor<8x16xf32> {
+  ^bb0(%a: tensor<8x16xf32>, %w: tensor<16x16xf32>):
+    %y = nn.linear %a, %w : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+    nn.yield %y : tensor<8x16xf32>
+  }
+  nn.output "r" %r : tensor<8x16xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @loop
+// CHECK:      nn.param "encoder.layers.*.w" {tile.layout = #tile.layout<shape = [16, 16], {{.*}}, stack = 2>}
+// CHECK:      tile.repeat 2 carried
+// CHECK:      nn.linear
+// CHECK:      tile.relayout
+// CHECK-NEXT: tile.yield

@@ -1,0 +1,34 @@
+// RUN: not ipu-opt %s -p 'tile-plan{weights_order=col_major}' 2>&1 | filecheck %s --check-prefix=ORDER
+// RUN: not ipu-opt %s -p 'tile-plan{tiles=2000}' 2>&1 | filecheck %s --check-prefix=TILES
+// RUN: not ipu-opt %s -p 'tile-plan{memory_fraction=0.0}' 2>&1 | filecheck %s --check-prefix=MEM
+// RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' --verify-diagnostics 2>&1 | filecheck %s
+
+// ORDER: ipu-opt: error: bad pass pipeline: tile-plan: option 'weights_order' must be one of row_major, amp16, got 'col_major'
+// TILES: ipu-opt: error: bad pass pipeline: tiles must be in [1, 1472], got 2000
+// MEM: ipu-opt: error: bad pass pipeline: tile-plan: option 'memory_fraction' must be in (0, 1], got 0.0
+
+func.func @grid_does_not_cover() {
+  %x = nn.input "x" : tensor<8x16xf32>
+  %w = nn.param "w" : tensor<32x16xf32>
+  %y = nn.linear %x, %w {tile.plan = #tile.gemm<grid = [2, 2], panel = [4, 16, 8], base = 0, precision = "f32", cast = "late", worder = "row_major", cycles = 0>} : tensor<8x16xf32>, tensor<32x16xf32> -> tensor<8x32xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear (%y): GEMM plan grid 2x2 with panels [4, 8] does not cover the [8, 32] result on 4 tiles
+
+// -----
+
+func.func @flash() {
+  %q = nn.input "q" : tensor<8x16xf32>
+  %a = nn.attention %q, %q, %q heads=2 scale=0.25 {tile.plan = #tile.attention<kind = "flash", grid = [2, 2], qblock = 4, kblock = 64, base = 0, precision = "f32", cycles = 0>} : tensor<8x16xf32>, tensor<8x16xf32>, tensor<8x16xf32> -> tensor<8x16xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.attention (%a): attention kind 'flash' is not implemented (materialized only)
+
+// -----
+
+func.func @foreign_op() {
+  %x = nn.input "x" : tensor<8x16xf32>
+  %y = "test.op"(%x) : (tensor<8x16xf32>) -> tensor<8x16xf32>
+  func.return
+}
+// CHECK: tile-plan: test.op (%y): cannot plan an op of dialect 'test'
