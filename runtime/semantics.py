@@ -233,7 +233,7 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
             )
     words = (off >> 3) + sim.ctx_word_base[sel]  # int64
     if store:
-        st = sim.flat_state[words]
+        st = np.take(sim.flat_state, words, mode="clip")  # indices were checked: 'clip' is just faster
         if np.bitwise_and(st, PROTECTED).any():
             i = _first((st & PROTECTED) != 0)
             sim.fail("protected", "store into code or a reserved range", g, ins, i, addr[i])
@@ -245,7 +245,7 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
         if size == 16:
             sim.flat_state[words + 1] |= WRITTEN
     elif sim.check_poison:
-        st = sim.flat_state[words]
+        st = np.take(sim.flat_state, words, mode="clip")
         if size >= 8:
             if size == 16:
                 st = st & sim.flat_state[words + 1]
@@ -425,7 +425,7 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     words = (off >> 3) + sim.ctx_word_base[sel]  # [k, n] int64
     nl = len(loads)
     if store or sim.check_poison:
-        st = sim.flat_state[words]
+        st = np.take(sim.flat_state, words, mode="clip")  # indices were checked: 'clip' is just faster
         if sim.check_poison and nl:
             bad = np.bitwise_and(st[:nl], WRITTEN) != WRITTEN
             if bad.any():
@@ -435,9 +435,10 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
             if np.bitwise_and(st[nl], PROTECTED).any():
                 i = _first((st[nl] & PROTECTED) != 0)
                 sim.fail("protected", "store into code or a reserved range", g, ins, i, addrs[nl, i])
-            sim.flat_state[words[nl]] = st[nl] | WRITTEN
-            sim.flat64[words[nl]] = _a64(sim, sel, store_src)
-    data = sim.flat64[words[:nl]] if nl else ()
+            if (st[nl] & WRITTEN).min() != WRITTEN:  # skip the scatter when every word is already written
+                sim.flat_state[words[nl]] = st[nl] | WRITTEN
+            np.put(sim.flat64, words[nl], _a64(sim, sel, store_src), mode="clip")
+    data = np.take(sim.flat64, words[:nl], mode="clip") if nl else ()
     stride = ins.operand("stride")
     for i, bits in sel_bits:
         acc[i] = acc[i] + _stride_inc(sim, sel, stride, bits)
