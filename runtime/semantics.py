@@ -917,6 +917,8 @@ def amp_flush(sim, sel=None) -> None:
     for kind in (1, 2, 3) if uniform < 0 else (uniform,):
         w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
         rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]
+        if uniform < 0 and len(rows) == 0:  # no context of this kind (e.g. idle workers have kind 0)
+            continue
         raw = np.ascontiguousarray(sim.amp_xraw[rows])  # [n, 4 phases] uint64
         if kind == 1:
             x = f16_bits_to_f32(raw.view(np.uint16))  # [n, 16]

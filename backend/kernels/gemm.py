@@ -56,10 +56,13 @@ NBLOCK = 16  # columns per weight block (16 AMP engines)
 MIN_ROWS = 3  # rows per active worker
 PEAK_MACS = {F16: 64, FP8: 128}
 
-# Frame words (4 bytes each). XBLK/CBLK are written by the supervisor before each block, the rest by the caller.
-XBLK, CBLK, Q, R, NACT, ASTRIDE, CSTRIDE, STRIDES = range(8)
-WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL = range(8, 19)
-FRAME_WORDS = 20
+# Frame words (4 bytes each). Per-worker tables (6 words each, indexed by the worker id): ROWS = rows - 2 (0 for
+# an idle worker), AOFF / COFF = byte offsets of the worker's first row in A and C (from the row split q, r).
+# XBLK/CBLK are written by the supervisor before each block, the rest by the caller.
+ROWS, AOFF, COFF = 0, 6, 12
+XBLK, CBLK, Q, R, NACT, ASTRIDE, CSTRIDE, STRIDES = range(18, 26)
+WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL = range(26, 37)
+FRAME_WORDS = 38
 FRAME_BYTES = 4 * FRAME_WORDS
 
 
@@ -78,44 +81,34 @@ def row_split(m: int, workers: int = 6) -> tuple[int, int, int]:
 
 
 def _setup(p: str, init: bool) -> list[str]:
-    """Worker prologue: row split, first-row addresses, the triple-packed pointer pair $m2:3, strides in $m4,
-    rpt count in $m5. Ends with x0 in $m2 (init) for the explicit first loads."""
-    idle = f".L{p}_idle"
+    """Worker prologue: this worker's row count and first-row offsets from the frame's per-worker tables, the
+    triple-packed pointer pair, strides in $m4 and the rpt count in $m5. Idle workers exit at once."""
     s = [
         "get $m0, $WSR",
-        f"ld32 $m1, $mvertex_base, $mzero, {NACT}",
-        "cmpult $m1, $m0, $m1",
-        f"brz $m1, {idle}",
-        f"ld32 $m1, $mvertex_base, $mzero, {Q}",
-        f"ld32 $m2, $mvertex_base, $mzero, {R}",
-        "cmpult $m5, $m0, $m2",
-        "add $m5, $m5, $m1",  # rows of this worker
-        "min $m2, $m0, $m2",
-        "mul $m1, $m0, $m1",
-        "add $m1, $m1, $m2",  # first row
-        f"ld32 $m6, $mvertex_base, $mzero, {ASTRIDE}",
-        "mul $m2, $m1, $m6",
+        "shl $m7, $m0, 2",  # ld32 $m, $mvertex_base, $m7, T reads word T + worker of the frame
+        f"ld32 $m5, $mvertex_base, $m7, {ROWS}",  # rows - 2 (0: idle)
+        f"brz $m5, .L{p}_idle",
+        f"ld32 $m2, $mvertex_base, $m7, {AOFF}",
         f"ld32 $m3, $mvertex_base, $mzero, {XBLK}",
         "add $m2, $m2, $m3",  # x0: first row of the A block
-        f"ld32 $m3, $mvertex_base, $mzero, {CSTRIDE}",
-        "mul $m1, $m1, $m3",
+        f"ld32 $m1, $mvertex_base, $m7, {COFF}",
         f"ld32 $m3, $mvertex_base, $mzero, {CBLK}",
         "add $m1, $m1, $m3",  # c0: first row of the C block
         f"ld32 $m4, $mvertex_base, $mzero, {STRIDES}",
     ]
     if init:
         # The explicit loads of the first 7 input atoms use x0 and x0 + row stride; the packed stream starts
-        # at the 8th (row 1, atom 3) and stores from c0.
+        # at the 8th (row 1, atom 3) and stores from c0. rpt count = rows - 2.
         s += [
+            f"ld32 $m6, $mvertex_base, $mzero, {ASTRIDE}",
             "add $m6, $m2, $m6",
             "add $m7, $m6, 24",
             "tapack $m8:9, $m7, $m1, $m1",
-            "sub $m5, $m5, 2",
             f"setzi $a0, {FP_CLR_ZAACC}",
             "uput $FP_CLR, $a0",  # the first group must start from zero accumulators
         ]
     else:
-        s += ["tapack $m2:3, $m2, $m1, $m1", "sub $m5, $m5, 3"]
+        s += ["tapack $m2:3, $m2, $m1, $m1", "sub $m5, $m5, 1"]  # rpt count = rows - 3
     return s
 
 
@@ -330,6 +323,10 @@ class Gemm:
         f = np.zeros(FRAME_WORDS, np.uint32)
         # Pace strides (in atoms): field 0 = A row step, field 1 = C row step (after 3 atoms), field 2 = 0.
         f[Q], f[R], f[NACT] = q, r, nact
+        for w in range(nact):
+            first = w * q + min(w, r)
+            f[ROWS + w] = q + (w < r) - 2
+            f[AOFF + w], f[COFF + w] = first * self.ars, first * self.crs
         f[ASTRIDE], f[CSTRIDE] = self.ars, self.crs
         f[STRIDES] = ((self.ars // 8 - 3) & 0x3FF) | (((self.crs // 8 - 3) & 0x3FF) << 10)
         f[WEIGHTS], f[A_BASE], f[C_BASE] = self.weights, self.a, self.c
@@ -381,18 +378,20 @@ def semantics(g: Gemm, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None
 
 # Thread cycles of the worker bodies outside the per-row loop (counted from the generated code; the tests check
 # them against the simulator): setup + prologue + rpt + steady extra bundle + epilogue + exit.
-WORKER_FIXED = {"init": 26 + 1 + 6 + 1 + 1 + 5 + 2 + 1, "acc": 22 + 1 + 10 + 1 + 1 + 4 + 5 + 2 + 1}
+WORKER_FIXED = {"init": 17 + 1 + 6 + 1 + 1 + 5 + 2 + 1, "acc": 13 + 1 + 10 + 1 + 1 + 4 + 5 + 2 + 1}
 WORKER_ROW_OFFSET = {"init": -2, "acc": -3}  # the rpt loop runs R + offset times, 4 bundles each
 SUP_CALL = {F16: 1 + 6 + 2 + 2 + 6, FP8: 1 + 6 + 14 + 2 + 2 + 6}
 SUP_COL = 3 + 1 + 1 + 6
-SUP_BLOCK_FIXED = 2 + 6 + 6 + 6 + 6  # st32 x2, runall, sync (issue + release), brnzdec
+# Per block: st32 x2, sync release, brnzdec. The workers start at the supervisor's clock when it issues `runall`,
+# so runall's and sync's own issue cycles overlap the workers' time.
+SUP_BLOCK_FIXED = 2 + 6 + 6
 WEIGHT_LOAD = {"ld128": 32, "ld64": 64}
 
 
 def worker_thread_cycles(rows: int, mode: str) -> int:
     """Issues of one worker for one weight block with `rows` rows (0 = idle)."""
     if rows == 0:
-        return 6  # get, ld32, cmpult, brz, exitz (+ the layout's alignment)
+        return 5  # get, shl, ld32, brz, exitz
     return WORKER_FIXED[mode] + 4 * (rows + WORKER_ROW_OFFSET[mode])
 
 
