@@ -244,7 +244,7 @@ def exchange_table_bytes(f: func.FuncOp, num_tiles: int) -> int:
             if op.row_bytes is not None:
                 rows = tl.dense_to_numpy(op.row_bytes).reshape(-1).astype(np.int64)
             else:
-                rows = ex.encoded_row_bytes(op.send_table(), op.recv_table(), op.tiles.data)
+                rows = ex.encoded_row_bytes(op.send_table(), op.recv_table(), num_tiles)
             m = min(num_tiles, len(rows))
             total[:m] += rows[:m]
     return int(total.max(initial=0))
@@ -288,7 +288,7 @@ class MemoryPlanPass(ModulePass):
                 raise PassFailedException(f"memory-plan: @{f.sym_name.data} already has a memory.plan")
             self.plan_function(f, target)
 
-    def support(self, f: func.FuncOp, target: Target, events: int) -> list[tuple[str, ma.Buffer, int]]:
+    def support(self, f: func.FuncOp, target: Target) -> list[tuple[str, ma.Buffer, int]]:
         """(kind, fixed buffer, bytes) of the support reservations, from the target model and the options."""
         e0 = target.region0_element_bytes
         r0_lo, r0_hi = target.region0
@@ -334,11 +334,13 @@ class MemoryPlanPass(ModulePass):
         events = number_events(f)
         n = target.num_tiles
         builder = _Builder(f, target, events, self.gemm_interleaved)
-        support = self.support(f, target, events.count)
-        for _, buf, size in support:
-            builder.add(buf, np.full(n, size, np.int64))
-        builder.block(f.body.block)
-        host_events = (0, events.count - 1)
+        builder.block(f.body.block)  # first: checks every layout against the target
+        support = [
+            (kind, builder.add(buf, np.full(n, size, np.int64)))
+            for kind, buf, size in self.support(f, target)
+        ]
+        # The aperture carries host traffic at the host events; without reuse it is reserved at every event.
+        host_events = (0, events.count - 1) if self.aperture_reuse else tuple(range(events.count))
         problem = ma.Problem(
             target,
             builder.buffers,
@@ -348,9 +350,6 @@ class MemoryPlanPass(ModulePass):
             host_events=host_events,
             event_names=events.names,
         )
-        if not self.aperture_reuse:
-            # Every buffer stays out of the aperture (host-visible buffers already do).
-            problem.buffers = [_replace(b, host_io=True) if b.fixed < 0 else b for b in problem.buffers]
         try:
             placement = ma.allocate(problem)
         except ma.PlacementError as err:
@@ -387,16 +386,14 @@ class MemoryPlanPass(ModulePass):
                 placement.class_high,
             )
         ]
-        for i, (kind, _, _) in enumerate(support):
-            ops.append(mem.ReserveOp(kind, attr(i)))
+        for kind, b in support:
+            ops.append(mem.ReserveOp(kind, attr(b)))
         ap0, ap1 = target.host_aperture
         if ap0 < target.sram_end:
-            for e in problem.host_events:
-                ops.append(
-                    mem.ReserveOp(
-                        "host_aperture", mem.BufferAttr(ap0, min(ap1, target.sram_end) - ap0, (e, e), "r0")
-                    )
-                )
+            spans = [(e, e) for e in problem.host_events] if self.aperture_reuse else [(0, events.count - 1)]
+            for span in spans:
+                size = min(ap1, target.sram_end) - ap0
+                ops.append(mem.ReserveOp("host_aperture", mem.BufferAttr(ap0, size, span, "r0")))
         Rewriter.insert_op(ops, InsertPoint.at_start(f.body.block))
         for op in f.walk():
             if isinstance(op, tl.RepeatOp):
