@@ -47,7 +47,8 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
     y = ex.amp_outputs(sim, groups, lay=lay)
     ref = np.einsum("twnk,tek->twne", x.astype(np.float32), w.astype(np.float32)) + p
     assert np.allclose(y, ref, rtol=2e-2, atol=2e-2), "benchmark results are wrong"
-    state = sum(sim.state_bytes().values())
+    parts = sim.state_bytes()
+    state = sum(parts.values())
     return {
         "tiles": tiles,
         "contexts": tiles * 6,
@@ -59,6 +60,8 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
         "setup_s": setup_s,
         "sram_MB": sim.sram.nbytes / 1e6,
         "state_MB": state / 1e6,
+        "word_state_MB": parts["word_state"] / 1e6,
+        "other_MB": parts["other"] / 1e6,
         "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
     }
 
@@ -79,6 +82,7 @@ def main() -> None:
         print(
             f"| {r['tiles']} | {r['contexts']} | {r['median_Minstr_s']:.1f} | {r['min_Minstr_s']:.1f}.."
             f"{r['max_Minstr_s']:.1f} | {r['loop_share']:.2f} | {r['sim_cycles']} | {r['state_MB']:.0f} "
+            f"({r['sram_MB']:.0f} + {r['word_state_MB']:.0f} + {r['other_MB']:.1f}) "
             f"| {r['peak_rss_MB']:.0f} |",
             flush=True,
         )

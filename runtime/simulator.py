@@ -230,7 +230,13 @@ class Simulator:
             if len(handlers) == 2:
                 handlers = [handlers[1], handlers[0]]
             wcost = self.target.num_barrel_slots * max(i.form.cycles for i in u.instrs)
-            scost = sum(i.form.supervisor_cycles for i in u.instrs)
+            # supervisor: 1 cycle, or the target's pipeline stall for control/system instructions (S1 [C])
+            scost = sum(
+                self.target.supervisor_branch_stall
+                if i.form.supervisor_cycles > 1
+                else i.form.supervisor_cycles
+                for i in u.instrs
+            )
             self._units[(u.addr - program.base) // 4] = (
                 u,
                 handlers,
@@ -289,6 +295,8 @@ class Simulator:
         self.active[sup] = True
         self._groups = [Group(pc, np.sort(sup), True)]
         start_rounds = self.rounds
+        self._run_start = self.cycles.copy()
+        self._run_start_issued = self.issued.copy()
         while True:
             if not self._groups:
                 self._release_syncs(force_check=True)
@@ -318,10 +326,16 @@ class Simulator:
         return self.result()
 
     def result(self) -> RunResult:
+        """Cycles of the last run (clocks keep counting across runs; the result is this run's share)."""
         T, W = self.T, self.W
-        ctxc = np.concatenate([self.cycles[self.NW :, None], self.cycles[: self.NW].reshape(T, W)], axis=1)
-        ins = np.concatenate([self.issued[self.NW :, None], self.issued[: self.NW].reshape(T, W)], axis=1)
-        return RunResult(self.cycles[self.NW :].copy(), ctxc, ins, self.rounds)
+        elapsed = self.cycles - getattr(self, "_run_start", 0)
+        sup_start = getattr(self, "_run_start", np.zeros(self.NC, np.int64))[self.NW :]
+        # workers count from their supervisor's clock at the start of the run
+        wk = self.cycles[: self.NW].reshape(T, W) - sup_start[:, None]
+        ctxc = np.concatenate([elapsed[self.NW :, None], np.maximum(wk, 0)], axis=1)
+        issued = self.issued - getattr(self, "_run_start_issued", 0)
+        ins = np.concatenate([issued[self.NW :, None], issued[: self.NW].reshape(T, W)], axis=1)
+        return RunResult(elapsed[self.NW :].copy(), ctxc, ins, self.rounds)
 
     def _merge_groups(self) -> None:
         merged: dict[tuple, Group] = {}

@@ -491,3 +491,63 @@ def test_get_put_supervisor_csrs_and_fp_clr_reads_zero():
     assert a_of(sim, 0) == 0 and a_of(sim, 2) == 77
     assert int(sim.m[sim.NW, 6]) == 1234
     assert SUPERVISOR_CSRS["CCCSLOAD"] == 0x50
+
+
+def test_register_offset_forms_scale_the_offset():
+    data = np.arange(16, dtype=np.uint64) + 1000
+    sim = run(
+        f"""setzi $m0, {MEM}
+        setzi $m1, 8
+        setzi $m2, 3
+        ld64 $a0:1, $m0, $m1, $m2          // EA = MEM + 8 + 3 * 8
+        setzi $m3, {IL}
+        setzi $m4, 1
+        ld128 $a4:7, $m3, $mzero, $m4       // EA = IL + 16
+        st64 $a0:1, $m0, $mzero, $m4        // EA = MEM + 8
+        st32 $m2, $m0, $m1, $m4             // EA = MEM + 8 + 4
+        """,
+        memory={MEM: data, IL: data + 1},
+    )
+    assert a64_of(sim, 0) == data[4] and a64_of(sim, 4) == data[2] + 1 and a64_of(sim, 6) == data[3] + 1
+    words = sim.read(MEM + 8, 8, np.uint32)[0]
+    assert words[0] == data[4] & 0xFFFFFFFF and words[1] == 3
+
+
+def test_ld128putcs_loads_weights_from_interleaved_memory():
+    rng = np.random.default_rng(4)
+    w = rng.integers(-3, 4, (16, 16)).astype(np.float16)
+    x = rng.integers(-3, 4, 16).astype(np.float16)
+    sup = f"    setzi $m0, {IL}\n    put $CCCSLOAD, $m0\n" + "\n".join(
+        f"    ld128putcs {2 * i}" for i in range(32)
+    )
+    body = [f"setzi $a10, {FP_CLR_ZAACC}", "uput $FP_CLR, $a10", f"setzi $m0, {MEM2}"]
+    body += [f"f16v4hihov4amp $a4:5, $azeros, $azeros, TAMP_F16V4_E4_P{ph}" for ph in range(4)]
+    for ph in range(4):
+        body += [
+            f"ld64 $a0:1, $m0, $mzero, {ph}",
+            f"f16v4hihov4amp $a4:5, $a0:1, $azeros, TAMP_F16V4_E4_P{ph}",
+        ]
+    for ph in range(4):
+        body += [
+            f"f16v4hihov4amp $a4:5, $azeros, $azeros, TAMP_F16V4_E4_P{ph}",
+            f"st64 $a4:5, $m0, $mzero, {4 + ph}",
+        ]
+    sim = run(
+        "\n".join(body), supervisor=sup, memory={IL: w, MEM2: np.concatenate([x, np.zeros(16, np.float16)])}
+    )
+    np.testing.assert_array_equal(
+        sim.read(MEM2 + 32, 32, np.float16)[0], (w.astype(np.float64) @ x).astype(np.float16)
+    )
+    from ipu.runtime.simulator import CSR_COLUMN
+
+    assert (
+        int(sim.csr[sim.NW, CSR_COLUMN[SUPERVISOR_CSRS["CCCSLOAD"]]]) == IL + 512
+    )  # post-incremented 32 x 16
+
+
+def test_exitnz_delay_and_supervisor_costs():
+    sim = run_worker_snippet(T, "setzi $m0, 1\nexitnz $m0\nsetzi $m1, 5", supervisor="    delay 100")
+    assert m_of(sim, 1) == 0  # the worker ended before setzi
+    sup_clock = int(sim.cycles[sim.NW])
+    # delay 100 (+6 stall) + 2 setzi + run (6) + sync (6 stall + sync cost) + br (6) >= 100
+    assert sup_clock >= 100 + 6 + 2 + 6 + 6 + 6

@@ -114,3 +114,14 @@ def test_simulator_memory_stays_near_sram_size():
     assert state["sram"] == 64 * 624 * 1024
     assert state["word_state"] == state["sram"] // 8
     assert state["other"] < 0.01 * state["sram"]
+
+
+def test_results_are_per_run_while_clocks_keep_counting():
+    n = 8
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((T.num_tiles, 6, n)).astype(np.float32)
+    sim, first = _dot_sim(ex.dot_f32_program(T, VS), n, x, x)
+    second = sim.run("main")
+    assert np.array_equal(first.tile_cycles, second.tile_cycles)
+    assert np.array_equal(first.instructions, second.instructions)
+    assert (sim.cycles[sim.NW :] == 2 * first.tile_cycles).all()
