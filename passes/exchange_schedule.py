@@ -76,7 +76,7 @@ def priority(sends: np.ndarray, recvs: np.ndarray, num_tiles: int, mode: str) ->
     first = _first_receiver(sends, recvs)
     if mode == "latency":
         rot = (first - sends[:, 0]) % num_tiles
-        order = np.lexsort((sends[:, 2], sends[:, 1], sends[:, 0], rot))
+        order = np.lexsort((sends[:, 2], sends[:, 0], rot, sends[:, 1]))
     else:
         # Wave = position of the chunk in its sender's address-ordered stream.
         by_addr = np.lexsort((sends[:, 2], sends[:, 1], sends[:, 0]))
