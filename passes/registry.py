@@ -19,6 +19,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("exchange-lower", "ipu.passes.exchange_lower", "ExchangeLowerPass"),
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
+    ("nn-to-exchange-pipeline", "ipu.passes.exchange_pipeline", "NNToExchangePipelinePass"),
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]

@@ -1,0 +1,49 @@
+"""`nn-to-exchange-pipeline`: tile-plan, exchange-lower and exchange-schedule with one set of target options.
+
+    ipu-opt model.mlir -p 'nn-to-exchange-pipeline{tiles=16 sram_kib=256 mode=compact}'
+
+Run the nn passes (nn-fuse-qkv, nn-quantize-weights, nn-outline-repeat) before it as needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+
+from ipu.passes.exchange_lower import ExchangeLowerPass
+from ipu.passes.exchange_schedule import ExchangeSchedulePass
+from ipu.passes.tile_plan import TilePlanPass
+
+
+@dataclass(frozen=True)
+class NNToExchangePipelinePass(ModulePass):
+    """nn -> tile -> exchange in one pass (see the module docstring)."""
+
+    name = "nn-to-exchange-pipeline"
+
+    tiles: int = 0
+    """Tiles of the target (0: the full IPU21)."""
+    sram_kib: int = 624
+    """SRAM per tile of the target, KiB."""
+    mode: str = "latency"
+    """Exchange schedule: "latency" or "compact"."""
+    stream_words: int = 256
+    """Compact mode: words per stream wave."""
+
+    def passes(self) -> tuple[ModulePass, ...]:
+        return (
+            TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib),
+            ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
+            ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),
+        )
+
+    def __post_init__(self) -> None:
+        self.passes()  # option errors surface while the pipeline is built
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)
+            op.verify()
