@@ -4,9 +4,9 @@ This level records the decisions of `memory-plan` on top of the exchange level (
 
 - `#memory.buffer<...>` places one buffer (one operator's tensor, not one tile's shard) on all tiles that hold it:
   `addr` (start address; the first member for a Repeat sequence) and `bytes` (per-tile bytes of one member) are
-  either one integer (the same on every tile holding the buffer: the regular case) or a dense [classes, 1] i32
-  table indexed by the tile class of `memory.plan` (tiles with identical buffer sizes are one class and get one
-  placement). `live = [first, last]` is the lifetime in events (inclusive; see below); `region` is "r0"
+  either one integer (the same on every tile: the regular case) or a dense [classes, 1] i32 table indexed by the
+  tile class of `memory.plan` (tiles with identical buffer sizes are one class and get one placement); classes
+  that do not hold the buffer have addr -1 and bytes 0. `live = [first, last]` is the lifetime in events (inclusive; see below); `region` is "r0"
   (non-interleaved, executable), "r1" (interleaved) or "any"; `align` the start alignment. Flags: `resident`
   (lives for the whole program over every inference: parameters, support), `host` (host-visible: inputs, outputs
   and parameters never borrow the host aperture). `seq = N` with `stride` (int or class table) makes the buffer a
@@ -63,11 +63,11 @@ RESERVE_KINDS = (
 
 
 def class_table(values: np.ndarray, absent: int = -1) -> Attribute:
-    """A per-class int column (-1 marks classes that do not hold the buffer): one IntAttr when every holding
-    class has the same value, else a [C, 1] table with `absent` for the classes that do not hold it."""
+    """A per-class int column (-1 marks classes that do not hold the buffer): one IntAttr when every class holds
+    the buffer with the same value, else a [C, 1] table with `absent` for the classes that do not hold it."""
     values = np.asarray(values, dtype=np.int64).reshape(-1)
     present = values[values >= 0]
-    if present.size and np.all(present == present[0]):
+    if present.size == values.size and present.size and np.all(present == present[0]):
         return IntAttr(int(present[0]))
     col = np.ascontiguousarray(np.where(values >= 0, values, absent).astype(np.int32)[:, None])
     return DenseIntOrFPElementsAttr(TensorType(i32, list(col.shape)), BytesAttr(col.tobytes()))

@@ -410,3 +410,61 @@ def placement_reps(placement: ma.Placement) -> np.ndarray:
     reps = np.zeros(placement.num_classes, np.int64)
     reps[placement.tile_class[::-1]] = np.arange(len(placement.tile_class))[::-1]
     return reps
+
+
+@dataclass
+class PlacedBuffer:
+    """One placed buffer read back from memory-level IR, expanded to tiles (-1 where a tile does not hold it)."""
+
+    label: str
+    addr: np.ndarray  # [tiles] start address
+    span: np.ndarray  # [tiles] bytes occupied (whole sequence span)
+    live: tuple[int, int]
+    region: str
+    align: int
+    resident: bool
+    host: bool
+    seq: int
+
+
+def read_placement(f: func.FuncOp) -> tuple[mem.PlanOp, list[PlacedBuffer]]:
+    """Every buffer and reservation of a function's memory plan, per tile (for maps, checks and later passes).
+
+    View ops share their operand's buffer and are listed once (under the operand)."""
+    plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
+    if plan is None:
+        raise ValueError(f"@{f.sym_name.data} has no memory.plan")
+    tile_class = plan.tile_class()
+    nc = plan.num_classes.value.data
+    out: list[PlacedBuffer] = []
+
+    def add(label: str, b: mem.BufferAttr) -> None:
+        addr = mem.table_values(b.addr, nc)
+        member = mem.table_values(b.bytes_, nc)
+        stride = mem.table_values(b.stride, nc)
+        present = (addr >= 0) & (member > 0)
+        span = np.where(present, stride * (b.seq.data - 1) + member, 0)
+        out.append(
+            PlacedBuffer(
+                label,
+                np.where(present, addr, -1)[tile_class],
+                span[tile_class],
+                b.lifetime,
+                b.region.data,
+                b.align.data,
+                bool(b.resident.data),
+                bool(b.host.data),
+                b.seq.data,
+            )
+        )
+
+    for op in f.walk():
+        if isinstance(op, mem.ReserveOp):
+            add(f"reserve {op.kind.data}", op.buffer)
+        if _plan_kind(op) == "view":
+            continue
+        for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):
+            add(f"{op_label(op)} carried #{i}", b)
+        for r, b in zip(op.results, mem.buffers_of(op.attributes.get(mem.BUFFERS_ATTR))):
+            add(f"{op_label(op)} {_label(r)}", b)
+    return plan, out

@@ -29,7 +29,7 @@ func.func @mlp() {
 // CHECK-NEXT:    memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [0, 0], region = "r0", align = 8>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [6, 6], region = "r0", align = 8>}
-// CHECK-NEXT:    %x = nn.input "x" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 4096, live = [0, 1], region = "any", align = 8, host>]
+// CHECK-NEXT:    %x = nn.input "x" {{.*}}memory.buffers = [#memory.buffer<addr = dense<{{\[}}[{{[0-9]+}}], [-1]]> : tensor<2x1xi32>, bytes = dense<{{\[}}[4096], [0]]> : tensor<2x1xi32>, live = [0, 1], region = "any", align = 8, host>]
 // CHECK-NEXT:    %w1 = nn.param "fc1.weight" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 8192, live = [0, 6], region = "any", align = 8, resident, host>]
 // CHECK-NEXT:    %b1 = nn.param "fc1.bias" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 128, live = [0, 6], region = "any", align = 8, resident, host>]
 // CHECK-NEXT:    exchange.sync
