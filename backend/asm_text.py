@@ -150,3 +150,10 @@ def print_kernels(kernels: list[Kernel]) -> str:
 
 def print_program(program: Program) -> str:
     return print_kernels(program.to_kernels())
+
+
+def parse_to_module(text: str):
+    """Parse assembly text into an `asm`-dialect module (builtin.module of asm.kernel ops)."""
+    from ipu.dialects.asm import kernels_to_module
+
+    return kernels_to_module(parse_kernels(text))

@@ -74,7 +74,8 @@ def main() -> None:
     ap.add_argument("--no-poison", action="store_true", help="disable poison tracking on loads")
     args = ap.parse_args()
     print(
-        "| tiles | contexts | median M ctx-instr/s | min..max | AMP-loop share | sim cycles | state MB | peak RSS MB |"
+        "| tiles | contexts | median M ctx-instr/s | min..max | AMP-loop share | simulated cycles per run "
+        "| state MB (SRAM + word state + other) | peak RSS MB |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for tiles in args.tiles:

@@ -274,3 +274,25 @@ def test_encoding_doc_is_in_sync_with_the_table():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "asm-encoding.md").read_text()
     assert encoding_table_markdown() in doc
     assert "project's own" in doc
+
+
+def test_ipu_asm_target_output_parses_back_to_the_same_module():
+    import io
+
+    from xdsl.context import Context
+
+    from ipu.backend.asm_target import IpuAsmTarget
+    from ipu.backend.asm_text import parse_to_module
+    from ipu.dialects.asm import kernels_to_module, module_to_kernels
+
+    kernels = all_forms_kernels()
+    module = kernels_to_module(kernels)
+    module.verify()
+    out = io.StringIO()
+    IpuAsmTarget().emit(Context(), module, out)
+    back = parse_to_module(out.getvalue())
+    back.verify()
+    assert module_to_kernels(back) == kernels
+    laid = io.StringIO()
+    IpuAsmTarget(layout=True).emit(Context(), module, laid)
+    assert parse_program(laid.getvalue(), BASE).same_code(layout(kernels, BASE))
