@@ -53,6 +53,11 @@ class Target:
     address_bits: int = 21
     # Memory atom = 64 bits: S4 TMEM_ATOMSIZE [R]; stride units of pace/step loads are atoms: S1 [C].
     atom_bytes: int = 8
+    # Alignment: every load/store is naturally aligned (S2: "naturally aligned" in each ld/st text [D]); buffers in
+    # interleaved memory that pace loads stream through start 32768-byte aligned (seed 000/001); rpt bodies and
+    # bundles are 8-byte aligned (S1 ".align 8" "Repeat alignment" [C]; S3 co-issued pairs are 8 bytes [C]).
+    interleaved_buffer_alignment: int = 32 * KIB
+    bundle_alignment: int = 8
     # Host exchange aperture 0x50000-0x58000 (32 KiB): seed 000 "Persistent inference".
     host_aperture: tuple[int, int] = (0x50000, 0x58000)
     # Runtime state (stacks grow down inside it): 1760 bytes, seed 000.
@@ -169,6 +174,12 @@ class Target:
         if addr < self.region1_base:
             return self.element_of(addr) * 2
         return self.element_of(addr) * 2 + ((addr // self.interleave_granule_bytes) & 1)
+
+    def natural_alignment(self, access_bytes: int) -> int:
+        """Required alignment of a 4/8/16-byte access (natural alignment, S2 [D])."""
+        if access_bytes not in (1, 2, 4, 8, 16):
+            raise ValueError(f"no {access_bytes}-byte accesses")
+        return access_bytes
 
     def cycles_to_seconds(self, cycles: int | float) -> float:
         return cycles / self.clock_hz

@@ -217,6 +217,7 @@ class Simulator:
     def load(self, program: Program, *, write_image: bool = True) -> None:
         """Load a laid-out program into every tile: compile its units, write and protect the code image."""
         self.program = program
+        self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
         n = (program.end - program.base) // 4
         self._units = [None] * max(n, 0)
         for u in program.units:

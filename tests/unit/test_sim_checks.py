@@ -202,3 +202,9 @@ main:
     with pytest.raises(SimError, match="only 2 were sent") as e:
         sim.run("main")
     assert e.value.check == "exchange" and e.value.tile == 1
+
+
+def test_rpt_body_check_is_redone_for_a_new_program():
+    sim = run_worker_snippet(T, "rpt 2, 0\n{ nop ; fnop }")
+    with pytest.raises(SimError, match="inside an rpt body"):
+        run_worker_snippet(sim, "rpt 2, 0\nbri .Lx\n.Lx:")

@@ -55,3 +55,10 @@ def test_regions_elements_and_banks():
     assert t.bank_of(0x80000) != t.bank_of(0x80008)
     assert t.bank_of(0x80000) == t.bank_of(0x80010)
     assert t.cycles_to_seconds(1.5e9) == pytest.approx(1.0)
+
+
+def test_alignment_rules():
+    assert IPU21.natural_alignment(8) == 8 and IPU21.natural_alignment(16) == 16
+    assert IPU21.interleaved_buffer_alignment == 32768 and IPU21.bundle_alignment == 8
+    with pytest.raises(ValueError):
+        IPU21.natural_alignment(3)
