@@ -581,23 +581,21 @@ def _start_workers(sim, g, ins, sup_ctx, workers, entry, vbase):
     """Start worker contexts `workers` (one per element of sup_ctx) at `entry` with vertex base `vbase`."""
     from ipu.runtime.simulator import Group
 
-    bad = (entry % 4 != 0) | ~np.array([sim.target.is_executable(int(e)) for e in entry])
+    r0, r1 = sim.target.region0
+    bad = (entry % 4 != 0) | (entry < r0) | (entry >= r1)
     if bad.any():
         i = _first(bad)
         sim.fail("fetch", f"worker entry {int(entry[i]):#x} is not an aligned executable address", g, ins, i)
     sim.active[workers] = True
     sim.m[workers, M_VERTEX_BASE] = vbase.astype(U32)
-    tiles = sim.ctx_tile[workers]
     wk = workers % sim.W
-    wb = sim.csr[sup_ctx, _col(SC["WORKER0_BASE"])]
+    # $mworker_base = the supervisor's $WORKERn_BASE for worker slot n
     wb_all = np.stack([sim.csr[sup_ctx, _col(SC[f"WORKER{k}_BASE"])] for k in range(sim.W)], axis=1)
-    wb = wb_all[np.arange(len(workers)), wk]
-    sim.m[workers, M_WORKER_BASE] = wb
+    sim.m[workers, M_WORKER_BASE] = wb_all[np.arange(len(workers)), wk]
     sim.csr[workers, _col(WC["WSR"])] = wk.astype(U32)
     sim.csr[workers, _col(WC["VERTEX_BASE"])] = vbase.astype(U32)
-    sim.csr[workers, _col(WC["FP_CTL"])] = sim.csr[sup_ctx, _col(SC["FP_ICTL"])]
+    sim.csr[workers, _col(WC["FP_CTL"])] = sim.csr[sup_ctx, _col(SC["FP_ICTL"])]  # S2 $FP_CTL note
     sim.cycles[workers] = sim.cycles[sup_ctx]
-    del tiles
     order = np.argsort(workers)
     workers, entry = workers[order], entry[order]
     for e in np.unique(entry):
