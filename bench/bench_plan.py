@@ -55,7 +55,7 @@ def one_run(mode: str) -> dict:
     for op in rep.body.block.ops:
         if not isinstance(op, ex.PhaseOp):
             continue
-        s, r, c = op.send_table(), op.recv_table(), op.copy_table()
+        s, r = op.send_table(), op.recv_table()
         n = op.tiles.value.data
         sent = np.bincount(s[:, 0], weights=s[:, 3], minlength=n) if len(s) else np.zeros(n)
         got = np.bincount(r[:, 0], weights=s[r[:, 3], 3], minlength=n) if len(r) else np.zeros(n)
@@ -110,10 +110,10 @@ def main() -> None:
         f"{len(__import__('os').sched_getaffinity(0))} cores, python {platform.python_version()}"
     )
     for mode, runs in results.items():
-        med = lambda f: statistics.median(f(r) for r in runs)  # noqa: E731
+        med = lambda f, runs=runs: statistics.median(f(r) for r in runs)  # noqa: E731
         print(f"\n## mode {mode}: {len(runs)} runs (medians)")
         for key in runs[0]["times"]:
-            print(f"  {key:18s} {med(lambda r: r['times'][key]):7.2f} s")
+            print(f"  {key:18s} {med(lambda r, key=key: r['times'][key]):7.2f} s")
         print(
             f"  {'total':18s} {med(lambda r: r['total']):7.2f} s   peak RSS {med(lambda r: r['rss_mib']):.0f} MiB"
         )
