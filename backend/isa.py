@@ -11,6 +11,11 @@ the text printer/parser (`ipu.backend.asm_text`), the binary encoder (`ipu.backe
 (graphcore/ipu_assembly_support, "S2") and poplibs codelets ("S1"); where the hardware detail is not public the
 choice is ours and marked [own].
 
+To add an instruction: add a row with `_f(key, mnemonic, operands, slot, ctx, category)` below (operand specs:
+`d:m!` a written $m register, `s:ap` an $a pair, `addr:mp+=` a post-incremented $m pair, `off:zimm12`,
+`t:label19`, ...) and a `sem_<key>` function in `ipu.runtime.semantics`; the dialect op, the text syntax, the
+encoding (regenerate the table in docs/asm-encoding.md with `encoding.encoding_table_markdown()`) follow.
+
 Decoded operands are plain ints: a register operand holds its register index (pairs/quads: the first index),
 CSR operands the CSR index, immediates their value, labels a name (str) until layout resolves them to a byte
 address.

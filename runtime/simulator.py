@@ -22,6 +22,18 @@ runs them; `sync` waits for the slowest participant, plus the target's sync cost
 is not slowed down by running workers (on hardware it only gets the free barrel slots).
 
 Checks raise `SimError` naming tile, context, PC, instruction and address (see `runtime/errors.py`).
+
+Use:
+
+    from ipu.backend.asm_text import parse_program          # or isa_program.layout(kernels, base),
+    from ipu.runtime.simulator import Simulator             # or encoding.decode_program(image, base, symbols)
+    sim = Simulator(Target.small(tiles=4))                  # Target.ipu21() for the full chip
+    sim.load(parse_program(text, sim.target.sram_base))     # writes + protects the code image on every tile
+    sim.write(0x60000, data, tiles=...)                     # host writes mark memory as written
+    sim.protect(start, end)                                 # reserved ranges: stores there raise
+    result = sim.run("main")                                # supervisors start at `main` with $lr = 0
+    result.tile_cycles, result.context_cycles, result.instructions
+    sim.read(0x61000, nbytes, np.float16)                   # [tiles, n]
 """
 
 from __future__ import annotations
