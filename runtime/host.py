@@ -1,0 +1,113 @@
+"""The host API: open a package on a device, upload parameters once, run inferences many times.
+
+    session = Session(Package.load("model.ipupkg"))      # default device: the simulator
+    session.upload_parameters(weights)                    # once; parameters stay resident
+    result = session.run({"pixel_values": x})             # as often as needed
+    result.outputs["pooler_output"], result.cycles
+
+The device is this project's instruction-level simulator (`ipu.runtime.simulator.Simulator`); a hardware loader
+would implement the same three steps (load the image, write bindings, run the entry) behind this class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.backend.encoding import decode_program
+from ipu.runtime.package import Binding, Package, PackageError, from_device, to_device
+from ipu.runtime.simulator import RunResult, Simulator
+
+
+@dataclass
+class InferenceResult:
+    outputs: dict[str, np.ndarray]
+    run: RunResult
+
+    @property
+    def cycles(self) -> int:
+        """Device cycles of this inference: the slowest tile."""
+        return self.run.max_cycles
+
+
+class Session:
+    """One package loaded on one device."""
+
+    def __init__(self, package: Package, device: Simulator | None = None):
+        package.validate()
+        self.package = package
+        self.target = package.target
+        self.device = device or Simulator(package.target)
+        program = decode_program(package.code, package.code_base, package.kernels)
+        program.labels.update(package.labels)
+        self.device.load(program)
+        for seg in package.segments:
+            tiles = seg.tiles
+            if tiles is None and seg.data.shape[0] == self.target.num_tiles and self.target.num_tiles > 1:
+                tiles = np.arange(self.target.num_tiles)
+            if tiles is None:
+                self.device.write(seg.address, seg.data[0])
+            else:
+                self.device.write(seg.address, seg.data, tiles=tiles)
+        for lo, hi, _ in package.protected:
+            self.device.protect(lo, hi)
+        self.parameters_uploaded = False
+        self.inferences = 0
+
+    # ------------------------------------------------------------------------------------------------------------
+    def _scatter(self, binding: Binding, host: np.ndarray) -> None:
+        if tuple(host.shape) != binding.shape:
+            raise PackageError(
+                f"{binding.name!r}: host tensor has shape {list(host.shape)}, the package expects {list(binding.shape)}"
+            )
+        values = to_device(
+            np.asarray(host, dtype=np.float32).reshape(-1)[binding.element_index()],
+            binding.dtype,
+            binding.scale,
+        )
+        raw = values.view(np.uint8)
+        nbytes = binding.chunks[:, 3] * binding.itemsize
+        starts = np.concatenate([[0], np.cumsum(nbytes)])
+        # One device write per chunk; chunks of one tile are usually few and large.
+        for (tile, address, _, _, _), lo, hi in zip(binding.chunks.tolist(), starts[:-1], starts[1:]):
+            self.device.write(int(address), raw[lo:hi], tiles=[int(tile)])
+
+    def _gather(self, binding: Binding) -> np.ndarray:
+        out = np.zeros(int(np.prod(binding.shape)), dtype=np.float32)
+        dt = np.dtype(to_device(np.zeros(1), binding.dtype).dtype)
+        pieces = []
+        for tile, address, _, count, _ in binding.chunks.tolist():
+            pieces.append(self.device.read(int(address), int(count) * binding.itemsize, tiles=[int(tile)])[0])
+        raw = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
+        out[binding.element_index()] = from_device(raw.view(dt), binding.dtype, binding.scale)
+        return out.reshape(binding.shape)
+
+    # ------------------------------------------------------------------------------------------------------------
+    def upload_parameters(self, weights: Mapping[str, np.ndarray]) -> None:
+        """Writes every parameter binding from `weights` (stacked names resolve to [L, ...] stacks)."""
+        for b in self.package.parameters:
+            try:
+                host = weights[b.name]
+            except KeyError:
+                raise PackageError(
+                    f"parameter {b.name!r} (shape {list(b.shape)}) is missing from the weights"
+                ) from None
+            self._scatter(b, np.asarray(host))
+        self.parameters_uploaded = True
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> InferenceResult:
+        if self.package.parameters and not self.parameters_uploaded:
+            raise PackageError("run before upload_parameters: the package has parameters")
+        for b in self.package.inputs:
+            if b.name not in inputs:
+                raise PackageError(f"input {b.name!r} (shape {list(b.shape)}) is missing")
+            self._scatter(b, np.asarray(inputs[b.name]))
+        result = self.device.run(self.package.labels[self.package.entry])
+        self.inferences += 1
+        return InferenceResult({b.name: self._gather(b) for b in self.package.outputs}, result)
+
+    def read(self, binding: Binding) -> np.ndarray:
+        """Reads any binding (e.g. an intermediate tensor's) from the device as float32."""
+        return self._gather(binding)

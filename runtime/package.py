@@ -1,0 +1,300 @@
+"""The package: everything a device needs to run a compiled model, in one file (`.ipupkg`).
+
+A package holds the target it was compiled for, the code image (one image shared by every tile: tiles differ by
+their data, i.e. per-tile frames, vertex states and exchange tables, never by code), per-tile data segments,
+protected ranges, the entry symbol, and the bindings of host tensors (parameters, inputs, outputs) to tile
+memory.
+
+A binding says where each element of a host tensor lives on the device: a table of chunks, one row per contiguous
+run on a tile, `(tile, address, source element offset, count, source stride)`: tile memory at `address` holds, in
+order, the host tensor's (flat, row-major) elements `offset + i * stride` for `i < count`, converted to the
+binding's device element type (f32, f16, or FP8 F143/F152 with a power-of-two scale: stored = round(x * 2^-scale),
+saturating). Row-major blocks use stride 1; AMP micro-panels stored column by column use the row length as stride.
+A parameter binding may name a stacked parameter (`encoder.layers.*.<suffix>`): its host tensor is [L, ...].
+
+File format (version 1): a zip archive (stored, not compressed, so arrays can be memory-mapped) holding
+`manifest.json` and numpy `.npy` arrays under `arrays/`:
+
+    manifest.json  {"format": "ipupkg", "version": 1,
+                    "target": {Target fields},
+                    "code": {"base": int, "kernels": {name: [address, is_supervisor]}, "labels": {name: address},
+                             "image": "arrays/code.npy"},
+                    "entry": str,
+                    "segments": [{"name", "address", "array", "tiles": "arrays/..npy" | null}],
+                    "protected": [[start, end, "what"], ...],
+                    "parameters" | "inputs" | "outputs": [{"name", "shape", "dtype", "scale", "chunks"}],
+                    "metadata": {...}}
+
+A segment's array is uint8 [n, bytes]: with `tiles` null, row 0 goes to every tile (n == 1) or row t to tile t
+(n == tiles); with `tiles` an int32 array, row i goes to tile tiles[i].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+
+from ipu.backend.target import Target
+
+FORMAT_VERSION = 1
+
+DEVICE_DTYPES: dict[str, np.dtype] = {
+    "f32": np.dtype(np.float32),
+    "f16": np.dtype(np.float16),
+    "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),  # Graphcore F143
+    "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),  # Graphcore F152
+}
+CHUNK_COLUMNS = ("tile", "address", "offset", "count", "stride")
+
+
+class PackageError(ValueError):
+    """A malformed package or a host tensor that does not match its binding (names the binding)."""
+
+
+def to_device(values: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:
+    """Host values -> the device element type: f16 rounds to nearest even; FP8 scales by 2^-scale, saturates at
+    the format's largest finite value (the IPU's NaN-on-overflow off), then rounds to nearest even."""
+    dt = DEVICE_DTYPES[dtype]
+    x = np.asarray(values, dtype=np.float32)
+    if dtype.startswith("f8"):
+        x = x * np.float32(2.0**-scale)
+        big = float(ml_dtypes.finfo(dt).max)
+        x = np.clip(x, -big, big)
+    return x.astype(dt)
+
+
+def from_device(raw: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:
+    """Device elements -> float32 host values (FP8: decode * 2^scale)."""
+    x = np.asarray(raw).astype(np.float32)
+    if dtype.startswith("f8"):
+        x = x * np.float32(2.0**scale)
+    return x
+
+
+@dataclass
+class Binding:
+    """A host tensor's place on the device (see the module docstring)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: np.ndarray  # int64 [n, 5]: CHUNK_COLUMNS
+    scale: int = 0
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(int(d) for d in self.shape)
+        if self.dtype not in DEVICE_DTYPES:
+            raise PackageError(f"binding {self.name!r}: unknown device dtype {self.dtype!r}")
+        self.chunks = np.asarray(self.chunks, dtype=np.int64).reshape(-1, len(CHUNK_COLUMNS))
+        size = int(np.prod(self.shape, dtype=np.int64))
+        c = self.chunks
+        if len(c):
+            last = c[:, 2] + (c[:, 3] - 1) * c[:, 4]
+            if (c[:, 2] < 0).any() or (last >= size).any() or (c[:, 3] <= 0).any():
+                bad = int(np.nonzero((c[:, 2] < 0) | (last >= size) | (c[:, 3] <= 0))[0][0])
+                raise PackageError(
+                    f"binding {self.name!r}: chunk #{bad} {c[bad].tolist()} reaches outside the tensor of shape "
+                    f"{list(self.shape)}"
+                )
+
+    @property
+    def itemsize(self) -> int:
+        return DEVICE_DTYPES[self.dtype].itemsize
+
+    def element_index(self) -> np.ndarray:
+        """The flat host index of every device element, chunk after chunk (int64)."""
+        c = self.chunks
+        counts = c[:, 3]
+        starts = np.repeat(c[:, 2], counts)
+        step = np.repeat(c[:, 4], counts)
+        within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        return starts + within * step
+
+    def to_json(self, arrays: dict[str, np.ndarray], kind: str) -> dict:
+        key = f"arrays/{kind}/{len(arrays)}.npy"
+        arrays[key] = self.chunks
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "scale": self.scale,
+            "chunks": key,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, arrays) -> Binding:
+        return cls(d["name"], tuple(d["shape"]), d["dtype"], arrays(d["chunks"]), int(d.get("scale", 0)))
+
+
+@dataclass
+class Segment:
+    """Initial data for tile memory (frames, vertex states, exchange tables, constants)."""
+
+    name: str
+    address: int
+    data: np.ndarray  # uint8 [rows, bytes]
+    tiles: np.ndarray | None = (
+        None  # which tile each row goes to; None: broadcast (1 row) or one row per tile
+    )
+
+    def __post_init__(self) -> None:
+        self.data = np.ascontiguousarray(self.data).view(np.uint8)
+        if self.data.ndim == 1:
+            self.data = self.data.reshape(1, -1)
+        if self.tiles is not None:
+            self.tiles = np.asarray(self.tiles, dtype=np.int32)
+            if len(self.tiles) != self.data.shape[0]:
+                raise PackageError(
+                    f"segment {self.name!r}: {self.data.shape[0]} rows of data for {len(self.tiles)} tiles"
+                )
+
+
+@dataclass
+class Package:
+    target: Target
+    code: bytes
+    code_base: int
+    kernels: dict[str, tuple[int, bool]]
+    labels: dict[str, int]
+    entry: str
+    segments: list[Segment] = field(default_factory=list)
+    protected: list[tuple[int, int, str]] = field(default_factory=list)
+    parameters: list[Binding] = field(default_factory=list)
+    inputs: list[Binding] = field(default_factory=list)
+    outputs: list[Binding] = field(default_factory=list)
+    metadata: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        """Everything lands inside the target's SRAM; segments don't write into protected ranges."""
+        t = self.target
+        if self.entry not in self.labels:
+            raise PackageError(f"entry symbol {self.entry!r} is not a label of the code")
+        if not t.in_sram(self.code_base, len(self.code)) or not t.is_executable(
+            self.code_base + len(self.code) - 1
+        ):
+            raise PackageError(
+                f"code image [{self.code_base:#x}, {self.code_base + len(self.code):#x}) is not inside region 0"
+            )
+        for s in self.segments:
+            if not t.in_sram(s.address, s.data.shape[1]):
+                raise PackageError(
+                    f"segment {s.name!r} at {s.address:#x} (+{s.data.shape[1]} B) is outside SRAM"
+                )
+            for lo, hi, what in self.protected:
+                if s.address < hi and lo < s.address + s.data.shape[1]:
+                    raise PackageError(
+                        f"segment {s.name!r} at {s.address:#x} overlaps protected range {what!r}"
+                    )
+        for kind in ("parameters", "inputs", "outputs"):
+            for b in getattr(self, kind):
+                c = b.chunks
+                if len(c) == 0:
+                    continue
+                end = c[:, 1] + c[:, 3] * b.itemsize
+                if (c[:, 0] < 0).any() or (c[:, 0] >= t.num_tiles).any():
+                    raise PackageError(
+                        f"{kind[:-1]} {b.name!r}: a chunk names a tile outside [0, {t.num_tiles})"
+                    )
+                if (c[:, 1] < t.sram_base).any() or (end > t.sram_end).any():
+                    bad = int(np.nonzero((c[:, 1] < t.sram_base) | (end > t.sram_end))[0][0])
+                    raise PackageError(
+                        f"{kind[:-1]} {b.name!r}: chunk on tile {int(c[bad, 0])} at {int(c[bad, 1]):#x} is outside SRAM"
+                    )
+
+    # ------------------------------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        arrays: dict[str, np.ndarray] = {"arrays/code.npy": np.frombuffer(self.code, dtype=np.uint8)}
+        segs = []
+        for i, s in enumerate(self.segments):
+            key = f"arrays/segments/{i}.npy"
+            arrays[key] = s.data
+            tkey = None
+            if s.tiles is not None:
+                tkey = f"arrays/segments/{i}.tiles.npy"
+                arrays[tkey] = s.tiles
+            segs.append({"name": s.name, "address": s.address, "array": key, "tiles": tkey})
+        manifest = {
+            "format": "ipupkg",
+            "version": FORMAT_VERSION,
+            "target": dataclasses.asdict(self.target),
+            "code": {
+                "base": self.code_base,
+                "kernels": {k: [a, s] for k, (a, s) in self.kernels.items()},
+                "labels": self.labels,
+                "image": "arrays/code.npy",
+            },
+            "entry": self.entry,
+            "segments": segs,
+            "protected": [list(p) for p in self.protected],
+            "parameters": [b.to_json(arrays, "parameters") for b in self.parameters],
+            "inputs": [b.to_json(arrays, "inputs") for b in self.inputs],
+            "outputs": [b.to_json(arrays, "outputs") for b in self.outputs],
+            "metadata": self.metadata,
+        }
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
+            z.writestr("manifest.json", json.dumps(manifest, indent=1))
+            for key, arr in arrays.items():
+                buf = io.BytesIO()
+                np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+                z.writestr(key, buf.getvalue())
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> Package:
+        path = Path(path)
+        try:
+            z = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, FileNotFoundError) as e:
+            raise PackageError(f"{path}: not a package ({e})") from None
+        with z:
+            try:
+                manifest = json.loads(z.read("manifest.json"))
+            except KeyError:
+                raise PackageError(f"{path}: no manifest.json: not a package") from None
+            if manifest.get("format") != "ipupkg" or manifest.get("version") != FORMAT_VERSION:
+                raise PackageError(
+                    f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
+                    f"expected ipupkg version {FORMAT_VERSION}"
+                )
+
+            def array(key: str) -> np.ndarray:
+                try:
+                    return np.load(io.BytesIO(z.read(key)), allow_pickle=False)
+                except KeyError:
+                    raise PackageError(f"{path}: manifest names {key!r}, which the archive lacks") from None
+
+            code = manifest["code"]
+            pkg = cls(
+                target=Target(
+                    **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["target"].items()}
+                ),
+                code=array(code["image"]).tobytes(),
+                code_base=int(code["base"]),
+                kernels={k: (int(a), bool(s)) for k, (a, s) in code["kernels"].items()},
+                labels={k: int(v) for k, v in code["labels"].items()},
+                entry=manifest["entry"],
+                segments=[
+                    Segment(
+                        s["name"],
+                        int(s["address"]),
+                        array(s["array"]),
+                        array(s["tiles"]) if s["tiles"] else None,
+                    )
+                    for s in manifest["segments"]
+                ],
+                protected=[(int(a), int(b), str(w)) for a, b, w in manifest["protected"]],
+                parameters=[Binding.from_json(b, array) for b in manifest["parameters"]],
+                inputs=[Binding.from_json(b, array) for b in manifest["inputs"]],
+                outputs=[Binding.from_json(b, array) for b in manifest["outputs"]],
+                metadata=manifest.get("metadata", {}),
+            )
+        pkg.validate()
+        return pkg
