@@ -34,23 +34,14 @@ from ipu.passes import cost_model as cm
 from ipu.passes.tile_plan import target_for
 
 
-def _element_places(layout: tl.LayoutAttr, flat: np.ndarray, replica_of_block=None):
-    """For flat (row-major) element indices: (block id, position in block storage, tile, element offset in the
-    tile's shard). replica_of_block(bid) picks the replica; None means only block id and position."""
-    shape = layout.shape_
+def _element_places(layout: tl.LayoutAttr, flat: np.ndarray):
+    """For flat (row-major) element indices: (block id, element position inside the block's storage)."""
     block = np.array(layout.block_, np.int64)
-    coords = np.stack(np.unravel_index(flat, shape), axis=1).astype(np.int64)
+    coords = np.stack(np.unravel_index(flat, layout.shape_), axis=1).astype(np.int64)
     bidx = coords // block
-    within = coords - bidx * block
     bid = np.ravel_multi_index(tuple(bidx.T), layout.grid).astype(np.int64)
-    geo = layout.geometry()
-    pos = tl.storage_positions(layout, within, geo.block_dims[bid])
-    if replica_of_block is None:
-        return bid, pos, None, None
-    rep = replica_of_block(bid)
-    tiles = layout.table()[bid, rep].astype(np.int64)
-    off = geo.offset[bid, rep] + pos
-    return bid, pos, tiles, off
+    pos = tl.storage_positions(layout, coords - bidx * block, layout.geometry().block_dims[bid])
+    return bid, pos
 
 
 def relayout_transfers(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
@@ -61,16 +52,13 @@ def relayout_transfers(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
     eb = tl.element_bytes(dst.dtype)
     n = int(np.prod(dst.shape_))
     flat = np.arange(n, dtype=np.int64)
-    d_bid, d_pos, _, _ = _element_places(dst, flat)
-    src_r = src.replicas.data
+    d_bid, d_pos = _element_places(dst, flat)
+    s_bid, s_pos = _element_places(src, flat)
     # The source replica follows the destination block, so that the data of one destination block comes from
     # one replica (long segments) and different destination blocks spread over the replicas.
-    dst_block_of = {"bid": d_bid}
-
-    def pick(_bid):
-        return dst_block_of["bid"] % src_r
-
-    _, _, s_tile, s_off = _element_places(src, flat, pick)
+    s_rep = d_bid % src.replicas.data
+    s_tile = src.table()[s_bid, s_rep].astype(np.int64)
+    s_off = src.geometry().offset[s_bid, s_rep] + s_pos
     # Destination storage order.
     max_elems = int(dst.geometry().block_elems.max())
     order = np.argsort(d_bid * max_elems + d_pos, kind="stable")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ArrayAttr, Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
+from xdsl.dialects.builtin import Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -587,4 +587,3 @@ class TilePlanPass(ModulePass):
             if isinstance(o, tl.RepeatOp):
                 for a, lay in zip(o.body.block.args, o.arg_layouts.data):
                     tl.check_layout_matches(o, a, lay)
-        _ = ArrayAttr  # (kept for callers building multi-result layouts)
