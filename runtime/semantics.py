@@ -808,6 +808,80 @@ for _name, _fn in _FP.items():
     globals()[f"sem_f32{_name}"] = _mk_f32(_fn)
 
 
+# Transcendentals: Graphcore does not publish their precision. Ours [own assumption]: the exact value computed in
+# float64 and rounded once to the destination type (correctly rounded up to rare double-rounding ties). Kernel
+# semantics (ipu.backend.kernels) call these same functions so that they match the simulator bit for bit.
+
+
+def exp_f32(x):
+    with np.errstate(all="ignore"):
+        return np.exp(np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+def rsqrt_f32(x):
+    """1/sqrt(x): +0 -> +inf, negative -> NaN, +inf -> 0."""
+    with np.errstate(all="ignore"):
+        return (1.0 / np.sqrt(np.asarray(x, np.float32).astype(np.float64))).astype(np.float32)
+
+
+def recip_f32(x):
+    with np.errstate(all="ignore"):
+        return (1.0 / np.asarray(x, np.float32).astype(np.float64)).astype(np.float32)
+
+
+def tanh_f16(x):
+    with np.errstate(all="ignore"):
+        return np.tanh(np.asarray(x, np.float16).astype(np.float64)).astype(np.float16)
+
+
+def _mk_unary_f32(fn):
+    def sem(sim, g, sel, ins):
+        _set_a(sim, sel, ins.ops[0], fn(sim.a[sel, ins.ops[1]].view(np.float32)).view(U32))
+
+    return sem
+
+
+sem_f32exp = _mk_unary_f32(exp_f32)
+sem_f32oorx = _mk_unary_f32(rsqrt_f32)
+sem_f32oox = _mk_unary_f32(recip_f32)
+
+
+def sem_f16v2tanh(sim, g, sel, ins):
+    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
+    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(tanh_f16(h)).view(U32).reshape(-1))
+
+
+# Permutations (S2 "sort": de-interleave). sort4x16lo/hi: halves 0 (lo) or 1 (hi) of s0 and s1 -> d = (s0.h, s1.h).
+# sort8x8lo/hi: bytes 0, 2 (lo) or 1, 3 (hi) of s0 then of s1 -> d's bytes 0..3.
+
+
+def sort4x16(s0, s1, hi: int):
+    shift = U32(16 * hi)
+    return ((s0 >> shift) & U32(0xFFFF)) | (((s1 >> shift) & U32(0xFFFF)) << U32(16))
+
+
+def sort8x8(s0, s1, hi: int):
+    b = [(s >> U32(8 * (i + hi))) & U32(0xFF) for s in (s0, s1) for i in (0, 2)]
+    return b[0] | b[1] << U32(8) | b[2] << U32(16) | b[3] << U32(24)
+
+
+def _mk_sort(fn, hi, regfile):
+    def sem(sim, g, sel, ins):
+        d, s0, s1 = ins.ops
+        if regfile == "a":
+            _set_a(sim, sel, d, fn(sim.a[sel, s0], sim.a[sel, s1], hi))
+        else:
+            _set_m(sim, sel, d, fn(sim.m[sel, s0], sim.m[sel, s1], hi))
+
+    return sem
+
+
+sem_sort4x16lo = _mk_sort(sort4x16, 0, "a")
+sem_sort4x16hi = _mk_sort(sort4x16, 1, "a")
+sem_sort8x8lo = _mk_sort(sort8x8, 0, "m")
+sem_sort8x8hi = _mk_sort(sort8x8, 1, "m")
+
+
 def sem_f32tof16(sim, g, sel, ins):
     with np.errstate(all="ignore"):
         h = sim.a[sel, ins.ops[1]].view(np.float32).astype(np.float16)
