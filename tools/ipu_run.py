@@ -1,9 +1,16 @@
-"""`ipu-run`: compile a ViT and run it.
+"""`ipu-run`: run a compiled package on the device (the simulator), or compile a model and run it.
 
-Today only the front of the pipeline exists: `ipu-run --model NAME` builds the model (or imports `--weights`),
-applies the `nn`-level passes, prints an IR summary and runs the numpy reference evaluator in fp32 and in device
-precision (FP8 weights, F16 activations), reporting per-output cosine and relative L2 between the two. Running a
-package on the simulator is NOT implemented yet: the command says so on every run.
+    ipu-run model.ipupkg --weights ckpt/ --input x.npy --inferences 3 [--compare-reference]
+    ipu-run --model siglip-tiny [--weights ckpt/] [--compare-reference]
+
+A package run opens the package on the simulator, uploads the parameters once (from `--weights`, a safetensors
+checkpoint, or seeded random weights for the package's model config) and runs the inferences, printing cycles per
+inference and whether the outputs of successive inferences agree. `--compare-reference` prints, per output, cosine
+and relative L2 against the fp32 numpy reference evaluator on the same weights and input.
+
+`--model` compiles first. Until the asm lowering lands (`ipu.backend.lower`), `--model` cannot produce a package:
+it then builds the model, applies the nn-level passes and evaluates the result with the reference evaluator only,
+and says so loudly on every run.
 """
 
 from __future__ import annotations
@@ -13,12 +20,15 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from importlib.util import find_spec
 
 import numpy as np
 
+NN_PIPELINE = "nn-fuse-qkv,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16}"
+
 PLACEHOLDER = (
-    "ipu-run: NOTE: the IPU backend (tile/exchange/memory/asm lowering, packages, simulator execution) is not "
-    "implemented yet; this run only builds the model and evaluates it with the numpy reference evaluator."
+    "ipu-run: NOTE: the asm lowering (ipu.backend.lower) is not available, so --model cannot build a package: "
+    "this run only builds the model and evaluates it with the numpy reference evaluator."
 )
 
 
@@ -28,93 +38,166 @@ def _summary(module) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in sorted(counts.items()))
 
 
-def _metrics(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+def metrics(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """(cosine, relative L2) of a against the reference b, in float64."""
+    a64, b64 = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     cos = float(a64 @ b64 / (np.linalg.norm(a64) * np.linalg.norm(b64)))
     rel = float(np.linalg.norm(a64 - b64) / np.linalg.norm(b64))
     return cos, rel
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _error(message: str) -> int:
+    print(f"ipu-run: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _weights_and_config(args, cfg=None):
+    from ipu.frontend.siglip import get_config
+    from ipu.frontend.weights import load_checkpoint, random_weights
+
+    if args.weights:
+        params, cfg = load_checkpoint(args.weights, cfg)
+        return params, cfg
+    if cfg is None:
+        cfg = get_config(args.model)
+    if args.layers is not None:
+        cfg = cfg.with_layers(args.layers)
+    return random_weights(cfg, seed=args.seed), cfg
+
+
+def _input(args, cfg) -> np.ndarray:
+    if args.input:
+        return np.load(args.input).astype(np.float32)
+    rng = np.random.default_rng(args.seed + 1)
+    return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
+
+
+def _reference(cfg, params, x) -> dict[str, np.ndarray]:
+    from ipu.frontend.reference import evaluate
+    from ipu.frontend.siglip import build_vision_model
+
+    return evaluate(build_vision_model(cfg), {"pixel_values": x}, params, mode="fp32").outputs
+
+
+def run_package(args) -> int:
+    from ipu.frontend.siglip import SiglipVisionConfig
+    from ipu.runtime.host import Session
+    from ipu.runtime.package import Package
+
+    t0 = time.perf_counter()
+    pkg = Package.load(args.package)
+    config = pkg.metadata.get("config")
+    cfg = SiglipVisionConfig.from_dict(config) if config else None
+    if cfg is None and not args.weights:
+        return _error("the package names no model config; give --weights with a config.json")
+    params, cfg = _weights_and_config(args, cfg)
+    x = _input(args, cfg)
+    session = Session(pkg)
+    session.upload_parameters(params)
+    print(
+        f"package {args.package}: {pkg.target.name}, {pkg.target.num_tiles} tiles; loaded and parameters uploaded "
+        f"in {time.perf_counter() - t0:.2f} s"
+    )
+    previous = None
+    for i in range(args.inferences):
+        t0 = time.perf_counter()
+        result = session.run({"pixel_values": x})
+        wall = time.perf_counter() - t0
+        ms = result.cycles / pkg.target.clock_hz * 1e3
+        same = ""
+        if previous is not None:
+            equal = all(np.array_equal(previous[k], result.outputs[k]) for k in result.outputs)
+            same = (
+                "; outputs identical to the previous inference"
+                if equal
+                else "; OUTPUTS DIFFER from the previous"
+            )
+        print(
+            f"inference {i + 1}: {result.cycles} cycles ({ms:.3f} ms at {pkg.target.clock_hz / 1e9:.2f} GHz), "
+            f"simulated in {wall:.2f} s{same}"
+        )
+        previous = result.outputs
+    if args.compare_reference:
+        ref = _reference(cfg, params, x)
+        for name, value in previous.items():
+            cos, rel = metrics(value, ref[name])
+            print(f"  {name:<18} cosine {cos:.6f}  rel-L2 {rel:.3e}  (vs fp32 reference)")
+    return 0
+
+
+def run_model(args) -> int:
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
     from ipu.frontend.reference import evaluate
-    from ipu.frontend.siglip import build_vision_model, get_config
-    from ipu.frontend.weights import CheckpointError, load_checkpoint, random_weights
+    from ipu.frontend.siglip import build_vision_model
     from ipu.passes.registry import all_passes
 
+    params, cfg = _weights_and_config(args)
+    if find_spec("ipu.backend.lower") is not None:
+        from ipu.backend.lower import compile_model  # noqa: F401  (wired up when the lowering lands)
+    print(PLACEHOLDER, file=sys.stderr)
+    t0 = time.perf_counter()
+    module = build_vision_model(cfg)
+    try:
+        pipeline = PassPipeline.parse_spec(dict(all_passes()), args.pipeline) if args.pipeline else None
+    except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
+        if isinstance(e, KeyboardInterrupt | SystemExit):
+            raise
+        return _error(f"bad --pipeline: {e}")
+    if pipeline is not None:
+        pipeline.apply(Context(), module)
+    module.verify()
+    print(
+        f"model: SigLIP vision, {cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} tokens; "
+        f"passes: {args.pipeline or '(none)'} ({time.perf_counter() - t0:.2f} s)"
+    )
+    print(_summary(module))
+    x = _input(args, cfg)
+    t0 = time.perf_counter()
+    ref = _reference(cfg, params, x)
+    dev = evaluate(module, {"pixel_values": x}, params, mode="device").outputs
+    print(f"reference evaluator: fp32 and device precision in {time.perf_counter() - t0:.2f} s")
+    for name in ref:
+        cos, rel = metrics(dev[name], ref[name])
+        print(
+            f"  {name:<18} shape {list(ref[name].shape)}  device precision vs fp32: cosine {cos:.6f}  rel-L2 {rel:.3e}"
+        )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ipu.frontend.weights import CheckpointError
+    from ipu.runtime.errors import SimError
+    from ipu.runtime.package import PackageError
+
     p = argparse.ArgumentParser(prog="ipu-run", description=__doc__.splitlines()[0])
+    p.add_argument("package", nargs="?", help="a compiled package (.ipupkg)")
     p.add_argument(
-        "--model", default="siglip-tiny", help="a preset (siglip-tiny, so400m-patch14-384) or config.json"
+        "--model", help="compile this model first: a preset (siglip-tiny, so400m-patch14-384) or config.json"
     )
     p.add_argument(
         "--weights", help="a safetensors checkpoint (file or directory); default: seeded random weights"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights and input")
-    p.add_argument("--layers", type=int, help="override the number of encoder layers")
-    p.add_argument(
-        "--pipeline",
-        default="nn-fuse-qkv,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16}",
-        help="nn-level passes, xDSL syntax",
-    )
     p.add_argument(
         "--input", help="pixel values as a .npy file [1, C, H, W]; default: seeded uniform in [-1, 1]"
     )
-    args = p.parse_args(argv)
-    print(PLACEHOLDER, file=sys.stderr)
-
-    try:
-        if args.weights:
-            params, cfg = load_checkpoint(args.weights)
-        else:
-            cfg = get_config(args.model)
-        if args.layers is not None:
-            cfg = cfg.with_layers(args.layers)
-        if not args.weights:
-            params = random_weights(cfg, seed=args.seed)
-    except (CheckpointError, ValueError) as e:
-        print(f"ipu-run: error: {e}", file=sys.stderr)
-        return 1
-
-    t0 = time.perf_counter()
-    module = build_vision_model(cfg)
-    reference_module = module.clone()
-    available = dict(all_passes())
-    try:
-        pipeline = PassPipeline.parse_spec(available, args.pipeline) if args.pipeline else None
-    except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
-        if isinstance(e, KeyboardInterrupt | SystemExit):
-            raise
-        print(f"ipu-run: error: bad --pipeline: {e}", file=sys.stderr)
-        return 1
-    if pipeline is not None:
-        pipeline.apply(Context(), module)
-    module.verify()
-    compile_s = time.perf_counter() - t0
-    print(
-        f"model: SigLIP vision, {cfg.num_hidden_layers} layers, width {cfg.hidden_size}, "
-        f"{cfg.num_patches} tokens; passes: {args.pipeline or '(none)'} ({compile_s:.2f} s)"
+    p.add_argument("--inferences", type=int, default=1, help="inferences after one parameter upload")
+    p.add_argument(
+        "--compare-reference", action="store_true", help="cosine and rel-L2 against the fp32 reference"
     )
-    print(_summary(module))
-
-    if args.input:
-        x = np.load(args.input).astype(np.float32)
-    else:
-        rng = np.random.default_rng(args.seed)
-        x = rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
-    inputs = {"pixel_values": x}
-    t0 = time.perf_counter()
-    ref = evaluate(reference_module, inputs, params, mode="fp32").outputs
-    dev = evaluate(module, inputs, params, mode="device").outputs
-    eval_s = time.perf_counter() - t0
-    print(f"reference evaluator: fp32 and device precision in {eval_s:.2f} s")
-    for name in ref:
-        cos, rel = _metrics(dev[name], ref[name])
-        print(
-            f"  {name:<18} shape {list(ref[name].shape)}  device vs fp32: cosine {cos:.6f}  rel-L2 {rel:.3e}"
-        )
-    return 0
+    p.add_argument("--seed", type=int, default=0, help="seed of random weights and input")
+    p.add_argument("--layers", type=int, help="override the number of encoder layers (--model)")
+    p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
+    args = p.parse_args(argv)
+    if bool(args.package) == bool(args.model):
+        p.error("give a package, or --model to compile one")
+    if args.inferences < 1:
+        p.error("--inferences must be at least 1")
+    try:
+        return run_package(args) if args.package else run_model(args)
+    except (CheckpointError, PackageError, SimError, ValueError, FileNotFoundError) as e:
+        return _error(str(e))
 
 
 def cli() -> None:
