@@ -541,6 +541,7 @@ for _i, _form in enumerate(FORMS):
     FORMS_BY_KEY[_form.key] = _form
     FORMS_BY_MNEMONIC.setdefault(_form.mnemonic, []).append(_form)
 assert len(FORMS) <= 127, "opcodes are 7 bits wide (see docs/asm-encoding.md)"
+_OPERAND_INDEX = {f.key: {o.name: i for i, o in enumerate(f.operands)} for f in FORMS}
 MNEMONICS = sorted(FORMS_BY_MNEMONIC)
 
 
@@ -561,10 +562,7 @@ class Instr:
         return self.form.mnemonic
 
     def operand(self, name: str) -> int | str:
-        for o, v in zip(self.form.operands, self.ops):
-            if o.name == name:
-                return v
-        raise KeyError(name)
+        return self.ops[_OPERAND_INDEX[self.form.key][name]]
 
     def text(self, supervisor: bool = False) -> str:
         """Graphcore-syntax text of the instruction, e.g. `ld64step $a0:1, $m0, $m1+=, 1`."""
