@@ -1,0 +1,582 @@
+"""Row kernels of the ViT: GELU, layer norm, softmax, row reductions and the online-softmax (FlashAttention) steps.
+
+Calling convention (as for every kernel): `$m0` = frame address, `call $lr, rows_sup`. The shared supervisor starts
+the frame's worker body on all six workers and waits. Work is split in whole rows (GELU: 4-half units) by a
+quotient/remainder split; the frame holds per-worker tables (row count, first row) and every worker derives its row
+pointers as base + first * stride.
+
+Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit load/store, so no bank rules):
+
+| kernel (`op`) | inputs | outputs |
+|---|---|---|
+| `gelu` | x: `units * 4` f16 | y: same shape, f16 |
+| `layernorm` | x: R rows of n f16; weight, bias: n f16 | y: R rows of n f16 |
+| `softmax` | x: R rows of n f16 | y: R rows of n f16 (may alias x) |
+| `rowsum`, `rowmax` | x: R rows of n f16 | y: R f32 |
+| `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
+| `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
+| `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
+
+Rows hold n = 4 * atoms elements (n % 4 == 0, n >= 4); row strides (bytes, multiples of 8) default to contiguous.
+The FlashAttention state starts at m = -inf, l = 0, o = 0 (a row whose scores are all -inf gives NaN).
+
+Numerics (the numpy `semantics` below follow the instruction sequence exactly; the simulator matches bit for bit):
+- f32 statistics are accumulated in two f32 pairs (elements 4i, 4i+1 and 4i+2, 4i+3), sequentially over the row,
+  then combined: (acc01 + acc23), then lane 0 + lane 1.
+- layer norm: mean = sum * f32(1/n); var = sum((x - mean)^2) * f32(1/n) (biased, two passes);
+  rstd = 1/sqrt(var + eps); y = f16(f16(f16((x - mean) * rstd) * w) + b).
+- softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
+  passes: one extra rounding).
+- GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
+  y = (x * 0.5) * (tanh(t) + 1), every operation rounded to f16.
+- exp / tanh / 1/x / 1/sqrt x are the simulator's correctly rounded instructions (see runtime/semantics.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ipu.backend.kernels.elementwise import split
+from ipu.runtime.semantics import exp_f32, recip_f32, rsqrt_f32, tanh_f16
+
+# Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.
+CNT, FIRST = 0, 6
+IN0, IN1, IN2, OUT, ENTRY, ATOMS, ISTRIDE, OSTRIDE, ST0, ST1, ST2, F0, F1 = range(12, 25)
+CONST = 26  # 8-byte aligned: 64-bit constants at CONST, CONST + 2, ...
+FRAME_WORDS = 34
+
+GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
+GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
+
+OPS = ("gelu", "layernorm", "softmax", "rowsum", "rowmax", "flash_stats", "flash_merge", "flash_final")
+# Input and output element sizes per row element (bytes).
+ESIZES = {
+    "gelu": (2, 2),
+    "layernorm": (2, 2),
+    "softmax": (2, 2),
+    "rowsum": (2, 4),
+    "rowmax": (2, 4),
+    "flash_stats": (2, 2),
+    "flash_merge": (4, 2),  # in0 = o (f32, also the output), in1 = pv (f16)
+    "flash_final": (4, 2),
+}
+
+
+def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
+    return (main, aux)
+
+
+class Code:
+    """A worker body under construction. Mirrors the layout's alignment rule (a bundle starts on an 8-byte
+    boundary: an explicit `nop` is inserted), and counts issues per tag, so that `cycles` is read off the code."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.lines = [f".globl {name}", ".worker", f"{name}:"]
+        self.words = 0  # 32-bit words since the (8-byte aligned) entry
+        self.count: dict[str, int] = defaultdict(int)
+        self.tag = "head"
+
+    def one(self, text: str) -> None:
+        self.lines.append(f"    {text}")
+        self.words += 1
+        self.count[self.tag] += 1
+
+    def bundle(self, main: str, aux: str = "fnop") -> None:
+        if self.words % 2:
+            self.one("nop")
+        self.lines.append(f"    {{ {main} ; {aux} }}")
+        self.words += 2
+        self.count[self.tag] += 1
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def rpt(self, count_reg: str, body: list[tuple[str, str]], tag: str) -> None:
+        """`rpt` over `body` (bundles), counted once per repetition under `tag`."""
+        self.bundle(f"rpt {count_reg}, {len(body) - 1}")
+        saved, self.tag = self.tag, tag
+        for main, aux in body:
+            self.bundle(main, aux)
+        self.tag = saved
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _head(c: Code) -> None:
+    """Rows in $m5 (minus one, for brnzdec), first row in $m6; row pointers $m1 (in0), $m2 (out); atoms in $m4."""
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
+    c.one(f"brz $m5, .L{c.name}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
+        c.one(f"mul {reg}, {reg}, $m6")
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
+        c.one(f"add {reg}, {reg}, $m3")
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    c.one("sub $m5, $m5, 1")
+
+
+def _state_ptr(c: Code, reg: str, word: int, size: int = 4) -> None:
+    """reg = frame[word] + first row * size (per-row f32 state)."""
+    c.one(f"shl $m3, $m6, {size.bit_length() - 1}")
+    c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+    c.one(f"add {reg}, {reg}, $m3")
+
+
+def _row_end(c: Code) -> None:
+    """Advance the row pointers, loop over rows, exit."""
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+
+
+# --- passes over one row (pointer $m3 = row start, running) -------------------------------------------------------
+
+
+def _pass_max(c: Code, tag: str) -> None:
+    """$a6 = $a7 = max of the f16 row at $m1 (as f32). Accumulator $a4:5 starts at -inf (CONST + 0)."""
+    c.one("add $m3, $m1, 0")
+    c.one(f"ld64 $a4:5, $mvertex_base, $mzero, {CONST // 2}")
+    c.rpt("$m4", [_b("ld64step $a0:1, $mzero, $m3+=, 1"), _b("nop", "f16v4max $a4:5, $a4:5, $a0:1")], tag)
+    c.bundle("nop", "f16v2tof32 $a0:1, $a4")
+    c.bundle("nop", "f16v2tof32 $a2:3, $a5")
+    c.bundle("nop", "f32v2max $a0:1, $a0:1, $a2:3")
+    c.bundle("nop", "f32max $a6, $a0, $a1")
+    c.bundle("nop", "f32max $a7, $a0, $a1")
+
+
+def _sum_tail(c: Code, dst: str) -> None:
+    """dst = (acc $a4:5 + acc $a12:13) lane 0 + lane 1."""
+    c.bundle("nop", "f32v2add $a4:5, $a4:5, $a12:13")
+    c.bundle("nop", f"f32add {dst}, $a4, $a5")
+
+
+def _zero_acc(c: Code) -> None:
+    c.bundle("nop", "f32v2add $a4:5, $azeros, $azeros")
+    c.bundle("nop", "f32v2add $a12:13, $azeros, $azeros")
+
+
+def _pass_exp(c: Code, tag: str) -> None:
+    """e = exp(f32(x) - $a6:7) over the row at $m1, stored as f16 to the row at $m2; sum(e) in $a4 (f32)."""
+    c.one("add $m3, $m1, 0")
+    c.one("add $m7, $m2, 0")
+    _zero_acc(c)
+    body = [
+        _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+        _b("nop", "f16v2tof32 $a2:3, $a0"),
+        _b("nop", "f16v2tof32 $a8:9, $a1"),
+        _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+        _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+        _b("nop", "f32exp $a2, $a2"),
+        _b("nop", "f32exp $a3, $a3"),
+        _b("nop", "f32exp $a8, $a8"),
+        _b("nop", "f32exp $a9, $a9"),
+        _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
+        _b("nop", "f32v2add $a12:13, $a12:13, $a8:9"),
+        _b("nop", "f32v2tof16 $a10, $a2:3"),
+        _b("nop", "f32v2tof16 $a11, $a8:9"),
+        _b("st64step $a10:11, $mzero, $m7+=, 1"),
+    ]
+    c.rpt("$m4", body, tag)
+    _sum_tail(c, "$a4")
+
+
+def _pass_sum(c: Code, tag: str, centered: bool) -> None:
+    """$a4 = sum over the f16 row at $m1 of f32(x) (centered: of (f32(x) - $a6:7)^2)."""
+    c.one("add $m3, $m1, 0")
+    _zero_acc(c)
+    body = [
+        _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+        _b("nop", "f16v2tof32 $a2:3, $a0"),
+        _b("nop", "f16v2tof32 $a8:9, $a1"),
+    ]
+    if centered:
+        body += [
+            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a2:3"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a8:9"),
+        ]
+    body += [_b("nop", "f32v2add $a4:5, $a4:5, $a2:3"), _b("nop", "f32v2add $a12:13, $a12:13, $a8:9")]
+    c.rpt("$m4", body, tag)
+    _sum_tail(c, "$a4")
+
+
+# --- worker bodies ---------------------------------------------------------------------------------------------------
+
+
+def _row_kernel(op: str) -> Code:
+    c = Code(f"rows_{op}")
+    _head(c)
+    if op == "flash_stats":
+        _state_ptr(c, "$m0", ST0)  # m
+        _state_ptr(c, "$m8", ST1)  # l
+        _state_ptr(c, "$m9", ST2)  # alpha
+    if op in ("flash_merge", "flash_final"):
+        _state_ptr(c, "$m0", ST0)  # alpha (merge) / l (final)
+        c.one(f"ld32 $m8, $mvertex_base, $mzero, {IN1}")  # pv rows (merge)
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {ATOMS}")
+        c.one("shl $m9, $m9, 3")  # pv row stride: 8 bytes per atom
+        c.one("mul $m9, $m9, $m6")
+        c.one("add $m8, $m8, $m9")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    if op in ("rowsum", "rowmax"):
+        if op == "rowsum":
+            _pass_sum(c, "atom0", centered=False)
+        else:
+            _pass_max(c, "atom0")
+        c.one(f"st32 {'$a4' if op == 'rowsum' else '$a6'}, $m2, $mzero, 0")
+    elif op == "softmax":
+        _pass_max(c, "atom0")
+        _pass_exp(c, "atom1")
+        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a4")
+        c.bundle("nop", "f32oox $a7, $a4")
+        _scale_pass(c, "atom2")
+    elif op == "layernorm":
+        _pass_sum(c, "atom0", centered=False)
+        c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")  # f32(1/n)
+        c.bundle("nop", "f32mul $a6, $a4, $a0")
+        c.bundle("nop", "f32mul $a7, $a4, $a0")
+        _pass_sum(c, "atom1", centered=True)
+        c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")
+        c.bundle(f"ld32 $a1, $mvertex_base, $mzero, {F1}", "f32mul $a4, $a4, $a0")  # var = sumsq / n; eps
+        c.bundle("nop", "f32add $a4, $a4, $a1")
+        c.bundle("nop", "f32oorx $a10, $a4")
+        c.bundle("nop", "f32oorx $a11, $a4")
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m2, 0")
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {IN1}")  # weight
+        c.one(f"ld32 $m8, $mvertex_base, $mzero, {IN2}")  # bias
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+            _b("ld64step $a12:13, $mzero, $m0+=, 1", "f16v2tof32 $a2:3, $a0"),
+            _b("ld64step $a4:5, $mzero, $m8+=, 1", "f16v2tof32 $a8:9, $a1"),
+            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a10:11"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a10:11"),
+            _b("nop", "f32v2tof16 $a0, $a2:3"),
+            _b("nop", "f32v2tof16 $a1, $a8:9"),
+            _b("nop", "f16v4mul $a0:1, $a0:1, $a12:13"),
+            _b("nop", "f16v4add $a0:1, $a0:1, $a4:5"),
+            _b("st64step $a0:1, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom2")
+    elif op == "flash_stats":
+        _pass_max(c, "atom0")  # $a6 = row max
+        c.one("ld32 $a8, $m0, $mzero, 0")  # m_old
+        c.bundle("nop", "f32max $a7, $a8, $a6")  # m_new, twice: the pair $a6:7 for f32v2sub
+        c.bundle("nop", "f32max $a6, $a8, $a6")
+        c.bundle("st32step $a6, $mzero, $m0+=, 1", "f32sub $a8, $a8, $a6")
+        c.bundle("nop", "f32exp $a8, $a8")  # alpha
+        c.bundle("st32step $a8, $mzero, $m9+=, 1")
+        c.one("ld32 $a9, $m8, $mzero, 0")  # l_old
+        c.bundle("nop", "f32mul $a9, $a9, $a8")
+        _pass_exp_keep(c, "atom1")
+        c.bundle("nop", "f32add $a4, $a9, $a4")
+        c.bundle("st32step $a4, $mzero, $m8+=, 1")
+    elif op == "flash_merge":
+        c.one("ld32 $a6, $m0, $mzero, 0")
+        c.one("ld32step $a7, $mzero, $m0+=, 1")
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m1, 0")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m8+=, 1"),
+            _b("ld64step $a2:3, $mzero, $m3+=, 1", "f16v2tof32 $a4:5, $a0"),
+            _b("ld64step $a8:9, $mzero, $m3+=, 1", "f16v2tof32 $a10:11, $a1"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2add $a2:3, $a2:3, $a4:5"),
+            _b("st64step $a2:3, $mzero, $m7+=, 1", "f32v2add $a8:9, $a8:9, $a10:11"),
+            _b("st64step $a8:9, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
+    elif op == "flash_final":
+        c.one("ld32step $a4, $mzero, $m0+=, 1")
+        c.bundle("add $m3, $m1, 0", "f32oox $a6, $a4")
+        c.bundle("add $m7, $m2, 0", "f32oox $a7, $a4")
+        body = [
+            _b("ld64step $a2:3, $mzero, $m3+=, 1"),
+            _b("ld64step $a8:9, $mzero, $m3+=, 1", "f32v2mul $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2tof16 $a0, $a2:3"),
+            _b("nop", "f32v2tof16 $a1, $a8:9"),
+            _b("st64step $a0:1, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
+    _row_end(c)
+    return c
+
+
+def _pass_exp_keep(c: Code, tag: str) -> None:
+    """flash_stats' exp pass: as softmax's, with $a8:9 (alpha, l_old * alpha) kept: e uses $a2:3 / $a10:11."""
+    c.one("add $m3, $m1, 0")
+    c.one("add $m7, $m2, 0")
+    _zero_acc(c)
+    body = [
+        _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+        _b("nop", "f16v2tof32 $a2:3, $a0"),
+        _b("nop", "f16v2tof32 $a10:11, $a1"),
+        _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+        _b("nop", "f32v2sub $a10:11, $a10:11, $a6:7"),
+        _b("nop", "f32exp $a2, $a2"),
+        _b("nop", "f32exp $a3, $a3"),
+        _b("nop", "f32exp $a10, $a10"),
+        _b("nop", "f32exp $a11, $a11"),
+        _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
+        _b("nop", "f32v2add $a12:13, $a12:13, $a10:11"),
+        _b("nop", "f32v2tof16 $a0, $a2:3"),
+        _b("nop", "f32v2tof16 $a1, $a10:11"),
+        _b("st64step $a0:1, $mzero, $m7+=, 1"),
+    ]
+    c.rpt("$m4", body, tag)
+    _sum_tail(c, "$a4")
+
+
+def _scale_pass(c: Code, tag: str) -> None:
+    """y = f16(f32(y) * $a6:7) over the f16 row at $m2 ($m7 = running pointer, reads and writes)."""
+    c.one("add $m3, $m2, 0")
+    body = [
+        _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+        _b("nop", "f16v2tof32 $a2:3, $a0"),
+        _b("nop", "f16v2tof32 $a8:9, $a1"),
+        _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+        _b("nop", "f32v2mul $a8:9, $a8:9, $a6:7"),
+        _b("nop", "f32v2tof16 $a0, $a2:3"),
+        _b("nop", "f32v2tof16 $a1, $a8:9"),
+        _b("st64step $a0:1, $mzero, $m7+=, 1"),
+    ]
+    c.rpt("$m4", body, tag)
+
+
+def _gelu_kernel() -> Code:
+    c = Code("rows_gelu")
+    _head(c)
+    for i, reg in enumerate(("$a4:5", "$a6:7", "$a8:9", "$a10:11")):  # c1, c0, 1, 0.5 (4 x f16 each)
+        c.one(f"ld64 {reg}, $mvertex_base, $mzero, {CONST // 2 + i}")
+    c.one("add $m5, $m5, 1")  # units (rpt count)
+    body = [
+        _b("ld64step $a0:1, $mzero, $m1+=, 1"),
+        _b("nop", "f16v4mul $a2:3, $a0:1, $a0:1"),
+        _b("nop", "f16v4mul $a2:3, $a2:3, $a4:5"),
+        _b("nop", "f16v4add $a2:3, $a2:3, $a6:7"),
+        _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
+        _b("nop", "f16v4mul $a0:1, $a0:1, $a10:11"),
+        _b("nop", "f16v2tanh $a2, $a2"),
+        _b("nop", "f16v2tanh $a3, $a3"),
+        _b("nop", "f16v4add $a2:3, $a2:3, $a8:9"),
+        _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
+        _b("st64step $a2:3, $mzero, $m2+=, 1"),
+    ]
+    c.rpt("$m5", body, "unit")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+SUPERVISOR = """
+.globl rows_sup
+.supervisor
+rows_sup:
+    ld32 $m1, $m0, $mzero, {entry}
+    setzi $m2, {sram_base}
+    sub $m2, $m0, $m2
+    runall $m1, $m2, 0
+    sync TEXCH_SYNCZONE_LOCAL
+    br $lr
+"""
+SUP = 1 + 2 + 6 + 6  # ld32, setzi + sub, sync release, br (runall overlaps the workers)
+IDLE = 5  # get, shl, ld32, brz, exitz
+
+
+def worker_code(op: str) -> Code:
+    return _gelu_kernel() if op == "gelu" else _row_kernel(op)
+
+
+def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
+    sup = SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)
+    return "\n".join([sup] + [worker_code(op).text() for op in ops])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Call descriptor
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One call. `rows` rows of `n` elements (gelu: `rows` = 4-half units, n unused). Addresses in bytes:
+    in0 / in1 / in2 / out as in the module table; st0..st2 = per-row f32 state (flash: m, l, alpha; merge: alpha;
+    final: l). Strides default to contiguous rows."""
+
+    op: str
+    rows: int
+    n: int = 4
+    in0: int = 0
+    in1: int = 0
+    in2: int = 0
+    out: int = 0
+    st0: int = 0
+    st1: int = 0
+    st2: int = 0
+    eps: float = 1e-6
+    in_stride: int | None = None
+    out_stride: int | None = None
+    _check: bool = field(default=True, repr=False)
+
+    def __post_init__(self):
+        if self.op not in OPS:
+            raise ValueError(f"unknown row op {self.op!r}")
+        if self.op != "gelu" and (self.n % 4 or self.n < 4):
+            raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
+        for s in (self.istride, self.ostride if self.op not in ("rowsum", "rowmax") else 8):
+            if s % 8:
+                raise ValueError(f"row strides must be multiples of 8 bytes, got {s}")
+
+    @property
+    def istride(self) -> int:
+        if self.op == "gelu":
+            return 8
+        return self.in_stride if self.in_stride is not None else self.n * ESIZES[self.op][0]
+
+    @property
+    def ostride(self) -> int:
+        if self.op == "gelu":
+            return 8
+        if self.op in ("rowsum", "rowmax"):
+            return 4
+        if self.op == "flash_merge":
+            return self.istride  # o is updated in place
+        return self.out_stride if self.out_stride is not None else self.n * ESIZES[self.op][1]
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.rows)):
+            f[CNT + w], f[FIRST + w] = cnt, first
+        out = self.in0 if self.op == "flash_merge" else self.out
+        f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, out
+        f[ENTRY] = labels[f"rows_{self.op}"]
+        f[ATOMS], f[ISTRIDE], f[OSTRIDE] = self.n // 4, self.istride, self.ostride
+        f[ST0], f[ST1], f[ST2] = self.st0, self.st1, self.st2
+        f[F0] = np.float32(1.0 / self.n).view(np.uint32)
+        f[F1] = np.float32(self.eps).view(np.uint32)
+        if self.op == "gelu":
+            consts = [GELU_C1, GELU_C0, 1.0, 0.5]
+        else:
+            consts = [-np.inf, 0, 0, 0]
+        f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
+        return f
+
+    entry = "rows_sup"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Semantics (numpy, bit-exact) and cycle estimate
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _acc_sum(v: np.ndarray) -> np.ndarray:
+    """v: f32 [R, n] -> f32 [R]: the kernels' accumulation order (two f32 pairs, sequential over atoms)."""
+    r, n = v.shape
+    v = v.reshape(r, n // 4, 2, 2)
+    acc = np.zeros((r, 2, 2), np.float32)
+    for i in range(n // 4):
+        acc = acc + v[:, i]
+    t = acc[:, 0] + acc[:, 1]
+    return t[:, 0] + t[:, 1]
+
+
+def _row_max(x: np.ndarray) -> np.ndarray:
+    r, n = x.shape
+    acc = np.full((r, 4), -np.inf, np.float16)
+    for i in range(n // 4):
+        acc = np.maximum(acc, x[:, 4 * i : 4 * i + 4])
+    a = acc.astype(np.float32)
+    m = np.maximum(a[:, 0:2], a[:, 2:4])
+    return np.maximum(m[:, 0], m[:, 1])
+
+
+def _exp_rows(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(f16(e), sum(e)) with e = exp(f32(x) - m[row])."""
+    e = exp_f32(x.astype(np.float32) - m[:, None])
+    return e.astype(np.float16), _acc_sum(e)
+
+
+def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
+    """Outputs of the call as a dict name -> array. x = in0 ([rows, n]: f16, or f32 for flash_merge/final),
+    y / z = in1 / in2 (layernorm weight / bias [n] f16; flash_merge pv [rows, n] f16), state = dict of f32 [rows]
+    (flash_stats: m, l; flash_merge: alpha; flash_final: l)."""
+    with np.errstate(all="ignore"):
+        if k.op == "gelu":
+            h = x.astype(np.float16)
+            t = h * h
+            t = t * GELU_C1
+            t = t + GELU_C0
+            t = t * h
+            half = h * np.float16(0.5)
+            th = tanh_f16(t) + np.float16(1.0)
+            return {"out": half * th}
+        x = x.reshape(k.rows, k.n)
+        if k.op == "rowsum":
+            return {"out": _acc_sum(x.astype(np.float32))}
+        if k.op == "rowmax":
+            return {"out": _row_max(x)}
+        if k.op == "softmax":
+            e16, s = _exp_rows(x, _row_max(x))
+            inv = recip_f32(s)
+            return {"out": (e16.astype(np.float32) * inv[:, None]).astype(np.float16)}
+        if k.op == "layernorm":
+            inv_n = np.float32(1.0 / k.n)
+            xf = x.astype(np.float32)
+            mean = _acc_sum(xf) * inv_n
+            d = xf - mean[:, None]
+            var = _acc_sum(d * d) * inv_n
+            rstd = rsqrt_f32(var + np.float32(k.eps))
+            zh = (d * rstd[:, None]).astype(np.float16)
+            return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
+        if k.op == "flash_stats":
+            m_old, l_old = state["m"], state["l"]
+            m_new = np.maximum(m_old, _row_max(x))
+            alpha = exp_f32(m_old - m_new)
+            p16, s = _exp_rows(x, m_new)
+            return {"out": p16, "m": m_new, "l": l_old * alpha + s, "alpha": alpha}
+        if k.op == "flash_merge":
+            o = x.astype(np.float32) * state["alpha"][:, None]
+            return {"out": o + y.reshape(k.rows, k.n).astype(np.float32)}
+        if k.op == "flash_final":
+            return {"out": (x.astype(np.float32) * recip_f32(state["l"])[:, None]).astype(np.float16)}
+    raise ValueError(k.op)
+
+
+def worker_thread_cycles(k: Rows, rows: int) -> int:
+    """Issues of one worker with `rows` rows (units), read off the generated code's per-tag counts."""
+    if rows == 0:
+        return IDLE
+    cnt = worker_code(k.op).count
+    if k.op == "gelu":
+        return cnt["head"] + cnt["unit"] * rows + cnt["tail"]
+    atoms = k.n // 4
+    per_row = cnt["row"] + atoms * (cnt["atom0"] + cnt["atom1"] + cnt["atom2"])
+    return cnt["head"] + rows * per_row + cnt["tail"]
+
+
+def cycles(k: Rows) -> int:
+    """Tile cycles of the call (supervisor entry to return)."""
+    return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))
