@@ -1,0 +1,237 @@
+"""Copy/pack kernels that reorder data within a tile: row-major <-> AMP panels (gemm.py's layouts).
+
+Calling convention: `$m0` = frame, `call $lr, rows_sup` (the supervisor of `rowwise`; include
+`rowwise.library_asm` in the program). Frames are `rowwise` frames (same per-worker row split).
+
+Two kernels:
+
+- `chunks` (`Chunks`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
+  destination at `dst_row(r) + b * dst_blk` with `dst_row(r) = dst + (r >> g) * dst_group + (r & (2^g - 1)) *
+  dst_row`. One chunk = 16 halves or 32 FP8 values = one K block row of A (or a 16-column block row of C), so it
+  serves every precision with 64-bit loads and stores only:
+    * `to_panels(m, row_bytes, ...)`: row-major [M][K] -> K-block panels [K/KB][M][KB] (g = 0);
+    * `from_panels(...)`: the reverse (C panels [N/16][M][16] -> row-major);
+    * `weights_from_bt(n, k, prec, ...)`: AMP weight panels (gemm.pack_weights order) from B^T [N, K] row-major
+      (e.g. K for Q @ K^T): slot (engine e, phase p) of block (nb, kb) holds 8 contiguous bytes of row nb*16+e,
+      so each (row, kb) is one 32-byte chunk: g = 4 (16 rows per column block), dst_group = kblocks * 512,
+      dst_row = 32, dst_blk = 512. FP8 included: no byte shuffles are needed.
+  Per chunk: 4 ld64step + 4 st64step bundles (8 thread cycles per 32 bytes).
+
+- `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
+  per 4-column group and K block, 16 rows x 4 columns are loaded (16 ld64) and transposed in registers with
+  sort4x16lo/hi (32 sorts) into 4 slots-columns of 32 bytes (16 st64): 44 thread cycles per 128 bytes.
+
+Constraints: addresses 8-byte aligned; chunk counts >= 1; B row stride (2N bytes) a multiple of 8.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.backend.kernels import rowwise as R
+from ipu.backend.kernels.elementwise import split
+from ipu.backend.kernels.gemm import KBLOCK, NBLOCK
+
+# Extra frame words (inside the rowwise frame's state words): source chunk step, destination chunk step, shift g,
+# destination group step.
+SRC_BLK, DST_BLK, SHIFT, DST_GROUP = R.ST0, R.ST1, R.ST2, R.F0
+
+
+def _dst_row(c: R.Code) -> None:
+    """$m2 = dst + (row >> g) * group + (row & (2^g - 1)) * dst_row, for row $m6."""
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {SHIFT}")
+    c.one("shr $m2, $m6, $m3")
+    c.one("shl $m7, $m2, $m3")
+    c.one("sub $m7, $m6, $m7")  # row & (2^g - 1)
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {DST_GROUP}")
+    c.one("mul $m2, $m2, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.OSTRIDE}")
+    c.one("mul $m7, $m7, $m3")
+    c.one("add $m2, $m2, $m7")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.OUT}")
+    c.one("add $m2, $m2, $m3")
+
+
+def _common_head(c: R.Code) -> None:
+    """rowwise head ($m1 = source row, $m4 = count per row, $m5 = rows - 1, $m6 = first row) + strides."""
+    R._head(c)
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {SRC_BLK}")
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {DST_BLK}")
+
+
+def chunks_code() -> R.Code:
+    c = R.Code("pack_chunks")
+    _common_head(c)
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    _dst_row(c)
+    c.one("add $m3, $m1, 0")
+    body = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, 1") for i in range(3)]
+    body += [R._b("ld64step $a6:7, $mzero, $m3+=, $m8")]
+    body += [R._b(f"st64step $a{2 * i}:{2 * i + 1}, $mzero, $m2+=, 1") for i in range(3)]
+    body += [R._b("st64step $a6:7, $mzero, $m2+=, $m9")]
+    c.rpt("$m4", body, "chunk")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+def weights_f16_code() -> R.Code:
+    """Rows = 4-column groups (N / 4); inner rpt over K blocks. $m8 = B row stride in atoms (load step)."""
+    c = R.Code("pack_weights_f16")
+    _common_head(c)
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    _dst_row(c)
+    c.one("add $m3, $m1, 0")
+    body = []
+    for p in range(4):
+        last = 64 - 15 if p == 3 else -11  # next slot column: p + 1, or the next K block (512 bytes on)
+        ld = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, $m8") for i in range(4)]
+        body += [
+            ld[0],
+            ld[1],
+            R._b(ld[2][0], "sort4x16lo $a8, $a0, $a2"),
+            R._b(ld[3][0], "sort4x16hi $a10, $a0, $a2"),
+            R._b("nop", "sort4x16lo $a9, $a4, $a6"),
+            R._b("st64step $a8:9, $mzero, $m2+=, 4", "sort4x16hi $a11, $a4, $a6"),
+            R._b("st64step $a10:11, $mzero, $m2+=, 4", "sort4x16lo $a12, $a1, $a3"),
+            R._b("nop", "sort4x16lo $a13, $a5, $a7"),
+            R._b("st64step $a12:13, $mzero, $m2+=, 4", "sort4x16hi $a8, $a1, $a3"),
+            R._b("nop", "sort4x16hi $a9, $a5, $a7"),
+            R._b(f"st64step $a8:9, $mzero, $m2+=, {last}"),
+        ]
+    c.rpt("$m4", body, "chunk")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+CODES = {"pack_chunks": chunks_code, "pack_weights_f16": weights_f16_code}
+
+
+def library_asm(sram_base: int = 0x4C000) -> str:
+    """The pack workers plus rowwise's supervisor and workers (the supervisor is shared)."""
+    return R.library_asm(sram_base) + "\n" + "\n".join(fn().text() for fn in CODES.values())
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """rows x blocks chunks of 32 bytes (see the module docstring for the address formulas)."""
+
+    rows: int
+    blocks: int
+    src: int
+    dst: int
+    src_row: int
+    src_blk: int
+    dst_row: int
+    dst_blk: int
+    shift: int = 0
+    dst_group: int = 0
+
+    kernel = "pack_chunks"
+    entry = "rows_sup"
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(R.FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.rows)):
+            f[R.CNT + w], f[R.FIRST + w] = cnt, first
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], self.blocks
+        f[R.ISTRIDE], f[R.OSTRIDE] = self.src_row, self.dst_row
+        # Step of the 4th access of a chunk, in atoms (the first three step by one atom).
+        f[SRC_BLK], f[DST_BLK] = (self.src_blk // 8 - 3) & 0xFFFFFFFF, (self.dst_blk // 8 - 3) & 0xFFFFFFFF
+        f[SHIFT], f[DST_GROUP] = self.shift, self.dst_group if self.shift else self.dst_row
+        return f
+
+    def semantics(self, mem: np.ndarray, src_base: int, out: np.ndarray, dst_base: int) -> np.ndarray:
+        """Copy on byte arrays: mem holds the source at src_base; returns out (holding dst_base) updated."""
+        out = out.copy()
+        for r in range(self.rows):
+            if self.shift:
+                d0 = (r >> self.shift) * self.dst_group + (r & ((1 << self.shift) - 1)) * self.dst_row
+            else:
+                d0 = r * self.dst_row
+            for b in range(self.blocks):
+                s = self.src - src_base + r * self.src_row + b * self.src_blk
+                d = self.dst - dst_base + d0 + b * self.dst_blk
+                out[d : d + 32] = mem[s : s + 32]
+        return out
+
+    def cycles(self) -> int:
+        return _cycles(CODES[self.kernel](), self.rows, self.blocks)
+
+
+def to_panels(m: int, row_bytes: int, src: int, dst: int) -> Chunks:
+    """Row-major [M][row_bytes] -> panels [row_bytes/32][M][32 bytes] (A for the GEMM's panel strides)."""
+    return Chunks(m, row_bytes // 32, src, dst, src_row=row_bytes, src_blk=32, dst_row=32, dst_blk=32 * m)
+
+
+def from_panels(m: int, row_bytes: int, src: int, dst: int) -> Chunks:
+    """Panels [row_bytes/32][M][32 bytes] -> row-major [M][row_bytes] (C written with panel strides)."""
+    return Chunks(m, row_bytes // 32, src, dst, src_row=32, src_blk=32 * m, dst_row=row_bytes, dst_blk=32)
+
+
+def weights_from_bt(n: int, k: int, prec: str, src: int, dst: int) -> Chunks:
+    """AMP weight panels of B [K, N] from B^T [N, K] row-major (F16 or FP8 bits)."""
+    kb = KBLOCK[prec]
+    row_bytes = k * (2 if prec == "f16" else 1)
+    kblocks = k // kb
+    return Chunks(
+        n, kblocks, src, dst, src_row=row_bytes, src_blk=32, dst_row=32, dst_blk=512, shift=4,
+        dst_group=kblocks * 512,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class WeightsF16:
+    """F16 AMP weight panels (gemm.pack_weights order) from row-major B [K, N] f16."""
+
+    k: int
+    n: int
+    src: int
+    dst: int
+
+    kernel = "pack_weights_f16"
+    entry = "rows_sup"
+
+    def __post_init__(self):
+        if self.k % KBLOCK["f16"] or self.n % NBLOCK:
+            raise ValueError(f"weights need K % 16 == 0 and N % 16 == 0, got {self.k}, {self.n}")
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        kblocks = self.k // 16
+        f = np.zeros(R.FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.n // 4)):
+            f[R.CNT + w], f[R.FIRST + w] = cnt, first
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], kblocks
+        f[R.ISTRIDE], f[R.OSTRIDE] = 8, 128  # a column group: 4 halves on in B, 4 slot columns on in a block
+        f[SRC_BLK] = self.n * 2 // 8  # B row stride in atoms
+        f[SHIFT], f[DST_GROUP] = 2, kblocks * 512
+        return f
+
+    def cycles(self) -> int:
+        return _cycles(weights_f16_code(), self.n // 4, self.k // 16)
+
+
+def _cycles(code: R.Code, rows: int, inner: int) -> int:
+    cnt = code.count
+
+    def worker(r):
+        return R.IDLE if r == 0 else cnt["head"] + r * (cnt["row"] + inner * cnt["chunk"]) + cnt["tail"]
+
+    return R.SUP + 6 * max(worker(c) for _, c in split(rows))
