@@ -15,6 +15,8 @@ import numpy as np
 from bench.common import header
 from ipu.backend.kernels import elementwise as E
 from ipu.backend.kernels import gemm as G
+from ipu.backend.kernels import pack as P
+from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.harness import code_bytes, run_call
 from ipu.backend.target import Target
 from ipu.runtime.simulator import Simulator
@@ -130,14 +132,60 @@ def run() -> str:
             f"| {r['prec']} | {m}x{k}x{n} | {r['cycles']} | {r['estimate']} | {'yes' if r['exact'] else 'NO'} | "
             f"{r['eff']:.1%} | {r['poplibs']} | {r['pop_eff']:.1%} |"
         )
+    out += ["", *row_kernels()]
     gemm_bytes = code_bytes(lib, TARGET)
     ew_bytes = code_bytes(E.library_asm(), TARGET)
+    rows_bytes = code_bytes(R.library_asm(), TARGET)
+    pack_bytes = code_bytes(P.library_asm(), TARGET) - rows_bytes
+    total = gemm_bytes + ew_bytes + rows_bytes + pack_bytes
     out += [
         "",
         f"Code size: GEMM set {gemm_bytes} bytes (F16 + FP8, supervisors for ld128 and ld64, init and acc "
-        f"workers); element-wise set {ew_bytes} bytes; total {gemm_bytes + ew_bytes} bytes.",
+        f"workers); element-wise set {ew_bytes} bytes; row kernels {rows_bytes} bytes (GELU, layer norm, softmax, "
+        f"row sum/max, three FlashAttention steps, shared supervisor); pack kernels {pack_bytes} bytes; "
+        f"total {total} bytes.",
     ]
     return "\n".join(out) + "\n"
+
+
+def row_kernels() -> list[str]:
+    """Cycles of the row and pack kernels on one tile at So400m-like per-tile shards (simulator = estimate)."""
+    lib = P.library_asm(TARGET.sram_base)
+    x_addr, y_addr, z_addr, o_addr, s_addr = 0x60000, 0x70000, 0x72000, 0x80000, 0x9C000
+    rng = np.random.default_rng(0)
+    calls = [
+        ("gelu, 2304 halves", R.Rows("gelu", 576, in0=x_addr, out=o_addr), 2304),
+        ("layernorm 12 x 1152", R.Rows("layernorm", 12, 1152, x_addr, y_addr, z_addr, o_addr), 12 * 1152),
+        ("softmax 16 x 256", R.Rows("softmax", 16, 256, in0=x_addr, out=o_addr), 16 * 256),
+        ("rowsum 16 x 256", R.Rows("rowsum", 16, 256, in0=x_addr, out=o_addr), 16 * 256),
+        ("rowmax 16 x 256", R.Rows("rowmax", 16, 256, in0=x_addr, out=o_addr), 16 * 256),
+        (
+            "flash_stats 16 x 64",
+            R.Rows(
+                "flash_stats", 16, 64, in0=x_addr, out=x_addr, st0=s_addr, st1=s_addr + 64, st2=s_addr + 128
+            ),
+            16 * 64,
+        ),
+        ("flash_merge 16 x 72", R.Rows("flash_merge", 16, 72, in0=x_addr, in1=y_addr, st0=s_addr), 16 * 72),
+        ("flash_final 16 x 72", R.Rows("flash_final", 16, 72, in0=x_addr, out=o_addr, st0=s_addr), 16 * 72),
+        ("to_panels 64 x 128 halves", P.to_panels(64, 256, x_addr, o_addr), 64 * 128),
+        ("weights_from_bt fp8 64 x 128", P.weights_from_bt(64, 128, "fp8", x_addr, o_addr), 64 * 128),
+        ("weights_f16 (transpose) 64 x 64", P.WeightsF16(64, 64, x_addr, o_addr), 64 * 64),
+    ]
+    out = [
+        "Row and pack kernels (one call, simulator cycles = estimate; inputs are random, state arrays written):",
+        "",
+        "| kernel, shape | elements | cycles | estimate | cycles / element |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, call, elems in calls:
+        sim = Simulator(TARGET)
+        mem = {a: (rng.standard_normal(8192) * 0.5).astype(np.float32) for a in (x_addr, y_addr, z_addr)}
+        mem[s_addr] = np.concatenate([np.full(16, -np.inf, np.float32), np.zeros(32, np.float32) + 1])
+        cyc, _ = run_call(sim, lib, FRAME, call.frame, call.entry, mem)
+        est = R.cycles(call) if isinstance(call, R.Rows) else call.cycles()
+        out.append(f"| {name} | {elems} | {cyc} | {est} | {cyc / elems:.2f} |")
+    return out
 
 
 def main() -> None:
