@@ -60,7 +60,9 @@ def one_run(mode: str) -> dict:
         sent = np.bincount(s[:, 0], weights=s[:, 3], minlength=n) if len(s) else np.zeros(n)
         got = np.bincount(r[:, 0], weights=s[r[:, 3], 3], minlength=n) if len(r) else np.zeros(n)
         busiest = float(max(sent.max(), got.max()))
-        names = ",".join(v.name_hint or "?" for v in op.res)
+        names = ", ".join(
+            "x".join(map(str, v.type.get_shape())) + " " + str(v.type.element_type) for v in op.res
+        )
         phases.append(
             {
                 "results": names,
