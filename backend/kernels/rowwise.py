@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -439,7 +439,6 @@ class Rows:
     eps: float = 1e-6
     in_stride: int | None = None
     out_stride: int | None = None
-    _check: bool = field(default=True, repr=False)
 
     def __post_init__(self):
         if self.op not in OPS:
