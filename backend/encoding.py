@@ -4,8 +4,9 @@ Graphcore's real instruction encoding is not public (S3 only shows that instruct
 words and that a co-issue bit makes a 64-bit bundle). This encoding keeps those two facts and is otherwise ours:
 
     bit  31     co-issue: set on the first (MAIN) word of a bundle; the next word is its AUX half
-    bits 30:24  opcode: the index of the instruction form in the ISA table (ipu.backend.isa.FORMS)
-    bits 23:0   operand fields, packed from bit 0 upwards in the form's operand order
+    bits 30:24  opcode: the index of the instruction form in the ISA table (ipu.backend.isa.FORMS), for forms
+                0..126; 127 = extended: bits 23:16 hold (form index - 127) and the operands get 16 bits
+    bits 23:0   operand fields, packed from bit 0 upwards in the form's operand order (15:0 when extended)
 
 Field widths: $m 4 bits (register index), $m pair 3 (index / 2), $a 4, $a pair 3 (index / 2), $a quad 2
 (index / 4), CSR 9 (index), immediates their table width (two's complement when signed), labels 19 (word
@@ -41,6 +42,13 @@ def _field(op) -> tuple[int, int]:
     return (op.bits, 1)  # IMM, LABEL
 
 
+EXTENDED = 127  # primary opcode of the extended space
+
+
+def _payload_bits(form: InstrForm) -> int:
+    return 24 if form.opcode < EXTENDED else 16
+
+
 def _layout_of(form: InstrForm) -> list[tuple[int, int, int]]:
     """(shift, width, scale) per operand."""
     out, shift = [], 0
@@ -48,8 +56,8 @@ def _layout_of(form: InstrForm) -> list[tuple[int, int, int]]:
         w, s = _field(op)
         out.append((shift, w, s))
         shift += w
-    if shift > 24:
-        raise AssertionError(f"{form.key}: operands need {shift} bits, more than 24")
+    if shift > _payload_bits(form):
+        raise AssertionError(f"{form.key}: operands need {shift} bits, more than {_payload_bits(form)}")
     return out
 
 
@@ -58,7 +66,10 @@ _LAYOUTS = [_layout_of(f) for f in FORMS]
 
 def encode_instr(ins: Instr, coissue: bool = False) -> int:
     form = ins.form
-    word = (form.opcode << 24) | (COISSUE if coissue else 0)
+    if form.opcode < EXTENDED:
+        word = (form.opcode << 24) | (COISSUE if coissue else 0)
+    else:
+        word = (EXTENDED << 24) | ((form.opcode - EXTENDED) << 16) | (COISSUE if coissue else 0)
     for op, v, (shift, width, scale) in zip(form.operands, ins.ops, _LAYOUTS[form.opcode]):
         if not isinstance(v, int):
             raise EncodingError(
@@ -76,6 +87,8 @@ def encode_instr(ins: Instr, coissue: bool = False) -> int:
 def decode_instr(word: int) -> tuple[Instr, bool]:
     """-> (instruction, co-issue bit)."""
     opcode = (word >> 24) & 0x7F
+    if opcode == EXTENDED:
+        opcode = EXTENDED + ((word >> 16) & 0xFF)
     if opcode >= len(FORMS):
         raise EncodingError(f"illegal opcode {opcode} in word {word:#010x}")
     form = FORMS[opcode]
@@ -86,7 +99,7 @@ def decode_instr(word: int) -> tuple[Instr, bool]:
             field -= 1 << width
         ops.append(field * scale)
     used = sum(w for _, w, _ in _LAYOUTS[opcode])
-    if word & ((1 << 24) - 1) >> used << used:
+    if word & ((1 << _payload_bits(form)) - 1) >> used << used:
         raise EncodingError(f"{form.mnemonic}: unused operand bits set in word {word:#010x}")
     ins = Instr(form, tuple(ops))
     check_instr(form, ins.ops)
@@ -154,7 +167,7 @@ def encoding_table_markdown() -> str:
         )
         fields = ", ".join(f"{o.name} {s}:{w}" for o, (s, w, _) in zip(f.operands, _LAYOUTS[f.opcode]))
         rows.append(
-            f"| {f.opcode} | `{f.key}` | `{syntax.strip()}` | {f.slot.value} | {f.ctx.value} | {f.category} "
+            f"| {f.opcode if f.opcode < EXTENDED else f'127.{f.opcode - EXTENDED}'} | `{f.key}` | `{syntax.strip()}` | {f.slot.value} | {f.ctx.value} | {f.category} "
             f"| {f.cycles}/{f.supervisor_cycles} | {fields} |"
         )
     return "\n".join(rows) + "\n"

@@ -258,7 +258,7 @@ def test_text_accepts_aliases_comments_and_names():
 
 def test_encoding_rejects_bad_words():
     with pytest.raises(EncodingError, match="illegal opcode"):
-        decode_instr(0x7F << 24)
+        decode_instr((0x7F << 24) | (0xFF << 16))
     with pytest.raises(EncodingError, match="unresolved"):
         encode_instr(make("bri", "somewhere"))
     nop = encode_instr(make("nop"))
@@ -296,3 +296,30 @@ def test_ipu_asm_target_output_parses_back_to_the_same_module():
     laid = io.StringIO()
     IpuAsmTarget(layout=True).emit(Context(), module, laid)
     assert parse_program(laid.getvalue(), BASE).same_code(layout(kernels, BASE))
+
+
+def test_extended_opcodes_round_trip():
+    """Forms past index 126 use primary opcode 127 and an 8-bit extended opcode with a 16-bit payload."""
+    from ipu.backend import encoding
+
+    form = isa.InstrForm("x_test", "x", isa._ops("d:m! s:m imm:zimm8"), isa.Slot.MAIN, Ctx.BOTH, "alu")
+    object.__setattr__(form, "opcode", 130)
+    layout_ = encoding._layout_of(form)
+    assert sum(w for _, w, _ in layout_) == 16
+    encoding._LAYOUTS.extend([None] * (131 - len(encoding._LAYOUTS)))
+    saved = list(isa.FORMS)
+    try:
+        encoding._LAYOUTS[130] = layout_
+        while len(isa.FORMS) < 131:
+            isa.FORMS.append(form)
+        isa.FORMS[130] = form
+        word = encode_instr(Instr(form, (3, 4, 200)))
+        assert word >> 24 == 127 and (word >> 16) & 0xFF == 3
+        assert decode_instr(word)[0] == Instr(form, (3, 4, 200))
+    finally:
+        isa.FORMS[:] = saved
+        del encoding._LAYOUTS[len(saved) :]
+    too_big = isa.InstrForm("y_test", "y", isa._ops("d:m! imm:zimm20"), isa.Slot.MAIN, Ctx.BOTH, "alu")
+    object.__setattr__(too_big, "opcode", 200)
+    with pytest.raises(AssertionError, match="more than 16"):
+        encoding._layout_of(too_big)
