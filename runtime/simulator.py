@@ -265,6 +265,33 @@ class Simulator:
                 self.write(program.base, np.frombuffer(image, dtype=np.uint8))
                 self.protect(program.base, program.base + len(image))
 
+    def load_text(self, text: str, base: int | None = None) -> Program:
+        """Load Graphcore-syntax assembly text (laid out at `base`, default the region-0 base)."""
+        from ipu.backend.asm_text import parse_program
+
+        program = parse_program(text, self.base if base is None else base)
+        self.load(program)
+        return program
+
+    def load_module(self, module, base: int | None = None) -> Program:
+        """Load the `asm.kernel`s of an asm-dialect module."""
+        from ipu.backend.isa_program import layout
+        from ipu.dialects.asm import module_to_kernels
+
+        program = layout(module_to_kernels(module), self.base if base is None else base)
+        self.load(program)
+        return program
+
+    def load_image(
+        self, image: bytes, symbols: dict[str, tuple[int, bool]], base: int | None = None
+    ) -> Program:
+        """Load a binary code image (docs/asm-encoding.md) with its kernel symbol table."""
+        from ipu.backend.encoding import decode_program
+
+        program = decode_program(image, self.base if base is None else base, symbols)
+        self.load(program)
+        return program
+
     def state_bytes(self) -> dict[str, int]:
         """Bytes of the simulator state by part: SRAM, per-word state, and everything else (registers, CSRs,
         AMP state, clocks)."""

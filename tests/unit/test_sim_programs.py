@@ -125,3 +125,17 @@ def test_results_are_per_run_while_clocks_keep_counting():
     assert np.array_equal(first.tile_cycles, second.tile_cycles)
     assert np.array_equal(first.instructions, second.instructions)
     assert (sim.cycles[sim.NW :] == 2 * first.tile_cycles).all()
+
+
+def test_load_from_text_module_and_image():
+    from ipu.backend.asm_text import parse_to_module
+    from ipu.backend.encoding import encode_program
+
+    text = ".globl main\n.supervisor\nmain:\n  setzi $m1, 41\n  add $m1, $m1, 1\n  br $lr\n"
+    sims = [Simulator(T) for _ in range(3)]
+    p = sims[0].load_text(text)
+    sims[1].load_module(parse_to_module(text))
+    sims[2].load_image(encode_program(p), p.kernels)
+    for sim in sims:
+        sim.run("main")
+        assert (sim.m[sim.NW :, 1] == 42).all()
