@@ -10,15 +10,24 @@ and a non-zero exit, never a Python traceback.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import time
 from collections.abc import Sequence
 from importlib.util import find_spec
 
-from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from ipu.dialects.registry import all_dialects
 from ipu.passes.registry import all_passes
+
+LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
 
 
 class PipelineSyntaxError(ValueError):
@@ -71,8 +80,90 @@ def mlir_pipeline_to_xdsl(spec: str) -> str:
     return "".join(out)
 
 
+class LocatingParser(Parser):
+    """A parser that remembers where each operation starts, so verifier errors can point at the source line."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.op_offsets: dict[Operation, int] = {}
+
+    def parse_operation(self) -> Operation:
+        start = self._current_token.span.start
+        op = super().parse_operation()
+        self.op_offsets[op] = start
+        return op
+
+
+class SourceLocations:
+    """Operation -> (line, column) of the chunk being processed (1-based, counted in the whole input file)."""
+
+    def __init__(self, name: str, text: str, offsets: dict[Operation, int], line_offset: int):
+        self.name = name
+        self._text = text
+        self._offsets = offsets
+        self._line_offset = line_offset
+
+    def of(self, op: Operation) -> str | None:
+        offset = self._offsets.get(op)
+        if offset is None:
+            return None
+        line = self._text.count("\n", 0, offset) + 1 + self._line_offset
+        col = offset - (self._text.rfind("\n", 0, offset) + 1) + 1
+        return f"{self.name}:{line}:{col}"
+
+
+def _enclosing_symbol(op: Operation) -> str:
+    parent = op.parent_op()
+    while parent is not None:
+        sym = parent.properties.get("sym_name") or parent.attributes.get("sym_name")
+        if sym is not None:
+            return f" in @{sym.data}"
+        parent = parent.parent_op()
+    return ""
+
+
+def verify_with_location(
+    module: ModuleOp, locations: SourceLocations | None, after: ModulePass | None
+) -> None:
+    """Verifies the module; on failure raises one MLIR-style diagnostic naming the op and its source location,
+    instead of xDSL's dump of the whole module."""
+    try:
+        module.verify()
+        return
+    except VerifyException as whole:
+        failure: tuple[Operation, str] | None = None
+        for op in module.walk():
+            try:
+                op.verify(verify_nested_ops=False)
+            except VerifyException as e:
+                failure = (op, str(e).removeprefix("Operation does not verify: "))
+                break
+        if failure is None:
+            raise DiagnosticException(str(whole).splitlines()[0]) from None
+    op, message = failure
+    if not message.startswith(op.name):
+        message = f"'{op.name}' op {message}"
+    where = locations.of(op) if locations is not None else None
+    if where is None:
+        index = next(i for i, o in enumerate(module.walk()) if o is op)
+        origin = f" (created by pass '{after.name}')" if after is not None else ""
+        where = f"{locations.name if locations else '<input>'}: op #{index}{_enclosing_symbol(op)}{origin}"
+    suffix = f" (after pass '{after.name}')" if after is not None else ""
+    raise DiagnosticException(f"{where}: error: {message}{suffix}") from None
+
+
 class IpuOptMain(xDSLOptMain):
     version_format = "ipu-opt (xdsl {xdsl_version})"
+    locations: SourceLocations | None = None
+
+    def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0) -> ModuleOp | None:
+        if file_extension != "mlir":
+            return super().parse_chunk(chunk, file_extension, start_offset)
+        text = chunk.read().decode()
+        parser = LocatingParser(self.ctx, text, self.get_input_name())
+        module = parser.parse_module(not self.args.no_implicit_module)
+        self.locations = SourceLocations(self.get_input_name(), text, parser.op_offsets, start_offset)
+        return module
 
     def register_all_dialects(self) -> None:
         for name, factory in all_dialects():
@@ -108,8 +199,24 @@ class IpuOptMain(xDSLOptMain):
             if self.args.passes:
                 raise PipelineSyntaxError("give either --pass-pipeline or -p/--passes, not both")
             self.args.passes = mlir_pipeline_to_xdsl(self.args.pass_pipeline)
+        start = time.perf_counter()
+
+        def callback(previous: ModulePass | None, module: ModuleOp, following: ModulePass | None) -> None:
+            # xDSL's own callback, with verification errors turned into located one-line diagnostics.
+            nonlocal start
+            if self.args.time_passes and previous is not None:
+                print(f"Pass {previous.name} took {time.perf_counter() - start} seconds")
+            if not self.args.disable_verify:
+                verify_with_location(module, self.locations, previous)
+            if previous and following and self.args.print_between_passes:
+                print(f"IR after {previous.name}:")
+                Printer(stream=sys.stdout).print_op(module)
+                print("\n\n\n")
+            if self.args.time_passes and following is not None:
+                start = time.perf_counter()
+
         try:
-            super().setup_pipeline()
+            self.pipeline = PassPipeline.parse_spec(self.available_passes, self.args.passes, callback)
         except ValueError as e:  # unknown pass or option, bad option value
             raise PipelineSyntaxError(f"bad pass pipeline: {e}") from None
 
@@ -129,8 +236,14 @@ def main(args: Sequence[str] | None = None) -> int:
     except ParseError as e:
         return _fail(f"could not parse the input:\n{e}")
     except DiagnosticException as e:
+        if LOCATED.match(str(e)):  # already an MLIR-style `file:line:col: error: ...` diagnostic
+            print(e, file=sys.stderr)
+            return 1
         notes = "".join(f"\n{n}" for n in getattr(e, "__notes__", ()))
         return _fail(f"{e}{notes}")
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error of ours
+        sys.stderr.close()
+        return 0
     except FileNotFoundError as e:
         return _fail(f"no such file: {e.filename}")
     except ValueError as e:

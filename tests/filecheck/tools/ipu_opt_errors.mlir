@@ -21,8 +21,7 @@
 // TARGET: invalid choice: 'no-such-target'
 
 // RUN: not ipu-opt %s --split-input-file 2>&1 | filecheck %s --check-prefix=VERIFY
-// VERIFY: ipu-opt: error:
-// VERIFY-SAME: nn.reshape: operand 'input' shape 4x8 and result shape 4x4 have different element counts
+// VERIFY: ipu_opt_errors.mlir:[[# @LINE + 16]]:3: error: nn.reshape: operand 'input' shape 4x8 and result shape 4x4 have different element counts
 // VERIFY-NOT: Traceback
 
 // RUN: ipu-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(canonicalize, cse)' | filecheck %s --check-prefix=MLIRSYNTAX
