@@ -220,19 +220,15 @@ def _runs(tile, cycle, nbytes, offset, buf, peer, num_tiles):
 def encoded_row_bytes(sends: np.ndarray, recvs: np.ndarray, num_tiles: int) -> np.ndarray:
     """Encoded exchange-table bytes per tile (cost_model.exchange_row_bytes per send row, receive row and delay).
 
-    A send row streams consecutive addresses to an unchanged destination set; a receive row keeps the incoming
-    mux on one sender and writes consecutive addresses. Unscheduled phases (cycle -1) are counted as if every
+    A send row streams consecutive source addresses back to back (whoever listens); a receive row keeps the
+    incoming mux on one sender and writes consecutive addresses back to back. Unscheduled phases (cycle -1) are counted as if every
     transfer followed the previous one without gaps."""
     if len(sends) == 0:
         return np.zeros(num_tiles, np.int64)
-    # A send's "peer" for continuation: its first receiver tile (multicast sets are stable along a stream).
-    first_recv = np.full(len(sends), -1, np.int64)
-    order = np.argsort(recvs[:, 3], kind="stable")
-    idx, firsts = np.unique(recvs[order, 3], return_index=True)
-    first_recv[idx] = recvs[order, 0][firsts]
-    s_rows, s_delays = _runs(
-        sends[:, 0], sends[:, 4], sends[:, 3], sends[:, 2], sends[:, 1], first_recv, num_tiles
-    )
+    # A send names no destination (IPU_FACTS 6: receivers select the sender with their mux), so a sender's row
+    # continues across receivers; only address and time continuity matter.
+    no_peer = np.zeros(len(sends), np.int64)
+    s_rows, s_delays = _runs(sends[:, 0], sends[:, 4], sends[:, 3], sends[:, 2], sends[:, 1], no_peer, num_tiles)
     r_bytes = sends[recvs[:, 3], 3]
     r_peer = sends[recvs[:, 3], 0]
     r_rows, r_delays = _runs(recvs[:, 0], recvs[:, 4], r_bytes, recvs[:, 2], recvs[:, 1], r_peer, num_tiles)

@@ -13,9 +13,12 @@ exists and equals greedy list scheduling.
 Modes (option `mode`):
 - "latency" (default): whole segments; the priority is the rotation distance (first receiver - sender) mod tiles,
   so in round k every sender talks to the tile k places further on: unicast rounds are conflict-free.
-- "compact": address-ordered stream waves. Segments are cut into chunks of `stream_words` words; each sender
-  sends its chunks in address order (so back-to-back chunks merge into one encoded row), wave by wave; within a
-  wave the chunks whose receivers have the most remaining work go first (endpoint-balanced ordering).
+- "compact": address-ordered stream waves. Each sender sends in address order, so back-to-back sends merge into
+  one encoded row; wave w holds the sends starting in words [w N, (w + 1) N) of their sender's stream
+  (N = `stream_words`), waves go in order, and within a wave the senders with the most remaining words go first
+  (endpoint balance). Per phase, the compact schedule is kept only if it lowers the busiest tile's encoded row
+  bytes and is at most `max_slowdown` slower than latency-first; otherwise the phase stays latency-first (as
+  seed 000 does: the alternative must not lose on the cap it optimises). Its `mode` property says which.
 
 Reports per phase (properties): `cycles` (the phase's makespan), `row_bytes` (encoded exchange-table bytes per
 tile, a [tiles, 1] table) and `max_row_bytes`; and on the module, the program's estimated cycles split into
@@ -69,25 +72,35 @@ def _first_receiver(sends: np.ndarray, recvs: np.ndarray) -> np.ndarray:
     return first
 
 
-def priority(sends: np.ndarray, recvs: np.ndarray, num_tiles: int, mode: str) -> np.ndarray:
+def priority(
+    sends: np.ndarray, recvs: np.ndarray, num_tiles: int, mode: str, stream_words: int = 256
+) -> np.ndarray:
     """A rank per send (0 = first)."""
     if len(sends) == 0:
         return np.zeros(0, np.int64)
-    first = _first_receiver(sends, recvs)
     if mode == "latency":
+        first = _first_receiver(sends, recvs)
         rot = (first - sends[:, 0]) % num_tiles
         order = np.lexsort((sends[:, 2], sends[:, 0], rot, sends[:, 1]))
     else:
-        # Wave = position of the chunk in its sender's address-ordered stream.
+        # Address-ordered streams: each sender's sends sorted by (buffer, address); wave w holds the sends that
+        # start within the stream's words [w * N, (w + 1) * N). Within a wave, senders with more remaining
+        # words go first (endpoint balance), and a sender's sends stay together in address order, so they run
+        # back to back and merge into one encoded send row.
         by_addr = np.lexsort((sends[:, 2], sends[:, 1], sends[:, 0]))
         t_sorted = sends[by_addr, 0]
-        group_start = np.searchsorted(t_sorted, t_sorted, side="left")
+        w_sorted = ex.words(sends[by_addr, 3])
+        csum = np.cumsum(w_sorted)
+        start = np.searchsorted(t_sorted, t_sorted, side="left")
+        before = csum - w_sorted - (csum[start] - w_sorted[start])  # words earlier in the same stream
+        total = np.bincount(t_sorted, weights=w_sorted, minlength=num_tiles)
         wave = np.empty(len(sends), np.int64)
-        wave[by_addr] = np.arange(len(sends)) - group_start
-        # Endpoint balance: receivers with more words to receive go first within a wave.
-        w = ex.words(sends[recvs[:, 3], 3])
-        load = np.bincount(recvs[:, 0], weights=w, minlength=num_tiles)
-        order = np.lexsort((sends[:, 0], -load[first], wave))
+        remaining = np.empty(len(sends), np.int64)
+        wave[by_addr] = before // stream_words
+        remaining[by_addr] = total[t_sorted] - (before // stream_words) * stream_words
+        pos = np.empty(len(sends), np.int64)
+        pos[by_addr] = np.arange(len(sends))
+        order = np.lexsort((pos, sends[:, 0], -remaining, wave))
     rank = np.empty(len(sends), np.int64)
     rank[order] = np.arange(len(sends))
     return rank
@@ -156,13 +169,34 @@ def schedule_starts_loop(sends: np.ndarray, recvs: np.ndarray, rank: np.ndarray)
     return start
 
 
-def schedule_phase(phase: ex.PhaseOp, mode: str, stream_words: int) -> None:
+def makespan(sends: np.ndarray, recvs: np.ndarray, starts: np.ndarray, latency: int) -> int:
+    if len(recvs) == 0:
+        return 0
+    return int((starts[recvs[:, 3]] + latency + ex.words(sends[recvs[:, 3], 3])).max())
+
+
+def schedule_phase(phase: ex.PhaseOp, mode: str, stream_words: int, max_slowdown: float = 0.1) -> None:
+    """Schedules one phase. Compact mode keeps its address-ordered schedule only where it lowers the busiest
+    tile's encoded rows at most `max_slowdown` slower than the latency-first schedule; otherwise the phase
+    keeps the latency-first schedule (its `mode` says which one it got)."""
     sends, recvs = phase.send_table(), phase.recv_table()
-    if mode == "compact":
-        sends, recvs = split_chunks(sends, recvs, stream_words * ex.WORD_BYTES)
-    rank = priority(sends, recvs, phase.tiles.value.data, mode)
-    starts = schedule_starts(sends, recvs, rank, phase.latency.value.data)
-    phase.set_schedule(starts, mode, sends, recvs)
+    n, lat = phase.tiles.value.data, phase.latency.value.data
+    starts = schedule_starts(sends, recvs, priority(sends, recvs, n, "latency"), lat)
+    chosen = "latency"
+    if mode == "compact" and len(sends):
+        c_starts = schedule_starts(sends, recvs, priority(sends, recvs, n, "compact", stream_words), lat)
+
+        def rows(st):
+            s, r = sends.copy(), recvs.copy()
+            s[:, 4] = st
+            r[:, 4] = st[r[:, 3]] + lat
+            return int(ex.encoded_row_bytes(s, r, n).max())
+
+        if rows(c_starts) < rows(starts) and makespan(sends, recvs, c_starts, lat) <= (
+            1 + max_slowdown
+        ) * makespan(sends, recvs, starts, lat):
+            starts, chosen = c_starts, "compact"
+    phase.set_schedule(starts, chosen, sends, recvs)
 
 
 def block_cycles(block: Block) -> tuple[int, int, int]:
@@ -197,7 +231,10 @@ class ExchangeSchedulePass(ModulePass):
     mode: str = "latency"
     """"latency" (default: shortest phases) or "compact" (address-ordered stream waves: fewer encoded rows)."""
     stream_words: int = 256
-    """Compact mode: words per stream wave (chunk)."""
+    """Compact mode: words per stream wave."""
+    max_slowdown: float = 0.1
+    """Compact mode: a phase takes the compact schedule only if it has fewer encoded row bytes on the busiest
+    tile and is at most this much slower than the latency-first schedule."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("latency", "compact"):
@@ -208,7 +245,7 @@ class ExchangeSchedulePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         phases = [o for o in op.walk() if isinstance(o, ex.PhaseOp)]
         for p in phases:
-            schedule_phase(p, self.mode, self.stream_words)
+            schedule_phase(p, self.mode, self.stream_words, self.max_slowdown)
             per_tile = ex.encoded_row_bytes(p.send_table(), p.recv_table(), p.tiles.value.data)
             worst = int(per_tile.argmax()) if len(per_tile) else 0
             if len(per_tile) and per_tile[worst] > p.row_budget.value.data:

@@ -254,14 +254,23 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     prec = precision_of(op.input.type, op.weight.type)
     budget = memory_fraction * target.sram_bytes
     tiles = target.num_tiles
+    align = attention_head_dim(op)
     best = None
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
         gm = math.ceil(m / pm)
         if gm != gm0:
             continue  # the same panel height as a smaller gm
-        for gn0 in {min(n, tiles // gm), min(n, max(1, tiles // gm // 2))}:
+        gns = {min(n, tiles // gm), min(n, max(1, tiles // gm // 2))}
+        if align:
+            # Feeding attention: column panels of whole heads, so that each row of a panel is one contiguous
+            # head row at the attention's tiles (one long transfer per panel instead of one per row piece).
+            gns = {math.ceil(n / (align * h)) for h in range(1, n // align + 1)}
+            gns = {g for g in gns if g * gm <= tiles}
+        for gn0 in gns:
             pn = math.ceil(n / gn0)
+            if align and pn % align:
+                continue
             gn = math.ceil(n / pn)
             mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
             if mem > budget:
@@ -279,6 +288,20 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     _, gm, gn, pm, pn, cycles = best
     cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
+
+
+def attention_head_dim(op: nn.LinearOp) -> int:
+    """The head dimension if the linear's result (possibly through casts) is an attention operand, else 0."""
+    frontier = [op.result]
+    while frontier:
+        v = frontier.pop()
+        for use in v.uses:
+            user = use.operation
+            if isinstance(user, nn.AttentionOp):
+                return user.query.type.get_shape()[1] // user.num_heads
+            if isinstance(user, nn.CastOp):
+                frontier.append(user.result)
+    return 0
 
 
 def gemm_plan(gm, gn, pm, k, pn, base, prec, cast, worder, cycles) -> tl.GemmPlanAttr:
