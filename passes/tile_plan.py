@@ -12,8 +12,14 @@ For each operator, in program order:
   a broadcast operand (bias, position embedding) is replicated to match.
 - `nn.layer_norm`, `nn.softmax` over the last axis: whole rows per block (the input's layout when it has whole
   rows, else rows spread over the tiles); weight and bias replicated to every block.
-- anything else (patchify, reshape, transpose, slice, concat, matmul, odd ranks): the whole operator on one tile
-  (`#tile.single`). Correct, not fast; these are outside the encoder's hot path.
+  A GEMM whose result feeds attention gets column panels of whole heads (pn a multiple of the head dimension),
+  so the attention's per-head operands arrive as a few long transfers instead of one per row piece.
+- host-folded ops (`#tile.map<kind = "host">`): casts, reshapes, slices, transposes, concats and patchify whose
+  operands are all parameters / inputs (or such ops) are done once by the host when it uploads them, straight
+  into the layout their consumer wants: FP8 weight casts, the MAP head's weight slices, the image's patchify.
+- a reshape that only inserts or drops unit dimensions is a view of its input's layout (`kind = "view"`).
+- anything else (reshape, transpose, slice, concat, matmul of activations, odd ranks): the whole operator on one
+  tile (`#tile.single`). Correct, not fast; none of these is in the encoder's hot path.
 
 Parameters and inputs get the layout their first consumer asks for, without replication (a parameter's resident
 home: for a replicated operand layout, block b stays on replica b mod R, spreading weights over the grid);
