@@ -551,3 +551,23 @@ def test_exitnz_delay_and_supervisor_costs():
     sup_clock = int(sim.cycles[sim.NW])
     # delay 100 (+6 stall) + 2 setzi + run (6) + sync (6 stall + sync cost) + br (6) >= 100
     assert sup_clock >= 100 + 6 + 2 + 6 + 6 + 6
+
+
+def test_step_forms_with_register_strides():
+    data = np.arange(8, dtype=np.uint32) + 50
+    sim = run(
+        f"""setzi $m0, {MEM}
+        setzi $m1, 4
+        setzi $m2, 0
+        sub $m2, $m2, 1                   // stride -1 (in a register: signed)
+        ld32step $m3, $m0, $m1+=, $m2     // word 1, delta 4 -> 0
+        setzi $m4, 0x100
+        setzi $m5, 2
+        st32step $a0, $m0, $m4+=, $m5     // MEM + 0x100, delta -> 0x108
+        st64step $a2:3, $m0, $m4+=, $m2   // MEM + 0x108, delta -> 0x100
+        """,
+        memory={MEM: data, MEM + 0x100: np.zeros(4, np.uint32)},
+        a={0: 7, 2: 8, 3: 9},
+    )
+    assert m_of(sim, 3) == 51 and m_of(sim, 1) == 0 and m_of(sim, 4) == 0x100
+    assert sim.read(MEM + 0x100, 16, np.uint32)[0].tolist() == [7, 0, 8, 9]
