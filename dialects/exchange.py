@@ -228,7 +228,9 @@ def encoded_row_bytes(sends: np.ndarray, recvs: np.ndarray, num_tiles: int) -> n
     # A send names no destination (IPU_FACTS 6: receivers select the sender with their mux), so a sender's row
     # continues across receivers; only address and time continuity matter.
     no_peer = np.zeros(len(sends), np.int64)
-    s_rows, s_delays = _runs(sends[:, 0], sends[:, 4], sends[:, 3], sends[:, 2], sends[:, 1], no_peer, num_tiles)
+    s_rows, s_delays = _runs(
+        sends[:, 0], sends[:, 4], sends[:, 3], sends[:, 2], sends[:, 1], no_peer, num_tiles
+    )
     r_bytes = sends[recvs[:, 3], 3]
     r_peer = sends[recvs[:, 3], 0]
     r_rows, r_delays = _runs(recvs[:, 0], recvs[:, 4], r_bytes, recvs[:, 2], recvs[:, 1], r_peer, num_tiles)
