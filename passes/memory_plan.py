@@ -270,6 +270,8 @@ class MemoryPlanPass(ModulePass):
     """Let transient buffers borrow the host aperture between host phases."""
     gemm_interleaved: bool = True
     """Put GEMM results in interleaved memory (region 1) when the target has it."""
+    report_dir: str = ""
+    """When placement fails, write the memory map up to the failure (placement.json/.html) into this directory."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for key in ("reserve_code_bytes", "host_descriptor_bytes"):
@@ -353,7 +355,13 @@ class MemoryPlanPass(ModulePass):
         try:
             placement = ma.allocate(problem)
         except ma.PlacementError as err:
-            raise PassFailedException(f"memory-plan: @{f.sym_name.data}: {err}") from None
+            where = ""
+            if self.report_dir:
+                from ipu.runtime.reports.placement import write_failure_report
+
+                _, html = write_failure_report(self.report_dir, problem, err, f.sym_name.data)
+                where = f" (memory map up to the failure: {html})"
+            raise PassFailedException(f"memory-plan: @{f.sym_name.data}: {err}{where}") from None
         self.record(f, target, problem, placement, events, support, builder)
 
     def record(self, f, target, problem, placement, events, support, builder) -> None:

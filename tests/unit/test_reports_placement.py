@@ -1,0 +1,169 @@
+"""placement.json against the real placement: every placed allocation (and every Repeat member) of the tiny
+SigLIP's memory plan matches the addresses `read_placement` reads back from the IR, no two live allocations
+overlap, the checker catches a corrupted map, and a failing `memory-plan{report-dir=...}` writes the map up to the
+failure."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.passes import PassPipeline
+from xdsl.utils.exceptions import PassFailedException
+
+from ipu.frontend.siglip import PRESETS, build_vision_model
+from ipu.passes.memory_plan import read_placement
+from ipu.passes.registry import all_passes
+from ipu.runtime.reports.placement import (
+    live_overlaps,
+    model_from_function,
+    placement_json,
+    write_placement_report,
+)
+
+TILES = 16
+PLAN = "nn-fuse-qkv,nn-outline-repeat,tile-plan{{tiles={t} sram_kib=624}},exchange-lower{{tiles={t} sram_kib=624}},"
+PLAN += "exchange-schedule"
+
+
+def _run(spec: str):
+    module = build_vision_model(PRESETS["tiny"])
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def planned():
+    spec = PLAN.format(t=TILES) + f",memory-plan{{tiles={TILES} sram_kib=624 reserve-code-bytes=16384}}"
+    module = _run(spec)
+    f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    return f, placement_json(model_from_function(f))
+
+
+def _tile_placements(doc: dict, tile: int) -> dict[int, list[tuple[int, int, int, int]]]:
+    """buffer index -> [(member, addr, bytes, padding)] on one tile, from the JSON's class tables."""
+    c = doc["tile_class"][tile]
+    out: dict[int, list[tuple[int, int, int, int]]] = {}
+    for al in doc["allocations"]:
+        member = al["sequence"]["member"] if "sequence" in al else 0
+        for p in al["placed"]:
+            if p[0] == c:
+                out.setdefault(al["buffer"], []).append((member, p[1], p[2], p[3]))
+    return out
+
+
+def test_every_placed_allocation_matches_the_ir(planned):
+    f, doc = planned
+    _, bufs = read_placement(f)
+    assert len(doc["tile_class"]) == TILES and doc["tiles"] == TILES
+    assert max(a["buffer"] for a in doc["allocations"]) == len(bufs) - 1
+    checked = 0
+    for t in range(TILES):
+        on_tile = _tile_placements(doc, t)
+        for b, buf in enumerate(bufs):
+            got = sorted(on_tile.get(b, []))
+            if buf.addr[t] < 0 or buf.span[t] == 0:
+                assert not got, f"tile {t}: {buf.label} is not on the tile but the JSON places it"
+                continue
+            assert [m for m, *_ in got] == list(range(buf.seq)), f"tile {t}: {buf.label} members"
+            assert got[0][1] == buf.addr[t], f"tile {t}: {buf.label} address"
+            last_member, last_addr, last_bytes, last_pad = got[-1]
+            assert last_addr + last_bytes == buf.addr[t] + buf.span[t], f"tile {t}: {buf.label} span"
+            assert last_pad == 0
+            stride = got[1][1] - got[0][1] if buf.seq > 1 else 0
+            for m, a, nbytes, pad in got:
+                assert a == buf.addr[t] + m * stride and a % buf.align == 0
+                if m < buf.seq - 1:
+                    assert nbytes + pad == stride, f"tile {t}: {buf.label} member {m} stride padding"
+            checked += len(got)
+    assert checked > 100
+
+
+def test_labels_kinds_and_lifetimes(planned):
+    f, doc = planned
+    _, bufs = read_placement(f)
+    names = doc["events"]
+    for al in doc["allocations"]:
+        assert bufs[al["buffer"]].label.endswith(al["name"])
+        assert tuple(al["live"]) == bufs[al["buffer"]].live
+        assert al["live_ops"] == [names[al["live"][0]], names[al["live"][1]]]
+    kinds = {al["kind"] for al in doc["allocations"]}
+    assert {"parameter", "repeat-member", "transient", "input", "output", "reservation"} <= kinds
+    reserves = {al.get("reserve") for al in doc["allocations"] if al["kind"] == "reservation"}
+    assert {"code", "exchange_tables", "runtime_state", "host_descriptors", "host_aperture"} <= reserves
+    for al in doc["allocations"]:
+        if al["kind"] == "parameter" or al.get("sequence", {}).get("of") == "parameter":
+            assert al["whole_program"] and al["live"] == [0, len(names) - 1]
+        if al["kind"] == "repeat-member":
+            assert 0 <= al["sequence"]["member"] < al["sequence"]["count"] > 1
+    # Classes are kept as classes: one placement per class, a tile -> class table.
+    assert len(doc["classes"]) == max(doc["tile_class"]) + 1
+    assert sum(c["tiles"] for c in doc["classes"]) == TILES
+
+
+def test_no_live_allocations_overlap(planned):
+    _, doc = planned
+    assert live_overlaps(doc) == []
+
+
+def test_overlap_checker_rejects_a_corrupted_map(planned):
+    _, doc = planned
+    bad = copy.deepcopy(doc)
+    victims = [al for al in bad["allocations"] if al["kind"] == "transient" and al["placed"]]
+    a, b = victims[0], victims[1]
+    # Move b onto a on a class both occupy, and make their lifetimes overlap.
+    c = a["placed"][0][0]
+    pb = next((p for p in b["placed"] if p[0] == c), None)
+    if pb is None:
+        b["placed"].append([c, a["placed"][0][1], 8, 0, 0])
+    else:
+        pb[1] = a["placed"][0][1]
+    b["live"] = list(a["live"])
+    assert live_overlaps(bad), "a transient moved onto another live one must be reported"
+
+
+def test_reuse_rows_hold_disjoint_address_ranges(planned):
+    _, doc = planned
+    rows: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    for al in doc["allocations"]:
+        for c, a, nbytes, pad, row, *_ in al["placed"]:
+            rows.setdefault((c, row), []).append((a, a + nbytes + pad))
+    for (c, row), spans in rows.items():
+        spans.sort()
+        assert all(e0 <= a1 for (_, e0), (a1, _) in zip(spans, spans[1:])), f"class {c} row {row}"
+        assert row < doc["classes"][c]["rows"]
+    occ = np.array(doc["occupancy"])
+    assert occ.shape == (len(doc["classes"]), len(doc["events"])) and occ.min() >= 0
+
+
+def test_report_files_are_self_contained(planned, tmp_path):
+    _, doc = planned
+    jpath, hpath = write_placement_report(doc, tmp_path)
+    assert json.loads(jpath.read_text())["allocations"] == doc["allocations"]
+    html = hpath.read_text()
+    assert "http://" not in html and "https://" not in html and "<script src" not in html
+    assert '"format":"ipu-placement"' in html
+
+
+def test_failed_placement_writes_the_map_up_to_the_failure(tmp_path):
+    spec = PLAN.format(t=TILES) + (
+        f',memory-plan{{tiles={TILES} sram_kib=128 reserve-code-bytes=16384 report-dir="{tmp_path}"}}'
+    )
+    with pytest.raises(PassFailedException) as info:
+        _run(spec)
+    assert "memory map up to the failure" in str(info.value)
+    doc = json.loads((tmp_path / "placement.json").read_text())
+    fail = doc["failure"]
+    assert fail["tile"] == 0 and fail["event"] == 0 and fail["request"]
+    assert "largest hole" in fail["message"] and "live:" in fail["message"]
+    assert (tmp_path / "placement.html").exists()
+    # What was placed before the failure is a valid map (the failing request itself is not placed).
+    assert live_overlaps(doc) == []
+    placed = [al for al in doc["allocations"] if al["placed"]]
+    assert any(al["kind"] == "reservation" for al in placed) and any(
+        al["kind"] == "parameter" for al in placed
+    )
