@@ -1,0 +1,219 @@
+"""The profile.html viewer (inline CSS/JS; `profile.profile_html` embeds the JSON at __DATA__).
+
+A timeline of steps (compute / exchange / sync, a Repeat loop's first iteration in detail and the rest summed),
+a per-tile view on the same cycle axis (one row per tile; only the rows and steps in view are drawn), the
+per-kernel table, the busiest tiles and a virtualised step list. `window.profileReport.state()` exposes the view
+for the browser tests.
+"""
+
+TEMPLATE = r"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>__TITLE__</title>
+<style>
+ body{margin:0;font:13px/1.35 system-ui,sans-serif;color:#222;background:#fafafa;display:flex;flex-direction:column;height:100vh}
+ header{padding:6px 10px;border-bottom:1px solid #ccc;background:#fff}
+ h1{font-size:15px;margin:0 0 4px 0}
+ .controls{display:flex;flex-wrap:wrap;gap:6px 14px;align-items:center;margin-top:4px}
+ .controls input{width:80px}
+ #summary{color:#555}
+ #status{color:#055}
+ .legend span{display:inline-block;width:11px;height:11px;margin:0 3px 0 8px;vertical-align:-1px}
+ #top{padding:4px 10px 0}
+ #timeline{display:block;border:1px solid #bbb;background:#fff;cursor:crosshair}
+ #range{padding:2px 0}
+ #mid{flex:1;display:flex;min-height:0;padding:4px 10px;gap:10px}
+ #tilebox{flex:3;display:flex;flex-direction:column;min-width:0}
+ #scroller{flex:1;overflow-y:scroll;border:1px solid #bbb;background:#fff;position:relative}
+ #tiles{position:sticky;top:0;display:block;cursor:crosshair}
+ #side{flex:2;display:flex;flex-direction:column;gap:6px;min-width:330px;overflow:auto}
+ table{border-collapse:collapse;font:12px monospace;background:#fff}
+ td,th{border:1px solid #ddd;padding:1px 5px;text-align:right}
+ th{background:#f0f0f0} td:first-child{text-align:left}
+ tr.click{cursor:pointer} tr.click:hover{background:#eef}
+ #steplist{height:220px;overflow-y:scroll;border:1px solid #bbb;background:#fff;position:relative;font:12px monospace}
+ #steplist .row{position:absolute;left:0;right:0;height:18px;line-height:18px;padding:0 4px;white-space:nowrap;cursor:pointer;overflow:hidden}
+ #steplist .row:hover{background:#eef}
+ #tip{position:fixed;pointer-events:none;background:#fffff0;border:1px solid #888;padding:4px 6px;font:12px monospace;
+      white-space:pre;display:none;z-index:10;box-shadow:2px 2px 4px rgba(0,0,0,.2)}
+ h2{font-size:13px;margin:2px 0}
+</style></head><body>
+<header>
+ <h1>__TITLE__</h1>
+ <div id="summary"></div>
+ <div class="controls">
+  <label>Tile <input id="tile-input" type="number" min="0" value="0"></label><button id="tile-go">Go</button>
+  <button id="undo">Undo zoom</button><button id="reset">Reset</button>
+  <span class="legend" id="legend"></span>
+ </div>
+ <div id="status"></div>
+</header>
+<div id="top"><div id="range"></div><canvas id="timeline" height="74"></canvas></div>
+<div id="mid">
+ <div id="tilebox"><h2>Per tile (rows: tiles; cell shade: the tile's share of the step's cycles)</h2>
+  <div id="scroller"><canvas id="tiles"></canvas><div id="spacer"></div></div></div>
+ <div id="side">
+  <div><h2>Kernels</h2><table id="kernels"></table></div>
+  <div><h2>Busiest tiles</h2><table id="busiest"></table></div>
+  <div><h2>Steps</h2><div id="steplist"><div id="stepspacer"></div></div></div>
+ </div>
+</div>
+<div id="tip"></div>
+<script id="data" type="application/json">__DATA__</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("data").textContent);
+const T = D.tiles, ST = D.steps, TOTAL = Math.max(1, D.total_cycles);
+const COLORS = {compute: "#3c9a4a", exchange: "#c8413b", sync: "#d4a017", "repeat-rest": "#6c7fa8"};
+const GUTTER = 64, ROW = 6;
+const $ = id => document.getElementById(id);
+const S = {lo: 0, hi: TOTAL, zoom: [], drag: null, flashTile: -1, selStep: -1};
+const tl = $("timeline"), tiles = $("tiles"), scroller = $("scroller"), tip = $("tip");
+const dpr = window.devicePixelRatio || 1;
+const starts = Float64Array.from(ST.map(s => s.start)), ends = Float64Array.from(ST.map(s => s.start + s.cycles));
+const pct = (x, t) => (100 * x / Math.max(1, t)).toFixed(1) + "%";
+function sizeCanvas(cv, w, h) { cv.width = w * dpr; cv.height = h * dpr; cv.style.width = w + "px"; cv.style.height = h + "px"; }
+function width() { return scroller.clientWidth; }
+function xOf(c) { return GUTTER + (c - S.lo) / (S.hi - S.lo) * (width() - GUTTER); }
+function cycOf(x) { return S.lo + (x - GUTTER) / (width() - GUTTER) * (S.hi - S.lo); }
+function firstVisible() { let lo = 0, hi = ST.length; while (lo < hi) { const m = (lo + hi) >> 1; if (ends[m] <= S.lo) lo = m + 1; else hi = m; } return lo; }
+function stepAt(c) { let lo = 0, hi = ST.length - 1; while (lo < hi) { const m = (lo + hi + 1) >> 1; if (starts[m] <= c) lo = m; else hi = m - 1; } return ST.length && starts[lo] <= c && c < ends[lo] ? lo : -1; }
+
+function drawTimeline() {
+  const w = width(), h = 74; sizeCanvas(tl, w, h);
+  const g = tl.getContext("2d"); g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = "#fff"; g.fillRect(0, 0, w, h); g.font = "11px monospace"; g.textBaseline = "middle";
+  // Ruler (cycles).
+  const span = S.hi - S.lo, p = Math.pow(10, Math.floor(Math.log10(span / 6))), step = span / p > 30 ? 5 * p : span / p > 12 ? 2 * p : p;
+  g.strokeStyle = "#ccc"; g.fillStyle = "#333";
+  for (let c = Math.ceil(S.lo / step) * step; c <= S.hi; c += step) { const x = xOf(c); g.beginPath(); g.moveTo(x, 12); g.lineTo(x, h); g.stroke(); g.fillText(Math.round(c).toString(), x + 2, 7); }
+  g.fillStyle = "#555"; g.fillText("cycles", 4, 7); g.fillText("repeat", 4, 26); g.fillText("steps", 4, 52);
+  // Repeat lane: the first iteration and the summed rest.
+  for (const r of D.repeats) {
+    const a = ST[r.first_step], b = ST[r.last_step];
+    if (!a) continue;
+    const x0 = Math.max(GUTTER, xOf(a.start)), x1 = Math.min(w, xOf(b.start + b.cycles));
+    g.fillStyle = "#dde5f5"; g.fillRect(x0, 18, Math.max(1, x1 - x0), 16);
+    g.fillStyle = "#223"; if (x1 - x0 > 60) g.fillText(r.label + ": iteration 1 (detail)", x0 + 3, 26);
+    if (r.rest_step !== undefined) {
+      const s = ST[r.rest_step], y0 = Math.max(GUTTER, xOf(s.start)), y1 = Math.min(w, xOf(s.start + s.cycles));
+      g.fillStyle = "#c7cfe6"; g.fillRect(y0, 18, Math.max(1, y1 - y0), 16);
+      g.fillStyle = "#223"; if (y1 - y0 > 60) g.fillText("iterations 2.." + r.count + " (summed)", y0 + 3, 26);
+    }
+  }
+  // Steps.
+  for (let i = firstVisible(); i < ST.length && starts[i] < S.hi; i++) {
+    const s = ST[i], x0 = Math.max(GUTTER, xOf(s.start)), x1 = Math.min(w, xOf(s.start + s.cycles));
+    g.fillStyle = COLORS[s.kind] || "#888"; g.fillRect(x0, 38, Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0)), 30);
+    if (i === S.selStep) { g.strokeStyle = "#000"; g.lineWidth = 2; g.strokeRect(x0 + 1, 39, Math.max(2, x1 - x0 - 2), 28); g.lineWidth = 1; }
+    if (x1 - x0 > 46) { g.save(); g.beginPath(); g.rect(x0, 38, x1 - x0, 30); g.clip(); g.fillStyle = "#fff"; g.fillText(s.kind === "compute" ? s.name.replace(/^nn\./, "") : s.kind, x0 + 3, 53); g.restore(); }
+  }
+  if (S.drag) { const a = Math.min(S.drag.x0, S.drag.x1), b = Math.max(S.drag.x0, S.drag.x1); g.fillStyle = "rgba(40,90,200,.18)"; g.fillRect(a, 0, b - a, h); }
+  $("range").textContent = "cycles " + Math.round(S.lo) + " \u2013 " + Math.round(S.hi) + " of " + D.total_cycles + (S.zoom.length ? " (zoom depth " + S.zoom.length + ")" : "");
+}
+
+function drawTiles() {
+  const w = width(), h = scroller.clientHeight; sizeCanvas(tiles, w, h);
+  const g = tiles.getContext("2d"); g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  g.fillStyle = "#fff"; g.fillRect(0, 0, w, h); g.font = "10px monospace"; g.textBaseline = "middle";
+  const top = scroller.scrollTop, t0 = Math.floor(top / ROW), t1 = Math.min(T, Math.ceil((top + h) / ROW));
+  const i0 = firstVisible();
+  for (let i = i0; i < ST.length && starts[i] < S.hi; i++) {
+    const s = ST[i], x0 = Math.max(GUTTER, xOf(s.start)), x1 = Math.min(w, xOf(s.start + s.cycles)), wd = Math.max(1, x1 - x0);
+    g.fillStyle = COLORS[s.kind] || "#888";
+    for (let t = t0; t < t1; t++) {
+      const v = s.tile_cycles[t] / Math.max(1, s.cycles);
+      if (v <= 0) continue;
+      g.globalAlpha = 0.15 + 0.85 * Math.min(1, v); g.fillRect(x0, t * ROW - top, wd, ROW - 1);
+    }
+  }
+  g.globalAlpha = 1;
+  for (let t = t0; t < t1; t++) {
+    const y = t * ROW - top;
+    if (t === S.flashTile) { g.fillStyle = "rgba(255,220,0,.45)"; g.fillRect(0, y - 1, w, ROW + 1); }
+    if (t % 16 === 0 || t === S.flashTile) { g.fillStyle = "#333"; g.fillText("tile " + t, 3, y + ROW / 2); }
+  }
+}
+let pending = false;
+function redraw() { if (pending) return; pending = true; requestAnimationFrame(() => { pending = false; drawTimeline(); drawTiles(); }); }
+function status(s) { $("status").textContent = s; }
+function zoomTo(lo, hi) { lo = Math.max(0, lo); hi = Math.min(TOTAL, hi); if (hi - lo < 1) return; S.zoom.push([S.lo, S.hi]); S.lo = lo; S.hi = hi; status("zoomed to cycles " + Math.round(lo) + " \u2013 " + Math.round(hi)); redraw(); }
+function undoZoom() { if (S.zoom.length) { [S.lo, S.hi] = S.zoom.pop(); status("zoom undone"); redraw(); } }
+function gotoTile(t) { t = Math.max(0, Math.min(T - 1, t | 0)); S.flashTile = t; scroller.scrollTop = Math.max(0, t * ROW - 40); status("tile " + t + ": busy " + D.tile_busy[t] + " cycles"); redraw(); }
+function selectStep(i) { const s = ST[i]; S.selStep = i; zoomTo(s.start - s.cycles * 0.5, s.start + s.cycles * 1.5); status("step " + i + ": " + s.label); }
+function reset() { S.lo = 0; S.hi = TOTAL; S.zoom = []; S.flashTile = -1; S.selStep = -1; scroller.scrollTop = 0; status("view reset"); redraw(); }
+
+function stepText(i) {
+  const s = ST[i], tc = s.tile_cycles; let mx = 0, at = 0, sum = 0, n = 0;
+  for (let t = 0; t < tc.length; t++) { if (tc[t] > mx) { mx = tc[t]; at = t; } if (tc[t] > 0) { sum += tc[t]; n++; } }
+  const lines = ["step " + i + " (superstep " + s.superstep + "): " + s.kind, s.label, "cycles " + s.cycles + " from " + s.start + " (" + pct(s.cycles, TOTAL) + " of the program)",
+    "active tiles " + s.active_tiles + " of " + T + ", busiest tile " + at + " (" + mx + "), mean active " + (n ? Math.round(sum / n) : 0)];
+  if (s.bytes !== undefined) lines.push("transfers " + s.transfers + ", " + s.bytes + " B" + (s.max_row_bytes !== undefined ? ", max table " + s.max_row_bytes + " B/tile" : ""));
+  if (s.repeat !== null && s.repeat !== undefined) lines.push(s.kind === "repeat-rest" ? s.iterations + " iterations summed" : "in " + D.repeats[s.repeat].label + ", iteration 1");
+  return lines.join("\n");
+}
+function showTip(text, ev) { tip.textContent = text; tip.style.display = "block"; tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 4) + "px"; tip.style.top = Math.min(ev.clientY + 14, window.innerHeight - tip.offsetHeight - 4) + "px"; }
+function hideTip() { tip.style.display = "none"; }
+const lx = (ev, el) => ev.clientX - el.getBoundingClientRect().left;
+for (const el of [tl, tiles]) {
+  el.addEventListener("mousedown", ev => { if (ev.button !== 0) return; const x = Math.max(GUTTER, lx(ev, el)); S.drag = {x0: x, x1: x, el}; ev.preventDefault(); });
+  el.addEventListener("contextmenu", ev => { ev.preventDefault(); undoZoom(); });
+  el.addEventListener("mouseleave", hideTip);
+}
+window.addEventListener("mousemove", ev => { if (S.drag) { S.drag.x1 = Math.max(GUTTER, Math.min(width(), lx(ev, S.drag.el))); hideTip(); redraw(); } });
+window.addEventListener("mouseup", ev => {
+  if (!S.drag) return; const d = S.drag; S.drag = null;
+  if (Math.abs(d.x1 - d.x0) > 4) zoomTo(cycOf(Math.min(d.x0, d.x1)), cycOf(Math.max(d.x0, d.x1)));
+  else { const i = stepAt(cycOf(d.x0)); if (i >= 0) { S.selStep = i; status("step " + i + ": " + ST[i].label); } }
+  redraw();
+});
+window.addEventListener("keydown", ev => { if (ev.key === "Escape" && S.drag) { S.drag = null; status("drag cancelled"); redraw(); } });
+tl.addEventListener("mousemove", ev => {
+  if (S.drag) return; const x = lx(ev, tl); if (x < GUTTER) return hideTip();
+  const i = stepAt(cycOf(x)); if (i >= 0) showTip(stepText(i), ev); else hideTip();
+});
+tiles.addEventListener("mousemove", ev => {
+  if (S.drag) return; const r = tiles.getBoundingClientRect(), x = ev.clientX - r.left;
+  const t = Math.floor((ev.clientY - r.top + scroller.scrollTop) / ROW), i = x >= GUTTER ? stepAt(cycOf(x)) : -1;
+  if (t >= T) return hideTip();
+  if (i < 0) return showTip("tile " + t + ": busy " + D.tile_busy[t] + " cycles (" + pct(D.tile_busy[t], TOTAL) + ")", ev);
+  const s = ST[i]; showTip("tile " + t + ", step " + i + " (" + s.kind + ")\n" + s.label + "\ntile cycles " + s.tile_cycles[t] + " of " + s.cycles + " (" + pct(s.tile_cycles[t], s.cycles) + ")", ev);
+});
+tiles.addEventListener("wheel", ev => { if (!ev.shiftKey) return; ev.preventDefault(); const c = cycOf(lx(ev, tiles)), f = ev.deltaY > 0 ? 1.25 : 0.8; zoomTo(c - (c - S.lo) * f, c + (S.hi - c) * f); }, {passive: false});
+scroller.addEventListener("scroll", redraw);
+window.addEventListener("resize", redraw);
+$("tile-go").onclick = () => gotoTile(parseInt($("tile-input").value, 10));
+$("tile-input").onkeydown = ev => { if (ev.key === "Enter") $("tile-go").click(); };
+$("undo").onclick = undoZoom; $("reset").onclick = reset;
+
+// Tables and the virtualised step list.
+(function tables() {
+  const t = D.totals, all = t.compute + t.exchange + t.sync;
+  $("summary").textContent = "source: " + D.source + (D.source === "estimate" ? " (exchange-level estimates, not measured)" : "") + "; " + D.total_cycles +
+    " cycles: compute " + t.compute + " (" + pct(t.compute, all) + "), exchange " + t.exchange + " (" + pct(t.exchange, all) + "), sync " + t.sync + " (" + pct(t.sync, all) + "); " +
+    ST.length + " steps on " + T + " tiles" + D.repeats.map(r => "; " + r.label + " (iteration 1 in detail, the rest summed)").join("");
+  $("legend").innerHTML = Object.keys(COLORS).map(k => '<span style="background:' + COLORS[k] + '"></span>' + k).join("");
+  $("kernels").innerHTML = "<tr><th>kernel</th><th>calls</th><th>cycles</th><th>share</th></tr>" +
+    D.kernels.map(k => "<tr><td>" + k.name + "</td><td>" + k.calls + "</td><td>" + k.cycles + "</td><td>" + pct(k.cycles, t.compute) + "</td></tr>").join("");
+  $("busiest").innerHTML = "<tr><th>tile</th><th>busy</th><th>compute</th><th>exchange</th><th>idle</th></tr>" +
+    D.busiest_tiles.slice(0, 12).map(b => '<tr class="click" data-tile="' + b.tile + '"><td>' + b.tile + "</td><td>" + b.busy + "</td><td>" + b.compute + "</td><td>" + b.exchange + "</td><td>" + b.idle + "</td></tr>").join("");
+  for (const tr of $("busiest").querySelectorAll("tr.click")) tr.onclick = () => gotoTile(+tr.dataset.tile);
+  const list = $("steplist"), RH = 18; $("stepspacer").style.height = ST.length * RH + "px";
+  const rows = [];
+  function renderList() {
+    const a = Math.floor(list.scrollTop / RH), b = Math.min(ST.length, a + Math.ceil(list.clientHeight / RH) + 1);
+    for (const r of rows) r.remove(); rows.length = 0;
+    for (let i = a; i < b; i++) {
+      const s = ST[i], d = document.createElement("div"); d.className = "row"; d.style.top = i * RH + "px";
+      d.innerHTML = '<span style="color:' + COLORS[s.kind] + '">\u25A0</span> ' + i + " " + s.label.replace(/&/g, "&amp;").replace(/</g, "&lt;") + " \u2014 " + s.cycles;
+      d.onclick = () => selectStep(i); list.appendChild(d); rows.push(d);
+    }
+  }
+  list.addEventListener("scroll", renderList); renderList();
+})();
+$("spacer").style.height = T * ROW + "px";
+drawTimeline(); drawTiles();
+window.profileReport = {
+  state: () => ({lo: S.lo, hi: S.hi, zoomDepth: S.zoom.length, flashTile: S.flashTile, selStep: S.selStep, firstTile: Math.floor(scroller.scrollTop / ROW)}),
+  stepX: i => (xOf(ST[i].start) + xOf(ST[i].start + ST[i].cycles)) / 2, tileY: t => t * ROW - scroller.scrollTop + ROW / 2, gotoTile, ready: true,
+};
+</script></body></html>
+"""
