@@ -1,0 +1,98 @@
+"""`ipu-report`: writes the static reports of a compiled model (see docs/reports.md).
+
+    ipu-report placement model.mlir -o out/     memory map: out/placement.json + out/placement.html
+    ipu-report profile model.mlir -o out/       cycle profile (exchange-level estimates): out/profile.{json,html}
+
+The input is exchange-level IR (after `nn-to-exchange-pipeline`) or memory-level IR (after `memory-plan`);
+`-p PIPELINE` runs passes first (xDSL `-p` syntax), e.g. `-p nn-fuse-qkv,nn-outline-repeat,nn-to-exchange-pipeline`
+on a model straight from the frontend. `placement` runs `memory-plan` (options from `--memory-plan`) when the IR
+has no memory plan yet; if placement fails, it writes the memory map up to the failure and exits 1 with the
+allocator's diagnostic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+from xdsl.passes import PassPipeline
+from xdsl.utils.exceptions import DiagnosticException, ParseError
+
+from ipu.dialects import memory as mem
+from ipu.dialects.registry import all_dialects
+from ipu.passes.registry import all_passes
+
+
+def _context() -> Context:
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+def _load(path: str) -> ModuleOp:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return Parser(_context(), text, path).parse_module()
+
+
+def _run(module: ModuleOp, spec: str) -> None:
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(_context(), module)
+
+
+def _functions(module: ModuleOp) -> list[func.FuncOp]:
+    return [op for op in module.walk() if isinstance(op, func.FuncOp)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="ipu-report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("report", choices=("placement", "profile"))
+    ap.add_argument("input", help="MLIR file ('-': stdin)")
+    ap.add_argument("-o", "--output", default=".", help="output directory (created)")
+    ap.add_argument("-p", "--passes", default="", help="passes to run first (xDSL -p syntax)")
+    ap.add_argument(
+        "--memory-plan",
+        default="",
+        metavar="OPTIONS",
+        help="memory-plan options when placement has to run it, e.g. 'tiles=16 sram_kib=256'",
+    )
+    args = ap.parse_args(argv)
+    out = Path(args.output)
+    try:
+        module = _load(args.input)
+        if args.passes:
+            _run(module, args.passes)
+        fns = _functions(module)
+        if not fns:
+            print("ipu-report: the input has no func.func", file=sys.stderr)
+            return 1
+        f = fns[0]
+        if args.report == "placement":
+            from ipu.runtime.reports.placement import model_from_function, write_placement_report
+
+            if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+                opts = f'{args.memory_plan} report-dir="{out.resolve()}"'.strip()
+                _run(module, f"memory-plan{{{opts}}}")
+            paths = write_placement_report(model_from_function(f), out)
+        else:
+            from ipu.runtime.reports.profile import profile_from_function, write_profile_report
+
+            paths = write_profile_report(profile_from_function(f), out)
+    except (DiagnosticException, ParseError, ValueError, OSError) as e:
+        print(f"ipu-report: error: {e}", file=sys.stderr)
+        return 1
+    for p in paths:
+        print(p)
+    return 0
+
+
+def cli() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
