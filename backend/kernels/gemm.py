@@ -42,6 +42,7 @@ the simulator's AMP does (the hardware accumulates in a wider fixed point: [I]).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -57,12 +58,14 @@ MIN_ROWS = 3  # rows per active worker
 PEAK_MACS = {F16: 64, FP8: 128}
 
 # Frame words (4 bytes each). Per-worker tables (6 words each, indexed by the worker id): ROWS = rows - 2 (0 for
-# an idle worker), AOFF / COFF = byte offsets of the worker's first row in A and C (from the row split q, r).
-# XBLK/CBLK are written by the supervisor before each block, the rest by the caller.
+# an idle worker), AOFF / COFF = byte offsets of the worker's first row in A and C (from the row split q, r),
+# CNT_ACC = rows - 3 (the acc body's rpt count). XBLK/CBLK are written by the supervisor before each block, the
+# rest by the caller. FIRST/ACC = worker entries (the `_all` bodies when all six workers are active).
 ROWS, AOFF, COFF = 0, 6, 12
 XBLK, CBLK, Q, R, NACT, ASTRIDE, CSTRIDE, STRIDES = range(18, 26)
 WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL = range(26, 37)
-FRAME_WORDS = 38
+CNT_ACC = 38
+FRAME_WORDS = 44
 FRAME_BYTES = 4 * FRAME_WORDS
 
 
@@ -80,36 +83,60 @@ def row_split(m: int, workers: int = 6) -> tuple[int, int, int]:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _setup(p: str, init: bool) -> list[str]:
-    """Worker prologue: this worker's row count and first-row offsets from the frame's per-worker tables, the
-    triple-packed pointer pair, strides in $m4 and the rpt count in $m5. Idle workers exit at once."""
-    s = [
-        "get $m0, $WSR",
-        "shl $m7, $m0, 2",  # ld32 $m, $mvertex_base, $m7, T reads word T + worker of the frame
-        f"ld32 $m5, $mvertex_base, $m7, {ROWS}",  # rows - 2 (0: idle)
-        f"brz $m5, .L{p}_idle",
-        f"ld32 $m2, $mvertex_base, $m7, {AOFF}",
-        f"ld32 $m3, $mvertex_base, $mzero, {XBLK}",
-        "add $m2, $m2, $m3",  # x0: first row of the A block
-        f"ld32 $m1, $mvertex_base, $m7, {COFF}",
-        f"ld32 $m3, $mvertex_base, $mzero, {CBLK}",
-        "add $m1, $m1, $m3",  # c0: first row of the C block
-        f"ld32 $m4, $mvertex_base, $mzero, {STRIDES}",
-    ]
+class _Body:
+    """A worker body under construction: mirrors the layout's bundle-alignment rule (a bundle starts on an 8-byte
+    boundary, else the layout inserts a `nop`, here made explicit) and counts issues per section, so that
+    `worker_thread_cycles` is read off the generated code (`_COUNTS`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.lines = [f".globl {name}", ".worker", f"{name}:"]
+        self.words = 0
+        self.count = {"head": 0, "row": 0, "tail": 0}
+        self.tag = "head"
+
+    def one(self, text: str) -> None:
+        self.lines.append(f"    {text}")
+        self.words += 1
+        self.count[self.tag] += 1
+
+    def bundle(self, main: str, aux: str = "fnop") -> None:
+        if self.words % 2:
+            self.one("nop")
+        self.lines.append(f"    {{ {main} ; {aux} }}")
+        self.words += 2
+        self.count[self.tag] += 1
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _setup(b: _Body, init: bool) -> None:
+    """Worker prologue: rpt count in $m5, this worker's first-row pointers (from the frame's per-worker tables and
+    the block pointers the supervisor published), strides in $m4 and the tripacked pointers in $m2:3."""
+    b.one("get $m0, $WSR")
+    b.one("shl $m7, $m0, 2")  # ld32 $m, $mvertex_base, $m7, T reads word T + worker of the frame
+    b.one(f"ld32 $m5, $mvertex_base, $m7, {ROWS if init else CNT_ACC}")  # rows - 2 / rows - 3
+    b.label(f"{b.name}_common")  # where the idle-testing entry joins
+    b.one(f"ld32 $m2, $mvertex_base, $m7, {AOFF}")
+    b.one(f"ld32 $m3, $mvertex_base, $mzero, {XBLK}")
+    b.one("add $m2, $m2, $m3")  # x0: first row of the A block
+    b.one(f"ld32 $m1, $mvertex_base, $m7, {COFF}")
+    b.one(f"ld32 $m3, $mvertex_base, $mzero, {CBLK}")
+    b.one("add $m1, $m1, $m3")  # c0: first row of the C block
+    b.one(f"ld32 $m4, $mvertex_base, $mzero, {STRIDES}")
+    b.one("tapack $m2:3, $m2, $m1, $m1")  # inputs, partials (acc only), stores
     if init:
-        # The explicit loads of the first 7 input atoms use x0 and x0 + row stride; the packed stream starts
-        # at the 8th (row 1, atom 3) and stores from c0. rpt count = rows - 2.
-        s += [
-            f"ld32 $m6, $mvertex_base, $mzero, {ASTRIDE}",
-            "add $m6, $m2, $m6",
-            "add $m7, $m6, 24",
-            "tapack $m8:9, $m7, $m1, $m1",
-            f"setzi $a0, {FP_CLR_ZAACC}",
-            "uput $FP_CLR, $a0",  # the first group must start from zero accumulators
-        ]
-    else:
-        s += ["tapack $m2:3, $m2, $m1, $m1", "sub $m5, $m5, 1"]  # rpt count = rows - 3
-    return s
+        b.one(f"setzi $a0, {FP_CLR_ZAACC}")
+        b.one("uput $FP_CLR, $a0")  # the first group must start from zero accumulators
+
+
+# The entry that may run on an idle worker: get, shl, ld32, brz, (acc: sub), bri; it replaces the `_all` body's
+# first three instructions.
+IDLE_TEST = {"init": 5 - 3, "acc": 6 - 3}
 
 
 def _amp(prec: str, phase: int, partials: str) -> str:
@@ -122,8 +149,91 @@ def _dst(phase: int) -> str:
     return "$a4:5" if phase % 2 == 0 else "$a6:7"
 
 
+def _tail(b: _Body, tri: str) -> None:
+    b.one(f"st64pace $a4:5, {tri}, $m4, 0")
+    b.one(f"st64pace $a6:7, {tri}, $m4, 0")
+    b.one("exitz $mzero")
+
+
+def _acc_body(prec: str, name: str) -> _Body:
+    b = _Body(name)
+    _setup(b, init=False)
+    tri = "$m2:3+="
+    # Prologue: bundles -1..9 with ld2x64pace (x = addr0, selector bits 1:0; partials = addr1, bits 3:2).
+    b.one(f"ld2x64pace $a0:1, $a2:3, {tri}, $m4, 0b0011")
+    for k in range(10):
+        xs = 0b11 if k <= 2 else (0b01 if k % 4 == 2 else 0)
+        ps = 0b10 if k % 4 == 2 else 0
+        b.bundle(f"ld2x64pace $a0:1, $a2:3, {tri}, $m4, {xs | ps << 2}", _amp(prec, k % 4, "$a2:3"))
+    b.bundle("rpt $m5, 3")
+    # Steady body: phases 2, 3, 0, 1 (bundle 10 has phase 2). ld2xst64pace selectors: x 1:0, partials 3:2,
+    # store 5:4. Loads step rows after phase 2, the store after phase 1.
+    steady = {2: 0b001001, 3: 0, 0: 0, 1: 0b100000}
+    b.tag = "row"
+    for ph in (2, 3, 0, 1):
+        b.bundle(f"ld2xst64pace $a0:3, {_dst(ph)}, {tri}, $m4, {steady[ph]}", _amp(prec, ph, "$a2:3"))
+    b.tag = "tail"
+    b.bundle(f"ld2xst64pace $a0:3, $a4:5, {tri}, $m4, {steady[2]}", _amp(prec, 2, "$a2:3"))
+    # Epilogue: bundles 4R-1 .. 4R+9 (phases 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1).
+    for ph in (3, 0, 1, 2):  # input load + store (ldst64pace: x 1:0, store 3:2)
+        sel = (0b01 if ph == 2 else 0) | ((0b10 if ph == 1 else 0) << 2)
+        b.bundle(f"ldst64pace $a0:1, {_dst(ph)}, {tri}, $m4, {sel}", _amp(prec, ph, "$a2:3"))
+    for ph in (3, 0, 1, 2, 3):  # store only, AMP drains
+        b.bundle(f"st64pace {_dst(ph)}, {tri}, $m4, {0b10 if ph == 1 else 0}", _amp(prec, ph, "$a2:3"))
+    _tail(b, tri)
+    return b
+
+
+def _init_body(prec: str, name: str) -> _Body:
+    b = _Body(name)
+    _setup(b, init=True)
+    tri = "$m2:3+="
+    # Bundles -1..5 load the first seven input atoms (row 0, row 1 atoms 0-2). No results exist yet (they leave
+    # one group late), but the single-load pace form also stores: it writes zeros to c0 with the store pointer
+    # parked (selector 0b11), which the row-0 result overwrites later (A and C are in different elements, so no
+    # bank conflict; a second load from a parked address could hit A's bank).
+    b.one(f"ldst64pace $a0:1, $azeros, {tri}, $m4, 0b1100")
+    for k in range(6):
+        xs = 0b01 if k == 2 else 0  # after atom 3 of row 0: field 0 (A row step)
+        b.bundle(f"ldst64pace $a0:1, $azeros, {tri}, $m4, {xs | 0b1100}", _amp(prec, k % 4, "$azeros"))
+    b.bundle("rpt $m5, 3")
+    steady = {2: 0b0001, 3: 0, 0: 0, 1: 0b1000}  # ldst64pace: x 1:0 steps after phase 2, store 3:2 after 1
+    b.tag = "row"
+    for ph in (2, 3, 0, 1):
+        b.bundle(f"ldst64pace $a0:1, {_dst(ph)}, {tri}, $m4, {steady[ph]}", _amp(prec, ph, "$azeros"))
+    b.tag = "tail"
+    b.bundle(f"ldst64pace $a0:1, $a4:5, {tri}, $m4, {steady[2]}", _amp(prec, 2, "$azeros"))
+    for ph in (3, 0, 1, 2, 3):  # bundles 4R-1 .. 4R+3: stores, AMP drains
+        b.bundle(f"st64pace {_dst(ph)}, {tri}, $m4, {0b10 if ph == 1 else 0}", _amp(prec, ph, "$azeros"))
+    _tail(b, tri)
+    return b
+
+
+def _body(prec: str, mode: str) -> _Body:
+    """The `_all` body (every worker active) and the entry `gemm_<prec>_<mode>` for calls with idle workers (fewer
+    than six active: M < 18): it sends an idle worker (ROWS = 0) to its exit, derives the rpt count from ROWS and
+    joins the `_all` body after its count load."""
+    name = f"gemm_{prec}_{mode}"
+    b = (_init_body if mode == "init" else _acc_body)(prec, f"{name}_all")
+    b.lines += [
+        f".globl {name}",
+        ".worker",
+        f"{name}:",
+        "    get $m0, $WSR",
+        "    shl $m7, $m0, 2",
+        f"    ld32 $m5, $mvertex_base, $m7, {ROWS}",  # rows - 2 (0: idle)
+        f"    brz $m5, .L{name}_idle",
+        *(["    sub $m5, $m5, 1"] if mode == "acc" else []),  # rpt count rows - 3
+        f"    bri {name}_all_common",
+        f".L{name}_idle:",
+        "    exitz $mzero",
+    ]
+    return b
+
+
 def worker_acc_asm(prec: str) -> str:
-    """Accumulate worker: rows stream through the AMP with partials read from C and results stored in place.
+    """Accumulate workers (`gemm_<prec>_acc` and `gemm_<prec>_acc_all`): rows stream through the AMP with partials
+    read from C and results stored in place.
 
     Bundle b (AMP instruction b, phase b % 4) loads the input and partial atoms of instruction b + 1 and stores
     the result of instruction b - 2 (results alternate between $a4:5 and $a6:7, so they wait two bundles and the
@@ -133,76 +243,22 @@ def worker_acc_asm(prec: str) -> str:
     parked on its first atom with the zero stride field 2), a steady rpt loop, and a fixed epilogue.
     Pointer steps: inputs and partials move to the next row after atom 3 (stride fields 0 and 1), stores too.
     """
-    p = f"gemm_{prec}_acc"
-    lines = [f".globl {p}", ".worker", f"{p}:"] + [f"    {s}" for s in _setup(p, init=False)]
-    tri = "$m2:3+="
-    # Prologue: bundles -1..9 with ld2x64pace (x = addr0, selector bits 1:0; partials = addr1, bits 3:2).
-    lines.append(f"    ld2x64pace $a0:1, $a2:3, {tri}, $m4, 0b0011")
-    for b in range(10):
-        xs = 0b11 if b <= 2 else (0b01 if b % 4 == 2 else 0)
-        ps = 0b10 if b % 4 == 2 else 0
-        lines.append(
-            f"    {{ ld2x64pace $a0:1, $a2:3, {tri}, $m4, {xs | ps << 2} ; {_amp(prec, b % 4, '$a2:3')} }}"
-        )
-    lines.append("    { rpt $m5, 3 ; fnop }")
-    # Steady body: phases 2, 3, 0, 1 (bundle 10 has phase 2). ld2xst64pace selectors: x 1:0, partials 3:2,
-    # store 5:4. Loads step rows after phase 2, the store after phase 1.
-    steady = {2: 0b001001, 3: 0, 0: 0, 1: 0b100000}
-    for ph in (2, 3, 0, 1):
-        lines.append(
-            f"    {{ ld2xst64pace $a0:3, {_dst(ph)}, {tri}, $m4, {steady[ph]} ; {_amp(prec, ph, '$a2:3')} }}"
-        )
-    lines.append(f"    {{ ld2xst64pace $a0:3, $a4:5, {tri}, $m4, {steady[2]} ; {_amp(prec, 2, '$a2:3')} }}")
-    # Epilogue: bundles 4R-1 .. 4R+9 (phases 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1).
-    for k, ph in enumerate((3, 0, 1, 2)):  # input load + store (ldst64pace: x 1:0, store 3:2)
-        sel = (0b01 if ph == 2 else 0) | ((0b10 if ph == 1 else 0) << 2)
-        lines.append(f"    {{ ldst64pace $a0:1, {_dst(ph)}, {tri}, $m4, {sel} ; {_amp(prec, ph, '$a2:3')} }}")
-        del k
-    for ph in (3, 0, 1, 2, 3):  # store only, AMP drains
-        lines.append(
-            f"    {{ st64pace {_dst(ph)}, {tri}, $m4, {0b10 if ph == 1 else 0} ; {_amp(prec, ph, '$a2:3')} }}"
-        )
-    lines.append(f"    st64pace $a4:5, {tri}, $m4, 0")
-    lines.append(f"    st64pace $a6:7, {tri}, $m4, 0")
-    lines.append("    exitz $mzero")
-    lines.append(f".L{p}_idle:")
-    lines.append("    exitz $mzero")
-    return "\n".join(lines) + "\n"
+    return _body(prec, "acc").text()
 
 
 def worker_init_asm(prec: str) -> str:
-    """Initialize worker: zero partials ($azeros), so no warm-up group: 4(R + 1) AMP instructions. Bundle b loads
-    the input of instruction b + 1 ([-1, 4R - 1)) and stores the result of b - 2 ([6, 4R + 6)). The first seven
-    input atoms are explicit ld64s (no store yet); then a steady ldst64pace loop; then stores only."""
-    p = f"gemm_{prec}_init"
-    lines = [f".globl {p}", ".worker", f"{p}:"] + [f"    {s}" for s in _setup(p, init=True)]
-    tri = "$m8:9+="
-    first = [("$m2", 0), ("$m2", 1), ("$m2", 2), ("$m2", 3), ("$m6", 0), ("$m6", 1), ("$m6", 2)]
-    lines.append(f"    ld64 $a0:1, {first[0][0]}, $mzero, {first[0][1]}")
-    for b in range(6):
-        base, off = first[b + 1]
-        lines.append(f"    {{ ld64 $a0:1, {base}, $mzero, {off} ; {_amp(prec, b % 4, '$azeros')} }}")
-    lines.append("    { rpt $m5, 3 ; fnop }")
-    steady = {2: 0b0001, 3: 0, 0: 0, 1: 0b1000}  # ldst64pace: x 1:0 steps after phase 2, store 3:2 after 1
-    for ph in (2, 3, 0, 1):
-        lines.append(
-            f"    {{ ldst64pace $a0:1, {_dst(ph)}, {tri}, $m4, {steady[ph]} ; {_amp(prec, ph, '$azeros')} }}"
-        )
-    lines.append(f"    {{ ldst64pace $a0:1, $a4:5, {tri}, $m4, {steady[2]} ; {_amp(prec, 2, '$azeros')} }}")
-    for ph in (3, 0, 1, 2, 3):  # bundles 4R-1 .. 4R+3: stores, AMP drains
-        lines.append(
-            f"    {{ st64pace {_dst(ph)}, {tri}, $m4, {0b10 if ph == 1 else 0} ; {_amp(prec, ph, '$azeros')} }}"
-        )
-    lines.append(f"    st64pace $a4:5, {tri}, $m4, 0")
-    lines.append(f"    st64pace $a6:7, {tri}, $m4, 0")
-    lines.append("    exitz $mzero")
-    lines.append(f".L{p}_idle:")
-    lines.append("    exitz $mzero")
-    return "\n".join(lines) + "\n"
+    """Initialize workers (`gemm_<prec>_init`, `gemm_<prec>_init_all`): zero partials ($azeros), so no warm-up
+    group: 4(R + 1) AMP instructions. Bundle b loads the input of instruction b + 1 ([-1, 4R - 1)) and stores the
+    result of b - 2 ([6, 4R + 6)): seven input loads, then a steady ldst64pace loop, then stores only."""
+    return _body(prec, "init").text()
 
 
 def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
-    """The shared supervisor of a precision and coefficient-load mode (see the module docstring)."""
+    """The shared supervisor of a precision and coefficient-load mode (see the module docstring).
+
+    Per block: `sync` (the previous block's workers must be done: CWEI is shared, S1 conv_partial_1x1_supervisor
+    [C]), the 32 (ld128) or 64 (ld64) coefficient loads, publish the block pointers, `runall`; then, while the
+    workers run, the bookkeeping for the next block and the loop branches (as poplibs does after its runall)."""
     name = f"gemm_{prec}_sup_{coef}"
     if coef == "ld128":
         loads = [f"    ld128putcs {i}" for i in range(0, 64, 2)]
@@ -234,20 +290,21 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         f"    ld32 $m3, $m0, $mzero, {KB_M1}",
         f"    ld32 $m5, $m0, $mzero, {FIRST}",
         f".L{name}_k:",
+        "    sync TEXCH_SYNCZONE_LOCAL",  # CWEI is shared: every worker must be done before the next load
         *loads,
         f"    st32 $m4, $m0, $mzero, {XBLK}",
         f"    st32 $m7, $m0, $mzero, {CBLK}",
         "    runall $m5, $m6, 0",
         # Bookkeeping for the next block while the workers run (on hardware: in the slot of the first worker to
-        # exit; workers with fewer rows exit >= 24 cycles earlier).
+        # exit, as poplibs' estimator assumes: min worker + 14 cycles).
         f"    ld32 $m5, $m0, $mzero, {ACC}",
         f"    ld32 $m1, $m0, $mzero, {ASTEP}",
         "    add $m4, $m4, $m1",
-        "    sync TEXCH_SYNCZONE_LOCAL",  # CWEI is shared: every worker must be done before the next load
         f"    brnzdec $m3, .L{name}_k",
         f"    ld32 $m1, $m0, $mzero, {CSTEP}",
         "    add $m7, $m7, $m1",
         f"    brnzdec $m2, .L{name}_col",
+        "    sync TEXCH_SYNCZONE_LOCAL",
         "    br $lr",
     ]
     return "\n".join(lines) + "\n"
@@ -326,6 +383,7 @@ class Gemm:
         for w in range(nact):
             first = w * q + min(w, r)
             f[ROWS + w] = q + (w < r) - 2
+            f[CNT_ACC + w] = q + (w < r) - 3
             f[AOFF + w], f[COFF + w] = first * self.ars, first * self.crs
         f[ASTRIDE], f[CSTRIDE] = self.ars, self.crs
         f[STRIDES] = ((self.ars // 8 - 3) & 0x3FF) | (((self.crs // 8 - 3) & 0x3FF) << 10)
@@ -333,8 +391,9 @@ class Gemm:
         f[KB_M1], f[NB_M1] = self.kblocks - 1, self.nblocks - 1
         f[ASTEP] = self.a_block_step if self.a_block_step is not None else 32
         f[CSTEP] = self.c_block_step if self.c_block_step is not None else 32
-        f[FIRST] = labels[f"gemm_{self.prec}_{self.mode}"]
-        f[ACC] = labels[f"gemm_{self.prec}_acc"]
+        body = "_all" if nact == 6 else ""  # no idle worker: the bodies without the idle test
+        f[FIRST] = labels[f"gemm_{self.prec}_{self.mode}{body}"]
+        f[ACC] = labels[f"gemm_{self.prec}_acc{body}"]
         f[INFMT] = (self.in_format << 1) | self.w_format
         f[ISCL] = (self.in_scale + self.w_scale) & 0x7F
         return f
@@ -376,34 +435,42 @@ def semantics(g: Gemm, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None
     return out
 
 
-# Thread cycles of the worker bodies outside the per-row loop (counted from the generated code; the tests check
-# them against the simulator): setup + prologue + rpt + steady extra bundle + epilogue + exit.
-WORKER_FIXED = {"init": 17 + 1 + 6 + 1 + 1 + 5 + 2 + 1, "acc": 13 + 1 + 10 + 1 + 1 + 4 + 5 + 2 + 1}
-WORKER_ROW_OFFSET = {"init": -2, "acc": -3}  # the rpt loop runs R + offset times, 4 bundles each
-SUP_CALL = {F16: 1 + 6 + 2 + 2 + 6, FP8: 1 + 6 + 14 + 2 + 2 + 6}
-SUP_COL = 3 + 1 + 1 + 6
-# Per block: st32 x2, sync release, brnzdec. The workers start at the supervisor's clock when it issues `runall`,
-# so runall's and sync's own issue cycles overlap the workers' time.
-SUP_BLOCK_FIXED = 2 + 6 + 6
+@cache
+def _counts(prec: str, mode: str) -> dict[str, int]:
+    """Issues per section of a generated `_all` body: head (setup, prologue, rpt), row (one rpt pass), tail."""
+    return _body(prec, mode).count
+
+
+RPT_OFFSET = {"init": -2, "acc": -3}  # the rpt loop runs R + offset times (4 bundles each)
+IDLE = 5  # get, shl, ld32, brz, exitz
+# Supervisor: entry (ld32, put $CCCSLOAD, setzi, sub, two ld32; FP8 also two ld32 + put), the first column's three
+# ld32, the first sync (no worker running: its own 6-cycle issue plus the 6-cycle release), the return. Per block: the weight loads, two st32, and the sync that
+# follows the workers (released 6 cycles after the last worker's exit). The workers start at the supervisor's
+# clock when it issues `runall`; the bookkeeping and branches after it overlap the workers' run.
+SUP_CALL = {F16: 1 + 6 + 2 + 2 + 3 + 12 + 6, FP8: 1 + 6 + 14 + 2 + 2 + 3 + 12 + 6}
+SUP_BLOCK_FIXED = 2 + 6
 WEIGHT_LOAD = {"ld128": 32, "ld64": 64}
 
 
-def worker_thread_cycles(rows: int, mode: str) -> int:
+def worker_thread_cycles(rows: int, mode: str, prec: str = F16, all_active: bool = True) -> int:
     """Issues of one worker for one weight block with `rows` rows (0 = idle)."""
     if rows == 0:
-        return 5  # get, shl, ld32, brz, exitz
-    return WORKER_FIXED[mode] + 4 * (rows + WORKER_ROW_OFFSET[mode])
+        return IDLE
+    c = _counts(prec, mode)
+    return (
+        (0 if all_active else IDLE_TEST[mode]) + c["head"] + c["tail"] + c["row"] * (rows + RPT_OFFSET[mode])
+    )
 
 
 def cycles(g: Gemm) -> int:
     """Tile cycles of the call (from the supervisor's entry to its return)."""
-    q, r, _ = row_split(g.m)
+    q, r, nact = row_split(g.m)
     rows = q + (1 if r else 0)
 
     def block(mode):
-        return WEIGHT_LOAD[g.coef] + SUP_BLOCK_FIXED + 6 * worker_thread_cycles(rows, mode)
+        return WEIGHT_LOAD[g.coef] + SUP_BLOCK_FIXED + 6 * worker_thread_cycles(rows, mode, g.prec, nact == 6)
 
-    per_col = SUP_COL + block(g.mode) + (g.kblocks - 1) * block("acc")
+    per_col = block(g.mode) + (g.kblocks - 1) * block("acc")
     return SUP_CALL[g.prec] + g.nblocks * per_col
 
 
