@@ -250,6 +250,9 @@ def precision_of(x: TensorType, w: TensorType) -> str:
     return "f32"
 
 
+ALIGN_SLACK = 1.5
+
+
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: busiest tile's AMP cycles + cycles to receive its x and w panels."""
     m, k = op.input.type.get_shape()
@@ -261,7 +264,7 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     budget = memory_fraction * target.sram_bytes
     tiles = target.num_tiles
     align = attention_head_dim(op)
-    best = None
+    best = best_aligned = None
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
         gm = math.ceil(m / pm)
@@ -269,14 +272,13 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             continue  # the same panel height as a smaller gm
         gns = {min(n, tiles // gm), min(n, max(1, tiles // gm // 2))}
         if align:
-            # Feeding attention: column panels of whole heads, so that each row of a panel is one contiguous
-            # head row at the attention's tiles (one long transfer per panel instead of one per row piece).
-            gns = {math.ceil(n / (align * h)) for h in range(1, n // align + 1)}
-            gns = {g for g in gns if g * gm <= tiles}
+            # Feeding attention: also try column panels of whole heads, so that each row of a panel is one
+            # contiguous head row at the attention's tiles (one long transfer per panel, not one per row piece).
+            gns |= {
+                g for g in (math.ceil(n / (align * h)) for h in range(1, n // align + 1)) if g * gm <= tiles
+            }
         for gn0 in gns:
             pn = math.ceil(n / gn0)
-            if align and pn % align:
-                continue
             gn = math.ceil(n / pn)
             mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
             if mem > budget:
@@ -286,11 +288,17 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             key = (cycles + recv, -gm * gn)
             if best is None or key < best[0]:
                 best = (key, gm, gn, pm, pn, cycles)
+            if align and pn % align == 0 and (best_aligned is None or key < best_aligned[0]):
+                best_aligned = (key, gm, gn, pm, pn, cycles)
     if best is None:
         raise PassFailedException(
             f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits {memory_fraction:.0%} of "
             f"{target.sram_bytes} bytes per tile on {tiles} tiles"
         )
+    # Head-aligned panels win unless they cost over ALIGN_SLACK more (the unaligned transfers' fragmentation
+    # is not in this cost, so alignment gets that much credit).
+    if best_aligned is not None and best_aligned[0][0] <= ALIGN_SLACK * best[0][0]:
+        best = best_aligned
     _, gm, gn, pm, pn, cycles = best
     cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
@@ -380,6 +388,7 @@ class _Planner:
     attention: str
     weights_order: str
     relayouts: dict = field(default_factory=dict)
+    single_count: int = 0
 
     def plan_block(self, block: Block) -> None:
         for op in list(block.ops):
@@ -495,8 +504,11 @@ class _Planner:
             return map_plan("rows", estimate_cycles(op, None, res, t)), res
         r = op.results[0].type
         n = math.prod(r.get_shape())
-        plan = single_plan(0, cm.elementwise_cycles(n, "copy", tl.dtype_name(r.element_type), t))
-        return plan, whole_on(r.get_shape(), r.element_type, 0)
+        # Whole operators go round-robin over the tiles, so that they do not all pile up on tile 0.
+        tile = self.single_count % t.num_tiles
+        self.single_count += 1
+        plan = single_plan(tile, cm.elementwise_cycles(n, "copy", tl.dtype_name(r.element_type), t))
+        return plan, whole_on(r.get_shape(), r.element_type, tile)
 
     def plan_repeat(self, op: nn.RepeatOp) -> None:
         """nn.repeat -> tile.repeat. Carried values keep their incoming layout; the yield is relayouted back to
