@@ -1,0 +1,244 @@
+"""The HTML reports in headless Chromium (selenium + chromedriver): hover shows the allocation and its lifetime,
+drag on the map and on the ruler zooms (the shown range changes), right-click / Undo undoes a zoom, tile and
+address navigation, highlighting one allocation across tiles, reset; the profile's hover, zoom, busiest-tile
+navigation and reset. Skipped when selenium, chromium or chromedriver are absent (CI installs them:
+`apt-get install -y chromium chromium-driver`, selenium from the test extra)."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.passes import PassPipeline
+
+from ipu.frontend.siglip import PRESETS, build_vision_model
+from ipu.passes.registry import all_passes
+from ipu.runtime.reports.placement import model_from_function, placement_json, write_placement_report
+from ipu.runtime.reports.profile import profile_from_function, write_profile_report
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (test extra)")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and CHROMEDRIVER),
+    reason="needs chromium and chromedriver (apt-get install chromium chromium-driver)",
+)
+
+TILES = 16
+PIPE = f"nn-fuse-qkv,nn-outline-repeat,tile-plan{{tiles={TILES} sram_kib=624}},"
+PIPE += f"exchange-lower{{tiles={TILES} sram_kib=624}},exchange-schedule"
+
+
+def chromium_driver(width: int = 1400, height: int = 900):
+    """Headless Chromium with a fresh profile and nothing talking to the network."""
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tempfile.mkdtemp(prefix='ipu-report-chromium-')}",
+        f"--window-size={width},{height}",
+    ):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    module = build_vision_model(PRESETS["tiny"])
+    PassPipeline.parse_spec(dict(all_passes()), PIPE).apply(Context(), module)
+    f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    out = tmp_path_factory.mktemp("reports")
+    profile = profile_from_function(f)
+    write_profile_report(profile, out)
+    PassPipeline.parse_spec(
+        dict(all_passes()), f"memory-plan{{tiles={TILES} sram_kib=624 reserve-code-bytes=16384}}"
+    ).apply(Context(), module)
+    doc = placement_json(model_from_function(f))
+    write_placement_report(doc, out)
+    return out, doc, profile
+
+
+@pytest.fixture(scope="module")
+def driver():
+    d = chromium_driver()
+    yield d
+    d.quit()
+
+
+def _load(driver, path, name):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(path.as_uri())
+    WebDriverWait(driver, 20).until(
+        lambda d: d.execute_script(f"return !!(window.{name} && window.{name}.ready)")
+    )
+    errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def _at(driver, element, x, y):
+    """ActionChains offsets are from the element's centre; x, y are from its top-left corner."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    return ActionChains(driver).move_to_element_with_offset(
+        element, int(x - element.size["width"] / 2), int(y - element.size["height"] / 2)
+    )
+
+
+def _text(driver, element_id):
+    return driver.find_element("id", element_id).text
+
+
+def test_placement_report_interactions(reports, driver):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    out, doc, _ = reports
+    _load(driver, out / "placement.html", "placementReport")
+    state = lambda: driver.execute_script("return window.placementReport.state()")  # noqa: E731
+    full = (doc["sram"]["base"], doc["sram"]["end"])
+    assert (state()["lo"], state()["hi"]) == full
+    assert "range 0x4c000" in _text(driver, "range")
+
+    # A transient on tile 0 (main row or a reuse row), and a parameter there.
+    c0 = doc["tile_class"][0]
+    transient = max(
+        (
+            (al, p)
+            for al in doc["allocations"]
+            if al["kind"] == "transient"
+            for p in al["placed"]
+            if p[0] == c0
+        ),
+        key=lambda ap: ap[1][2],
+    )
+    al, (c, addr, nbytes, pad, row, *_) = transient
+
+    # Zoom: drag on the map around the allocation; the ruler range follows.
+    canvas = driver.find_element("id", "map")
+    x = lambda a: driver.execute_script("return window.placementReport.addrX(arguments[0])", a)  # noqa: E731
+    y = lambda t, r: driver.execute_script(
+        "return window.placementReport.rowY(arguments[0], arguments[1])", t, r
+    )  # noqa: E731
+    lo, hi = addr - 4 * nbytes, addr + 5 * nbytes
+    _at(driver, canvas, x(lo), y(0, row)).click_and_hold().move_by_offset(
+        int(x(hi) - x(lo)), 0
+    ).release().perform()
+    s = state()
+    assert s["zoomDepth"] == 1 and s["lo"] <= addr and s["hi"] >= addr + nbytes
+    assert s["hi"] - s["lo"] < (full[1] - full[0]) / 4
+    assert _text(driver, "range").startswith(f"range {hex(int(s['lo']))}")
+
+    # Hover: the tooltip names the allocation, its address and lifetime.
+    _at(driver, canvas, x(addr + nbytes / 2), y(0, row)).perform()
+    tip = _text(driver, "tip")
+    assert al["name"] in tip and al["owner"] in tip and f"{hex(addr)}" in tip
+    assert f"live events {al['live'][0]}\u2013{al['live'][1]}" in tip and al["live_ops"][0] in tip
+
+    # Click pins and highlights the allocation across tiles.
+    _at(driver, canvas, x(addr + nbytes / 2), y(0, row)).click().perform()
+    assert state()["pinned"] == al["id"]
+    n_tiles = sum(doc["classes"][p[0]]["tiles"] for p in al["placed"])
+    assert f"highlighted {al['name']}" in _text(driver, "highlight-info")
+    assert f"on {n_tiles} tiles" in _text(driver, "highlight-info")
+
+    # Ruler drag zooms further; right-click undoes one zoom, the Undo button the other.
+    ruler = driver.find_element("id", "ruler")
+    before = state()
+    _at(driver, ruler, x(addr), 13).click_and_hold().move_by_offset(
+        int(x(addr + nbytes) - x(addr)), 0
+    ).release().perform()
+    s = state()
+    assert s["zoomDepth"] == 2 and s["hi"] - s["lo"] < before["hi"] - before["lo"]
+    ActionChains(driver).context_click(canvas).perform()
+    assert state()["zoomDepth"] == 1 and state()["lo"] == before["lo"]
+    driver.find_element("id", "undo").click()
+    assert (state()["lo"], state()["hi"]) == full
+
+    # Escape cancels a drag: no zoom.
+    chain = _at(driver, canvas, x(full[0] + 4096), y(0, 0)).click_and_hold().move_by_offset(200, 0)
+    chain.perform()
+    ActionChains(driver).send_keys("\ue00c").perform()  # Escape
+    ActionChains(driver).release().perform()
+    assert state()["zoomDepth"] == 0
+
+    # Navigation: tile and address.
+    box = driver.find_element("id", "tile-input")
+    box.clear()
+    box.send_keys(str(TILES - 3))
+    driver.find_element("id", "tile-go").click()
+    assert state()["firstTile"] == TILES - 3
+    assert f"tile {TILES - 3}" in _text(driver, "status")
+    box = driver.find_element("id", "addr-input")
+    box.clear()
+    box.send_keys("0x70000")
+    driver.find_element("id", "addr-go").click()
+    s = state()
+    assert s["marker"] == 0x70000 and s["lo"] <= 0x70000 < s["hi"]
+
+    # A parameter's lifetime reads "whole program".
+    param = next(
+        a for a in doc["allocations"] if a["kind"] == "parameter" and any(p[0] == c0 for p in a["placed"])
+    )
+    p = next(p for p in param["placed"] if p[0] == c0)
+    driver.execute_script("window.placementReport.gotoTile(0)")
+    _at(driver, canvas, x(p[1] + p[2] / 2), y(0, p[4])).perform()
+    assert "whole program" in _text(driver, "tip") and param["name"] in _text(driver, "tip")
+
+    # Reset: full range, no zoom history, no highlight, back at tile 0.
+    driver.find_element("id", "reset").click()
+    s = state()
+    assert (s["lo"], s["hi"], s["zoomDepth"], s["pinned"], s["firstTile"]) == (*full, 0, -1, 0)
+    assert _text(driver, "highlight-info") == ""
+
+
+def test_profile_report_interactions(reports, driver):
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    out, _, profile = reports
+    _load(driver, out / "profile.html", "profileReport")
+    state = lambda: driver.execute_script("return window.profileReport.state()")  # noqa: E731
+    total = profile["total_cycles"]
+    assert (state()["lo"], state()["hi"]) == (0, total)
+    timeline = driver.find_element("id", "timeline")
+    # Hover the longest step: the tooltip shows its label and cycles.
+    i = max(range(len(profile["steps"])), key=lambda k: profile["steps"][k]["cycles"])
+    step = profile["steps"][i]
+    sx = driver.execute_script("return window.profileReport.stepX(arguments[0])", i)
+    _at(driver, timeline, sx, 53).perform()
+    tip = _text(driver, "tip")
+    assert f"step {i} " in tip and step["label"] in tip and f"cycles {step['cycles']}" in tip
+    # Drag zoom on the timeline; the range text follows; right-click undoes.
+    _at(driver, timeline, 100, 53).click_and_hold().move_by_offset(150, 0).release().perform()
+    s = state()
+    assert s["zoomDepth"] == 1 and 0 < s["hi"] - s["lo"] < total
+    assert _text(driver, "range").startswith(f"cycles {round(s['lo'])} ")
+    ActionChains(driver).context_click(timeline).perform()
+    assert state()["zoomDepth"] == 0 and state()["hi"] == total
+    # Busiest tile: click navigates the per-tile view there.
+    top = profile["busiest_tiles"][0]["tile"]
+    driver.find_element("css selector", f'#busiest tr[data-tile="{top}"]').click()
+    assert state()["flashTile"] == top and f"tile {top}: busy" in _text(driver, "status")
+    # Per-tile hover names the tile and a step.
+    tiles = driver.find_element("id", "tiles")
+    ty = driver.execute_script("return window.profileReport.tileY(arguments[0])", top)
+    _at(driver, tiles, sx, ty).perform()
+    assert f"tile {top}" in _text(driver, "tip")
+    # A step in the virtualised list zooms the timeline to it.
+    row = driver.find_elements("css selector", "#steplist .row")[1]
+    row.click()
+    s = state()
+    assert s["selStep"] == 1 and s["zoomDepth"] == 1
+    driver.find_element("id", "reset").click()
+    s = state()
+    assert (s["lo"], s["hi"], s["zoomDepth"], s["flashTile"]) == (0, total, 0, -1)
