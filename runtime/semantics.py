@@ -411,9 +411,15 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     areg = ins.operand("addr")
     acc = list(unpack_triple(sim.m[sel, areg], sim.m[sel, areg + 1]))
     used = list(loads) + ([2] if store else [])
-    for i, j in ((0, 1), (0, 2), (1, 2)):
-        if i in used and j in used:
-            _bank_conflict(sim, g, ins, acc[i], acc[j], f"addresses {i} and {j}")
+    pairs = [(i, j) for i, j in ((0, 1), (0, 2), (1, 2)) if i in used and j in used]
+    if pairs:
+        # fast path: no two addresses within 32 KiB of each other -> no possible bank conflict
+        near = acc[pairs[0][0]] ^ acc[pairs[0][1]]
+        for i, j in pairs[1:]:
+            near = np.minimum(near, acc[i] ^ acc[j])
+        if near.min() < 0x8000:
+            for i, j in pairs:
+                _bank_conflict(sim, g, ins, acc[i], acc[j], f"addresses {i} and {j}")
     addrs = np.stack([acc[i] for i in used])  # [k, n] uint32
     off = addrs - U32(sim.base)
     if (off > sim.end - sim.base - 8).any():
