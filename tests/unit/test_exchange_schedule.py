@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import Float8E4M3FNUZType, f16, f32
+from xdsl.dialects.builtin import Float8E4M3FNUZType, TensorType, f16, f32
 
 from ipu.dialects import exchange as ex
 from ipu.dialects import tile as tl
@@ -171,3 +171,30 @@ def test_compact_mode_keeps_address_order_per_sender():
             sb = sel[s[sel, 1] == b]
             by_time = sb[np.argsort(starts[sb])]
             assert np.all(np.diff(s[by_time, 2]) > 0), f"tile {t} sends out of address order"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_compact_mode_never_loses_on_its_cap(seed):
+    """Compact mode keeps a phase's compact schedule only with fewer row bytes on the busiest tile and at most
+    max_slowdown more cycles; otherwise the phase is exactly the latency-first schedule."""
+    from ipu.dialects import nn
+    from ipu.passes.exchange_schedule import schedule_phase
+
+    _, num_tiles, src, dst = random_case(1000 + seed)
+    sends, recvs, copies = relayout_transfers(src, dst)
+
+    def phase():
+        x = nn.InputOp("x", TensorType(src.dtype, list(src.shape_)))
+        x.attributes[tl.LAYOUT_ATTR] = src
+        return ex.PhaseOp([x.result], [dst], sends, recvs, copies, num_tiles, LATENCY, BUDGET)
+
+    lat, cmp_ = phase(), phase()
+    schedule_phase(lat, "latency", 4)
+    schedule_phase(cmp_, "compact", 4, max_slowdown=0.1)
+    for p in (lat, cmp_):
+        p.verify_()
+    if cmp_.mode.data == "compact":
+        assert cmp_.max_row_bytes.value.data < lat.max_row_bytes.value.data
+        assert cmp_.cycles.value.data <= 1.1 * lat.cycles.value.data
+    else:
+        np.testing.assert_array_equal(cmp_.send_table(), lat.send_table())
