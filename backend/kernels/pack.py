@@ -3,7 +3,7 @@
 Calling convention: `$m0` = frame, `call $lr, rows_sup` (the supervisor of `rowwise`; include
 `rowwise.library_asm` in the program). Frames are `rowwise` frames (same per-worker row split).
 
-Two kernels:
+Three kernels:
 
 - `chunks` (`Chunks`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
   destination at `dst_row(r) + b * dst_blk` with `dst_row(r) = dst + (r >> g) * dst_group + (r & (2^g - 1)) *
@@ -20,6 +20,12 @@ Two kernels:
 - `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
   per 4-column group and K block, 16 rows x 4 columns are loaded (16 ld64) and transposed in registers with
   sort4x16lo/hi (32 sorts) into 4 slots-columns of 32 bytes (16 st64): 44 thread cycles per 128 bytes.
+
+- `weights_fp8` (`WeightsFP8`): FP8 AMP weight panels from row-major B [K, N] bytes (e.g. V for P @ V in FP8), a
+  byte transpose without byte copies: per 4-column group and 4 rows, 4 ld32 (one word per row), two passes of
+  sort8x8lo/hi on the MRF (8 sorts: a 4x4 byte transpose, the first pass splits even/odd bytes of row pairs, the
+  second splits again) and 4 st32 into 4 engine columns; 16 thread cycles per 16 bytes (about 1 per byte; the
+  MRF has no 64-bit loads, and the ARF has no byte permutation).
 
 Constraints: addresses 8-byte aligned; chunk counts >= 1; B row stride (2N bytes) a multiple of 8.
 """
@@ -121,7 +127,57 @@ def weights_f16_code() -> R.Code:
     return c
 
 
-CODES = {"pack_chunks": chunks_code, "pack_weights_f16": weights_f16_code}
+def weights_fp8_code() -> R.Code:
+    """Rows = 4-column groups (N / 4); per K block, eight 4x4 byte transposes on the MRF (see `WeightsFP8`).
+    $m8 = B row stride in words (load step); $m4 counts the K blocks down."""
+    c = R.Code("pack_weights_fp8")
+    _common_head(c)
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    _dst_row(c)
+    c.one("add $m3, $m1, 0")
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {R.ATOMS}")
+    c.one("sub $m4, $m4, 1")
+    c.label(f".L{c.name}_kb")
+    c.tag = "kb"
+    # One 4x4 byte tile: rows r0..r3 (4 bytes each, one word) -> columns c0..c3 (one word each). Pass 1 splits
+    # even/odd bytes of row pairs, pass 2 splits again: lo(lo(r0,r1), lo(r2,r3)) = column 0 and so on.
+    body = [R._b(f"ld32step {r}, $mzero, $m3+=, $m8") for r in ("$m0", "$m7", "$m9", "$m10")]
+    body += [
+        R._b("sort8x8lo $m11, $m0, $m7"),  # r0, r1 even bytes: c0, c2 of rows 0-1
+        R._b("sort8x8hi $m0, $m0, $m7"),  # odd bytes: c1, c3 of rows 0-1
+        R._b("sort8x8lo $m7, $m9, $m10"),  # c0, c2 of rows 2-3
+        R._b("sort8x8hi $m9, $m9, $m10"),  # c1, c3 of rows 2-3
+        R._b("sort8x8lo $m10, $m11, $m7"),  # column 0
+        R._b("sort8x8hi $m11, $m11, $m7"),  # column 2
+        R._b("sort8x8lo $m7, $m0, $m9"),  # column 1
+        R._b("sort8x8hi $m0, $m0, $m9"),  # column 3
+        # column j of the tile -> engine column j of the block (32 bytes apart); then the next 4 bytes (rows)
+        R._b("st32step $m10, $mzero, $m2+=, 8"),
+        R._b("st32step $m7, $mzero, $m2+=, 8"),
+        R._b("st32step $m11, $mzero, $m2+=, 8"),
+        R._b("st32step $m0, $mzero, $m2+=, -23"),
+    ]
+    c.rpt("8", body, "tile")  # 8 tiles = the 32 rows of a K block
+    c.one("add $m2, $m2, 480")  # the tiles advanced 32 bytes; the next K block is 512 bytes on
+    c.one(f"brnzdec $m4, .L{c.name}_kb")
+    c.tag = "row"
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+CODES = {
+    "pack_chunks": chunks_code,
+    "pack_weights_f16": weights_f16_code,
+    "pack_weights_fp8": weights_fp8_code,
+}
 
 
 def library_asm(sram_base: int = 0x4C000) -> str:
@@ -226,6 +282,51 @@ class WeightsF16:
 
     def cycles(self) -> int:
         return _cycles(weights_f16_code(), self.n // 4, self.k // 16)
+
+
+@dataclass(frozen=True)
+class WeightsFP8:
+    """FP8 AMP weight panels (gemm.pack_weights order) from row-major B [K, N] of FP8 bytes (e.g. V for P @ V)."""
+
+    k: int
+    n: int
+    src: int
+    dst: int
+
+    kernel = "pack_weights_fp8"
+    entry = "rows_sup"
+
+    def __post_init__(self):
+        if self.k % KBLOCK["fp8"] or self.n % NBLOCK:
+            raise ValueError(f"FP8 weights need K % 32 == 0 and N % 16 == 0, got {self.k}, {self.n}")
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        kblocks = self.k // 32
+        f = np.zeros(R.FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.n // 4)):
+            f[R.CNT + w], f[R.FIRST + w] = cnt, first
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], kblocks
+        f[R.ISTRIDE], f[R.OSTRIDE] = 4, 128  # a column group: 4 bytes on in B, 4 engine columns on in a block
+        f[SRC_BLK] = self.n // 4  # B row stride in words
+        f[SHIFT], f[DST_GROUP] = 2, kblocks * 512
+        return f
+
+    def semantics(self, b: np.ndarray) -> np.ndarray:
+        """The panels (uint8) the kernel writes: exactly gemm.pack_weights(b, "fp8")."""
+        from ipu.backend.kernels.gemm import pack_weights
+
+        return pack_weights(np.asarray(b, np.uint8).reshape(self.k, self.n), "fp8")
+
+    def cycles(self) -> int:
+        cnt = weights_fp8_code().count
+        per_kb = cnt["kb"] + 8 * cnt["tile"]
+
+        def worker(r):
+            return (
+                R.IDLE if r == 0 else cnt["head"] + r * (cnt["row"] + (self.k // 32) * per_kb) + cnt["tail"]
+            )
+
+        return R.SUP + 6 * max(worker(c) for _, c in split(self.n // 4))
 
 
 def _cycles(code: R.Code, rows: int, inner: int) -> int:

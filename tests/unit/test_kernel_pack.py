@@ -61,3 +61,19 @@ def test_weights_f16_transpose(k, n):
     want = G.pack_weights(b, "f16")
     got = _run(P.WeightsF16(k, n, SRC, DST), b, want.size)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("k,n", [(32, 16), (64, 48), (96, 32), (32, 112)])
+def test_weights_fp8_transpose(k, n):
+    """FP8 weight panels from row-major B (the V of P @ V): an in-register 4x4 byte transpose (sort8x8lo/hi)."""
+    b = np.random.default_rng(k * n + 1).integers(0, 256, (k, n), dtype=np.uint8)
+    call = P.WeightsFP8(k, n, SRC, DST)
+    want = G.pack_weights(b, "fp8")
+    np.testing.assert_array_equal(call.semantics(b), want)
+    got = _run(call, b, want.size)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_weights_fp8_rejects_partial_blocks():
+    with pytest.raises(ValueError):
+        P.WeightsFP8(48, 16, SRC, DST)
