@@ -45,7 +45,7 @@ TEMPLATE = r"""<!DOCTYPE html>
  <canvas id="ruler" height="26"></canvas>
  <div id="scroller"><canvas id="map"></canvas><div id="spacer"></div></div>
 </div>
-<div id="heatwrap"><div>Occupancy per tile (rows, tiles top to bottom) and event (columns), darker = closer to the peak; click to go to a tile.</div>
+<div id="heatwrap"><div>Occupancy per tile (rows, tiles top to bottom) and event (columns), white = the least occupied, dark red = the peak; click to go to a tile.</div>
  <canvas id="heat" height="110"></canvas></div>
 <div id="tip"></div>
 <script id="data" type="application/json">__DATA__</script>
@@ -286,12 +286,13 @@ function drawHeat() {
   const g = heat.getContext("2d"); g.setTransform(1, 0, 0, 1, 0, 0);
   const W = heat.width, H = heat.height, img = g.createImageData(W, H);
   heatPeak = Math.max(1, ...D.occupancy.map(row => Math.max(0, ...row)));
+  const heatMin = Math.min(...D.occupancy.map(row => Math.min(...row))), heatRange = Math.max(1, heatPeak - heatMin);
   for (let py = 0; py < H; py++) {
     const t0 = Math.floor(py * T / H), t1 = Math.max(t0 + 1, Math.floor((py + 1) * T / H));
     for (let px = 0; px < W; px++) {
       const e = Math.min(LAST, Math.floor(px * EV / W));
       let v = 0; for (let t = t0; t < t1; t++) v = Math.max(v, D.occupancy[tileClass[t]][e]);
-      const q = v / heatPeak, k = (py * W + px) * 4;  // white -> orange -> dark red by fraction of the SRAM
+      const q = (v - heatMin) / heatRange, k = (py * W + px) * 4;  // white -> orange -> dark red by fraction of the SRAM
       img.data[k] = 255 - 60 * q; img.data[k + 1] = 255 - 215 * q; img.data[k + 2] = 255 - 240 * Math.min(1, q * 1.6); img.data[k + 3] = 255;
     }
   }
