@@ -57,15 +57,16 @@ NBLOCK = 16  # columns per weight block (16 AMP engines)
 MIN_ROWS = 3  # rows per active worker
 PEAK_MACS = {F16: 64, FP8: 128}
 
-# Frame words (4 bytes each). Per-worker tables (6 words each, indexed by the worker id): ROWS = rows - 2 (0 for
-# an idle worker), AOFF / COFF = byte offsets of the worker's first row in A and C (from the row split q, r),
-# CNT_ACC = rows - 3 (the acc body's rpt count). XBLK/CBLK are written by the supervisor before each block, the
-# rest by the caller. FIRST/ACC = worker entries (the `_all` bodies when all six workers are active).
-ROWS, AOFF, COFF = 0, 6, 12
-XBLK, CBLK, Q, R, NACT, ASTRIDE, CSTRIDE, STRIDES = range(18, 26)
-WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL = range(26, 37)
-CNT_ACC = 38
-FRAME_WORDS = 44
+# Frame words (4 bytes each), written by the caller, read by the supervisor; then one 6-word record per worker
+# (REC + w * REC_WORDS), read by worker w through $mworker_base (the supervisor points $WORKERw_BASE at it):
+# CNT_INIT = rows - 2 (0: idle worker), CNT_ACC = rows - 3 (rpt counts), AOFF = byte offset of the worker's first
+# row in an A block, C0 = its first row of the current C block (the caller writes column block 0's, the
+# supervisor adds CSTEP per column block), STRIDES = the pace stride fields. FIRST/ACC = worker entries (the
+# `_all` bodies when all six workers are active).
+WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL, Q, R, NACT = range(14)
+REC, REC_WORDS = 14, 6
+CNT_INIT, CNT_ACC, AOFF, C0, STRIDES = range(5)
+FRAME_WORDS = REC + 6 * REC_WORDS
 FRAME_BYTES = 4 * FRAME_WORDS
 
 
@@ -115,28 +116,24 @@ class _Body:
 
 
 def _setup(b: _Body, init: bool) -> None:
-    """Worker prologue: rpt count in $m5, this worker's first-row pointers (from the frame's per-worker tables and
-    the block pointers the supervisor published), strides in $m4 and the tripacked pointers in $m2:3."""
-    b.one("get $m0, $WSR")
-    b.one("shl $m7, $m0, 2")  # ld32 $m, $mvertex_base, $m7, T reads word T + worker of the frame
-    b.one(f"ld32 $m5, $mvertex_base, $m7, {ROWS if init else CNT_ACC}")  # rows - 2 / rows - 3
+    """Worker prologue: rpt count in $m5, strides in $m4, the tripacked pointers in $m2:3 (x0 = this worker's
+    first A row = its record's offset + $mvertex_base, which the supervisor points at the A block; c0 from the
+    record)."""
+    b.one(f"ld32 $m5, $mworker_base, $mzero, {CNT_INIT if init else CNT_ACC}")  # rows - 2 / rows - 3
     b.label(f"{b.name}_common")  # where the idle-testing entry joins
-    b.one(f"ld32 $m2, $mvertex_base, $m7, {AOFF}")
-    b.one(f"ld32 $m3, $mvertex_base, $mzero, {XBLK}")
-    b.one("add $m2, $m2, $m3")  # x0: first row of the A block
-    b.one(f"ld32 $m1, $mvertex_base, $m7, {COFF}")
-    b.one(f"ld32 $m3, $mvertex_base, $mzero, {CBLK}")
-    b.one("add $m1, $m1, $m3")  # c0: first row of the C block
-    b.one(f"ld32 $m4, $mvertex_base, $mzero, {STRIDES}")
+    b.one(f"ld32 $m2, $mworker_base, $mzero, {AOFF}")
+    b.one("add $m2, $m2, $mvertex_base")  # x0: first row of the A block
+    b.one(f"ld32 $m1, $mworker_base, $mzero, {C0}")  # c0: first row of the C block
+    b.one(f"ld32 $m4, $mworker_base, $mzero, {STRIDES}")
     b.one("tapack $m2:3, $m2, $m1, $m1")  # inputs, partials (acc only), stores
     if init:
         b.one(f"setzi $a0, {FP_CLR_ZAACC}")
         b.one("uput $FP_CLR, $a0")  # the first group must start from zero accumulators
 
 
-# The entry that may run on an idle worker: get, shl, ld32, brz, (acc: sub), bri; it replaces the `_all` body's
-# first three instructions.
-IDLE_TEST = {"init": 5 - 3, "acc": 6 - 3}
+# The entry that may run on an idle worker: ld32, brz, (acc: sub), bri; it replaces the `_all` body's first
+# instruction.
+IDLE_TEST = {"init": 3 - 1, "acc": 4 - 1}
 
 
 def _amp(prec: str, phase: int, partials: str) -> str:
@@ -160,7 +157,7 @@ def _acc_body(prec: str, name: str) -> _Body:
     _setup(b, init=False)
     tri = "$m2:3+="
     # Prologue: bundles -1..9 with ld2x64pace (x = addr0, selector bits 1:0; partials = addr1, bits 3:2).
-    b.one(f"ld2x64pace $a0:1, $a2:3, {tri}, $m4, 0b0011")
+    b.bundle(f"ld2x64pace $a0:1, $a2:3, {tri}, $m4, 0b0011")  # a bundle: no alignment nop after 6 singles
     for k in range(10):
         xs = 0b11 if k <= 2 else (0b01 if k % 4 == 2 else 0)
         ps = 0b10 if k % 4 == 2 else 0
@@ -192,7 +189,7 @@ def _init_body(prec: str, name: str) -> _Body:
     # one group late), but the single-load pace form also stores: it writes zeros to c0 with the store pointer
     # parked (selector 0b11), which the row-0 result overwrites later (A and C are in different elements, so no
     # bank conflict; a second load from a parked address could hit A's bank).
-    b.one(f"ldst64pace $a0:1, $azeros, {tri}, $m4, 0b1100")
+    b.bundle(f"ldst64pace $a0:1, $azeros, {tri}, $m4, 0b1100")  # a bundle: no alignment nop after 8 singles
     for k in range(6):
         xs = 0b01 if k == 2 else 0  # after atom 3 of row 0: field 0 (A row step)
         b.bundle(f"ldst64pace $a0:1, $azeros, {tri}, $m4, {xs | 0b1100}", _amp(prec, k % 4, "$azeros"))
@@ -219,9 +216,7 @@ def _body(prec: str, mode: str) -> _Body:
         f".globl {name}",
         ".worker",
         f"{name}:",
-        "    get $m0, $WSR",
-        "    shl $m7, $m0, 2",
-        f"    ld32 $m5, $mvertex_base, $m7, {ROWS}",  # rows - 2 (0: idle)
+        f"    ld32 $m5, $mworker_base, $mzero, {CNT_INIT}",  # rows - 2 (0: idle)
         f"    brz $m5, .L{name}_idle",
         *(["    sub $m5, $m5, 1"] if mode == "acc" else []),  # rpt count rows - 3
         f"    bri {name}_all_common",
@@ -256,9 +251,11 @@ def worker_init_asm(prec: str) -> str:
 def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
     """The shared supervisor of a precision and coefficient-load mode (see the module docstring).
 
+    Once per call: $WORKER0..5_BASE = the workers' records in the frame (clobbered: no other kernel uses them).
     Per block: `sync` (the previous block's workers must be done: CWEI is shared, S1 conv_partial_1x1_supervisor
-    [C]), the 32 (ld128) or 64 (ld64) coefficient loads, publish the block pointers, `runall`; then, while the
-    workers run, the bookkeeping for the next block and the loop branches (as poplibs does after its runall)."""
+    [C]), the 32 (ld128) or 64 (ld64) coefficient loads, `runall` with the A block as the vertex base; then, while
+    the workers run, the bookkeeping for the next block and the loop branches (as poplibs does after its runall).
+    Per column block after the first: after the sync, the six records' C0 += CSTEP (18 cycles)."""
     name = f"gemm_{prec}_sup_{coef}"
     if coef == "ld128":
         loads = [f"    ld128putcs {i}" for i in range(0, 64, 2)]
@@ -274,6 +271,17 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
             f"    ld32 $m1, $m0, $mzero, {ISCL}",
             "    put $FP_ISCL, $m1",
         ]
+    bases = []
+    for w in range(6):  # $WORKERw_BASE = worker w's record (absolute address)
+        bases += [f"    add $m1, $m0, {4 * (REC + w * REC_WORDS)}", f"    put $WORKER{w}_BASE, $m1"]
+    c0_step = []
+    for w in range(6):
+        word = REC + w * REC_WORDS + C0
+        c0_step += [
+            f"    ld32 $m1, $m0, $mzero, {word}",
+            "    add $m1, $m1, $m7",
+            f"    st32 $m1, $m0, $mzero, {word}",
+        ]
     lines = [
         f".globl {name}",
         ".supervisor",
@@ -281,28 +289,35 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         f"    ld32 $m1, $m0, $mzero, {WEIGHTS}",
         "    put $CCCSLOAD, $m1",  # weight panels are consumed in order: one put per call
         *fp8_setup,
+        *bases,
+        f"    ld32 $m1, $m0, $mzero, {A_BASE}",
         f"    setzi $m6, {sram_base}",
-        "    sub $m6, $m0, $m6",  # runall takes the vertex base relative to the SRAM base
+        "    sub $m8, $m1, $m6",  # runall takes the vertex base relative to the SRAM base: A - SRAM base
+        f"    ld32 $m4, $m0, $mzero, {ASTEP}",
+        f"    ld32 $m7, $m0, $mzero, {CSTEP}",
         f"    ld32 $m2, $m0, $mzero, {NB_M1}",
-        f"    ld32 $m7, $m0, $mzero, {C_BASE}",
-        f".L{name}_col:",
-        f"    ld32 $m4, $m0, $mzero, {A_BASE}",
+        "    add $m6, $m8, 0",
         f"    ld32 $m3, $m0, $mzero, {KB_M1}",
         f"    ld32 $m5, $m0, $mzero, {FIRST}",
+        f"    bri .L{name}_go",  # no worker has run yet: no sync
+        f".L{name}_col:",
+        "    sync TEXCH_SYNCZONE_LOCAL",  # the workers read their C0 at setup: update it once they are done
+        *c0_step,
+        f"    bri .L{name}_go",
         f".L{name}_k:",
         "    sync TEXCH_SYNCZONE_LOCAL",  # CWEI is shared: every worker must be done before the next load
+        f".L{name}_go:",
         *loads,
-        f"    st32 $m4, $m0, $mzero, {XBLK}",
-        f"    st32 $m7, $m0, $mzero, {CBLK}",
+        # The workers' vertex base is the A block ($mvertex_base = $m6 + SRAM base): no per-block frame writes.
         "    runall $m5, $m6, 0",
-        # Bookkeeping for the next block while the workers run (on hardware: in the slot of the first worker to
-        # exit, as poplibs' estimator assumes: min worker + 14 cycles).
+        # Bookkeeping and branches for the next block while the workers run (on hardware: in the slot of the
+        # first worker to exit, as poplibs' estimator assumes: min worker + 14 cycles).
         f"    ld32 $m5, $m0, $mzero, {ACC}",
-        f"    ld32 $m1, $m0, $mzero, {ASTEP}",
-        "    add $m4, $m4, $m1",
+        "    add $m6, $m6, $m4",
         f"    brnzdec $m3, .L{name}_k",
-        f"    ld32 $m1, $m0, $mzero, {CSTEP}",
-        "    add $m7, $m7, $m1",
+        f"    ld32 $m3, $m0, $mzero, {KB_M1}",
+        f"    ld32 $m5, $m0, $mzero, {FIRST}",
+        "    add $m6, $m8, 0",
         f"    brnzdec $m2, .L{name}_col",
         "    sync TEXCH_SYNCZONE_LOCAL",
         "    br $lr",
@@ -378,15 +393,16 @@ class Gemm:
         """The frame words (uint32) for this call; `labels` = the loaded program's labels (worker entries)."""
         q, r, nact = row_split(self.m)
         f = np.zeros(FRAME_WORDS, np.uint32)
-        # Pace strides (in atoms): field 0 = A row step, field 1 = C row step (after 3 atoms), field 2 = 0.
         f[Q], f[R], f[NACT] = q, r, nact
-        for w in range(nact):
-            first = w * q + min(w, r)
-            f[ROWS + w] = q + (w < r) - 2
-            f[CNT_ACC + w] = q + (w < r) - 3
-            f[AOFF + w], f[COFF + w] = first * self.ars, first * self.crs
-        f[ASTRIDE], f[CSTRIDE] = self.ars, self.crs
-        f[STRIDES] = ((self.ars // 8 - 3) & 0x3FF) | (((self.crs // 8 - 3) & 0x3FF) << 10)
+        # Pace strides (in atoms): field 0 = A row step, field 1 = C row step (after 3 atoms), field 2 = 0.
+        strides = ((self.ars // 8 - 3) & 0x3FF) | (((self.crs // 8 - 3) & 0x3FF) << 10)
+        for w in range(6):
+            rec = REC + w * REC_WORDS
+            f[rec + STRIDES] = strides
+            if w < nact:
+                first, rows = w * q + min(w, r), q + (w < r)
+                f[rec + CNT_INIT], f[rec + CNT_ACC] = rows - 2, rows - 3
+                f[rec + AOFF], f[rec + C0] = first * self.ars, self.c + first * self.crs
         f[WEIGHTS], f[A_BASE], f[C_BASE] = self.weights, self.a, self.c
         f[KB_M1], f[NB_M1] = self.kblocks - 1, self.nblocks - 1
         f[ASTEP] = self.a_block_step if self.a_block_step is not None else 32
@@ -442,13 +458,14 @@ def _counts(prec: str, mode: str) -> dict[str, int]:
 
 
 RPT_OFFSET = {"init": -2, "acc": -3}  # the rpt loop runs R + offset times (4 bundles each)
-IDLE = 5  # get, shl, ld32, brz, exitz
-# Supervisor: entry (ld32, put $CCCSLOAD, setzi, sub, two ld32; FP8 also two ld32 + put), the first column's three
-# ld32, the first sync (no worker running: its own 6-cycle issue plus the 6-cycle release), the return. Per block: the weight loads, two st32, and the sync that
-# follows the workers (released 6 cycles after the last worker's exit). The workers start at the supervisor's
-# clock when it issues `runall`; the bookkeeping and branches after it overlap the workers' run.
-SUP_CALL = {F16: 1 + 6 + 2 + 2 + 3 + 12 + 6, FP8: 1 + 6 + 14 + 2 + 2 + 3 + 12 + 6}
-SUP_BLOCK_FIXED = 2 + 6
+IDLE = 3  # ld32, brz, exitz
+# Supervisor: entry (ld32 + put $CCCSLOAD; FP8: two ld32 + put; six add + put $WORKERw_BASE;
+# nine ALU/loads; bri) and the return. Per block: the weight loads and the sync that follows the workers (released 6 cycles after
+# the last worker's exit); the workers start at the supervisor's clock when it issues `runall`, and the
+# bookkeeping and branches after it overlap their run. Per column block after the first: C0 updates + bri.
+SUP_CALL = {F16: 1 + 6 + 6 * 7 + 9 + 6 + 6, FP8: 1 + 6 + 14 + 6 * 7 + 9 + 6 + 6}
+SUP_BLOCK_FIXED = 6
+SUP_COL = 6 * 3 + 6
 WEIGHT_LOAD = {"ld128": 32, "ld64": 64}
 
 
@@ -471,7 +488,7 @@ def cycles(g: Gemm) -> int:
         return WEIGHT_LOAD[g.coef] + SUP_BLOCK_FIXED + 6 * worker_thread_cycles(rows, mode, g.prec, nact == 6)
 
     per_col = block(g.mode) + (g.kblocks - 1) * block("acc")
-    return SUP_CALL[g.prec] + g.nblocks * per_col
+    return SUP_CALL[g.prec] + g.nblocks * per_col + (g.nblocks - 1) * SUP_COL
 
 
 def macs(g: Gemm) -> int:

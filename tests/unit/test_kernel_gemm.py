@@ -172,5 +172,18 @@ def test_c_outside_interleaved_memory_is_a_bank_conflict():
 
 
 def test_shared_code_is_small():
-    # two precisions x (2 supervisors + 2 workers)
-    assert code_bytes(LIB, TARGET) < 2500
+    # two precisions x (2 supervisors + 2 workers); the supervisors' unrolled per-call worker-base setup and
+    # per-column C0 updates are ~110 bytes each
+    assert code_bytes(LIB, TARGET) < 2800
+
+
+@pytest.mark.parametrize("prec,target", [(G.F16, 0.75), (G.FP8, 0.70)])
+def test_efficiency_target_128(prec, target):
+    """Issue 4's targets on one tile at 128^3 (init mode, ld128, row-major): bit-exact, estimate exact."""
+    rng = np.random.default_rng(128)
+    gen = _f16 if prec == G.F16 else _fp8
+    a, b = gen(rng, (128, 128)), gen(rng, (128, 128))
+    g = G.Gemm(128, 128, 128, prec, "init", "ld128", a=A_ADDR, weights=W128_ADDR, c=C_ADDR)
+    out, cyc = run_gemm(g, a, b)
+    assert _check(g, a, b, None, a, out, cyc) == cyc
+    assert G.macs(g) / cyc / G.PEAK_MACS[prec] >= target
