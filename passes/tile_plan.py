@@ -440,7 +440,8 @@ class _Planner:
             and tl.PLAN_ATTR not in op.attributes
             and all(map(is_host_value, op.operands))
         ):
-            return  # planned when a consumer asks for it (see `require`)
+            op.attributes[tl.PLAN_ATTR] = map_plan("host", 0)
+            return  # its layout is chosen when a device consumer asks for it (see `require`)
         if op.dialect_name() != "nn":
             raise PassFailedException(
                 f"tile-plan: {label(op)}: cannot plan an op of dialect '{op.dialect_name()}'"

@@ -199,9 +199,8 @@ class Interpreter:
     def compute(self, op: Operation) -> Sharded | np.ndarray:
         plan = op.attributes.get(tl.PLAN_ATTR)
         lay = op.attributes.get(tl.LAYOUT_ATTR)
-        if plan is None or (isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host"):
-            if plan is not None or all(isinstance(self.values[o], np.ndarray) for o in op.operands):
-                return self.host(op)
+        if isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host":
+            return self.host(op)
         if plan is None or not isinstance(lay, tl.LayoutAttr):
             raise TileInterpError(f"{op.name}: no tile.plan / tile.layout: run tile-plan first")
         fn = self.ref.OPS.get(type(op))

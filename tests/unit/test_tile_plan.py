@@ -17,6 +17,7 @@ from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.frontend.weights import random_weights
 from ipu.passes.exchange_lower import ExchangeLowerPass
 from ipu.passes.exchange_schedule import ExchangeSchedulePass
+from ipu.passes.nn_fuse_qkv import NNFuseQKVPass
 from ipu.passes.nn_outline_repeat import NNOutlineRepeatPass
 from ipu.passes.nn_quantize import NNQuantizeWeightsPass
 from ipu.passes.tile_plan import TilePlanPass, gemm_plan
@@ -32,8 +33,10 @@ def data():
     return {"pixel_values": x}, params
 
 
-def build(quantize: bool, outline: bool) -> ModuleOp:
+def build(quantize: bool, outline: bool, fuse: bool = False) -> ModuleOp:
     m = build_vision_model(CFG)
+    if fuse:
+        NNFuseQKVPass().apply(Context(), m)
     if quantize:
         NNQuantizeWeightsPass().apply(Context(), m)
     if outline:
@@ -48,18 +51,19 @@ def close(a: dict, b: dict, tol: float) -> None:
 
 
 @pytest.mark.parametrize(
-    "quantize,outline,tiles,mode",
+    "quantize,outline,tiles,mode,fuse",
     [
-        (False, False, 16, "latency"),
-        (True, False, 16, "compact"),
-        (True, True, 16, "latency"),
-        (False, True, 5, "compact"),
-        (True, False, 1, "latency"),
+        (False, False, 16, "latency", False),
+        (True, False, 16, "compact", False),
+        (True, True, 16, "latency", False),
+        (False, True, 5, "compact", False),
+        (True, False, 1, "latency", False),
+        (True, True, 16, "compact", True),
     ],
 )
-def test_same_result_at_every_level(data, quantize, outline, tiles, mode):
+def test_same_result_at_every_level(data, quantize, outline, tiles, mode, fuse):
     inputs, params = data
-    m = build(quantize, outline)
+    m = build(quantize, outline, fuse)
     ref = evaluate(m, inputs, params, mode="device").outputs
     ctx = Context()
     TilePlanPass(tiles=tiles, sram_kib=256).apply(ctx, m)
