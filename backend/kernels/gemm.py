@@ -3,16 +3,27 @@
 One call computes a whole per-tile GEMM. It is three pieces of code shared by every call of a precision:
 
 - the **supervisor** `gemm_<prec>_sup_<coef>` (one per precision and coefficient-load mode `ld128`/`ld64`): it walks
-  the weight blocks (column block nb outer, inner block kb inner), loads each block into the AMP common weights,
-  publishes the block's A and C addresses in the frame, starts the six workers and waits for them;
-- two **worker bodies** per precision, `gemm_<prec>_init` (first inner block, zero partials) and `gemm_<prec>_acc`
-  (partials read from C and the results written back in place). They serve every row count and every
-  inner/column extent; row-major and panel operand orders are both expressed by the frame's strides;
-- a small **frame** (vertex state, `Frame` below) written by the caller: shapes, addresses, strides and the row
-  split of the six workers (quotient / remainder / active workers).
+  the weight blocks (column block nb outer, inner block kb inner); per block it waits for the workers (`sync`),
+  loads the block into the AMP common weights and starts the six workers with the A block's address as their
+  vertex base (`runall`), then does the next block's bookkeeping while they run (as poplibs does);
+- two **worker bodies** per precision and mode, `gemm_<prec>_init` (first inner block, zero partials) and
+  `gemm_<prec>_acc` (partials read from C and the results written back in place), each in two entries: `_all`
+  (all six workers active) and the plain name (may run on an idle worker: tests for it first). They serve every
+  row count and every inner/column extent; row-major and panel operand orders are both expressed by the strides;
+- a small **frame** written by the caller: shapes, addresses and one record per worker (rpt counts, first-row
+  offset in A, first-row address in the current C block, pace strides). The supervisor points `$WORKERw_BASE` at
+  worker w's record once per call, so a worker reads its record through `$mworker_base` with no index arithmetic
+  (poplibs' precomputed per-worker worklists play the same role), and adds its A offset to `$mvertex_base`. The
+  supervisor writes the records' C row for each column block (18 cycles per column block).
 
 Calling convention (supervisor code): `$m0` = frame address, `call $lr, gemm_<prec>_sup_<coef>`; the supervisor
-returns with `br $lr` and clobbers `$m1..$m7`. The caller keeps its own return address elsewhere.
+returns with `br $lr` and clobbers `$m1..$m8` and the `$WORKER0..5_BASE` CSRs (no other kernel uses them). The
+caller keeps its own return address elsewhere. The frame can be reused across calls (the supervisor rewrites the
+records' C rows itself).
+
+Worker cost per block (thread cycles, R rows): init 4R + 17, acc 4R + 19 (6 setup issues; the AMP pipeline's
+warm-up (acc) and drain groups, 8 issues; one lone load, rpt, two trailing stores, exit). Supervisor per block: the
+32 (ld128) / 64 (ld64) coefficient loads and the 6-cycle sync release; the rest overlaps the workers.
 
 AMP model (runtime/semantics.py): one group of 4 AMP instructions consumes one row of a K block (16 halves or 32
 FP8 values, 4 atoms) and produces one row of 16 outputs (4 atoms) two groups later; partials enter one group
@@ -60,12 +71,12 @@ PEAK_MACS = {F16: 64, FP8: 128}
 # Frame words (4 bytes each), written by the caller, read by the supervisor; then one 6-word record per worker
 # (REC + w * REC_WORDS), read by worker w through $mworker_base (the supervisor points $WORKERw_BASE at it):
 # CNT_INIT = rows - 2 (0: idle worker), CNT_ACC = rows - 3 (rpt counts), AOFF = byte offset of the worker's first
-# row in an A block, C0 = its first row of the current C block (the caller writes column block 0's, the
-# supervisor adds CSTEP per column block), STRIDES = the pace stride fields. FIRST/ACC = worker entries (the
+# row in an A block, COFF = in a C block, C0 = its first row of the current C block (written by the supervisor per
+# column block: C0 = COFF + C block), STRIDES = the pace stride fields. FIRST/ACC = worker entries (the
 # `_all` bodies when all six workers are active).
 WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL, Q, R, NACT = range(14)
 REC, REC_WORDS = 14, 6
-CNT_INIT, CNT_ACC, AOFF, C0, STRIDES = range(5)
+CNT_INIT, CNT_ACC, AOFF, C0, STRIDES, COFF = range(6)
 FRAME_WORDS = REC + 6 * REC_WORDS
 FRAME_BYTES = 4 * FRAME_WORDS
 
@@ -255,7 +266,8 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
     Per block: `sync` (the previous block's workers must be done: CWEI is shared, S1 conv_partial_1x1_supervisor
     [C]), the 32 (ld128) or 64 (ld64) coefficient loads, `runall` with the A block as the vertex base; then, while
     the workers run, the bookkeeping for the next block and the loop branches (as poplibs does after its runall).
-    Per column block after the first: after the sync, the six records' C0 += CSTEP (18 cycles)."""
+    Per column block (the first one at entry): the six records' C0 = COFF + C block (18 cycles + bri; after the
+    sync: the workers read C0 at setup), so the frame can be reused."""
     name = f"gemm_{prec}_sup_{coef}"
     if coef == "ld128":
         loads = [f"    ld128putcs {i}" for i in range(0, 64, 2)]
@@ -274,14 +286,11 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
     bases = []
     for w in range(6):  # $WORKERw_BASE = worker w's record (absolute address)
         bases += [f"    add $m1, $m0, {4 * (REC + w * REC_WORDS)}", f"    put $WORKER{w}_BASE, $m1"]
-    c0_step = []
+    c0_rows = []  # C0 = COFF + C block ($m7), per worker
     for w in range(6):
-        word = REC + w * REC_WORDS + C0
-        c0_step += [
-            f"    ld32 $m1, $m0, $mzero, {word}",
-            "    add $m1, $m1, $m7",
-            f"    st32 $m1, $m0, $mzero, {word}",
-        ]
+        rec = REC + w * REC_WORDS
+        c0_rows += [f"    ld32 $m1, $m0, $mzero, {rec + COFF}", "    add $m1, $m1, $m7"]
+        c0_rows += [f"    st32 $m1, $m0, $mzero, {rec + C0}"]
     lines = [
         f".globl {name}",
         ".supervisor",
@@ -294,15 +303,16 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         f"    setzi $m6, {sram_base}",
         "    sub $m8, $m1, $m6",  # runall takes the vertex base relative to the SRAM base: A - SRAM base
         f"    ld32 $m4, $m0, $mzero, {ASTEP}",
-        f"    ld32 $m7, $m0, $mzero, {CSTEP}",
+        f"    ld32 $m7, $m0, $mzero, {C_BASE}",
         f"    ld32 $m2, $m0, $mzero, {NB_M1}",
         "    add $m6, $m8, 0",
         f"    ld32 $m3, $m0, $mzero, {KB_M1}",
         f"    ld32 $m5, $m0, $mzero, {FIRST}",
-        f"    bri .L{name}_go",  # no worker has run yet: no sync
+        f"    bri .L{name}_c0",  # no worker has run yet: no sync
         f".L{name}_col:",
-        "    sync TEXCH_SYNCZONE_LOCAL",  # the workers read their C0 at setup: update it once they are done
-        *c0_step,
+        "    sync TEXCH_SYNCZONE_LOCAL",  # the workers read their C0 at setup: rewrite it once they are done
+        f".L{name}_c0:",
+        *c0_rows,
         f"    bri .L{name}_go",
         f".L{name}_k:",
         "    sync TEXCH_SYNCZONE_LOCAL",  # CWEI is shared: every worker must be done before the next load
@@ -318,6 +328,8 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         f"    ld32 $m3, $m0, $mzero, {KB_M1}",
         f"    ld32 $m5, $m0, $mzero, {FIRST}",
         "    add $m6, $m8, 0",
+        f"    ld32 $m1, $m0, $mzero, {CSTEP}",
+        "    add $m7, $m7, $m1",
         f"    brnzdec $m2, .L{name}_col",
         "    sync TEXCH_SYNCZONE_LOCAL",
         "    br $lr",
@@ -402,7 +414,7 @@ class Gemm:
             if w < nact:
                 first, rows = w * q + min(w, r), q + (w < r)
                 f[rec + CNT_INIT], f[rec + CNT_ACC] = rows - 2, rows - 3
-                f[rec + AOFF], f[rec + C0] = first * self.ars, self.c + first * self.crs
+                f[rec + AOFF], f[rec + COFF] = first * self.ars, first * self.crs
         f[WEIGHTS], f[A_BASE], f[C_BASE] = self.weights, self.a, self.c
         f[KB_M1], f[NB_M1] = self.kblocks - 1, self.nblocks - 1
         f[ASTEP] = self.a_block_step if self.a_block_step is not None else 32
@@ -462,7 +474,7 @@ IDLE = 3  # ld32, brz, exitz
 # Supervisor: entry (ld32 + put $CCCSLOAD; FP8: two ld32 + put; six add + put $WORKERw_BASE;
 # nine ALU/loads; bri) and the return. Per block: the weight loads and the sync that follows the workers (released 6 cycles after
 # the last worker's exit); the workers start at the supervisor's clock when it issues `runall`, and the
-# bookkeeping and branches after it overlap their run. Per column block after the first: C0 updates + bri.
+# bookkeeping and branches after it overlap their run. Per column block: the records' C0 writes + bri.
 SUP_CALL = {F16: 1 + 6 + 6 * 7 + 9 + 6 + 6, FP8: 1 + 6 + 14 + 6 * 7 + 9 + 6 + 6}
 SUP_BLOCK_FIXED = 6
 SUP_COL = 6 * 3 + 6
@@ -488,7 +500,7 @@ def cycles(g: Gemm) -> int:
         return WEIGHT_LOAD[g.coef] + SUP_BLOCK_FIXED + 6 * worker_thread_cycles(rows, mode, g.prec, nact == 6)
 
     per_col = block(g.mode) + (g.kblocks - 1) * block("acc")
-    return SUP_CALL[g.prec] + g.nblocks * per_col + (g.nblocks - 1) * SUP_COL
+    return SUP_CALL[g.prec] + g.nblocks * (per_col + SUP_COL)
 
 
 def macs(g: Gemm) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ipu.backend.asm_text import parse_program
 from ipu.backend.kernels import gemm as G
 from ipu.backend.kernels.harness import code_bytes, run_call
 from ipu.backend.target import Target
@@ -187,3 +188,32 @@ def test_efficiency_target_128(prec, target):
     out, cyc = run_gemm(g, a, b)
     assert _check(g, a, b, None, a, out, cyc) == cyc
     assert G.macs(g) / cyc / G.PEAK_MACS[prec] >= target
+
+
+def test_frame_is_reusable():
+    """The supervisor rewrites the records' C rows per column block itself: calling twice with the same frame gives
+    the same C (with stale C rows the second call would write column block 0 into the last one)."""
+    rng = np.random.default_rng(5)
+    m, k, n = 24, 32, 48
+    a, b = _f16(rng, (m, k)), _f16(rng, (k, n))
+    g = G.Gemm(m, k, n, G.F16, "init", "ld128", a=A_ADDR, weights=W128_ADDR, c=C_ADDR)
+    main = f"""
+.globl main
+.supervisor
+main:
+    add $m9, $lr, 0
+    setzi $m0, {FRAME}
+    call $lr, {g.entry}
+    setzi $m0, {FRAME}
+    call $lr, {g.entry}
+    br $m9
+"""
+    prog = parse_program(main + LIB, TARGET.sram_base)
+    sim = Simulator(TARGET)
+    sim.load(prog)
+    sim.write(A_ADDR, a.view(np.uint8).reshape(-1), tiles=[0])
+    sim.write(W128_ADDR, G.pack_weights(b, G.F16), tiles=[0])
+    sim.write(FRAME, g.frame(prog.labels).view(np.uint8), tiles=[0])
+    sim.run("main", tiles=[0])
+    out = sim.read(C_ADDR, m * n * 2, np.float16, tiles=[0]).reshape(m, n)
+    np.testing.assert_array_equal(out.view(np.uint16), G.semantics(g, a, b).view(np.uint16))
