@@ -171,6 +171,8 @@ def row_kernels() -> list[str]:
         ("to_panels 64 x 128 halves", P.to_panels(64, 256, x_addr, o_addr), 64 * 128),
         ("weights_from_bt fp8 64 x 128", P.weights_from_bt(64, 128, "fp8", x_addr, o_addr), 64 * 128),
         ("weights_f16 (transpose) 64 x 64", P.WeightsF16(64, 64, x_addr, o_addr), 64 * 64),
+        ("weights_fp8 (byte transpose) 64 x 64", P.WeightsFP8(64, 64, x_addr, o_addr), 64 * 64),
+        ("weights_fp8 (byte transpose) 128 x 96", P.WeightsFP8(128, 96, x_addr, o_addr), 128 * 96),
     ]
     out = [
         "Row and pack kernels (one call, simulator cycles = estimate; inputs are random, state arrays written):",
