@@ -62,11 +62,10 @@ class Session:
             raise PackageError(
                 f"{binding.name!r}: host tensor has shape {list(host.shape)}, the package expects {list(binding.shape)}"
             )
-        values = to_device(
-            np.asarray(host, dtype=np.float32).reshape(-1)[binding.element_index()],
-            binding.dtype,
-            binding.scale,
-        )
+        values = np.asarray(host, dtype=np.float32).reshape(-1)[binding.element_index()]
+        if binding.via:  # host-side rounding through another format first (see Binding.via)
+            values = from_device(to_device(values, binding.via, binding.via_scale), binding.via, binding.via_scale)
+        values = to_device(values, binding.dtype, binding.scale)
         raw = values.view(np.uint8)
         nbytes = binding.chunks[:, 3] * binding.itemsize
         starts = np.concatenate([[0], np.cumsum(nbytes)])

@@ -87,11 +87,16 @@ class Binding:
     dtype: str
     chunks: np.ndarray  # int64 [n, 5]: CHUNK_COLUMNS
     scale: int = 0
+    # Host-side rounding before the device conversion: values pass through this FP8 format (with `via_scale`)
+    # first, e.g. FP8-quantized weights stored as f16 for an F16 kernel ("" = none).
+    via: str = ""
+    via_scale: int = 0
 
     def __post_init__(self) -> None:
         self.shape = tuple(int(d) for d in self.shape)
-        if self.dtype not in DEVICE_DTYPES:
-            raise PackageError(f"binding {self.name!r}: unknown device dtype {self.dtype!r}")
+        for dt in (self.dtype, self.via or self.dtype):
+            if dt not in DEVICE_DTYPES:
+                raise PackageError(f"binding {self.name!r}: unknown device dtype {dt!r}")
         self.chunks = np.asarray(self.chunks, dtype=np.int64).reshape(-1, len(CHUNK_COLUMNS))
         size = int(np.prod(self.shape, dtype=np.int64))
         c = self.chunks
@@ -126,11 +131,20 @@ class Binding:
             "dtype": self.dtype,
             "scale": self.scale,
             "chunks": key,
+            **({"via": self.via, "via_scale": self.via_scale} if self.via else {}),
         }
 
     @classmethod
     def from_json(cls, d: dict, arrays) -> Binding:
-        return cls(d["name"], tuple(d["shape"]), d["dtype"], arrays(d["chunks"]), int(d.get("scale", 0)))
+        return cls(
+            d["name"],
+            tuple(d["shape"]),
+            d["dtype"],
+            arrays(d["chunks"]),
+            int(d.get("scale", 0)),
+            d.get("via", ""),
+            int(d.get("via_scale", 0)),
+        )
 
 
 @dataclass

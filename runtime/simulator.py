@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ipu.backend.isa import SUPERVISOR_CSRS, WORKER_CSRS, Ctx, Instr
+from ipu.backend.isa import M_ALIASES, SUPERVISOR_CSRS, WORKER_CSRS, Ctx, Instr
 from ipu.backend.isa_program import Program
 from ipu.backend.target import Target
 from ipu.runtime import semantics
@@ -333,6 +333,8 @@ class Simulator:
         pc = self.label(entry) if isinstance(entry, str) else int(entry)
         sup = self.supervisor_ctx(tiles)
         self.active[sup] = True
+        # Every run starts with $lr = 0 (`br $lr` returns to the host), also the second run of a loaded program.
+        self.m[sup, M_ALIASES["lr"]] = 0
         self._groups = [Group(pc, np.sort(sup), True)]
         start_rounds = self.rounds
         self._run_start = self.cycles.copy()

@@ -1,0 +1,175 @@
+"""Host tensors -> chunk tables (`ipu.runtime.package.Binding`), with host-folded ops folded in.
+
+A layout plus a per-tile address gives, for every block replica, runs of consecutive device elements: one run per
+row of a row-major block (stride 1 in the tensor's flat index), one per column of an AMP micro-panel (stride = the
+row length). Host-planned ops between the device value and its `nn.param` / `nn.input` (casts, reshapes, slices,
+concats: `#tile.map<kind = "host">`) only change which host element a run reads and the device element type, so
+they fold into the chunk table: the host does the work at upload, as the plan says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from xdsl.dialects.builtin import Float8E4M3FNUZType, Float8E5M2FNUZType, Float16Type, Float32Type
+from xdsl.ir import Attribute, Operation, SSAValue
+
+from ipu.dialects import exchange as ex
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.runtime.package import Binding
+
+
+class BindingError(ValueError):
+    pass
+
+
+def device_dtype(dtype: Attribute) -> str:
+    if isinstance(dtype, Float32Type):
+        return "f32"
+    if isinstance(dtype, Float16Type):
+        return "f16"
+    if isinstance(dtype, Float8E4M3FNUZType):
+        return "f8e4m3fnuz"
+    if isinstance(dtype, Float8E5M2FNUZType):
+        return "f8e5m2fnuz"
+    raise BindingError(f"no device element type for {dtype}")
+
+
+def layout_chunks(
+    layout: tl.LayoutAttr, addr: np.ndarray, stride: np.ndarray | None = None, first_replica_only=False
+):
+    """Chunk rows (tile, address, flat offset, count, flat stride) for every block replica of `layout` stored at
+    `addr[tile]` (a stacked layout: layer l at addr + l * stride[tile])."""
+    lay = layout.unstacked() if layout.stack.data else layout
+    layers = max(1, layout.stack.data)
+    g = lay.geometry()
+    table = lay.table()
+    esize = tl.element_bytes(lay.dtype)
+    shape = np.array(lay.shape_, np.int64)
+    strides = np.ones(len(shape), np.int64)
+    for d in range(len(shape) - 2, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    slice_elems = int(shape.prod())
+    out = []
+    for b in range(lay.num_blocks):
+        origin, dims = g.block_origin[b], g.block_dims[b]
+        if lay.order.data == "amp16":
+            rows, cols = int(dims[0]), int(dims[1])
+            p = np.arange(0, rows, tl.AMP_PANEL_ROWS)
+            pr = np.minimum(tl.AMP_PANEL_ROWS, rows - p)
+            pp, jj = np.repeat(p, cols), np.tile(np.arange(cols), len(p))
+            cnt = np.repeat(pr, cols)
+            pos = pp * cols + jj * cnt
+            flat = (origin[0] + pp) * strides[0] + origin[1] + jj
+            step = np.full(len(pos), strides[0])
+        else:
+            lead = dims[:-1]
+            n = int(np.prod(lead)) if len(lead) else 1
+            idx = (
+                np.stack(np.unravel_index(np.arange(n), tuple(int(x) for x in lead)), 1)
+                if len(lead)
+                else np.zeros((1, 0), np.int64)
+            )
+            flat = ((origin[:-1] + idx) * strides[:-1]).sum(1) + origin[-1]
+            pos = np.arange(n) * int(dims[-1])
+            cnt = np.full(n, int(dims[-1]))
+            step = np.ones(n, np.int64)
+        for r in range(1 if first_replica_only else table.shape[1]):
+            t = int(table[b, r])
+            base = int(addr[t]) + int(g.offset[b, r]) * esize
+            for layer in range(layers):
+                lbase = base + (layer * int(stride[t]) if layers > 1 else 0)
+                out.append(
+                    np.stack(
+                        [np.full(len(pos), t), lbase + pos * esize, flat + layer * slice_elems, cnt, step], 1
+                    )
+                )
+    return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 5), np.int64)
+
+
+def _flat_shape(t) -> tuple[int, ...]:
+    return tuple(t.get_shape())
+
+
+def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None = None):
+    """Walks from a device value back to its nn.param / nn.input through host-folded ops and exchange phases.
+    Returns [(source op, chunks in the source's flat index, via)] (several for a concat), or raises."""
+    op = v.owner
+    if isinstance(op, nn.ParamOp | nn.InputOp):
+        return [(op, chunks, fp8_via)]
+    if isinstance(op, ex.PhaseOp):
+        return fold_host(op.sources[v.index], chunks, fp8_via)
+    if isinstance(op, tl.RelayoutOp):
+        return fold_host(op.input, chunks, fp8_via)
+    if not isinstance(op, Operation):
+        # A stacked block argument of a tile.repeat: its stacked operand (the caller handles the layer offset).
+        rep = op.parent_op()
+        if isinstance(rep, tl.RepeatOp):
+            return fold_host(rep.stacked[v.index - len(rep.carried)], chunks, fp8_via)
+        raise BindingError(f"block argument #{v.index} is not host-computable")
+    plan = op.attributes.get(tl.PLAN_ATTR)
+    host = isinstance(plan, tl.MapPlanAttr) and plan.get("kind") in ("host", "view")
+    if not host and plan is not None:
+        raise BindingError(f"{op.name} is computed on the device, not by the host")
+    if isinstance(op, nn.CastOp):
+        et = op.result.type.element_type
+        if isinstance(et, Float8E4M3FNUZType | Float8E5M2FNUZType) and fp8_via is None:
+            fp8_via = (device_dtype(et), op.fp8_scale)
+        return fold_host(op.operands[0], chunks, fp8_via)
+    if isinstance(op, nn.ReshapeOp):
+        return fold_host(op.operands[0], chunks, fp8_via)
+    if isinstance(op, nn.SliceOp):
+        res, src = _flat_shape(op.results[0].type), _flat_shape(op.operands[0].type)
+        offsets = list(op.offsets.get_values()) if hasattr(op.offsets, "get_values") else list(op.offsets)
+        return fold_host(op.operands[0], _remap_into(chunks, res, src, offsets), fp8_via)
+    if isinstance(op, nn.ConcatOp):
+        axis = op.axis.value.data
+        res = _flat_shape(op.results[0].type)
+        idx = np.stack(np.unravel_index(chunks[:, 2], res), 1)
+        out = []
+        lo = 0
+        for x in op.operands:
+            shp = _flat_shape(x.type)
+            sel = (idx[:, axis] >= lo) & (idx[:, axis] < lo + shp[axis])
+            if sel.any():
+                off = [0] * len(res)
+                off[axis] = -lo
+                sub = chunks[sel]
+                # Remap into x: result index - lo on the axis.
+                out += fold_host(x, _remap_into(sub, res, shp, off), fp8_via)
+            lo += shp[axis]
+        return out
+    raise BindingError(f"{op.name}: a host-folded {op.name} is not supported by the lowering's bindings yet")
+
+
+def _remap_into(chunks, res_shape, dst_shape, shift):
+    def map_flat(f):
+        idx = np.stack(np.unravel_index(f, res_shape), 1) + np.asarray(shift)[None, :]
+        return np.ravel_multi_index(tuple(idx.T), dst_shape)
+
+    out = chunks.copy()
+    start = map_flat(chunks[:, 2])
+    last = chunks[:, 2] + (chunks[:, 3] - 1) * chunks[:, 4]
+    end = map_flat(last)
+    out[:, 2] = start
+    out[:, 4] = np.where(chunks[:, 3] > 1, (end - start) // np.maximum(chunks[:, 3] - 1, 1), 1)
+    return out
+
+
+def make_bindings(
+    v: SSAValue, chunks: np.ndarray, dtype: str, scale: int = 0
+) -> tuple[list[Binding], list[Binding]]:
+    """(parameter bindings, input bindings) writing device value `v`'s chunks from the host sources."""
+    params, inputs = [], []
+    for src, ch, via in fold_host(v, chunks):
+        b = Binding(
+            src.sym.data,
+            _flat_shape(src.results[0].type),
+            dtype,
+            ch,
+            scale,
+            via=via[0] if via and via[0] != dtype else "",
+            via_scale=via[1] if via and via[0] != dtype else 0,
+        )
+        (inputs if isinstance(src, nn.InputOp) else params).append(b)
+    return params, inputs

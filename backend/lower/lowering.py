@@ -1,0 +1,444 @@
+"""The walk: a placed function (after `memory-plan`) -> one supervisor program + per-tile data -> a `Package`.
+
+The program is one code image shared by every tile; tiles differ only by data. `main` walks the supersteps in
+IR order:
+
+- a compute op becomes one or more kernel calls: `$m0` = the call's frame address (the same on every tile; the
+  frame contents differ per tile). A frame starts with an *active* word: a tile with no work for the op skips the
+  call (`brz`); the kernel's own frame follows 8 bytes later;
+- `exchange.sync` becomes an internal `sync`; an `exchange.phase` calls the shared exchange routines with its
+  per-tile round and copy tables (`ipu.backend.lower.exchange`);
+- at the end `main` returns to the host (`br` to the $lr it was started with, 0).
+
+Host tensors become bindings (`ipu.backend.lower.bindings`): inputs and parameters at the buffers memory-plan
+gave the host-planned values, outputs from replica 0 of each block of the output value.
+
+Op lowering (what exists, see docs/lowering.md for what does not):
+
+- `nn.linear` with a `#tile.gemm` plan: per tile the F16 AMP GEMM into an f16 scratch tile of C (interleaved
+  memory), then `bias_f16` in place, then a cast into the result buffer when the result is f32. The weights and
+  bias are bound by the host directly in the kernel's format (weight panels, f16 bias) into lowering-owned
+  resident buffers: the planned layouts (row-major [N, K] FP8 blocks) are not what the kernel reads, and the
+  device pack kernel does not exist yet. FP8-planned GEMMs run on the F16 AMP with FP8-valued f16 weights: the
+  IR's semantics (f16 activations x FP8 weights) is not what the FP8 AMP computes (both operands FP8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, SSAValue
+
+from ipu.backend.asm_text import parse_program
+from ipu.backend.encoding import encode_program
+from ipu.backend.kernels import elementwise as ew
+from ipu.backend.kernels import gemm as gm
+from ipu.backend.lower import exchange as lx
+from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
+from ipu.backend.lower.placement import Addresses, DataImage
+from ipu.backend.target import IPU21, Target
+from ipu.dialects import exchange as ex
+from ipu.dialects import memory as mem
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.runtime.package import Binding, Package
+
+FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
+ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
+
+
+class LoweringError(ValueError):
+    pass
+
+
+@dataclass
+class KernelCall:
+    """One call site: a frame per tile built once the program's labels are known."""
+
+    entry: str
+    addr: int
+    words: int
+    build: Callable[[dict[str, int]], tuple[np.ndarray, np.ndarray]]  # labels -> (active [tiles], frames)
+    all_active: bool
+
+
+def target_of(plan: mem.PlanOp) -> Target:
+    tiles = plan.tiles.value.data
+    base, _, end = (x.value.data for x in plan.sram.data)
+    kib = (end - base) // 1024
+    if tiles == IPU21.num_tiles and kib * 1024 == IPU21.sram_bytes:
+        return IPU21
+    return Target.small(tiles=tiles, sram_kib=kib)
+
+
+class Lowering:
+    def __init__(self, f: func.FuncOp, target: Target):
+        self.f = f
+        self.target = target
+        self.n = target.num_tiles
+        self.addrs = Addresses(f, self.n)
+        code = self.addrs.reserves.get("code")
+        xtab = self.addrs.reserves.get("exchange_tables")
+        if code is None:
+            raise LoweringError('memory-plan reserved no code storage (memory.reserve "code")')
+        self.code_addr = int(code.addr[0])
+        self.code_end = self.code_addr + int(
+            mem.table_values(self._reserve("code").buffer.bytes_, self.addrs.nc).max()
+        )
+        low = []
+        if xtab is not None and (xtab.addr >= 0).any():
+            low.append((int(xtab.addr.max()), self.code_addr))
+        self.low = low
+        self.calls: list[KernelCall] = []
+        self.lines: list[str] = []
+        self.params: list[Binding] = []
+        self.inputs: list[Binding] = []
+        self.outputs: list[Binding] = []
+        self.notes: list[str] = []
+        self.cycles_estimate = 0
+        self.image: DataImage | None = None
+        self._scratch: tuple[int, int, int] | None = None
+
+    def _reserve(self, kind: str) -> mem.ReserveOp:
+        return next(o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind)
+
+    # -- emission helpers -----------------------------------------------------------------------------------
+    def call(self, entry: str, words: int, build, all_active: bool = False) -> None:
+        addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low")
+        k = len(self.calls)
+        self.calls.append(KernelCall(entry, addr, words, build, all_active))
+        self.lines.append(f"    setzi $m0, {addr}")
+        if not all_active:
+            self.lines += ["    ld32 $m1, $m0, $mzero, 0", f"    brz $m1, .Lskip{k}"]
+        self.lines += [f"    add $m0, $m0, {FRAME_HEADER}", f"    call $lr, {entry}"]
+        if not all_active:
+            self.lines.append(f".Lskip{k}:")
+
+    def table_call(self, routine: str, table: np.ndarray, name: str) -> None:
+        addr = self.image.alloc(table.shape[1] * 4, 8, "low")
+        self.image.put(name, addr, table.astype(np.uint32))
+        self.lines += [f"    setzi $m0, {addr}", f"    call $lr, {routine}"]
+
+    # -- the walk ---------------------------------------------------------------------------------------------
+    def run(self) -> Package:
+        # Code size is only known after emission; reserve the low arena after a generous code estimate and
+        # check at the end.
+        self.image = DataImage(self.target, self.low, max(self.addrs.high, self.target.region0[1]))
+        self.block(self.f.body.block)
+        return self.finish()
+
+    def block(self, block: Block) -> None:
+        for op in block.ops:
+            if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
+                continue
+            if isinstance(op, nn.ParamOp | nn.InputOp):
+                if tl.LAYOUT_ATTR in op.attributes:
+                    self.bind_host_value(op.results[0])
+                continue
+            if isinstance(op, nn.OutputOp):
+                self.bind_output(op)
+                continue
+            if isinstance(op, ex.SyncOp):
+                self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL")
+                continue
+            if isinstance(op, ex.PhaseOp):
+                self.phase(op)
+                continue
+            if isinstance(op, tl.RepeatOp):
+                raise LoweringError(
+                    "tile.repeat: the layer loop is not lowered yet (unroll it: no nn-outline-repeat)"
+                )
+            plan = op.attributes.get(tl.PLAN_ATTR)
+            kind = plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
+            if kind == "host":
+                if tl.LAYOUT_ATTR in op.attributes and mem.BUFFERS_ATTR in op.attributes:
+                    self.bind_host_value(op.results[0])
+                continue
+            if kind == "view":
+                continue
+            if isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr):
+                self.linear(op, plan)
+                continue
+            raise LoweringError(
+                f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
+            )
+
+    # -- host values -------------------------------------------------------------------------------------------
+    def bind_host_value(self, v: SSAValue) -> None:
+        lay = tl.layout_of(v)
+        placed = self.addrs.of(v)
+        chunks = layout_chunks(lay, placed.addr, placed.stride)
+        p, i = make_bindings(v, chunks, device_dtype(lay.dtype), lay.scale.data)
+        self.params += p
+        self.inputs += i
+
+    def bind_output(self, op: nn.OutputOp) -> None:
+        v = op.value
+        lay = tl.layout_of(v)
+        if lay is None:
+            raise LoweringError(f"nn.output {op.sym.data!r}: the value has no tile layout")
+        placed = self.addrs.of(v)
+        chunks = layout_chunks(lay, placed.addr, placed.stride, first_replica_only=True)
+        self.outputs.append(
+            Binding(op.sym.data, tuple(v.type.get_shape()), device_dtype(lay.dtype), chunks, lay.scale.data)
+        )
+
+    # -- exchange ----------------------------------------------------------------------------------------------
+    def phase(self, op: ex.PhaseOp) -> None:
+        src = [self.addrs.of(s).addr for s in op.sources]
+        dst = [self.addrs.of(r).addr for r in op.res]
+        rtab, ctab, nrounds = lx.phase_tables(op, src, dst, self.n)
+        if rtab is not None:
+            self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
+        if ctab.shape[1] > 1:
+            self.table_call("xch_copy", ctab, "exchange copies")
+
+    # -- operators ---------------------------------------------------------------------------------------------
+    def _panel_addr(
+        self, v: SSAValue, t: int, origin: tuple[int, ...], dims: tuple[int, ...], what: str
+    ) -> int:
+        """Address on tile t of the block of v's layout that starts at `origin` and spans exactly `dims` in its
+        first dimensions and the whole tensor in the rest (a GEMM row panel, a bias slice)."""
+        lay = tl.layout_of(v)
+        g = lay.geometry()
+        blocks = np.nonzero((g.block_origin[:, : len(origin)] == origin).all(1))[0]
+        table = lay.table()
+        for b in blocks:
+            rs = np.nonzero(table[b] == t)[0]
+            if rs.size and tuple(g.block_dims[b][: len(dims)]) == tuple(dims):
+                if (g.block_dims[b][len(dims) :] != np.array(lay.shape_[len(dims) :])).any():
+                    break
+                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
+        raise LoweringError(
+            f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
+        )
+
+    def scratch(self) -> tuple[int, int, int]:
+        """(C area, A area, zeros): shared by every GEMM (live only during one op). C and A are whole region-1
+        elements (the GEMM reads A from another element than C); zeros is a resident zero constant."""
+        if self._scratch is None:
+            e = self.target.region1_element_bytes
+            c = self.image.alloc(e, e, "high", region1=True)
+            a = self.image.alloc(e, e, "high", region1=True)
+            z = self.image.alloc(ZEROS_BYTES, 8, "high")
+            for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
+                self.image.put("zeros", addr, np.zeros(n, np.uint8))
+            self._scratch = (c, a, z)
+        return self._scratch
+
+    def copy_call(self, rows: dict[int, list[tuple[int, int, int]]], name: str) -> None:
+        """On-tile copies (source, destination, bytes) per tile, through the shared copy routine."""
+        most = max((len(r) for r in rows.values()), default=0)
+        if most == 0:
+            return
+        tab = np.zeros((self.n, 1 + lx.COPY_WORDS * most), np.uint32)
+        for t, rs in rows.items():
+            tab[t, 0] = len(rs)
+            for i, (src, dst, nbytes) in enumerate(rs):
+                if nbytes % 4 or src % 4 or dst % 4:
+                    raise LoweringError(
+                        f"{name}: copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole words"
+                    )
+                tab[t, 1 + 3 * i : 4 + 3 * i] = [src, dst, nbytes // 4 - 1]
+        self.table_call("xch_copy", tab, name)
+
+    def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
+        """Per tile: [pad A] -> F16 GEMM into the C scratch -> bias -> [cast to f32] -> [rows into the result]."""
+        x, w = op.operands[0], op.operands[1]
+        bias = op.operands[2] if len(op.operands) > 2 else None
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g = lay.geometry()
+        table = lay.table()
+        k = x.type.get_shape()[-1]
+        kpad = -(-k // 16) * 16
+        what = f"nn.linear ({op.results[0].name_hint or 'unnamed'})"
+        if lay.order.data != "row_major" or len(lay.shape_) != 2:
+            raise LoweringError(f"{what}: result layout must be a row-major matrix")
+        xl = tl.layout_of(x)
+        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major":
+            raise LoweringError(f"{what}: the activation must arrive as row-major f16 (got {xl.dtype})")
+        rdt = device_dtype(lay.dtype)
+        if rdt not in ("f16", "f32"):
+            raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
+        esize = tl.element_bytes(lay.dtype)
+        c_area, a_area, zeros = self.scratch()
+        e = self.target.region1_element_bytes
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (r0, c0), (mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            a = self._panel_addr(x, t, (r0,), (mr,), what)
+            mpad, npad = max(mr, gm.MIN_ROWS), -(-nc // 16) * 16
+            jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize)
+        nmax = max(j[5] for j in jobs.values())
+        if max(j[4] * kpad * 2 for j in jobs.values()) > e or max(j[4] * j[5] * 6 for j in jobs.values()) > e:
+            raise LoweringError(f"{what}: a tile's GEMM block exceeds the {e}-byte scratch elements")
+        if (kpad - k) * 2 > ZEROS_BYTES:
+            raise LoweringError(f"{what}: K padding exceeds the zero constant")
+        # Resident, host-bound kernel-format weights and f16 bias (zero padding from a segment).
+        wp = self.image.alloc(nmax * kpad * 2, 16, "high")
+        self.image.put("weights padding", wp, np.zeros(nmax * kpad * 2, np.uint8))
+        bp = 0
+        if bias is not None:
+            bp = self.image.alloc(nmax * 2, 8, "high")
+            self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
+        kb = gm.KBLOCK[gm.F16]
+        kbs = kpad // kb
+        wchunks, bchunks, a_copies, out_copies = [], [], {}, {}
+        f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
+        for t, (_r0, c0, mr, nc, mpad, npad, a, out) in jobs.items():
+            n_i, kb_i = np.meshgrid(np.arange(nc), np.arange(kbs), indexing="ij")
+            n_i, kb_i = n_i.reshape(-1), kb_i.reshape(-1)
+            addr = wp + ((n_i // 16 * kbs + kb_i) * 64 + (n_i % 16) * 4) * 8
+            cnt = np.minimum(kb, k - kb_i * kb)
+            wchunks.append(
+                np.stack(
+                    [np.full(len(addr), t), addr, (c0 + n_i) * k + kb_i * kb, cnt, np.ones(len(addr))], 1
+                )
+            )
+            bchunks.append([t, bp, c0, nc, 1])
+            if mpad != mr or kpad != k:
+                rows = []
+                for r in range(mr):
+                    rows.append((a + r * k * 2, a_area + r * kpad * 2, k * 2))
+                    if kpad != k:
+                        rows.append((zeros, a_area + r * kpad * 2 + k * 2, (kpad - k) * 2))
+                a_copies[t] = rows
+            if (mpad, npad) != (mr, nc):
+                src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
+                out_copies[t] = [(src + r * npad * sz, out + r * nc * sz, nc * sz) for r in range(mr)]
+        self._bind_operand(w, np.concatenate(wchunks).astype(np.int64), "f16", what)
+        if bias is not None:
+            self._bind_operand(bias, np.array(bchunks, np.int64), "f16", what)
+
+        def frames(make):
+            def build(labels):
+                active = np.zeros(self.n, np.uint32)
+                out = None
+                for t, job in jobs.items():
+                    words = make(t, *job).frame(labels)
+                    if out is None:
+                        out = np.zeros((self.n, len(words)), np.uint32)
+                    out[t] = words
+                    active[t] = 1
+                return active, out
+
+            return build
+
+        self.copy_call(a_copies, f"{what}: A padding")
+
+        def gemm(t, r0, c0, mr, nc, mpad, npad, a, out):
+            a_eff = a_area if t in a_copies else a
+            return gm.Gemm(
+                mpad, kpad, npad, prec=gm.F16, mode="init", coef="ld64", a=a_eff, weights=wp, c=c_area
+            )
+
+        self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm))
+        direct_f16 = rdt == "f16"
+        if bias is not None:
+
+            def add_bias(t, r0, c0, mr, nc, mpad, npad, a, out):
+                dst = out if direct_f16 and t not in out_copies else c_area
+                return ew.Elementwise("bias_f16", mpad, in0=c_area, in1=bp, out=dst, row=npad)
+
+            self.call("ew_sup", ew.FRAME_WORDS, frames(add_bias))
+        if rdt == "f32":
+
+            def cast(t, r0, c0, mr, nc, mpad, npad, a, out):
+                dst = f32_stage if t in out_copies else out
+                return ew.Elementwise("cast_f16_f32", mpad * npad // 4, in0=c_area, out=dst)
+
+            self.call("ew_sup", ew.FRAME_WORDS, frames(cast))
+        elif bias is None and len(out_copies) < len(jobs):
+            raise LoweringError(f"{what}: an f16 result without bias needs a copy kernel (not lowered yet)")
+        self.copy_call(out_copies, f"{what}: result rows")
+        if direct_f16 and bias is None:
+            pass
+
+    def _bind_operand(self, v: SSAValue, chunks: np.ndarray, dtype: str, what: str) -> None:
+        try:
+            p, i = make_bindings(v, chunks, dtype)
+        except ValueError as e:
+            raise LoweringError(f"{what}: the weight operand must be host-computable: {e}") from None
+        if i:
+            raise LoweringError(f"{what}: a GEMM weight computed from a model input is not supported")
+        self.params += p
+
+    # -- the package -------------------------------------------------------------------------------------------
+    def finish(self) -> Package:
+        main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
+        text = (
+            "\n".join(main)
+            + "\n"
+            + lx.ROUTINES
+            + "\n"
+            + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld64",))
+            + "\n"
+            + ew.library_asm(self.target.sram_base)
+        )
+        program = parse_program(text, self.code_addr)
+        if program.end > self.code_end:
+            raise LoweringError(
+                f"the code image ({program.end - program.base} B) exceeds memory-plan's code reservation "
+                f"({self.code_end - self.code_addr} B): raise reserve-code-bytes"
+            )
+        low_top = min(r[0] for r in self.image.ranges["low"]) if self.image.ranges["low"] else 0
+        del low_top
+        for c in self.calls:
+            active, frames = c.build(program.labels)
+            data = np.zeros((self.n, 2 + frames.shape[1]), np.uint32)
+            data[:, 0] = active
+            data[:, 2:] = frames
+            self.image.put(f"frame {c.entry}", c.addr, data if self.n > 1 else data[:1])
+        self.text = text
+        return Package(
+            target=self.target,
+            code=encode_program(program),
+            code_base=program.base,
+            kernels=program.kernels,
+            labels=program.labels,
+            entry="main",
+            segments=self.image.segments,
+            protected=[],
+            parameters=self.params,
+            inputs=self.inputs,
+            outputs=self.outputs,
+            metadata={
+                "lowering": "ipu.backend.lower",
+                "exchange": "exchange instructions (send / $INCOMING_MUX rounds, one internal sync per round)",
+                "notes": self.notes,
+                "data_bytes": dict(self.image.used),
+            },
+        )
+
+
+def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
+    if isinstance(module, func.FuncOp):
+        return module
+    fs = [o for o in module.ops if isinstance(o, func.FuncOp)]
+    if len(fs) != 1:
+        raise LoweringError(f"expected one func.func, found {len(fs)}")
+    return fs[0]
+
+
+def lower_to_package(module: ModuleOp | func.FuncOp, target: Target | None = None) -> Package:
+    """The placed module (after memory-plan) as a package."""
+    f = _single_func(module)
+    plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
+    if plan is None:
+        raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
+    target = target or target_of(plan)
+    if target.num_tiles != plan.tiles.value.data:
+        raise LoweringError(f"target has {target.num_tiles} tiles, the memory plan {plan.tiles.value.data}")
+    pkg = Lowering(f, target).run()
+    pkg.validate()
+    return pkg
+
+
+def compile_model(module_or_config, target: Target | None = None, weights=None, **options) -> Package:
+    raise NotImplementedError

@@ -1,0 +1,116 @@
+"""Where things live: the memory plan read back per tile, and the lowering's own per-tile data image.
+
+`Addresses` answers "at which address does tile t hold value v" for every laid-out SSA value of a placed
+function (results of ops, phase results, `tile.repeat` block arguments; views share their operand's buffer).
+
+`DataImage` is the storage the lowering itself adds: kernel frames, exchange tables (region 0, in the
+`exchange_tables` reservation and the unused tail of the `code` reservation) and kernel scratch / kernel-format
+weights (above every tile's placement high-water mark: memory-plan does not model kernel scratch yet). Every
+allocation has one address on all tiles; its contents are per tile (one row per tile) or shared (one row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects import func
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from ipu.backend.target import Target
+from ipu.dialects import memory as mem
+from ipu.dialects import tile as tl
+from ipu.runtime.package import Segment
+
+
+class PlacementError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A value's placement on every tile: start address (-1: the tile holds nothing), and for a Repeat
+    sequence (stacked parameter) the byte stride between members."""
+
+    addr: np.ndarray  # int64 [tiles]
+    stride: np.ndarray  # int64 [tiles] (0 unless a sequence)
+    seq: int = 1
+
+
+class Addresses:
+    def __init__(self, f: func.FuncOp, num_tiles: int):
+        self.plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
+        if self.plan is None:
+            raise PlacementError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
+        self.num_tiles = num_tiles
+        self.tile_class = self.plan.tile_class()
+        self.nc = self.plan.num_classes.value.data
+        self.reserves = {
+            o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
+        }
+        self.high = int(self.plan.class_high().max(initial=0))
+
+    def _expand(self, b: mem.BufferAttr) -> Placed:
+        addr = mem.table_values(b.addr, self.nc)[self.tile_class]
+        member = mem.table_values(b.bytes_, self.nc)[self.tile_class]
+        stride = mem.table_values(b.stride, self.nc)[self.tile_class] if b.seq.data > 1 else member * 0
+        addr = np.where(member > 0, addr, -1)
+        return Placed(addr.astype(np.int64), stride.astype(np.int64), b.seq.data)
+
+    def of(self, v: SSAValue) -> Placed:
+        if isinstance(v, BlockArgument):
+            rep = v.owner.parent_op()
+            if not isinstance(rep, tl.RepeatOp):
+                raise PlacementError(f"block argument #{v.index} outside a tile.repeat has no placement")
+            nc = len(rep.carried)
+            if v.index < nc:
+                bufs = mem.buffers_of(rep.attributes.get(mem.ARGS_ATTR))
+                return self._expand(bufs[v.index])
+            return self.of(rep.stacked[v.index - nc])
+        op = v.owner
+        assert isinstance(op, Operation)
+        plan = op.attributes.get(tl.PLAN_ATTR)
+        if isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "view":
+            return self.of(op.operands[0])
+        bufs = mem.buffers_of(op.attributes.get(mem.BUFFERS_ATTR))
+        if not bufs:
+            raise PlacementError(f"{op.name}: result #{v.index} has no memory.buffers (not placed)")
+        return self._expand(bufs[v.index])
+
+
+class DataImage:
+    """The lowering's per-tile storage: bump allocation in address ranges, contents as segments."""
+
+    def __init__(self, target: Target, low_ranges: list[tuple[int, int]], high_start: int):
+        self.target = target
+        self.ranges = {
+            "low": [list(r) for r in low_ranges if r[1] > r[0]],
+            "high": [[high_start, target.sram_end]],
+        }
+        self.segments: list[Segment] = []
+        self.used = {"low": 0, "high": 0}
+
+    def alloc(self, nbytes: int, align: int = 8, where: str = "low", region1: bool = False) -> int:
+        """An address (the same on every tile) for nbytes; "low" spills into "high" when full."""
+        nbytes = max(int(nbytes), 1)
+        for kind in [where, "high"] if where == "low" else [where]:
+            for r in self.ranges[kind]:
+                a = (r[0] + align - 1) // align * align
+                if region1:
+                    a = max(a, self.target.region1_base)
+                if a + nbytes <= r[1]:
+                    r[0] = a + nbytes
+                    self.used[kind] += nbytes
+                    return a
+        raise PlacementError(
+            f"the lowering's data ({nbytes} more bytes, {where}) does not fit: {self.used} bytes used above the "
+            "memory plan; give memory-plan more room (smaller reservations) or a target with more SRAM"
+        )
+
+    def put(self, name: str, addr: int, rows: np.ndarray, tiles: np.ndarray | None = None) -> None:
+        """Contents at addr: rows uint8-viewable [1 or tiles, bytes] (one row: every tile)."""
+        data = np.ascontiguousarray(rows)
+        if data.ndim == 1:
+            data = data.reshape(1, -1)
+        data = data.view(np.uint8).reshape(data.shape[0], -1)
+        self.segments.append(Segment(name, int(addr), data, tiles))
