@@ -12,8 +12,8 @@ word 0 = rounds - 1, then one 5-word row per round: incoming mux (sender tile), 
 receive (0: none), send address, atoms to send (0: none). The on-tile copies (`xch_copy`): word 0 = rows, then
 rows of (source address, destination address, words - 1).
 
-Simplifications: sizes and addresses must be whole 8-byte atoms (the verifier's tables for the tiny SigLIP are);
-the cycle schedule of `exchange-schedule` only orders the rounds (the simulator has no cycle-level exchange), and
+Transfers that are not whole aligned 8-byte atoms are staged: copied (4-byte words) into a send staging area
+before the rounds, received into a staging area and copied into place after. Simplifications: the cycle schedule of `exchange-schedule` only orders the rounds (the simulator has no cycle-level exchange), and
 a round costs a full internal sync.
 """
 
@@ -60,15 +60,42 @@ def rounds(sends: np.ndarray, recvs: np.ndarray) -> list[tuple[int, np.ndarray]]
 
 
 def phase_tables(
-    phase: ex.PhaseOp, src_addr: list[np.ndarray], dst_addr: list[np.ndarray], num_tiles: int
-) -> tuple[np.ndarray | None, np.ndarray, int]:
-    """(rounds table [tiles, words] uint32 or None, copy table [tiles, words] uint32, number of rounds)."""
+    phase: ex.PhaseOp,
+    src_addr: list[np.ndarray],
+    dst_addr: list[np.ndarray],
+    num_tiles: int,
+    send_stage: int,
+    recv_stage: int,
+    stage_bytes: int,
+):
+    """(rounds table [tiles, words] uint32 or None, pre-copies, post-copies, number of rounds); the copies are
+    {tile: [(source, destination, bytes)]}: the phase's on-tile copies, and the staging of transfers that are not
+    whole aligned atoms (copied to `send_stage` before sending, received at `recv_stage` and copied into place)."""
     sends, recvs, copies = phase.send_table(), phase.recv_table(), phase.copy_table()
     nbytes = sends[:, 3]
-    if len(sends) and ((nbytes % 8).any() or (sends[:, 2] % 8).any() or (recvs[:, 2] % 8).any()):
-        raise ExchangeLoweringError(
-            "exchange.phase: a transfer is not whole 8-byte atoms (the simulator's exchange moves atoms)"
-        )
+    atoms = (nbytes + 7) // 8
+    pre: dict[int, list] = {}
+    post: dict[int, list] = {}
+    src_abs = np.array([src_addr[b][t] + o for t, b, o in sends[:, :3].tolist()], np.int64).reshape(-1)
+    staged_src = src_abs.copy()
+    cursor: dict[int, int] = {}
+    for s in np.nonzero((src_abs % 8 != 0) | (nbytes % 8 != 0))[0]:
+        t = int(sends[s, 0])
+        c = cursor.get(t, 0)
+        pre.setdefault(t, []).append((int(src_abs[s]), send_stage + c, int(nbytes[s])))
+        staged_src[s] = send_stage + c
+        cursor[t] = c + 8 * int(atoms[s])
+    rcursor: dict[int, int] = {}
+    dst_abs = np.array([dst_addr[b][t] + o for t, b, o in recvs[:, :3].tolist()], np.int64).reshape(-1)
+    staged_dst = dst_abs.copy()
+    for r in np.nonzero((dst_abs % 8 != 0) | (nbytes[recvs[:, 3]] % 8 != 0))[0] if len(recvs) else []:
+        t, s = int(recvs[r, 0]), int(recvs[r, 3])
+        c = rcursor.get(t, 0)
+        post.setdefault(t, []).append((recv_stage + c, int(dst_abs[r]), int(nbytes[s])))
+        staged_dst[r] = recv_stage + c
+        rcursor[t] = c + 8 * int(atoms[s])
+    if max(list(cursor.values()) + list(rcursor.values()) + [0]) > stage_bytes:
+        raise ExchangeLoweringError("exchange.phase: unaligned transfers exceed the staging area")
     rtab = None
     plan = rounds(sends, recvs) if len(sends) else []
     if plan:
@@ -77,25 +104,15 @@ def phase_tables(
         for k, rnd in enumerate(plan):
             c = 1 + ROUND_WORDS * k
             for s, rs in rnd:
-                st, buf, off = (int(x) for x in sends[s, :3])
-                rtab[st, c + 3] = src_addr[buf][st] + off
-                rtab[st, c + 4] = nbytes[s] // 8
+                st = int(sends[s, 0])
+                rtab[st, c + 3] = staged_src[s]
+                rtab[st, c + 4] = atoms[s]
                 for r in rs:
-                    rt, rbuf, roff = (int(x) for x in recvs[r, :3])
-                    rtab[rt, c + 0] = st
-                    rtab[rt, c + 1] = dst_addr[rbuf][rt] + roff
-                    rtab[rt, c + 2] = nbytes[s] // 8
-    if len(copies) and (copies[:, 2:5] % 4).any():
-        raise ExchangeLoweringError("exchange.phase: an on-tile copy is not whole 4-byte words")
-    per = np.bincount(copies[:, 0], minlength=num_tiles) if len(copies) else np.zeros(num_tiles, np.int64)
-    ctab = np.zeros((num_tiles, 1 + COPY_WORDS * int(per.max(initial=0))), np.uint32)
-    ctab[:, 0] = per
-    fill = np.zeros(num_tiles, np.int64)
+                    rt = int(recvs[r, 0])
+                    rtab[rt, c : c + 3] = [st, staged_dst[r], atoms[s]]
     for t, buf, so, do, n in copies.tolist():
-        c = 1 + COPY_WORDS * fill[t]
-        ctab[t, c : c + 3] = [src_addr[buf][t] + so, dst_addr[buf][t] + do, n // 4 - 1]
-        fill[t] += 1
-    return rtab, ctab, len(plan)
+        post.setdefault(t, []).append((int(src_addr[buf][t] + so), int(dst_addr[buf][t] + do), int(n)))
+    return rtab, pre, post, len(plan)
 
 
 ROUTINES = """

@@ -163,6 +163,9 @@ class Lowering:
             if isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr):
                 self.linear(op, plan)
                 continue
+            if isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
+                self.elementwise(op)
+                continue
             raise LoweringError(
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
             )
@@ -191,11 +194,13 @@ class Lowering:
     def phase(self, op: ex.PhaseOp) -> None:
         src = [self.addrs.of(s).addr for s in op.sources]
         dst = [self.addrs.of(r).addr for r in op.res]
-        rtab, ctab, nrounds = lx.phase_tables(op, src, dst, self.n)
+        c_area, a_area, _ = self.scratch()  # free between ops: the exchange's staging areas
+        e = self.target.region1_element_bytes
+        rtab, pre, post, nrounds = lx.phase_tables(op, src, dst, self.n, c_area, a_area, e)
+        self.copy_call(pre, "exchange send staging")
         if rtab is not None:
             self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
-        if ctab.shape[1] > 1:
-            self.table_call("xch_copy", ctab, "exchange copies")
+        self.copy_call(post, "exchange copies")
 
     # -- operators ---------------------------------------------------------------------------------------------
     def _panel_addr(
@@ -359,6 +364,89 @@ class Lowering:
         self.copy_call(out_copies, f"{what}: result rows")
         if direct_f16 and bias is None:
             pass
+
+    def elementwise(self, op: Operation) -> None:
+        """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on
+        the same tiles, same order), so the shards are flat vectors processed in units by the element-wise
+        kernels."""
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        what = f"{op.name} ({op.results[0].name_hint or 'unnamed'})"
+        rdt = device_dtype(lay.dtype)
+        for x in op.operands:
+            xl = tl.layout_of(x)
+            if xl is None or xl.block_ != lay.block_ or xl.order != lay.order or xl.shape_ != lay.shape_:
+                raise LoweringError(
+                    f"{what}: operand layout differs from the result's (broadcasts not lowered)"
+                )
+            if not np.array_equal(xl.table(), lay.table()):
+                raise LoweringError(f"{what}: operand blocks live on other tiles than the result's")
+        if isinstance(op, nn.CastOp):
+            src = device_dtype(tl.layout_of(op.operands[0]).dtype)
+            kname = f"cast_{src}_{rdt}".replace("f8e4m3fnuz", "fp8").replace("f8e5m2fnuz", "fp8")
+            per_unit = 8 if "fp8" in kname else 4
+        else:
+            kname = f"{'add' if isinstance(op, nn.AddOp) else 'mul'}_{rdt}"
+            per_unit = 4 if rdt == "f16" else 2
+        if kname not in ew.OPS:
+            raise LoweringError(f"{what}: no element-wise kernel {kname!r}")
+        shard = lay.geometry().shard_elems
+        ins = [self.addrs.of(x).addr for x in op.operands]
+        out = self.addrs.of(op.results[0]).addr
+        tiles = [int(t) for t in np.unique(lay.table())]
+        # Tiles whose shard is not whole units work on padded copies in the scratch elements (the kernels
+        # have no tails): operands copied in, the result copied back.
+        ragged = [t for t in tiles if shard[t] % per_unit]
+        if ragged:
+            c_area, a_area, _ = self.scratch()
+            e = self.target.region1_element_bytes
+            isz = [tl.element_bytes(tl.layout_of(x).dtype) for x in op.operands]
+            osz = tl.element_bytes(lay.dtype)
+            slot = e // max(1, len(ins))
+            if max(int(shard[t]) + per_unit for t in ragged) * max(isz + [osz]) > slot:
+                raise LoweringError(f"{what}: a ragged shard exceeds the scratch")
+            self.copy_call(
+                {
+                    t: [(int(ins[i][t]), a_area + i * slot, int(shard[t]) * isz[i]) for i in range(len(ins))]
+                    for t in ragged
+                },
+                f"{what}: ragged shards in",
+            )
+            ins = [a.copy() for a in ins]
+            out_real = out
+            out = out.copy()
+            for t in ragged:
+                for i in range(len(ins)):
+                    ins[i][t] = a_area + i * slot
+                out[t] = c_area
+        fmt_scale = {}
+        if "fp8" in kname:
+            fp8_side = lay if rdt.startswith("f8") else tl.layout_of(op.operands[0])
+            fmt_scale = dict(
+                fmt=0 if "e4m3" in device_dtype(fp8_side.dtype) else 1, scale=fp8_side.scale.data
+            )
+
+        def build(labels):
+            active = np.zeros(self.n, np.uint32)
+            frames = np.zeros((self.n, ew.FRAME_WORDS), np.uint32)
+            for t in tiles:
+                call = ew.Elementwise(
+                    kname,
+                    -(-int(shard[t]) // per_unit),
+                    in0=int(ins[0][t]),
+                    in1=int(ins[1][t]) if len(ins) > 1 else 0,
+                    out=int(out[t]),
+                    **fmt_scale,
+                )
+                frames[t] = call.frame(labels)
+                active[t] = 1
+            return active, frames
+
+        self.call("ew_sup", ew.FRAME_WORDS, build, all_active=len(tiles) == self.n)
+        if ragged:
+            self.copy_call(
+                {t: [(c_area, int(out_real[t]), int(shard[t]) * osz)] for t in ragged},
+                f"{what}: ragged shards out",
+            )
 
     def _bind_operand(self, v: SSAValue, chunks: np.ndarray, dtype: str, what: str) -> None:
         try:
