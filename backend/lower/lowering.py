@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Block, SSAValue
+from xdsl.ir import Block, Operation, SSAValue
 
 from ipu.backend.asm_text import parse_program
 from ipu.backend.encoding import encode_program
@@ -362,8 +362,6 @@ class Lowering:
         elif bias is None and len(out_copies) < len(jobs):
             raise LoweringError(f"{what}: an f16 result without bias needs a copy kernel (not lowered yet)")
         self.copy_call(out_copies, f"{what}: result rows")
-        if direct_f16 and bias is None:
-            pass
 
     def elementwise(self, op: Operation) -> None:
         """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on
