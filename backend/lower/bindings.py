@@ -16,7 +16,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from ipu.dialects import exchange as ex
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
-from ipu.runtime.package import Binding
+from ipu.runtime.package import DEVICE_DTYPES, Binding
 
 
 class BindingError(ValueError):
@@ -91,21 +91,21 @@ def _flat_shape(t) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
-def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None = None):
+def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None = None, esize: int = 0):
     """Walks from a device value back to its nn.param / nn.input through host-folded ops and exchange phases.
     Returns [(source op, chunks in the source's flat index, via)] (several for a concat), or raises."""
     op = v.owner
     if isinstance(op, nn.ParamOp | nn.InputOp):
         return [(op, chunks, fp8_via)]
     if isinstance(op, ex.PhaseOp):
-        return fold_host(op.sources[v.index], chunks, fp8_via)
+        return fold_host(op.sources[v.index], chunks, fp8_via, esize)
     if isinstance(op, tl.RelayoutOp):
-        return fold_host(op.input, chunks, fp8_via)
+        return fold_host(op.input, chunks, fp8_via, esize)
     if not isinstance(op, Operation):
         # A stacked block argument of a tile.repeat: its stacked operand (the caller handles the layer offset).
         rep = op.parent_op()
         if isinstance(rep, tl.RepeatOp):
-            return fold_host(rep.stacked[v.index - len(rep.carried)], chunks, fp8_via)
+            return fold_host(rep.stacked[v.index - len(rep.carried)], chunks, fp8_via, esize)
         raise BindingError(f"block argument #{v.index} is not host-computable")
     plan = op.attributes.get(tl.PLAN_ATTR)
     host = isinstance(plan, tl.MapPlanAttr) and plan.get("kind") in ("host", "view")
@@ -115,13 +115,13 @@ def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None =
         et = op.result.type.element_type
         if isinstance(et, Float8E4M3FNUZType | Float8E5M2FNUZType) and fp8_via is None:
             fp8_via = (device_dtype(et), op.fp8_scale)
-        return fold_host(op.operands[0], chunks, fp8_via)
+        return fold_host(op.operands[0], chunks, fp8_via, esize)
     if isinstance(op, nn.ReshapeOp):
-        return fold_host(op.operands[0], chunks, fp8_via)
+        return fold_host(op.operands[0], chunks, fp8_via, esize)
     if isinstance(op, nn.SliceOp):
         res, src = _flat_shape(op.results[0].type), _flat_shape(op.operands[0].type)
         offsets = list(op.offsets.get_values()) if hasattr(op.offsets, "get_values") else list(op.offsets)
-        return fold_host(op.operands[0], _remap_into(chunks, res, src, offsets), fp8_via)
+        return fold_host(op.operands[0], _remap_into(chunks, res, src, offsets), fp8_via, esize)
     if isinstance(op, nn.ConcatOp):
         axis = op.axis.value.data
         res = _flat_shape(op.results[0].type)
@@ -136,10 +136,34 @@ def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None =
                 off[axis] = -lo
                 sub = chunks[sel]
                 # Remap into x: result index - lo on the axis.
-                out += fold_host(x, _remap_into(sub, res, shp, off), fp8_via)
+                out += fold_host(x, _remap_into(sub, res, shp, off), fp8_via, esize)
             lo += shp[axis]
         return out
+    if isinstance(op, nn.PatchifyOp):
+        return fold_host(op.operands[0], _patchify_chunks(op, chunks, esize), fp8_via, esize)
     raise BindingError(f"{op.name}: a host-folded {op.name} is not supported by the lowering's bindings yet")
+
+
+def _patchify_chunks(op: nn.PatchifyOp, chunks: np.ndarray, esize: int) -> np.ndarray:
+    """Result [T, C*p*p] flat indices -> image [1, C, H, W] flat indices, runs of p pixels (kx)."""
+    p = op.patch.value.data
+    _, c, h, w = _flat_shape(op.operands[0].type)
+    gw = w // p
+    row = c * p * p
+    pieces = []
+    for t, a, off, cnt, st in chunks.tolist():
+        if st != 1:
+            raise BindingError("nn.patchify: only row-major device layouts of patches are folded")
+        i = off
+        while i < off + cnt:
+            n = min(off + cnt - i, p - (i % p))
+            pieces.append((t, a + (i - off) * esize, i, n))
+            i += n
+    pc = np.array(pieces, np.int64).reshape(-1, 4)
+    tok, col = pc[:, 2] // row, pc[:, 2] % row
+    ch, ky, kx = col // (p * p), (col // p) % p, col % p
+    src = ch * h * w + ((tok // gw) * p + ky) * w + (tok % gw) * p + kx
+    return np.stack([pc[:, 0], pc[:, 1], src, pc[:, 3], np.ones(len(pc), np.int64)], 1)
 
 
 def _remap_into(chunks, res_shape, dst_shape, shift):
@@ -161,7 +185,7 @@ def make_bindings(
 ) -> tuple[list[Binding], list[Binding]]:
     """(parameter bindings, input bindings) writing device value `v`'s chunks from the host sources."""
     params, inputs = [], []
-    for src, ch, via in fold_host(v, chunks):
+    for src, ch, via in fold_host(v, chunks, None, DEVICE_DTYPES[dtype].itemsize):
         b = Binding(
             src.sym.data,
             _flat_shape(src.results[0].type),

@@ -107,11 +107,11 @@ class Lowering:
         return next(o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind)
 
     # -- emission helpers -----------------------------------------------------------------------------------
-    def call(self, entry: str, words: int, build, all_active: bool = False) -> None:
+    def call(self, entry: str, words: int, build, all_active: bool = False, what: str = "") -> None:
         addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low")
         k = len(self.calls)
         self.calls.append(KernelCall(entry, addr, words, build, all_active))
-        self.lines.append(f"    setzi $m0, {addr}")
+        self.lines.append(f"    setzi $m0, {addr:#x}" + (f"  // {what}" if what else ""))
         if not all_active:
             self.lines += ["    ld32 $m1, $m0, $mzero, 0", f"    brz $m1, .Lskip{k}"]
         self.lines += [f"    add $m0, $m0, {FRAME_HEADER}", f"    call $lr, {entry}"]
@@ -121,7 +121,7 @@ class Lowering:
     def table_call(self, routine: str, table: np.ndarray, name: str) -> None:
         addr = self.image.alloc(table.shape[1] * 4, 8, "low")
         self.image.put(name, addr, table.astype(np.uint32))
-        self.lines += [f"    setzi $m0, {addr}", f"    call $lr, {routine}"]
+        self.lines += [f"    setzi $m0, {addr:#x}  // {name}", f"    call $lr, {routine}"]
 
     # -- the walk ---------------------------------------------------------------------------------------------
     def run(self) -> Package:
@@ -143,7 +143,7 @@ class Lowering:
                 self.bind_output(op)
                 continue
             if isinstance(op, ex.SyncOp):
-                self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL")
+                self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync")
                 continue
             if isinstance(op, ex.PhaseOp):
                 self.phase(op)
@@ -343,7 +343,7 @@ class Lowering:
                 mpad, kpad, npad, prec=gm.F16, mode="init", coef="ld64", a=a_eff, weights=wp, c=c_area
             )
 
-        self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm))
+        self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm), what=f"{what}: GEMM")
         direct_f16 = rdt == "f16"
         if bias is not None:
 
@@ -351,14 +351,14 @@ class Lowering:
                 dst = out if direct_f16 and t not in out_copies else c_area
                 return ew.Elementwise("bias_f16", mpad, in0=c_area, in1=bp, out=dst, row=npad)
 
-            self.call("ew_sup", ew.FRAME_WORDS, frames(add_bias))
+            self.call("ew_sup", ew.FRAME_WORDS, frames(add_bias), what=f"{what}: bias")
         if rdt == "f32":
 
             def cast(t, r0, c0, mr, nc, mpad, npad, a, out):
                 dst = f32_stage if t in out_copies else out
                 return ew.Elementwise("cast_f16_f32", mpad * npad // 4, in0=c_area, out=dst)
 
-            self.call("ew_sup", ew.FRAME_WORDS, frames(cast))
+            self.call("ew_sup", ew.FRAME_WORDS, frames(cast), what=f"{what}: cast to f32")
         elif bias is None and len(out_copies) < len(jobs):
             raise LoweringError(f"{what}: an f16 result without bias needs a copy kernel (not lowered yet)")
         self.copy_call(out_copies, f"{what}: result rows")
@@ -439,7 +439,7 @@ class Lowering:
                 active[t] = 1
             return active, frames
 
-        self.call("ew_sup", ew.FRAME_WORDS, build, all_active=len(tiles) == self.n)
+        self.call("ew_sup", ew.FRAME_WORDS, build, all_active=len(tiles) == self.n, what=f"{what}: {kname}")
         if ragged:
             self.copy_call(
                 {t: [(c_area, int(out_real[t]), int(shard[t]) * osz)] for t in ragged},
@@ -458,6 +458,7 @@ class Lowering:
     # -- the package -------------------------------------------------------------------------------------------
     def finish(self) -> Package:
         main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
+        self.main_text = "\n".join(main) + "\n"
         text = (
             "\n".join(main)
             + "\n"
@@ -526,5 +527,37 @@ def lower_to_package(module: ModuleOp | func.FuncOp, target: Target | None = Non
     return pkg
 
 
-def compile_model(module_or_config, target: Target | None = None, weights=None, **options) -> Package:
-    raise NotImplementedError
+def pipeline_spec(target: Target, outline_repeat: bool = False) -> str:
+    """The pass pipeline from nn IR to placed IR for `target` (the repeat loop is not lowered yet: layers stay
+    unrolled unless outline_repeat)."""
+    opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
+    rep = "nn-outline-repeat," if outline_repeat else ""
+    return f"nn-fuse-qkv,{rep}nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
+
+
+def compile_model(module_or_config, target: Target | None = None, weights=None) -> Package:
+    """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
+    full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
+    given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`)."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
+    from ipu.passes.registry import all_passes
+
+    target = target or IPU21
+    if isinstance(module_or_config, str):
+        module_or_config = PRESETS[module_or_config]
+    if isinstance(module_or_config, SiglipVisionConfig):
+        module = build_vision_model(module_or_config)
+    else:
+        module = module_or_config
+    f = _single_func(module)
+    if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+        PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target)).apply(Context(), module)
+    pkg = lower_to_package(module, target)
+    if weights is not None:
+        missing = sorted({b.name for b in pkg.parameters} - set(weights))
+        if missing:
+            raise LoweringError(f"weights lack parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")
+    return pkg

@@ -1,0 +1,46 @@
+"""`python -m ipu.backend.lower placed.mlir [-o model.ipupkg] [--print-asm]`: lower placed IR (after memory-plan)
+to a package; --print-asm prints the supervisor program `main` (the walk over supersteps) as assembly text."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from xdsl.context import Context
+from xdsl.parser import Parser
+
+from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, target_of
+from ipu.dialects import memory as mem
+from ipu.dialects.registry import all_dialects
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ipu.backend.lower", description=__doc__)
+    ap.add_argument("input", help="placed IR (after memory-plan); - for stdin")
+    ap.add_argument("-o", "--output", help="write the package here")
+    ap.add_argument("--print-asm", action="store_true", help="print the supervisor program main")
+    args = ap.parse_args(argv)
+    text = sys.stdin.read() if args.input == "-" else open(args.input).read()
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    module = Parser(ctx, text).parse_module()
+    f = _single_func(module)
+    plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
+    try:
+        if plan is None:
+            raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
+        low = Lowering(f, target_of(plan))
+        pkg = low.run()
+    except LoweringError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.print_asm:
+        print(low.main_text, end="")
+    if args.output:
+        pkg.save(args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
