@@ -125,6 +125,9 @@ def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None =
     if isinstance(op, nn.ConcatOp):
         axis = op.axis.value.data
         res = _flat_shape(op.results[0].type)
+        chunks = _split_at_concat_bounds(
+            chunks, res, axis, [_flat_shape(x.type)[axis] for x in op.operands], esize
+        )
         idx = np.stack(np.unravel_index(chunks[:, 2], res), 1)
         out = []
         lo = 0
@@ -164,6 +167,22 @@ def _patchify_chunks(op: nn.PatchifyOp, chunks: np.ndarray, esize: int) -> np.nd
     ch, ky, kx = col // (p * p), (col // p) % p, col % p
     src = ch * h * w + ((tok // gw) * p + ky) * w + (tok % gw) * p + kx
     return np.stack([pc[:, 0], pc[:, 1], src, pc[:, 3], np.ones(len(pc), np.int64)], 1)
+
+
+def _split_at_concat_bounds(chunks, res_shape, axis, sizes, esize):
+    """Chunks whose run crosses from one concat operand into the next (a device block straddling the boundary,
+    e.g. a [12]-element bias block over a 64 + 64 + 64 concat) become one chunk per element."""
+    bounds = np.cumsum(sizes)
+    first = np.unravel_index(chunks[:, 2], res_shape)[axis]
+    last = np.unravel_index(chunks[:, 2] + (chunks[:, 3] - 1) * chunks[:, 4], res_shape)[axis]
+    cross = np.searchsorted(bounds, first, "right") != np.searchsorted(bounds, last, "right")
+    if not cross.any():
+        return chunks
+    pieces = [chunks[~cross]]
+    for t, a, off, cnt, st in chunks[cross].tolist():
+        i = np.arange(cnt)
+        pieces.append(np.stack([np.full(cnt, t), a + i * esize, off + i * st, np.ones(cnt), np.ones(cnt)], 1))
+    return np.concatenate(pieces).astype(np.int64)
 
 
 def _remap_into(chunks, res_shape, dst_shape, shift):

@@ -37,8 +37,10 @@ from ipu.backend.asm_text import parse_program
 from ipu.backend.encoding import encode_program
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
+from ipu.backend.kernels import pack as pk
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
+from ipu.backend.lower.nnops import NnOps
 from ipu.backend.lower.placement import Addresses, DataImage
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
@@ -75,7 +77,7 @@ def target_of(plan: mem.PlanOp) -> Target:
     return Target.small(tiles=tiles, sram_kib=kib)
 
 
-class Lowering:
+class Lowering(NnOps):
     def __init__(self, f: func.FuncOp, target: Target):
         self.f = f
         self.target = target
@@ -166,6 +168,18 @@ class Lowering:
             if isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
                 self.elementwise(op)
                 continue
+            if isinstance(op, nn.LayerNormOp) and kind == "rows":
+                self.layer_norm(op)
+                continue
+            if isinstance(op, nn.GeluOp) and kind == "elementwise":
+                self.gelu(op)
+                continue
+            if isinstance(op, nn.SliceOp) and isinstance(plan, tl.SinglePlanAttr):
+                self.slice_single(op)
+                continue
+            if isinstance(op, nn.AttentionOp) and isinstance(plan, tl.AttentionPlanAttr):
+                self.attention(op, plan)
+                continue
             raise LoweringError(
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
             )
@@ -185,10 +199,38 @@ class Lowering:
         if lay is None:
             raise LoweringError(f"nn.output {op.sym.data!r}: the value has no tile layout")
         placed = self.addrs.of(v)
-        chunks = layout_chunks(lay, placed.addr, placed.stride, first_replica_only=True)
+        # memory-plan ends the value's life at the nn.output (the host reads it then) and may reuse its buffer
+        # afterwards, but Session reads outputs after the run: keep a copy in a resident lowering buffer.
+        if self._live_end(v) >= self.addrs.plan.events.value.data - 1:
+            chunks = layout_chunks(lay, placed.addr, placed.stride, first_replica_only=True)
+            self.outputs.append(
+                Binding(
+                    op.sym.data, tuple(v.type.get_shape()), device_dtype(lay.dtype), chunks, lay.scale.data
+                )
+            )
+            return
+        nbytes = lay.geometry().shard_elems.astype(np.int64) * tl.element_bytes(lay.dtype)
+        keep = self.image.alloc(int(nbytes.max()), 8, "high")
+        self.copy_call(
+            {t: [(int(placed.addr[t]), keep, int(nbytes[t]))] for t in range(self.n) if nbytes[t] > 0},
+            f"nn.output {op.sym.data!r}: kept for the host",
+        )
+        addr = np.where(nbytes > 0, keep, -1)
+        chunks = layout_chunks(lay, addr, placed.stride, first_replica_only=True)
         self.outputs.append(
             Binding(op.sym.data, tuple(v.type.get_shape()), device_dtype(lay.dtype), chunks, lay.scale.data)
         )
+
+    def _live_end(self, v: SSAValue) -> int:
+        """The last event of v's buffer (views: their operand's)."""
+        op = v.owner
+        while isinstance(op, Operation) and mem.BUFFERS_ATTR in op.attributes:
+            plan = op.attributes.get(tl.PLAN_ATTR)
+            if isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "view":
+                v, op = op.operands[0], op.operands[0].owner
+                continue
+            return mem.buffers_of(op.attributes[mem.BUFFERS_ATTR])[v.index].live.data[1].data
+        return -1
 
     # -- exchange ----------------------------------------------------------------------------------------------
     def phase(self, op: ex.PhaseOp) -> None:
@@ -467,6 +509,8 @@ class Lowering:
             + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld64",))
             + "\n"
             + ew.library_asm(self.target.sram_base)
+            + "\n"
+            + pk.library_asm(self.target.sram_base)  # row kernels and pack kernels (shared supervisor)
         )
         program = parse_program(text, self.code_addr)
         if program.end > self.code_end:
@@ -548,14 +592,17 @@ def compile_model(module_or_config, target: Target | None = None, weights=None) 
     target = target or IPU21
     if isinstance(module_or_config, str):
         module_or_config = PRESETS[module_or_config]
-    if isinstance(module_or_config, SiglipVisionConfig):
-        module = build_vision_model(module_or_config)
+    config = module_or_config if isinstance(module_or_config, SiglipVisionConfig) else None
+    if config is not None:
+        module = build_vision_model(config)
     else:
         module = module_or_config
     f = _single_func(module)
     if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
         PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target)).apply(Context(), module)
     pkg = lower_to_package(module, target)
+    if config is not None:
+        pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:
         missing = sorted({b.name for b in pkg.parameters} - set(weights))
         if missing:

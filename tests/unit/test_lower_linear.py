@@ -115,13 +115,22 @@ def test_compile_model_one_call():
         compile_model(linear_model(m, k, n), Target.small(tiles=16, sram_kib=624), weights={"w": w})
 
 
-def test_tiny_siglip_stops_at_the_first_missing_kernel():
-    """The tiny SigLIP lowers up to its first layer norm: patchify, casts and the patch-embedding GEMM are
-    lowered, the layer-norm kernel does not exist yet (the error says so; update this test when it lands)."""
-    from ipu.backend.lower import compile_model
-    from ipu.backend.target import Target
+def test_tiny_siglip_layer_loop_is_not_lowered_yet():
+    """Unrolled, the tiny SigLIP lowers (tests/unit/test_e2e_tiny.py runs it); with the layers outlined into one
+    tile.repeat the loop is not lowered yet and the error says so (update this test when it lands)."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
 
-    with pytest.raises(
-        LoweringError, match=r"nn.layer_norm with plan #tile.map<kind = \"rows\".*no kernel lowering"
-    ):
-        compile_model("tiny", Target.small(tiles=16, sram_kib=624))
+    from ipu.backend.lower import lower_to_package
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.backend.target import Target
+    from ipu.frontend.siglip import PRESETS, build_vision_model
+    from ipu.passes.registry import all_passes
+
+    target = Target.small(tiles=16, sram_kib=624)
+    module = build_vision_model(PRESETS["tiny"])
+    PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, outline_repeat=True)).apply(
+        Context(), module
+    )
+    with pytest.raises(LoweringError, match=r"tile.repeat: the layer loop is not lowered"):
+        lower_to_package(module, target)
