@@ -167,4 +167,31 @@ xch_copy:
     brnzdec $m2, .Lxc_row
 .Lxc_done:
     br $lr
+
+.globl xch_half
+.supervisor
+xch_half:
+    ld32 $m2, $m0, $mzero, 0
+    brz $m2, .Lxh_done
+    sub $m2, $m2, 1
+.Lxh_row:
+    ld32 $m3, $m0, $mzero, 1
+    ld32 $m3, $m3, $mzero, 0
+    ld32 $m4, $m0, $mzero, 2
+    shr $m3, $m3, $m4
+    shl $m3, $m3, 16
+    shr $m3, $m3, 16
+    ld32 $m4, $m0, $mzero, 5
+    shl $m3, $m3, $m4
+    ld32 $m5, $m0, $mzero, 3
+    ld32 $m6, $m5, $mzero, 0
+    ld32 $m4, $m0, $mzero, 4
+    and $m6, $m6, $m4
+    or $m6, $m6, $m3
+    st32 $m6, $m5, $mzero, 0
+    add $m0, $m0, 20
+    brnzdec $m2, .Lxh_row
+.Lxh_done:
+    br $lr
 """
+HALF_WORDS = 5  # xch_half row: source word, source shift, destination word, keep mask, destination shift

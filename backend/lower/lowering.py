@@ -209,7 +209,9 @@ class Lowering(NnOps):
                 )
             )
             return
-        nbytes = lay.geometry().shard_elems.astype(np.int64) * tl.element_bytes(lay.dtype)
+        shard = lay.geometry().shard_elems.astype(np.int64)
+        nbytes = np.zeros(self.n, np.int64)
+        nbytes[: len(shard)] = shard * tl.element_bytes(lay.dtype)  # shard_elems stops at the last used tile
         keep = self.image.alloc(int(nbytes.max()), 8, "high")
         self.copy_call(
             {t: [(int(placed.addr[t]), keep, int(nbytes[t]))] for t in range(self.n) if nbytes[t] > 0},
@@ -239,7 +241,7 @@ class Lowering(NnOps):
         c_area, a_area, _ = self.scratch()  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         rtab, pre, post, nrounds = lx.phase_tables(op, src, dst, self.n, c_area, a_area, e)
-        self.copy_call(pre, "exchange send staging")
+        self.copy_call(pre, "exchange send staging", whole_words=True)  # into 8-byte staging slots
         if rtab is not None:
             self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
         self.copy_call(post, "exchange copies")
@@ -277,21 +279,45 @@ class Lowering(NnOps):
             self._scratch = (c, a, z)
         return self._scratch
 
-    def copy_call(self, rows: dict[int, list[tuple[int, int, int]]], name: str) -> None:
-        """On-tile copies (source, destination, bytes) per tile, through the shared copy routine."""
+    def copy_call(
+        self, rows: dict[int, list[tuple[int, int, int]]], name: str, whole_words: bool = False
+    ) -> None:
+        """On-tile copies (source, destination, bytes) per tile, through the shared copy routine. whole_words:
+        round sizes up to words (only for a copy to the end of a shard: memory-plan's buffers are 8-byte aligned,
+        so the bytes up to the next word belong to no other buffer)."""
+        if not whole_words:
+            rows, halves = _split_halves(rows)
+        else:
+            halves = {}
         most = max((len(r) for r in rows.values()), default=0)
+        if halves:
+            self._half_call(halves, name)
         if most == 0:
             return
         tab = np.zeros((self.n, 1 + lx.COPY_WORDS * most), np.uint32)
         for t, rs in rows.items():
             tab[t, 0] = len(rs)
             for i, (src, dst, nbytes) in enumerate(rs):
+                if whole_words:
+                    nbytes = -(-nbytes // 4) * 4
                 if nbytes % 4 or src % 4 or dst % 4:
                     raise LoweringError(
                         f"{name}: copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole words"
                     )
                 tab[t, 1 + 3 * i : 4 + 3 * i] = [src, dst, nbytes // 4 - 1]
         self.table_call("xch_copy", tab, name)
+
+    def _half_call(self, halves: dict[int, list[tuple[int, int]]], name: str) -> None:
+        """Single f16 copies (source, destination) by read-modify-write of the destination word."""
+        most = max(len(r) for r in halves.values())
+        tab = np.zeros((self.n, 1 + lx.HALF_WORDS * most), np.uint32)
+        for t, rs in halves.items():
+            tab[t, 0] = len(rs)
+            for i, (src, dst) in enumerate(rs):
+                keep = 0xFFFF0000 if dst % 4 == 0 else 0x0000FFFF
+                row = [src & ~3, 8 * (src % 4), dst & ~3, keep, 8 * (dst % 4)]
+                tab[t, 1 + lx.HALF_WORDS * i : 1 + lx.HALF_WORDS * (i + 1)] = row
+        self.table_call("xch_half", tab, f"{name} (halves)")
 
     def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
         """Per tile: [pad A] -> F16 GEMM into the C scratch -> bias -> [cast to f32] -> [rows into the result]."""
@@ -450,6 +476,7 @@ class Lowering(NnOps):
                     for t in ragged
                 },
                 f"{what}: ragged shards in",
+                whole_words=True,  # reads past a shard's end only
             )
             ins = [a.copy() for a in ins]
             out_real = out
@@ -486,6 +513,7 @@ class Lowering(NnOps):
             self.copy_call(
                 {t: [(c_area, int(out_real[t]), int(shard[t]) * osz)] for t in ragged},
                 f"{what}: ragged shards out",
+                whole_words=True,
             )
 
     def _bind_operand(self, v: SSAValue, chunks: np.ndarray, dtype: str, what: str) -> None:
@@ -546,6 +574,32 @@ class Lowering(NnOps):
                 "data_bytes": dict(self.image.used),
             },
         )
+
+
+def _split_halves(rows: dict[int, list[tuple[int, int, int]]]):
+    """Copies -> (whole-word copies, single-half copies) for copies of f16 pieces that are not whole aligned
+    words (e.g. one f16 element per tile gathered into a row)."""
+    words: dict[int, list] = {}
+    halves: dict[int, list] = {}
+    for t, rs in rows.items():
+        for src, dst, nbytes in rs:
+            if not (src % 4 or dst % 4 or nbytes % 4):
+                words.setdefault(t, []).append((src, dst, nbytes))
+                continue
+            if src % 2 or dst % 2 or nbytes % 2:
+                raise LoweringError(f"copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole halves")
+            if src % 4 != dst % 4:
+                halves.setdefault(t, []).extend((src + i, dst + i) for i in range(0, nbytes, 2))
+                continue
+            if dst % 4:
+                halves.setdefault(t, []).append((src, dst))
+                src, dst, nbytes = src + 2, dst + 2, nbytes - 2
+            if nbytes % 4:
+                halves.setdefault(t, []).append((src + nbytes - 2, dst + nbytes - 2))
+                nbytes -= 2
+            if nbytes:
+                words.setdefault(t, []).append((src, dst, nbytes))
+    return words, halves
 
 
 def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
