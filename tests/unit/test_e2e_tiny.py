@@ -68,7 +68,7 @@ def test_cosine_can_fail():
         check([R], ref)
 
 
-@pytest.mark.slow
 def test_tiny_siglip_1472_tiles():
+    """The full IPU21 (about two minutes on the simulator: compile once, three inferences)."""
     _, results, ref = run_tiny(IPU21)
     check(results, ref)
