@@ -60,7 +60,7 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
         "loop_share": 8 * (groups + 2) / (n / (tiles * 6)),
         "sim_cycles": int(res.max_cycles),
         "setup_s": setup_s,
-        "sram_MB": sim.sram.nbytes / 1e6,
+        "sram_MB": parts["sram"] / 1e6,
         "state_MB": state / 1e6,
         "word_state_MB": parts["word_state"] / 1e6,
         "other_MB": parts["other"] / 1e6,

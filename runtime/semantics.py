@@ -231,7 +231,7 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
             sim.fail(
                 "interleave", f"'{ins.mnemonic}' needs interleaved memory (region 1)", g, ins, i, addr[i]
             )
-    words = (off >> 3) + sim.ctx_word_base[sel]  # int64
+    words = (off >> 3) * U32(sim.word_stride) + sim.ctx_word_base[sel]  # int64 (word-major SRAM)
     if store:
         st = np.take(sim.flat_state, words, mode="clip")  # indices were checked: 'clip' is just faster
         if np.bitwise_and(st, PROTECTED).any():
@@ -243,12 +243,12 @@ def _words(sim, g, sel, ins, addr, size, *, store=False, interleaved=False):
             st |= (1 << ((addr >> 2) & 1)).astype(np.uint8)
         sim.flat_state[words] = st
         if size == 16:
-            sim.flat_state[words + 1] |= WRITTEN
+            sim.flat_state[words + sim.word_stride] |= WRITTEN
     elif sim.check_poison:
         st = np.take(sim.flat_state, words, mode="clip")
         if size >= 8:
             if size == 16:
-                st = st & sim.flat_state[words + 1]
+                st = st & sim.flat_state[words + sim.word_stride]
             bad = np.bitwise_and(st, WRITTEN) != WRITTEN
         else:
             bad = (st & (1 << ((addr >> 2) & 1)).astype(np.uint8)) == 0
@@ -352,7 +352,7 @@ sem_ld64step_i = sem_ld64step_r
 def sem_ld128_r(sim, g, sel, ins):
     w = _words(sim, g, sel, ins, _ea(sim, sel, ins, 16), 16, interleaved=True)
     _set_a64(sim, sel, ins.ops[0], sim.flat64[w])
-    _set_a64(sim, sel, ins.ops[0] + 2, sim.flat64[w + 1])
+    _set_a64(sim, sel, ins.ops[0] + 2, sim.flat64[w + sim.word_stride])
 
 
 sem_ld128_i = sem_ld128_r
@@ -428,7 +428,7 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     if np.bitwise_and(addrs, 7).any():
         k, i = np.argwhere(addrs & 7)[0]
         sim.fail("alignment", "misaligned 8-byte access", g, ins, i, addrs[k, i])
-    words = (off >> 3) + sim.ctx_word_base[sel]  # [k, n] int64
+    words = (off >> 3) * U32(sim.word_stride) + sim.ctx_word_base[sel]  # [k, n] int64 (word-major SRAM)
     nl = len(loads)
     if store or sim.check_poison:
         st = np.take(sim.flat_state, words, mode="clip")  # indices were checked: 'clip' is just faster
@@ -700,7 +700,7 @@ def _putcs(sim, g, sel, ins, nbytes):
     tiles = sim.ctx_tile[sel]
     sim.cwei[tiles, idx] = sim.flat64[w].view(np.uint8).reshape(-1, 8)
     if nbytes == 16:
-        sim.cwei[tiles, idx + 1] = sim.flat64[w + 1].view(np.uint8).reshape(-1, 8)
+        sim.cwei[tiles, idx + 1] = sim.flat64[w + sim.word_stride].view(np.uint8).reshape(-1, 8)
     sim.csr[sel, col] = (addr + nbytes).astype(U32)
     sim._cw_cache.clear()
 
@@ -757,11 +757,11 @@ def deliver_exchange(sim, tiles):
         off = base - sim.base
         if base % 8 or not sim.target.in_sram(base, 8 * int(n)):
             raise SimError("exchange", "bad receive address", tile=int(t), context="supervisor", address=base)
-        w0 = int(t) * sim.nwords + off // 8
-        if (sim.flat_state[w0 : w0 + n] & PROTECTED).any():
+        w0 = off // 8  # word-major SRAM: tile t's words are column t
+        if (sim.wstate[w0 : w0 + n, t] & PROTECTED).any():
             raise SimError("protected", "receive into code or a reserved range", tile=int(t), address=base)
-        sim.flat64[w0 : w0 + n] = atoms[:n]
-        sim.flat_state[w0 : w0 + n] |= WRITTEN
+        sim.mem64[w0 : w0 + n, t] = atoms[:n]
+        sim.wstate[w0 : w0 + n, t] |= WRITTEN
         sim.csr[ctx, _col(SC["INCOMING_DCOUNT"])] = 0
 
 
