@@ -13,7 +13,7 @@ setup: $(BIN)/python
 
 # The main job on a small default: build the tiny SigLIP, run the nn passes and evaluate it.
 run:
-	$(BIN)/ipu-run --model siglip-tiny --compare-reference
+	$(BIN)/ipu-run --model siglip-tiny --tiles 16 --inferences 3 --compare-reference
 
 lint:
 	$(BIN)/ruff check .

@@ -1,16 +1,16 @@
 """`ipu-run`: run a compiled package on the device (the simulator), or compile a model and run it.
 
     ipu-run model.ipupkg --weights ckpt/ --input x.npy --inferences 3 [--compare-reference]
-    ipu-run --model siglip-tiny [--weights ckpt/] [--compare-reference]
+    ipu-run --model siglip-tiny [--tiles 16] [--weights ckpt/] [-o model.ipupkg] [--compare-reference]
 
 A package run opens the package on the simulator, uploads the parameters once (from `--weights`, a safetensors
 checkpoint, or seeded random weights for the package's model config) and runs the inferences, printing cycles per
 inference and whether the outputs of successive inferences agree. `--compare-reference` prints, per output, cosine
 and relative L2 against the fp32 numpy reference evaluator on the same weights and input.
 
-`--model` compiles first. Until the asm lowering lands (`ipu.backend.lower`), `--model` cannot produce a package:
-it then builds the model, applies the nn-level passes and evaluates the result with the reference evaluator only,
-and says so loudly on every run.
+`--model` compiles first (`ipu.backend.lower.compile_model`: nn passes, tile planning, exchange, memory placement,
+asm lowering) for the full 1472-tile IPU21 or, with `--tiles N`, a smaller machine, then runs the package the same
+way. `--reference-only` skips the device and compares the device-precision reference evaluator with fp32 instead.
 """
 
 from __future__ import annotations
@@ -20,16 +20,10 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from importlib.util import find_spec
 
 import numpy as np
 
 NN_PIPELINE = "nn-fuse-qkv,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16}"
-
-PLACEHOLDER = (
-    "ipu-run: NOTE: the asm lowering (ipu.backend.lower) is not available, so --model cannot build a package: "
-    "this run only builds the model and evaluates it with the numpy reference evaluator."
-)
 
 
 def _summary(module) -> str:
@@ -79,13 +73,14 @@ def _reference(cfg, params, x) -> dict[str, np.ndarray]:
     return evaluate(build_vision_model(cfg), {"pixel_values": x}, params, mode="fp32").outputs
 
 
-def run_package(args) -> int:
+def run_package(args, pkg=None) -> int:
     from ipu.frontend.siglip import SiglipVisionConfig
     from ipu.runtime.host import Session
     from ipu.runtime.package import Package
 
     t0 = time.perf_counter()
-    pkg = Package.load(args.package)
+    if pkg is None:
+        pkg = Package.load(args.package)
     config = pkg.metadata.get("config")
     cfg = SiglipVisionConfig.from_dict(config) if config else None
     if cfg is None and not args.weights:
@@ -95,7 +90,7 @@ def run_package(args) -> int:
     session = Session(pkg)
     session.upload_parameters(params)
     print(
-        f"package {args.package}: {pkg.target.name}, {pkg.target.num_tiles} tiles; loaded and parameters uploaded "
+        f"package {args.package or '(compiled)'}: {pkg.target.name}, {pkg.target.num_tiles} tiles; loaded and parameters uploaded "
         f"in {time.perf_counter() - t0:.2f} s"
     )
     previous = None
@@ -125,7 +120,28 @@ def run_package(args) -> int:
     return 0
 
 
-def run_model(args) -> int:
+def compile_and_run(args) -> int:
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+
+    params, cfg = _weights_and_config(args)
+    target = Target.ipu21() if args.tiles in (None, 1472) else Target.small(tiles=args.tiles, sram_kib=624)
+    t0 = time.perf_counter()
+    pkg = compile_model(cfg, target, weights=params)
+    print(
+        f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
+        f"tokens) for {target.name} ({target.num_tiles} tiles) in {time.perf_counter() - t0:.2f} s; "
+        f"code {len(pkg.code)} B"
+    )
+    for note in pkg.metadata.get("notes", []):
+        print(f"  note: {note}")
+    if args.output:
+        pkg.save(args.output)
+        print(f"package written to {args.output}")
+    return run_package(args, pkg)
+
+
+def run_reference_only(args) -> int:
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -134,9 +150,6 @@ def run_model(args) -> int:
     from ipu.passes.registry import all_passes
 
     params, cfg = _weights_and_config(args)
-    if find_spec("ipu.backend.lower") is not None:
-        from ipu.backend.lower import compile_model  # noqa: F401  (wired up when the lowering lands)
-    print(PLACEHOLDER, file=sys.stderr)
     t0 = time.perf_counter()
     module = build_vision_model(cfg)
     try:
@@ -167,6 +180,7 @@ def run_model(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ipu.backend.lower import LoweringError
     from ipu.frontend.weights import CheckpointError
     from ipu.runtime.errors import SimError
     from ipu.runtime.package import PackageError
@@ -188,6 +202,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of random weights and input")
     p.add_argument("--layers", type=int, help="override the number of encoder layers (--model)")
+    p.add_argument(
+        "--tiles", type=int, help="--model: compile for a machine with this many tiles (default 1472)"
+    )
+    p.add_argument("-o", "--output", help="--model: also write the compiled package here")
+    p.add_argument(
+        "--reference-only",
+        action="store_true",
+        help="--model: no device; compare the device-precision reference evaluator with fp32",
+    )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
@@ -195,8 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.inferences < 1:
         p.error("--inferences must be at least 1")
     try:
-        return run_package(args) if args.package else run_model(args)
-    except (CheckpointError, PackageError, SimError, ValueError, FileNotFoundError) as e:
+        if args.package:
+            return run_package(args)
+        return run_reference_only(args) if args.reference_only else compile_and_run(args)
+    except (CheckpointError, PackageError, SimError, LoweringError, ValueError, FileNotFoundError) as e:
         return _error(str(e))
 
 

@@ -1,6 +1,13 @@
 """Issue 6's end-to-end milestone: the tiny SigLIP (2 layers, MAP head, FP8 weights, F16 activations) compiled by
-`compile_model` runs on the instruction-level simulator; every output embedding has cosine >= 0.99 against the
-fp32 reference, and three inferences after one parameter upload give identical outputs.
+`compile_model` runs on the instruction-level simulator, and three inferences after one parameter upload give
+identical outputs.
+
+Accuracy, checked two ways:
+- against the device-precision reference (the same FP8/f16 rounding, numpy): every embedding (row) has cosine
+  >= 0.9999 and rel-L2 <= 0.02: this is the backend's correctness;
+- against the fp32 reference: each output tensor has cosine >= 0.99. Per embedding this does NOT always hold:
+  FP8 F143 quantization of the perturbed-init weights alone (the device-precision reference shows the same) can
+  bring single rows to ~0.96 (seed 0 with a uniform [-1, 1] image). Issue 6 asks for every embedding >= 0.99.
 
 Layers are unrolled (the tile.repeat loop is not lowered yet: see docs/lowering.md)."""
 
@@ -8,15 +15,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
 
 from ipu.backend.lower import compile_model
 from ipu.backend.target import IPU21, Target
 from ipu.frontend.reference import evaluate
 from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.frontend.weights import random_weights
+from ipu.passes.registry import all_passes
 from ipu.runtime.host import Session
 
 OUTPUTS = ("last_hidden_state", "pooler_output")
+
+
+DEVICE_PASSES = "nn-fuse-qkv,nn-quantize-weights{format=f143 scale=-4 activations=f16}"
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -38,7 +51,24 @@ def run_tiny(target: Target, runs: int = 3):
     session.upload_parameters(params)  # once
     results = [session.run({"pixel_values": x}) for _ in range(runs)]
     ref = evaluate(build_vision_model(cfg), {"pixel_values": x}, params, mode="fp32").outputs
-    return pkg, results, ref
+    # The same model in device precision (FP8 F143 weights with scale -4, f16 activations), as compile_model
+    # quantizes it: the simulator must agree with this one closely; the gap to fp32 is the quantization's.
+    device_module = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), DEVICE_PASSES).apply(Context(), device_module)
+    device = evaluate(device_module, {"pixel_values": x}, params, mode="device").outputs
+    return pkg, results, ref, device
+
+
+def embeddings(a: np.ndarray, width: int) -> np.ndarray:
+    return a.reshape(-1, width).astype(np.float64)
+
+
+def check_against_device_precision(results, device, width: int):
+    """Per embedding (row), the simulator equals the device-precision reference up to f16 accumulation order."""
+    for name in OUTPUTS:
+        for got, want in zip(embeddings(results[0].outputs[name], width), embeddings(device[name], width)):
+            assert cosine(got, want) >= 0.9999, (name, cosine(got, want))
+            assert np.linalg.norm(got - want) <= 0.02 * np.linalg.norm(want), name
 
 
 def check(results, ref):
@@ -52,8 +82,9 @@ def check(results, ref):
 
 
 def test_tiny_siglip_16_tiles():
-    pkg, results, ref = run_tiny(Target.small(tiles=16, sram_kib=624))
+    pkg, results, ref, device = run_tiny(Target.small(tiles=16, sram_kib=624))
     check(results, ref)
+    check_against_device_precision(results, device, PRESETS["tiny"].hidden_size)
     assert pkg.metadata["config"] == PRESETS["tiny"].to_dict()
 
 
@@ -70,5 +101,6 @@ def test_cosine_can_fail():
 
 def test_tiny_siglip_1472_tiles():
     """The full IPU21 (about two minutes on the simulator: compile once, three inferences)."""
-    _, results, ref = run_tiny(IPU21)
+    _, results, ref, device = run_tiny(IPU21)
     check(results, ref)
+    check_against_device_precision(results, device, PRESETS["tiny"].hidden_size)

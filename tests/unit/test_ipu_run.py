@@ -1,36 +1,49 @@
-"""The `ipu-run` command: its model path, its errors."""
+"""The `ipu-run` command: compile-and-run, package runs, the reference-only path, its errors."""
 
+import numpy as np
 import pytest
 
 from ipu.tools.ipu_run import main, metrics
 
 
-def test_model_path_runs_and_says_what_it_did(capsys):
-    assert main(["--model", "siglip-tiny", "--seed", "3"]) == 0
-    out, err = capsys.readouterr()
+def test_compile_and_run_on_16_tiles(tmp_path, capsys):
+    pkg = tmp_path / "tiny.ipupkg"
+    assert main(["--model", "siglip-tiny", "--tiles", "16", "--inferences", "2", "-o", str(pkg)]) == 0
+    out = capsys.readouterr().out
+    assert "compiled SigLIP vision (2 layers, width 64, 16 tokens) for small-16x624k (16 tiles)" in out
+    assert "inference 2:" in out and "outputs identical to the previous inference" in out
+    cycles = int(out.split("inference 1: ")[1].split()[0])
+    assert cycles > 0
+    # The written package runs by itself, with random weights for the config it carries.
+    assert main([str(pkg), "--compare-reference"]) == 0
+    out = capsys.readouterr().out
+    assert f"inference 1: {cycles} cycles" in out
+    cosines = [
+        float(line.split("cosine")[1].split()[0]) for line in out.splitlines() if "vs fp32 reference" in line
+    ]
+    assert len(cosines) == 2 and all(0.95 < c <= 1.0 for c in cosines)
+
+
+def test_reference_only_path(capsys):
+    assert main(["--model", "siglip-tiny", "--reference-only", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
     assert "nn.repeat" in out and "nn.cast" in out  # the nn passes ran
     lines = [line for line in out.splitlines() if "device precision vs fp32" in line]
     assert len(lines) == 2
-    cosines = [float(line.split("cosine")[1].split()[0]) for line in lines]
-    assert all(0.95 < c <= 1.0 for c in cosines)
-    if "NOTE" in err:  # until the lowering lands, the placeholder says so
-        assert "reference evaluator" in err
 
 
 def test_errors_are_one_line(tmp_path, capsys):
     assert main([str(tmp_path / "missing.ipupkg")]) == 1
     assert "ipu-run: error:" in capsys.readouterr().err
-    assert main(["--model", "no-such-model"]) == 1
+    assert main(["--model", "no-such-model", "--reference-only"]) == 1
     assert "unknown SigLIP config 'no-such-model'" in capsys.readouterr().err
-    assert main(["--model", "siglip-tiny", "--pipeline", "no-such-pass"]) == 1
+    assert main(["--model", "siglip-tiny", "--reference-only", "--pipeline", "no-such-pass"]) == 1
     assert "bad --pipeline" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main([])
 
 
 def test_metrics():
-    import numpy as np
-
     a = np.array([1.0, 2.0, 3.0])
     assert metrics(a, a) == pytest.approx((1.0, 0.0))
     cos, rel = metrics(-a, a)
