@@ -58,6 +58,7 @@ from functools import cache
 import numpy as np
 
 from ipu.backend.isa import FP_CLR_ZAACC
+from ipu.backend.kernels.codegen import WorkerCode as _Body
 from ipu.runtime import fp8
 
 F16, FP8 = "f16", "fp8"
@@ -93,37 +94,6 @@ def row_split(m: int, workers: int = 6) -> tuple[int, int, int]:
 # ----------------------------------------------------------------------------------------------------------------
 # Code generation
 # ----------------------------------------------------------------------------------------------------------------
-
-
-class _Body:
-    """A worker body under construction: mirrors the layout's bundle-alignment rule (a bundle starts on an 8-byte
-    boundary, else the layout inserts a `nop`, here made explicit) and counts issues per section, so that
-    `worker_thread_cycles` is read off the generated code (`_COUNTS`)."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.lines = [f".globl {name}", ".worker", f"{name}:"]
-        self.words = 0
-        self.count = {"head": 0, "row": 0, "tail": 0}
-        self.tag = "head"
-
-    def one(self, text: str) -> None:
-        self.lines.append(f"    {text}")
-        self.words += 1
-        self.count[self.tag] += 1
-
-    def bundle(self, main: str, aux: str = "fnop") -> None:
-        if self.words % 2:
-            self.one("nop")
-        self.lines.append(f"    {{ {main} ; {aux} }}")
-        self.words += 2
-        self.count[self.tag] += 1
-
-    def label(self, name: str) -> None:
-        self.lines.append(f"{name}:")
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 def _setup(b: _Body, init: bool) -> None:

@@ -35,11 +35,11 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
+from ipu.backend.kernels.codegen import WorkerCode as Code
 from ipu.backend.kernels.elementwise import split
 from ipu.runtime.semantics import exp_f32, recip_f32, rsqrt_f32, tanh_f16
 
@@ -68,44 +68,6 @@ ESIZES = {
 
 def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
     return (main, aux)
-
-
-class Code:
-    """A worker body under construction. Mirrors the layout's alignment rule (a bundle starts on an 8-byte
-    boundary: an explicit `nop` is inserted), and counts issues per tag, so that `cycles` is read off the code."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.lines = [f".globl {name}", ".worker", f"{name}:"]
-        self.words = 0  # 32-bit words since the (8-byte aligned) entry
-        self.count: dict[str, int] = defaultdict(int)
-        self.tag = "head"
-
-    def one(self, text: str) -> None:
-        self.lines.append(f"    {text}")
-        self.words += 1
-        self.count[self.tag] += 1
-
-    def bundle(self, main: str, aux: str = "fnop") -> None:
-        if self.words % 2:
-            self.one("nop")
-        self.lines.append(f"    {{ {main} ; {aux} }}")
-        self.words += 2
-        self.count[self.tag] += 1
-
-    def label(self, name: str) -> None:
-        self.lines.append(f"{name}:")
-
-    def rpt(self, count_reg: str, body: list[tuple[str, str]], tag: str) -> None:
-        """`rpt` over `body` (bundles), counted once per repetition under `tag`."""
-        self.bundle(f"rpt {count_reg}, {len(body) - 1}")
-        saved, self.tag = self.tag, tag
-        for main, aux in body:
-            self.bundle(main, aux)
-        self.tag = saved
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
 
 
 def _head(c: Code) -> None:
