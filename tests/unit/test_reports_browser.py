@@ -126,10 +126,13 @@ def test_placement_report_interactions(reports, driver):
 
     # Zoom: drag on the map around the allocation; the ruler range follows.
     canvas = driver.find_element("id", "map")
-    x = lambda a: driver.execute_script("return window.placementReport.addrX(arguments[0])", a)  # noqa: E731
-    y = lambda t, r: driver.execute_script(
-        "return window.placementReport.rowY(arguments[0], arguments[1])", t, r
-    )  # noqa: E731
+
+    def x(a):
+        return driver.execute_script("return window.placementReport.addrX(arguments[0])", a)
+
+    def y(t, r):
+        return driver.execute_script("return window.placementReport.rowY(arguments[0], arguments[1])", t, r)
+
     lo, hi = addr - 4 * nbytes, addr + 5 * nbytes
     _at(driver, canvas, x(lo), y(0, row)).click_and_hold().move_by_offset(
         int(x(hi) - x(lo)), 0
