@@ -184,6 +184,8 @@ class Package:
     inputs: list[Binding] = field(default_factory=list)
     outputs: list[Binding] = field(default_factory=list)
     metadata: dict = field(default_factory=dict)
+    # Intermediate values kept for debugging (compile_model(debug_values=True)): read with Session.read.
+    debug: list[Binding] = field(default_factory=list)
 
     def validate(self) -> None:
         """Everything lands inside the target's SRAM; segments don't write into protected ranges."""
@@ -206,7 +208,7 @@ class Package:
                     raise PackageError(
                         f"segment {s.name!r} at {s.address:#x} overlaps protected range {what!r}"
                     )
-        for kind in ("parameters", "inputs", "outputs"):
+        for kind in ("parameters", "inputs", "outputs", "debug"):
             for b in getattr(self, kind):
                 c = b.chunks
                 if len(c) == 0:
@@ -252,6 +254,7 @@ class Package:
             "inputs": [b.to_json(arrays, "inputs") for b in self.inputs],
             "outputs": [b.to_json(arrays, "outputs") for b in self.outputs],
             "metadata": self.metadata,
+            "debug": [b.to_json(arrays, "debug") for b in self.debug],
         }
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
             z.writestr("manifest.json", json.dumps(manifest, indent=1))
@@ -309,6 +312,7 @@ class Package:
                 inputs=[Binding.from_json(b, array) for b in manifest["inputs"]],
                 outputs=[Binding.from_json(b, array) for b in manifest["outputs"]],
                 metadata=manifest.get("metadata", {}),
+                debug=[Binding.from_json(b, array) for b in manifest.get("debug", [])],
             )
         pkg.validate()
         return pkg

@@ -11,6 +11,12 @@ and relative L2 against the fp32 numpy reference evaluator on the same weights a
 `--model` compiles first (`ipu.backend.lower.compile_model`: nn passes, tile planning, exchange, memory placement,
 asm lowering) for the full 1472-tile IPU21 or, with `--tiles N`, a smaller machine, then runs the package the same
 way. `--reference-only` skips the device and compares the device-precision reference evaluator with fp32 instead.
+
+`--per-op` (with `--compare-reference`; `--model` compiles with `debug_values=True`, see
+`ipu.backend.lower.debug`) reads every kept nn op result back from the device and prints, per op in program order,
+rel-L2 and cosine against the device-precision reference (the backend's correctness) and against fp32 (the effect
+of quantization), then names the first op whose rel-L2 against the device-precision reference exceeds
+`--threshold`.
 """
 
 from __future__ import annotations
@@ -73,6 +79,49 @@ def _reference(cfg, params, x) -> dict[str, np.ndarray]:
     return evaluate(build_vision_model(cfg), {"pixel_values": x}, params, mode="fp32").outputs
 
 
+def per_op(session, pkg, cfg, params, x) -> list[tuple]:
+    """After a run: (name, shape, rel-L2, cosine vs the device-precision reference, rel-L2, cosine vs fp32) for
+    each of the package's debug values, in program order."""
+    from ipu.backend.lower.debug import nn_module
+    from ipu.frontend.reference import OpId, evaluate
+
+    module = nn_module(cfg, pkg.target)
+    inputs = {"pixel_values": x}
+    dev = evaluate(module, inputs, params, mode="device", capture=True).values
+    f32 = evaluate(module, inputs, params, mode="fp32", capture=True).values
+    rows = []
+    for b, pos in zip(pkg.debug, pkg.metadata["debug_positions"], strict=True):
+        value = session.read(b)
+        key = OpId((int(pos),))
+        cos_d, rel_d = metrics(value, dev[key])
+        cos_f, rel_f = metrics(value, f32[key])
+        rows.append((b.name, b.shape, rel_d, cos_d, rel_f, cos_f))
+    return rows
+
+
+def first_divergence(rows, threshold: float) -> str | None:
+    """The first op (program order) whose rel-L2 against the device-precision reference exceeds threshold
+    (NaN counts as diverged)."""
+    return next((r[0] for r in rows if not r[2] <= threshold), None)
+
+
+def print_per_op(rows, threshold: float) -> None:
+    width = max((len(r[0]) for r in rows), default=2)
+    print(f"  per op ({len(rows)} device-computed values kept; device = device-precision reference):")
+    print(
+        f"  {'op':<{width}}  {'shape':<12} {'rel-L2 dev':>10} {'cos dev':>9}  {'rel-L2 fp32':>11} {'cos fp32':>9}"
+    )
+    for name, shape, rel_d, cos_d, rel_f, cos_f in rows:
+        print(
+            f"  {name:<{width}}  {str(list(shape)):<12} {rel_d:>10.2e} {cos_d:>9.6f}  {rel_f:>11.2e} {cos_f:>9.6f}"
+        )
+    first = first_divergence(rows, threshold)
+    if first is None:
+        print(f"  no op diverges: rel-L2 vs the device-precision reference <= {threshold:g} everywhere")
+    else:
+        print(f"  first divergence (rel-L2 vs device-precision reference > {threshold:g}): {first}")
+
+
 def run_package(args, pkg=None) -> int:
     from ipu.frontend.siglip import SiglipVisionConfig
     from ipu.runtime.host import Session
@@ -117,6 +166,10 @@ def run_package(args, pkg=None) -> int:
         for name, value in previous.items():
             cos, rel = metrics(value, ref[name])
             print(f"  {name:<18} cosine {cos:.6f}  rel-L2 {rel:.3e}  (vs fp32 reference)")
+        if getattr(args, "per_op", False):
+            if not pkg.debug:
+                return _error("--per-op: the package keeps no debug values (compile with --model --per-op)")
+            print_per_op(per_op(session, pkg, cfg, params, x), args.threshold)
     return 0
 
 
@@ -127,7 +180,7 @@ def compile_and_run(args) -> int:
     params, cfg = _weights_and_config(args)
     target = Target.ipu21() if args.tiles in (None, 1472) else Target.small(tiles=args.tiles, sram_kib=624)
     t0 = time.perf_counter()
-    pkg = compile_model(cfg, target, weights=params)
+    pkg = compile_model(cfg, target, weights=params, debug_values=args.per_op)
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
         f"tokens) for {target.name} ({target.num_tiles} tiles) in {time.perf_counter() - t0:.2f} s; "
@@ -211,12 +264,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="--model: no device; compare the device-precision reference evaluator with fp32",
     )
+    p.add_argument(
+        "--per-op",
+        action="store_true",
+        help="with --compare-reference: per nn op rel-L2/cosine (keeps every op result on the device)",
+    )
+    p.add_argument(
+        "--threshold", type=float, default=0.02, help="--per-op: rel-L2 that counts as a divergence"
+    )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
         p.error("give a package, or --model to compile one")
     if args.inferences < 1:
         p.error("--inferences must be at least 1")
+    if args.per_op and not args.compare_reference:
+        p.error("--per-op needs --compare-reference")
     try:
         if args.package:
             return run_package(args)

@@ -611,8 +611,11 @@ def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
     return fs[0]
 
 
-def lower_to_package(module: ModuleOp | func.FuncOp, target: Target | None = None) -> Package:
-    """The placed module (after memory-plan) as a package."""
+def lower_to_package(
+    module: ModuleOp | func.FuncOp, target: Target | None = None, debug_values: bool = False
+) -> Package:
+    """The placed module (after memory-plan) as a package. debug_values: keep nn op results tagged with
+    `debug.pos` (ipu.backend.lower.debug) in `Package.debug`."""
     f = _single_func(module)
     plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
     if plan is None:
@@ -620,7 +623,12 @@ def lower_to_package(module: ModuleOp | func.FuncOp, target: Target | None = Non
     target = target or target_of(plan)
     if target.num_tiles != plan.tiles.value.data:
         raise LoweringError(f"target has {target.num_tiles} tiles, the memory plan {plan.tiles.value.data}")
-    pkg = Lowering(f, target).run()
+    if debug_values:
+        from ipu.backend.lower.debug import DebugLowering
+
+        pkg = DebugLowering(f, target).run()
+    else:
+        pkg = Lowering(f, target).run()
     pkg.validate()
     return pkg
 
@@ -633,7 +641,12 @@ def pipeline_spec(target: Target, outline_repeat: bool = False) -> str:
     return f"nn-fuse-qkv,{rep}nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
 
 
-def compile_model(module_or_config, target: Target | None = None, weights=None) -> Package:
+def compile_model(
+    module_or_config,
+    target: Target | None = None,
+    weights=None,
+    debug_values: bool = False,
+) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
     given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`)."""
@@ -652,9 +665,16 @@ def compile_model(module_or_config, target: Target | None = None, weights=None) 
     else:
         module = module_or_config
     f = _single_func(module)
-    if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+    if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
+        from ipu.backend.lower.debug import nn_passes, tag_positions
+
+        head, tail = nn_passes(pipeline_spec(target))
+        PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
+        tag_positions(f)
+        PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
+    elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
         PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target)).apply(Context(), module)
-    pkg = lower_to_package(module, target)
+    pkg = lower_to_package(module, target, debug_values)
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:
