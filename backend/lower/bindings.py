@@ -91,21 +91,26 @@ def _flat_shape(t) -> tuple[int, ...]:
     return tuple(t.get_shape())
 
 
-def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None = None, esize: int = 0):
+def fold_host(
+    v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None = None, esize: int = 0, layer: int = 0
+):
     """Walks from a device value back to its nn.param / nn.input through host-folded ops and exchange phases.
-    Returns [(source op, chunks in the source's flat index, via)] (several for a concat), or raises."""
+    Returns [(source op, chunks in the source's flat index, via)] (several for a concat), or raises. `layer`: the
+    iteration of a `tile.repeat` whose stacked block arguments are read (member `layer` of the stacked operand)."""
     op = v.owner
     if isinstance(op, nn.ParamOp | nn.InputOp):
         return [(op, chunks, fp8_via)]
     if isinstance(op, ex.PhaseOp):
-        return fold_host(op.sources[v.index], chunks, fp8_via, esize)
+        return fold_host(op.sources[v.index], chunks, fp8_via, esize, layer)
     if isinstance(op, tl.RelayoutOp):
-        return fold_host(op.input, chunks, fp8_via, esize)
+        return fold_host(op.input, chunks, fp8_via, esize, layer)
     if not isinstance(op, Operation):
         # A stacked block argument of a tile.repeat: its stacked operand (the caller handles the layer offset).
         rep = op.parent_op()
-        if isinstance(rep, tl.RepeatOp):
-            return fold_host(rep.stacked[v.index - len(rep.carried)], chunks, fp8_via, esize)
+        if isinstance(rep, tl.RepeatOp) and v.index >= len(rep.carried):
+            chunks = chunks.copy()
+            chunks[:, 2] += layer * int(np.prod(_flat_shape(v.type), dtype=np.int64))
+            return fold_host(rep.stacked[v.index - len(rep.carried)], chunks, fp8_via, esize, 0)
         raise BindingError(f"block argument #{v.index} is not host-computable")
     plan = op.attributes.get(tl.PLAN_ATTR)
     host = isinstance(plan, tl.MapPlanAttr) and plan.get("kind") in ("host", "view")
@@ -115,13 +120,13 @@ def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None =
         et = op.result.type.element_type
         if isinstance(et, Float8E4M3FNUZType | Float8E5M2FNUZType) and fp8_via is None:
             fp8_via = (device_dtype(et), op.fp8_scale)
-        return fold_host(op.operands[0], chunks, fp8_via, esize)
+        return fold_host(op.operands[0], chunks, fp8_via, esize, layer)
     if isinstance(op, nn.ReshapeOp):
-        return fold_host(op.operands[0], chunks, fp8_via, esize)
+        return fold_host(op.operands[0], chunks, fp8_via, esize, layer)
     if isinstance(op, nn.SliceOp):
         res, src = _flat_shape(op.results[0].type), _flat_shape(op.operands[0].type)
         offsets = list(op.offsets.get_values()) if hasattr(op.offsets, "get_values") else list(op.offsets)
-        return fold_host(op.operands[0], _remap_into(chunks, res, src, offsets), fp8_via, esize)
+        return fold_host(op.operands[0], _remap_into(chunks, res, src, offsets), fp8_via, esize, layer)
     if isinstance(op, nn.ConcatOp):
         axis = op.axis.value.data
         res = _flat_shape(op.results[0].type)
@@ -139,11 +144,11 @@ def fold_host(v: SSAValue, chunks: np.ndarray, fp8_via: tuple[str, int] | None =
                 off[axis] = -lo
                 sub = chunks[sel]
                 # Remap into x: result index - lo on the axis.
-                out += fold_host(x, _remap_into(sub, res, shp, off), fp8_via, esize)
+                out += fold_host(x, _remap_into(sub, res, shp, off), fp8_via, esize, layer)
             lo += shp[axis]
         return out
     if isinstance(op, nn.PatchifyOp):
-        return fold_host(op.operands[0], _patchify_chunks(op, chunks, esize), fp8_via, esize)
+        return fold_host(op.operands[0], _patchify_chunks(op, chunks, esize), fp8_via, esize, layer)
     raise BindingError(f"{op.name}: a host-folded {op.name} is not supported by the lowering's bindings yet")
 
 
@@ -200,11 +205,11 @@ def _remap_into(chunks, res_shape, dst_shape, shift):
 
 
 def make_bindings(
-    v: SSAValue, chunks: np.ndarray, dtype: str, scale: int = 0
+    v: SSAValue, chunks: np.ndarray, dtype: str, scale: int = 0, layer: int = 0
 ) -> tuple[list[Binding], list[Binding]]:
     """(parameter bindings, input bindings) writing device value `v`'s chunks from the host sources."""
     params, inputs = [], []
-    for src, ch, via in fold_host(v, chunks, None, DEVICE_DTYPES[dtype].itemsize):
+    for src, ch, via in fold_host(v, chunks, None, DEVICE_DTYPES[dtype].itemsize, layer):
         b = Binding(
             src.sym.data,
             _flat_shape(src.results[0].type),

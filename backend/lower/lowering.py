@@ -41,7 +41,7 @@ from ipu.backend.kernels import pack as pk
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import NnOps
-from ipu.backend.lower.placement import Addresses, DataImage
+from ipu.backend.lower.placement import Addresses, DataImage, Placed
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -51,6 +51,27 @@ from ipu.runtime.package import Binding, Package
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
+
+
+# rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
+REP_PATCH = """
+.globl rep_patch
+.supervisor
+rep_patch:
+    ld32 $m2, $m0, $mzero, 0
+    brz $m2, .Lrp_done
+    sub $m2, $m2, 1
+.Lrp_row:
+    ld32 $m3, $m0, $mzero, 1
+    ld32 $m4, $m0, $mzero, 2
+    ld32 $m5, $m3, $mzero, 0
+    add $m5, $m5, $m4
+    st32 $m5, $m3, $mzero, 0
+    add $m0, $m0, 8
+    brnzdec $m2, .Lrp_row
+.Lrp_done:
+    br $lr
+"""
 
 
 class LoweringError(ValueError):
@@ -104,6 +125,10 @@ class Lowering(NnOps):
         self.cycles_estimate = 0
         self.image: DataImage | None = None
         self._scratch: tuple[int, int, int] | None = None
+        self.layer: int | None = None  # the iteration being lowered inside a tile.repeat body
+        self.layers = 1
+        self.layer_ranges: list[tuple[int, int]] = []  # per-iteration storage: [start, end)
+        self.repeats: list[dict] = []
 
     def _reserve(self, kind: str) -> mem.ReserveOp:
         return next(o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind)
@@ -151,9 +176,10 @@ class Lowering(NnOps):
                 self.phase(op)
                 continue
             if isinstance(op, tl.RepeatOp):
-                raise LoweringError(
-                    "tile.repeat: the layer loop is not lowered yet (unroll it: no nn-outline-repeat)"
-                )
+                self.repeat(op)
+                continue
+            if isinstance(op, tl.YieldOp):
+                continue  # handled by repeat()
             plan = op.attributes.get(tl.PLAN_ATTR)
             kind = plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
             if kind == "host":
@@ -184,12 +210,214 @@ class Lowering(NnOps):
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
             )
 
+    # -- the layer loop ----------------------------------------------------------------------------------------
+    def layer_alloc(self, nbytes: int, align: int = 8) -> int:
+        """Resident storage that differs per repeat iteration (kernel-format weights, host-bound values): one
+        member per iteration at a fixed stride, the address of the iteration being lowered."""
+        if self.layer is None:
+            return self.image.alloc(nbytes, align, "high")
+        size = -(-max(int(nbytes), 1) // align) * align
+        base = self.image.alloc(size * self.layers, align, "high")
+        self.layer_ranges.append((base, base + size * self.layers))
+        return base + self.layer * size
+
+    def _carried_copy(self, src: SSAValue, dst: SSAValue, what: str) -> None:
+        lay = tl.layout_of(dst)
+        shard = lay.geometry().shard_elems.astype(np.int64) * tl.element_bytes(lay.dtype)
+        a, b = self.addrs.of(src).addr, self.addrs.of(dst).addr
+        rows = {
+            t: [(int(a[t]), int(b[t]), int(shard[t]))]
+            for t in range(min(self.n, len(shard)))
+            if shard[t] > 0 and a[t] != b[t]
+        }
+        self.copy_call(rows, what)
+
+    def repeat(self, op: tl.RepeatOp) -> None:
+        """`tile.repeat` as a supervisor loop over one copy of the body's code. The body is lowered once per
+        iteration (stacked block arguments at member i, per-iteration storage at member i); the code must come
+        out identical and every data word an arithmetic progression in i. Iteration 0's data is kept; the words
+        that change get a per-tile patch table (address, stride) that `rep_patch` applies before each further
+        iteration, and a reset table (-(count - 1) * stride) applied after the last, so the next run starts
+        again at iteration 0."""
+        if self.layer is not None:
+            raise LoweringError("tile.repeat nested in a tile.repeat is not lowered")
+        count = op.iterations
+        block = op.body.block
+        nc = len(op.carried)
+        self.scratch()
+        self.aux()
+        for v, arg in zip(op.carried, block.args[:nc]):
+            self._carried_copy(v, arg, "tile.repeat: carried values in")
+        rec = self.image.alloc(16, 8, "low")  # counter, forward table, reset table
+        r = len(self.repeats)
+        self.lines += [
+            f"    setzi $m0, {rec:#x}  // tile.repeat x{count}",
+            f"    setzi $m1, {count - 1}",
+            "    st32 $m1, $m0, $mzero, 0",
+            f".Lrep{r}:",
+        ]
+        image = self.image
+        state = (
+            [list(x) for x in image.ranges["low"]],
+            [list(x) for x in image.ranges["high"]],
+            dict(image.used),
+        )
+        n_calls, n_lines, n_segs, n_lr = (
+            len(self.calls),
+            len(self.lines),
+            len(image.segments),
+            len(self.layer_ranges),
+        )
+        runs = []
+        self.layers = count
+        for i in range(count):
+            image.ranges["low"], image.ranges["high"] = (
+                [list(x) for x in state[0]],
+                [list(x) for x in state[1]],
+            )
+            image.used = dict(state[2])
+            del self.calls[n_calls:], self.lines[n_lines:], self.layer_ranges[n_lr:]
+            del image.segments[n_segs:]  # kept per run below
+            self.layer = self.addrs.iteration = i
+            n_in, n_out = len(self.inputs), len(self.outputs)
+            self.block(block)
+            for y, arg in zip(block.last_op.operands, block.args[:nc]):
+                self._carried_copy(y, arg, "tile.repeat: yield -> block arguments")
+            if i and (len(self.inputs) != n_in or len(self.outputs) != n_out):
+                raise LoweringError("tile.repeat: a body binding model inputs or outputs is not lowered")
+            after = ([list(x) for x in image.ranges["low"]], [list(x) for x in image.ranges["high"]])
+            runs.append(
+                dict(
+                    lines=self.lines[n_lines:],
+                    calls=self.calls[n_calls:],
+                    segs=image.segments[n_segs:],
+                    ranges=after,
+                    used=dict(image.used),
+                    layer_ranges=self.layer_ranges[n_lr:],
+                )
+            )
+            if runs[i]["lines"] != runs[0]["lines"] or after != runs[0]["ranges"]:
+                raise LoweringError(
+                    f"tile.repeat: iteration {i} does not lower to the same code as iteration 0"
+                )
+        self.layer, self.addrs.iteration, self.layers = None, 0, 1
+        # Keep iteration 0's code, frames and tables; every iteration's per-iteration storage.
+        image.ranges["low"], image.ranges["high"] = runs[0]["ranges"]
+        image.used = runs[0]["used"]
+        del self.calls[n_calls:], self.lines[n_lines:], image.segments[n_segs:]
+        self.lines += runs[0]["lines"]
+        self.calls += runs[0]["calls"]
+        lr = runs[0]["layer_ranges"]
+        self.layer_ranges += lr
+
+        def in_layer(seg):
+            return any(a <= seg.address < b for a, b in lr)
+
+        image.segments += [sg for sg in runs[0]["segs"]]
+        for run in runs[1:]:
+            image.segments += [sg for sg in run["segs"] if in_layer(sg)]
+        self.repeats.append(
+            dict(
+                rec=rec,
+                count=count,
+                calls=[run["calls"] for run in runs],
+                segs=[[sg for sg in run["segs"] if not in_layer(sg)] for run in runs],
+            )
+        )
+        self.lines += [
+            f"    setzi $m0, {rec:#x}  // tile.repeat: next iteration",
+            "    ld32 $m1, $m0, $mzero, 0",
+            f"    brz $m1, .Lrep{r}_end",
+            "    sub $m1, $m1, 1",
+            "    st32 $m1, $m0, $mzero, 0",
+            "    ld32 $m0, $m0, $mzero, 1",
+            "    call $lr, rep_patch",
+            f"    bri .Lrep{r}",
+            f".Lrep{r}_end:",
+            "    ld32 $m0, $m0, $mzero, 2",
+            "    call $lr, rep_patch  // back to iteration 0 for the next run",
+        ]
+        for res, arg in zip(op.res, block.args[:nc]):
+            self._carried_copy(arg, res, "tile.repeat: carried values out")
+
+    def _patch_tables(self, rep: dict, labels: dict[str, int]) -> None:
+        """Per-address words of every iteration -> (forward, reset) patch tables of one repeat."""
+        n = self.n
+        words: list[dict[int, np.ndarray]] = []  # per iteration: address -> uint32 [tiles]
+        for calls, segs in zip(rep["calls"], rep["segs"]):
+            w: dict[int, np.ndarray] = {}
+            for c in calls:
+                active, frames = c.build(labels)
+                data = np.zeros((n, 2 + frames.shape[1]), np.uint32)
+                data[:, 0] = active
+                data[:, 2:] = frames
+                for j in range(data.shape[1]):
+                    w[c.addr + 4 * j] = data[:, j]
+            for sg in segs:
+                d = np.asarray(sg.data, np.uint8)
+                if d.shape[1] % 4 or sg.address % 4 or sg.tiles is not None:
+                    w[sg.address] = None  # compared bytewise below
+                    w[("raw", sg.address)] = np.broadcast_to(d, (n, d.shape[1])).copy()
+                    continue
+                d32 = np.broadcast_to(d.view("<u4"), (n, d.shape[1] // 4))
+                for j in range(d32.shape[1]):
+                    w[sg.address + 4 * j] = d32[:, j].copy()
+            words.append(w)
+        base = words[0]
+        delta: dict[int, np.ndarray] = {}
+        for i, w in enumerate(words[1:], 1):
+            if w.keys() != base.keys():
+                raise LoweringError(f"tile.repeat: iteration {i} has other frames/tables than iteration 0")
+            for k, v0 in base.items():
+                v = w[k]
+                if v0 is None:
+                    continue
+                if isinstance(k, tuple):
+                    if not np.array_equal(v, v0):
+                        raise LoweringError(f"tile.repeat: unaligned data at {k[1]:#x} differs per iteration")
+                    continue
+                d = (v.astype(np.int64) - v0.astype(np.int64)) % (1 << 32)
+                if i == 1:
+                    if d.any():
+                        delta[k] = d
+                    continue
+                want = (v0.astype(np.int64) + i * delta.get(k, 0)) % (1 << 32)
+                if not np.array_equal(v.astype(np.int64), want):
+                    raise LoweringError(
+                        f"tile.repeat: the word at {k:#x} is not an arithmetic progression over iterations"
+                    )
+        addrs = sorted(delta)
+        per_tile = [[(a, int(delta[a][t])) for a in addrs if delta[a][t]] for t in range(n)]
+        most = max((len(p) for p in per_tile), default=0)
+        back = -(rep["count"] - 1)
+        tabs = []
+        for sign in (1, back):
+            tab = np.zeros((n, 1 + 2 * most), np.uint32)
+            for t, p in enumerate(per_tile):
+                tab[t, 0] = len(p)
+                for j, (a, d) in enumerate(p):
+                    tab[t, 1 + 2 * j : 3 + 2 * j] = [a, (sign * d) % (1 << 32)]
+            addr = self.image.alloc(tab.shape[1] * 4, 8, "low")
+            self.image.put("tile.repeat patch table", addr, tab)
+            tabs.append(addr)
+        self.image.put("tile.repeat record", rep["rec"], np.array([0, tabs[0], tabs[1], 0], np.uint32))
+        self.notes.append(f"tile.repeat x{rep['count']}: {most} patched words per tile (max)")
+
     # -- host values -------------------------------------------------------------------------------------------
     def bind_host_value(self, v: SSAValue) -> None:
         lay = tl.layout_of(v)
         placed = self.addrs.of(v)
+        if self.layer is not None and not lay.stack.data:
+            # A host-computed value inside a repeat body differs per iteration: per-iteration resident storage.
+            shard = lay.geometry().shard_elems.astype(np.int64)
+            nbytes = int(shard.max(initial=0)) * tl.element_bytes(lay.dtype)
+            base = self.layer_alloc(nbytes, 8)
+            has = np.zeros(self.n, bool)
+            has[: len(shard)] = shard > 0
+            placed = Placed(np.where(has, base, -1).astype(np.int64), placed.stride * 0, 1)
+            self.addrs.override[v] = placed
         chunks = layout_chunks(lay, placed.addr, placed.stride)
-        p, i = make_bindings(v, chunks, device_dtype(lay.dtype), lay.scale.data)
+        p, i = make_bindings(v, chunks, device_dtype(lay.dtype), lay.scale.data, layer=self.layer or 0)
         self.params += p
         self.inputs += i
 
@@ -354,11 +582,11 @@ class Lowering(NnOps):
         if (kpad - k) * 2 > ZEROS_BYTES:
             raise LoweringError(f"{what}: K padding exceeds the zero constant")
         # Resident, host-bound kernel-format weights and f16 bias (zero padding from a segment).
-        wp = self.image.alloc(nmax * kpad * 2, 16, "high")
+        wp = self.layer_alloc(nmax * kpad * 2, 16)
         self.image.put("weights padding", wp, np.zeros(nmax * kpad * 2, np.uint8))
         bp = 0
         if bias is not None:
-            bp = self.image.alloc(nmax * 2, 8, "high")
+            bp = self.layer_alloc(nmax * 2, 8)
             self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
         kb = gm.KBLOCK[gm.F16]
         kbs = kpad // kb
@@ -518,7 +746,7 @@ class Lowering(NnOps):
 
     def _bind_operand(self, v: SSAValue, chunks: np.ndarray, dtype: str, what: str) -> None:
         try:
-            p, i = make_bindings(v, chunks, dtype)
+            p, i = make_bindings(v, chunks, dtype, layer=self.layer or 0)
         except ValueError as e:
             raise LoweringError(f"{what}: the weight operand must be host-computable: {e}") from None
         if i:
@@ -532,6 +760,7 @@ class Lowering(NnOps):
         text = (
             "\n".join(main)
             + "\n"
+            + REP_PATCH
             + lx.ROUTINES
             + "\n"
             + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld64",))
@@ -554,6 +783,8 @@ class Lowering(NnOps):
             data[:, 0] = active
             data[:, 2:] = frames
             self.image.put(f"frame {c.entry}", c.addr, data if self.n > 1 else data[:1])
+        for rep in self.repeats:
+            self._patch_tables(rep, program.labels)
         self.text = text
         return Package(
             target=self.target,
@@ -646,6 +877,7 @@ def compile_model(
     target: Target | None = None,
     weights=None,
     debug_values: bool = False,
+    repeat: bool = False,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -668,12 +900,12 @@ def compile_model(
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(pipeline_spec(target))
+        head, tail = nn_passes(pipeline_spec(target, repeat))
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
-        PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target)).apply(Context(), module)
+        PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, repeat)).apply(Context(), module)
     pkg = lower_to_package(module, target, debug_values)
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it

@@ -49,6 +49,10 @@ class Addresses:
             o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
         }
         self.high = int(self.plan.class_high().max(initial=0))
+        # Lowering a tile.repeat body for one iteration: stacked block arguments give that iteration's member;
+        # `override` relocates values (host-bound values inside a repeat body live in per-iteration storage).
+        self.iteration = 0
+        self.override: dict[SSAValue, Placed] = {}
 
     def _expand(self, b: mem.BufferAttr) -> Placed:
         addr = mem.table_values(b.addr, self.nc)[self.tile_class]
@@ -58,6 +62,8 @@ class Addresses:
         return Placed(addr.astype(np.int64), stride.astype(np.int64), b.seq.data)
 
     def of(self, v: SSAValue) -> Placed:
+        if v in self.override:
+            return self.override[v]
         if isinstance(v, BlockArgument):
             rep = v.owner.parent_op()
             if not isinstance(rep, tl.RepeatOp):
@@ -66,7 +72,11 @@ class Addresses:
             if v.index < nc:
                 bufs = mem.buffers_of(rep.attributes.get(mem.ARGS_ATTR))
                 return self._expand(bufs[v.index])
-            return self.of(rep.stacked[v.index - nc])
+            p = self.of(rep.stacked[v.index - nc])
+            if self.iteration:
+                addr = np.where(p.addr >= 0, p.addr + self.iteration * p.stride, -1)
+                return Placed(addr, p.stride, p.seq)
+            return p
         op = v.owner
         assert isinstance(op, Operation)
         plan = op.attributes.get(tl.PLAN_ATTR)

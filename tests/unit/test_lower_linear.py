@@ -115,9 +115,9 @@ def test_compile_model_one_call():
         compile_model(linear_model(m, k, n), Target.small(tiles=16, sram_kib=624), weights={"w": w})
 
 
-def test_tiny_siglip_layer_loop_is_not_lowered_yet():
-    """Unrolled, the tiny SigLIP lowers (tests/unit/test_e2e_tiny.py runs it); with the layers outlined into one
-    tile.repeat the loop is not lowered yet and the error says so (update this test when it lands)."""
+def test_tiny_siglip_layer_loop_lowers_as_one_body():
+    """With the layers outlined into one tile.repeat, the package has one copy of the body's code (a supervisor
+    loop with per-iteration frame patching; tests/unit/test_e2e_repeat.py runs it against the unrolled one)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -132,5 +132,6 @@ def test_tiny_siglip_layer_loop_is_not_lowered_yet():
     PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, outline_repeat=True)).apply(
         Context(), module
     )
-    with pytest.raises(LoweringError, match=r"tile.repeat: the layer loop is not lowered"):
-        lower_to_package(module, target)
+    pkg = lower_to_package(module, target)
+    assert "rep_patch" in pkg.labels
+    assert any(n.startswith("tile.repeat x2") for n in pkg.metadata["notes"])
