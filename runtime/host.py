@@ -64,7 +64,9 @@ class Session:
             )
         values = np.asarray(host, dtype=np.float32).reshape(-1)[binding.element_index()]
         if binding.via:  # host-side rounding through another format first (see Binding.via)
-            values = from_device(to_device(values, binding.via, binding.via_scale), binding.via, binding.via_scale)
+            values = from_device(
+                to_device(values, binding.via, binding.via_scale), binding.via, binding.via_scale
+            )
         values = to_device(values, binding.dtype, binding.scale)
         raw = values.view(np.uint8)
         nbytes = binding.chunks[:, 3] * binding.itemsize
