@@ -877,11 +877,14 @@ def compile_model(
     target: Target | None = None,
     weights=None,
     debug_values: bool = False,
-    repeat: bool = False,
+    repeat: bool | None = None,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
-    given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`)."""
+    given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`; a layer
+    loop's stacked parameters are named `encoder.layers.*.<suffix>`: give a `WeightStore`, which resolves them).
+    `repeat` (default: on unless debug_values): outline the layers into one `tile.repeat` (`nn-outline-repeat`),
+    lowered as a loop over one copy of the layer's code; False: layers unrolled."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -889,6 +892,8 @@ def compile_model(
     from ipu.passes.registry import all_passes
 
     target = target or IPU21
+    if repeat is None:  # the layer loop (tile.repeat), unless per-op debug values are kept (one per op)
+        repeat = not debug_values
     if isinstance(module_or_config, str):
         module_or_config = PRESETS[module_or_config]
     config = module_or_config if isinstance(module_or_config, SiglipVisionConfig) else None
@@ -910,7 +915,7 @@ def compile_model(
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:
-        missing = sorted({b.name for b in pkg.parameters} - set(weights))
+        missing = sorted({b.name for b in pkg.parameters if b.name not in weights})
         if missing:
             raise LoweringError(f"weights lack parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")
     return pkg
