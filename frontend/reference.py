@@ -600,6 +600,22 @@ def _single_func(module_or_func: ModuleOp | FuncOp) -> FuncOp:
     raise TypeError(f"expected a builtin.module or func.func, got {type(module_or_func).__name__}")
 
 
+def evaluate_op(op: Operation, *operands: np.ndarray, mode: str = "device") -> np.ndarray:
+    """One nn op on numpy operands with this module's semantics (for interpreters of lower levels).
+
+    In device mode the operands are taken as already rounded to their IR types, and the result is rounded to its
+    type (FP8 results come out quantized by the op itself, as `nn.cast` and data movement do)."""
+    fn = OPS.get(type(op))
+    if fn is None:
+        raise EvaluationError(f"{op.name}: no reference implementation")
+    ev = _Evaluator({}, {}, mode, False)
+    y = fn(ev, op, *operands)
+    rtype = op.results[0].type
+    if isinstance(rtype, TensorType) and not isinstance(rtype.element_type, nn.FP8_TYPES):
+        y = ev.to_type(y, rtype, op.name)
+    return y
+
+
 def evaluate(
     module_or_func: ModuleOp | FuncOp,
     inputs: Mapping[str, Any],

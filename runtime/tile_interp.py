@@ -34,7 +34,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
+from xdsl.dialects.builtin import Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 
 from ipu.dialects import exchange as ex
@@ -150,10 +150,10 @@ def decode(sh: Sharded, tile: int | None = None) -> np.ndarray:
     return out
 
 
-def _evaluator():
-    from ipu.frontend import reference
+def _reference():
+    from ipu.frontend import reference  # lazy: the reference evaluator is only needed when running
 
-    return reference, reference._Evaluator({}, {}, "device", False)
+    return reference
 
 
 def _round_to(x: np.ndarray, precision: str) -> np.ndarray:
@@ -168,7 +168,7 @@ class Interpreter:
         self.params = params
         self.values: dict[SSAValue, Sharded] = {}
         self.outputs: dict[str, np.ndarray] = {}
-        self.ref, self.ev = _evaluator()
+        self.ref = _reference()
 
     # -- sources ------------------------------------------------------------------------------------------------
     def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded | np.ndarray:
@@ -187,12 +187,8 @@ class Interpreter:
     # -- compute ------------------------------------------------------------------------------------------------
     def host(self, op: Operation) -> Sharded | np.ndarray:
         """A host-folded op: computed once on whole arrays, uploaded into its layout (if it has one)."""
-        fn = self.ref.OPS[type(op)]
         args = [decode(v) if isinstance(v, Sharded) else v for v in (self.values[o] for o in op.operands)]
-        y = np.asarray(fn(self.ev, op, *args), np.float32)
-        rtype = op.results[0].type
-        if not isinstance(rtype.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType):
-            y = np.asarray(self.ev.to_type(y, rtype, op.name), np.float32)
+        y = np.asarray(self.ref.evaluate_op(op, *args, mode="device"), np.float32)
         lay = op.attributes.get(tl.LAYOUT_ATTR)
         return encode(lay, y) if isinstance(lay, tl.LayoutAttr) else y
 
@@ -210,7 +206,6 @@ class Interpreter:
         for i, v in enumerate(operands):
             if not isinstance(v, Sharded):
                 raise TileInterpError(f"{op.name}: operand #{i} is a host value without a tile layout")
-        rtype: TensorType = op.results[0].type
         table = lay.table()
         g = lay.geometry()
         dt = np_dtype(lay.dtype)
@@ -221,13 +216,7 @@ class Interpreter:
             if prec == "f16":
                 args = [_round_to(a, "f16") for a in args]
             with np.errstate(invalid="ignore"):
-                y = fn(self.ev, op, *args)
-            y = np.asarray(y, np.float32)
-            fp8_out = isinstance(rtype.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType)
-            if (
-                not fp8_out
-            ):  # FP8 results come already quantized (casts and data movement, as in the reference)
-                y = np.asarray(self.ev.to_type(y, rtype, op.name), np.float32)
+                y = np.asarray(self.ref.evaluate_op(op, *args, mode="device"), np.float32)
             for b, r in zip(*np.nonzero(table == t)):
                 blk = y[_block_slices(lay, int(b))]
                 if np.isnan(blk).any():

@@ -553,3 +553,34 @@ def test_bad_mode_and_bad_module():
         evaluate(parse(REPEAT), {"x": randn(6, 8)}, repeat_params(), mode="bf16")
     with pytest.raises(EvaluationError, match="exactly one func.func"):
         evaluate(ModuleOp([]), {}, {})
+
+
+def test_evaluate_op_matches_whole_program_evaluation():
+    """The public per-op entry point (used by the tile/exchange interpreter) rounds like `evaluate`."""
+    from xdsl.context import Context
+    from xdsl.dialects.builtin import Builtin
+    from xdsl.dialects.func import Func
+    from xdsl.parser import Parser
+
+    from ipu.frontend.reference import evaluate, evaluate_op
+
+    ctx = Context()
+    for d in (Builtin, Func, nn.NN):
+        ctx.load_dialect(d)
+    text = """
+    func.func @f() {
+      %x = nn.input "x" : tensor<4x8xf16>
+      %w = nn.param "w" : tensor<3x8xf32>
+      %y = nn.linear %x, %w : tensor<4x8xf16>, tensor<3x8xf32> -> tensor<4x3xf16>
+      nn.output "y" %y : tensor<4x3xf16>
+      func.return
+    }"""
+    module = Parser(ctx, text).parse_module()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 8)).astype(np.float16).astype(np.float32)
+    w = rng.standard_normal((3, 8)).astype(np.float32)
+    whole = evaluate(module, {"x": x}, {"w": w}, mode="device").outputs["y"]
+    linear = next(op for op in module.walk() if isinstance(op, nn.LinearOp))
+    one = evaluate_op(linear, x, w, mode="device")
+    np.testing.assert_array_equal(one, whole)
+    assert np.array_equal(one, one.astype(np.float16).astype(np.float32))  # rounded to the f16 result type
