@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch", reason="the parity test needs torch (pip in
 transformers = pytest.importorskip("transformers", reason="the parity test needs transformers")
 
 from ipu.frontend.reference import evaluate  # noqa: E402
-from ipu.frontend.siglip import build_vision_model  # noqa: E402
+from ipu.frontend.siglip import PRESETS, build_vision_model  # noqa: E402
 from ipu.frontend.weights import load_checkpoint  # noqa: E402
 from ipu.passes.registry import all_passes  # noqa: E402
 
@@ -48,16 +48,8 @@ def rel_l2(a, b) -> float:
 
 @pytest.fixture(scope="module")
 def hf_checkpoint(tmp_path_factory):
-    cfg = transformers.SiglipVisionConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_attention_heads=2,
-        num_hidden_layers=2,
-        image_size=32,
-        patch_size=8,
-        layer_norm_eps=1e-6,
-        hidden_act="gelu_pytorch_tanh",
-    )
+    # The same config as the project's "tiny" preset, in transformers' own class.
+    cfg = transformers.SiglipVisionConfig(**PRESETS["tiny"].to_dict())
     torch.manual_seed(0)
     model = transformers.SiglipVisionModel(cfg).eval()
     perturb_(model, seed=1)
