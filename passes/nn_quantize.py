@@ -22,6 +22,11 @@ Options:
       Logical value = decode(bits) * 2^scale, so -4 gives resolution for the small magnitudes of ViT weights.
   activations (default "f16"): "f16" also casts each rewritten linear's f32 input to f16 (the AMP's other
       operand format); "none" leaves inputs alone.
+  keep_f16 (default none): parameter-name substrings (comma-separated list); a linear whose weight comes from a
+      parameter whose name contains one of them gets F16 weights (`nn.cast` to f16) instead of FP8. The
+      precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
+      embedding, the attention q/k projections and the MAP head in F16: FP8's 3 mantissa bits there cost the
+      most accuracy (BENCHMARKS.md, "FP8 precision policy").
 """
 
 from __future__ import annotations
@@ -41,11 +46,15 @@ from xdsl.ir import Attribute
 from xdsl.passes import ModulePass
 
 from ipu.dialects import nn
-from ipu.passes.nn_utils import is_param_derived
+from ipu.passes.nn_utils import is_param_derived, param_names
 
 FP8_FORMATS: dict[str, Attribute] = {"f143": Float8E4M3FNUZType(), "f152": Float8E5M2FNUZType()}
 ACTIVATION_MODES = ("f16", "none")
-SCALE_RANGE = (-32, 31)  # the signed 6-bit scale field of the IPU's FP8 metadata
+SCALE_RANGE = (-32, 31)
+# Linears kept in F16 by the default precision policy (see the module docstring).
+KEEP_F16_DEFAULT = ("patch_embedding", "q_proj", "k_proj", "head")
+# The pass with the default precision policy, as used by compile_model and ipu-run.
+DEFAULT_SPEC = f"nn-quantize-weights{{format=f143 scale=-4 activations=f16 keep_f16={','.join(KEEP_F16_DEFAULT)}}}"  # the signed 6-bit scale field of the IPU's FP8 metadata
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,7 @@ class NNQuantizeWeightsPass(ModulePass):
     format: str = "f143"
     scale: int = -4
     activations: str = "f16"
+    keep_f16: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built, so `ipu-opt` reports it as one line naming the option.
@@ -85,7 +95,10 @@ class NNQuantizeWeightsPass(ModulePass):
             if not is_param_derived(linear.weight, provenance):
                 continue
             block = linear.parent_block()
-            cast = nn.CastOp(linear.weight, TensorType(fp8, wt.get_shape()), self.scale)
+            if self.keep_f16 and any(k in name for name in param_names(linear.weight) for k in self.keep_f16):
+                cast = nn.CastOp(linear.weight, TensorType(f16, wt.get_shape()))
+            else:
+                cast = nn.CastOp(linear.weight, TensorType(fp8, wt.get_shape()), self.scale)
             block.insert_op_before(cast, linear)
             linear.operands[1] = cast.result
 

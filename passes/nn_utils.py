@@ -36,6 +36,27 @@ def is_param_derived(value: SSAValue, _seen: dict[SSAValue, bool] | None = None)
     return result
 
 
+def param_names(value: SSAValue) -> list[str]:
+    """Names of the `nn.param`s a parameter-derived value is computed from (through data movement and the
+    stacked operands of `nn.repeat` body arguments)."""
+    names, todo, seen = [], [value], set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if isinstance(v, OpResult):
+            if isinstance(v.op, nn.ParamOp):
+                names.append(v.op.param_name)
+            elif isinstance(v.op, DATA_MOVEMENT_OPS):
+                todo.extend(v.op.operands)
+        elif isinstance(v, BlockArgument):
+            repeat = v.block.parent_op()
+            if isinstance(repeat, nn.RepeatOp) and v.index >= len(repeat.carried):
+                todo.append(repeat.stacked[v.index - len(repeat.carried)])
+    return names
+
+
 def op_positions(block: Block) -> dict[Operation, int]:
     """Each op of the block -> its index, for ordering ops without repeated linear scans."""
     return {op: i for i, op in enumerate(block.ops)}

@@ -29,7 +29,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-NN_PIPELINE = "nn-fuse-qkv,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16}"
+from ipu.passes.nn_quantize import DEFAULT_SPEC
+
+NN_PIPELINE = f"nn-outline-repeat,{DEFAULT_SPEC}"
 
 
 def _summary(module) -> str:

@@ -865,11 +865,15 @@ def lower_to_package(
 
 
 def pipeline_spec(target: Target, outline_repeat: bool = False) -> str:
-    """The pass pipeline from nn IR to placed IR for `target` (the repeat loop is not lowered yet: layers stay
-    unrolled unless outline_repeat)."""
+    """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
+    Weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16:
+    `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears: `nn-fuse-qkv`'s column slices of
+    the fused result are planned as whole tensors on one tile (`#tile.single`), which does not fit at full size."""
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
+
     opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
     rep = "nn-outline-repeat," if outline_repeat else ""
-    return f"nn-fuse-qkv,{rep}nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    return f"{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{opts}"
 
 
 def compile_model(

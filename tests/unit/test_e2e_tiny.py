@@ -5,9 +5,10 @@ identical outputs.
 Accuracy, checked two ways:
 - against the device-precision reference (the same FP8/f16 rounding, numpy): every embedding (row) has cosine
   >= 0.9999 and rel-L2 <= 0.02: this is the backend's correctness;
-- against the fp32 reference: each output tensor has cosine >= 0.99. Per embedding this does NOT always hold:
-  FP8 F143 quantization of the perturbed-init weights alone (the device-precision reference shows the same) can
-  bring single rows to ~0.96 (seed 0 with a uniform [-1, 1] image). Issue 6 asks for every embedding >= 0.99.
+- against the fp32 reference: every embedding (each token row of last_hidden_state, the pooled output) has
+  cosine >= 0.99. This holds with compile_model's precision policy (FP8 weights except the patch embedding, q/k
+  projections and MAP head, in F16: `nn_quantize.DEFAULT_SPEC`); with every weight FP8 single rows of this
+  perturbed-init model drop to ~0.92-0.96 (BENCHMARKS.md, "FP8 precision policy").
 
 The layers run as one `tile.repeat` loop (compile_model's default; tests/unit/test_e2e_repeat.py checks it is
 bit-identical to the unrolled package)."""
@@ -24,13 +25,14 @@ from ipu.backend.target import IPU21, Target
 from ipu.frontend.reference import evaluate
 from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.frontend.weights import random_weights
+from ipu.passes.nn_quantize import DEFAULT_SPEC
 from ipu.passes.registry import all_passes
 from ipu.runtime.host import Session
 
 OUTPUTS = ("last_hidden_state", "pooler_output")
 
 
-DEVICE_PASSES = "nn-fuse-qkv,nn-quantize-weights{format=f143 scale=-4 activations=f16}"
+DEVICE_PASSES = DEFAULT_SPEC
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -74,19 +76,21 @@ def check_against_device_precision(results, device, width: int):
             assert np.linalg.norm(got - want) <= 0.02 * np.linalg.norm(want), name
 
 
-def check(results, ref):
+def check(results, ref, width: int):
+    """Every embedding (row) within cosine 0.99 of fp32; the later inferences equal the first."""
     for name in OUTPUTS:
         got = results[0].outputs[name]
         assert got.shape == ref[name].shape
         assert np.isfinite(got).all(), name
-        assert cosine(got, ref[name]) >= 0.99, (name, cosine(got, ref[name]))
+        for i, (g, w) in enumerate(zip(embeddings(got, width), embeddings(ref[name], width))):
+            assert cosine(g, w) >= 0.99, (name, i, cosine(g, w))
         for r in results[1:]:
             np.testing.assert_array_equal(r.outputs[name], got)
 
 
 def test_tiny_siglip_16_tiles():
     pkg, results, ref, device = run_tiny(Target.small(tiles=16, sram_kib=624))
-    check(results, ref)
+    check(results, ref, PRESETS["tiny"].hidden_size)
     check_against_device_precision(results, device, PRESETS["tiny"].hidden_size)
     assert pkg.metadata["config"] == PRESETS["tiny"].to_dict()
 
@@ -99,11 +103,11 @@ def test_cosine_can_fail():
         outputs = {n: -v for n, v in ref.items()}
 
     with pytest.raises(AssertionError):
-        check([R], ref)
+        check([R], ref, 8)
 
 
 def test_tiny_siglip_1472_tiles():
     """The full IPU21 (about two minutes on the simulator: compile once, three inferences)."""
     _, results, ref, device = run_tiny(IPU21)
-    check(results, ref)
+    check(results, ref, PRESETS["tiny"].hidden_size)
     check_against_device_precision(results, device, PRESETS["tiny"].hidden_size)

@@ -2,6 +2,7 @@
 
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{format="f152" scale=-6 activations="none"})' | filecheck %s --check-prefix=F152
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{keep_f16=patch_embedding,q_proj})' | filecheck %s --check-prefix=KEEP
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights, nn-quantize-weights)' | filecheck %s --check-prefix=TWICE
 
 func.func @weights() {
@@ -48,6 +49,13 @@ func.func @weights() {
 // TWICE-LABEL: func.func @weights()
 // TWICE-COUNT-2: {scale = -4 : i64}
 // TWICE-NOT:     {scale = -4 : i64}
+
+// keep_f16: linears whose weight comes from a parameter named with one of the substrings get F16 weights.
+// KEEP-LABEL: func.func @weights()
+// KEEP:          nn.cast %w {scale = -4 : i64} : tensor<16x8xf32> -> tensor<16x8xf8E4M3FNUZ>
+// KEEP:          %[[K16:[^ ]+]] = nn.cast %kr : tensor<8x8xf32> -> tensor<8x8xf16>
+// KEEP-NEXT:     %[[X16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// KEEP-NEXT:     %z = nn.linear %[[X16]], %[[K16]] : tensor<4x8xf16>, tensor<8x8xf16> -> tensor<4x8xf32>
 
 // -----
 
