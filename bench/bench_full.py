@@ -1,0 +1,157 @@
+"""Issue 8: So400m/14-384 at full size (729 tokens, width 1152, 16 heads of 72, MLP 4304) with N encoder layers
+and the MAP head, compiled for the full IPU21 (1472 tiles x 624 KiB) and run on the simulator.
+
+Two processes per run, so that each peak RSS is its own: `compile` (weights -> package file: compile time and
+peak RSS) and `run` (package -> one parameter upload, three inferences on the simulator: cycles, wall time, peak
+RSS, per-embedding accuracy against the fp32 reference evaluator, SRAM never written per tile).
+
+    python -m bench.bench_full                       # one layer + head, random perturbed-init weights
+    python -m bench.bench_full --layers 2            # two layers as one Repeat body
+    python -m bench.bench_full --checkpoint          # weights through a safetensors checkpoint on disk
+    python -m bench.bench_full --out DIR             # keep the package (and reports) in DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from bench.common import header, peak_rss_mib
+
+SEED_CYCLES = 970_428  # the seed system's one-layer So400m + head (docs: ../shared/seeds, 001)
+
+
+def config(layers: int):
+    from ipu.frontend.siglip import PRESETS
+
+    return PRESETS["so400m-patch14-384"].with_layers(layers)
+
+
+def weights(layers: int, checkpoint_dir: str | None):
+    from ipu.frontend.weights import load_checkpoint, random_weights, save_checkpoint
+
+    cfg = config(layers)
+    w = random_weights(cfg, 0)
+    if checkpoint_dir is None:
+        return w
+    if not os.path.exists(os.path.join(checkpoint_dir, "config.json")):
+        save_checkpoint(w, cfg, checkpoint_dir)
+    store, _ = load_checkpoint(checkpoint_dir)
+    return store
+
+
+def gemm_macs(layers: int) -> int:
+    """MACs of the encoder layers' GEMMs (q, k, v, o, fc1, fc2, Q K^T, P V) per inference."""
+    c = config(layers)
+    t, d, f = (c.image_size // c.patch_size) ** 2, c.hidden_size, c.intermediate_size
+    return layers * (4 * t * d * d + 2 * t * d * f + 2 * t * t * d)
+
+
+def phase_compile(args) -> dict:
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import IPU21
+
+    w = weights(args.layers, args.checkpoint_dir)
+    t0 = time.perf_counter()
+    pkg = compile_model(config(args.layers), IPU21, weights=w, repeat=args.layers > 1)
+    compile_s = time.perf_counter() - t0
+    pkg.save(args.package)
+    return {
+        "compile_s": compile_s,
+        "compile_rss_mib": peak_rss_mib(),
+        "package_bytes": os.path.getsize(args.package),
+    }
+
+
+def phase_run(args) -> dict:
+    from ipu.frontend.reference import evaluate
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.runtime.host import Session
+    from ipu.runtime.package import Package
+
+    cfg = config(args.layers)
+    w = weights(args.layers, args.checkpoint_dir)
+    pkg = Package.load(args.package)
+    session = Session(pkg)
+    session.upload_parameters(w)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    walls, results = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        results.append(session.run({"pixel_values": x}))
+        walls.append(time.perf_counter() - t0)
+    identical = all(
+        np.array_equal(r.outputs[k], results[0].outputs[k]) for r in results[1:] for k in results[0].outputs
+    )
+    ref = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp32").outputs
+    acc = {}
+    for k, want in ref.items():
+        got = results[0].outputs[k].reshape(-1, cfg.hidden_size).astype(np.float64)
+        want = want.reshape(-1, cfg.hidden_size).astype(np.float64)
+        nw = np.linalg.norm(want, axis=1)
+        cos = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * nw)
+        acc[k] = {
+            "min_cos": float(cos.min()),
+            "max_rel_l2": float((np.linalg.norm(got - want, axis=1) / nw).max()),
+        }
+    written = (session.device.wstate != 0).sum(axis=0) * 8  # bytes of each tile written since load
+    free = pkg.target.sram_bytes - written
+    return {
+        "cycles": [int(r.cycles) for r in results],
+        "sim_s": sorted(walls)[1],
+        "run_rss_mib": peak_rss_mib(),
+        "identical": bool(identical),
+        "accuracy": acc,
+        "never_written_min": int(free.min()),
+        "never_written_median": int(np.median(free)),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--checkpoint", action="store_true", help="weights through a safetensors checkpoint")
+    p.add_argument("--out", help="directory for the package (default: a temporary one)")
+    p.add_argument("--phase", choices=("compile", "run"), help=argparse.SUPPRESS)
+    p.add_argument("--package", help=argparse.SUPPRESS)
+    p.add_argument("--checkpoint-dir", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.phase:
+        out = phase_compile(args) if args.phase == "compile" else phase_run(args)
+        print(json.dumps(out))
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = args.out or tmp
+        os.makedirs(out_dir, exist_ok=True)
+        pkg = os.path.join(out_dir, f"so400m-{args.layers}l.ipupkg")
+        extra = ["--checkpoint-dir", os.path.join(out_dir, "ckpt")] if args.checkpoint else []
+        rec = {"layers": args.layers, "checkpoint": args.checkpoint}
+        for phase in ("compile", "run"):
+            cmd = [sys.executable, "-m", "bench.bench_full", "--phase", phase, "--package", pkg]
+            cmd += ["--layers", str(args.layers), *extra]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode:
+                sys.exit(f"{phase} failed:\n{proc.stderr[-4000:]}")
+            rec.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    from ipu.backend.target import IPU21
+
+    c = rec["cycles"][0]
+    bound16 = gemm_macs(args.layers) / (IPU21.num_tiles * IPU21.amp_f16_macs_per_cycle)
+    bound8 = gemm_macs(args.layers) / (IPU21.num_tiles * IPU21.amp_fp8_macs_per_cycle)
+    print(f"### So400m, {args.layers} layer(s) + MAP head on 1472 tiles ({header()})\n")
+    print(json.dumps(rec, indent=1))
+    print(
+        f"\ncycles {c:,} ({c / 1.5e6:.3f} ms at 1.5 GHz); seed system {SEED_CYCLES:,} (ratio {c / SEED_CYCLES:.2f}); "
+        f"GEMM compute bound {bound16:,.0f} at the F16 AMP rate ({c / bound16:.1f}x), {bound8:,.0f} at the FP8 rate"
+    )
+
+
+if __name__ == "__main__":
+    main()
