@@ -11,11 +11,19 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 |---|---|---|
 | `gelu` | x: `units * 4` f16 | y: same shape, f16 |
 | `layernorm` | x: R rows of n f16; weight, bias: n f16 | y: R rows of n f16 |
-| `softmax` | x: R rows of n f16 | y: R rows of n f16 (may alias x) |
+| `softmax` | x: R rows of n f16, the first `valid` (default n) meaningful | y: R rows of n f16 (may alias x): softmax of the valid columns, zeros after them |
 | `rowsum`, `rowmax` | x: R rows of n f16 | y: R f32 |
 | `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
+| `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
+| `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
+
+Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
+valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
+others), so its padded lanes may hold any value but NaN (the ARF has no bit operations to drop a NaN) and give
+e = 0; the atoms after it are neither read nor required to be written; the output's padded columns are written
+as +0. `to_f16` writes n - valid zeros after each row's converted elements (valid = 0: zero rows, nothing read).
 
 Rows hold n = 4 * atoms elements (n % 4 == 0, n >= 4); row strides (bytes, multiples of 8) default to contiguous.
 The FlashAttention state starts at m = -inf, l = 0, o = 0 (a row whose scores are all -inf gives NaN).
@@ -26,7 +34,7 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
 - layer norm: mean = sum * f32(1/n); var = sum((x - mean)^2) * f32(1/n) (biased, two passes);
   rstd = 1/sqrt(var + eps); y = f16(f16(f16((x - mean) * rstd) * w) + b).
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
-  passes: one extra rounding).
+  passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
   y = (x * 0.5) * (tanh(t) + 1), every operation rounded to f16.
 - exp / tanh / 1/x / 1/sqrt x are the simulator's correctly rounded instructions (see runtime/semantics.py).
@@ -45,14 +53,26 @@ from ipu.runtime.semantics import exp_f32, recip_f32, rsqrt_f32, tanh_f16
 
 # Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.
 CNT, FIRST = 0, 6
-IN0, IN1, IN2, OUT, ENTRY, ATOMS, ISTRIDE, OSTRIDE, ST0, ST1, ST2, F0, F1 = range(12, 25)
+IN0, IN1, IN2, OUT, ENTRY, ATOMS, ISTRIDE, OSTRIDE, ST0, ST1, ST2, F0, F1, ZATOMS = range(12, 26)
 CONST = 26  # 8-byte aligned: 64-bit constants at CONST, CONST + 2, ...
+K1 = CONST // 2 + 1  # the second 64-bit constant (ld64 index): softmax's tail mask, to_f16's scale pair
 FRAME_WORDS = 34
 
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
 
-OPS = ("gelu", "layernorm", "softmax", "rowsum", "rowmax", "flash_stats", "flash_merge", "flash_final")
+OPS = (
+    "gelu",
+    "layernorm",
+    "softmax",
+    "rowsum",
+    "rowmax",
+    "flash_stats",
+    "flash_merge",
+    "flash_final",
+    "to_f16",
+    "to_f32",
+)
 # Input and output element sizes per row element (bytes).
 ESIZES = {
     "gelu": (2, 2),
@@ -63,6 +83,8 @@ ESIZES = {
     "flash_stats": (2, 2),
     "flash_merge": (4, 2),  # in0 = o (f32, also the output), in1 = pv (f16)
     "flash_final": (4, 2),
+    "to_f16": (4, 2),
+    "to_f32": (2, 4),
 }
 
 
@@ -109,11 +131,15 @@ def _row_end(c: Code) -> None:
 # --- passes over one row (pointer $m3 = row start, running) -------------------------------------------------------
 
 
-def _pass_max(c: Code, tag: str) -> None:
-    """$a6 = $a7 = max of the f16 row at $m1 (as f32). Accumulator $a4:5 starts at -inf (CONST + 0)."""
+def _pass_max(c: Code, tag: str, tail: bool = False) -> None:
+    """$a6 = $a7 = max of the f16 row at $m1 (as f32). Accumulator $a4:5 starts at -inf (CONST + 0).
+    tail: one more atom after the $m4 counted ones, its lanes past the valid length masked to -inf (`_masked`)."""
     c.one("add $m3, $m1, 0")
     c.one(f"ld64 $a4:5, $mvertex_base, $mzero, {CONST // 2}")
     c.rpt("$m4", [_b("ld64step $a0:1, $mzero, $m3+=, 1"), _b("nop", "f16v4max $a4:5, $a4:5, $a0:1")], tag)
+    if tail:
+        _masked(c, "$a2:3")
+        c.bundle("nop", "f16v4max $a4:5, $a4:5, $a0:1")
     c.bundle("nop", "f16v2tof32 $a0:1, $a4")
     c.bundle("nop", "f16v2tof32 $a2:3, $a5")
     c.bundle("nop", "f32v2max $a0:1, $a0:1, $a2:3")
@@ -132,8 +158,17 @@ def _zero_acc(c: Code) -> None:
     c.bundle("nop", "f32v2add $a12:13, $azeros, $azeros")
 
 
-def _pass_exp(c: Code, tag: str) -> None:
-    """e = exp(f32(x) - $a6:7) over the row at $m1, stored as f16 to the row at $m2; sum(e) in $a4 (f32)."""
+def _masked(c: Code, tmp: str) -> None:
+    """$a0:1 = the next atom at $m3 with the lanes past the valid length -inf: min(x, mask), mask (K1) = +inf for
+    valid lanes and -inf for the others."""
+    c.one("ld64step $a0:1, $mzero, $m3+=, 1")
+    c.one(f"ld64 {tmp}, $mvertex_base, $mzero, {K1}")
+    c.bundle("nop", f"f16v4min $a0:1, $a0:1, {tmp}")
+
+
+def _pass_exp(c: Code, tag: str, tail: bool = False) -> None:
+    """e = exp(f32(x) - $a6:7) over the row at $m1, stored as f16 to the row at $m2; sum(e) in $a4 (f32).
+    tail: one more (masked) atom after the $m4 counted ones: its -inf lanes give e = 0."""
     c.one("add $m3, $m1, 0")
     c.one("add $m7, $m2, 0")
     _zero_acc(c)
@@ -154,6 +189,10 @@ def _pass_exp(c: Code, tag: str) -> None:
         _b("st64step $a10:11, $mzero, $m7+=, 1"),
     ]
     c.rpt("$m4", body, tag)
+    if tail:
+        _masked(c, "$a8:9")
+        for main, aux in body[1:]:
+            c.bundle(main, aux)
     _sum_tail(c, "$a4")
 
 
@@ -184,6 +223,12 @@ def _pass_sum(c: Code, tag: str, centered: bool) -> None:
 def _row_kernel(op: str) -> Code:
     c = Code(f"rows_{op}")
     _head(c)
+    if op in ("softmax", "to_f16"):
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
+    if op == "softmax":
+        c.one("add $m8, $m4, 1")
+    if op == "to_f16":
+        c.one(f"ld64 $a6:7, $mvertex_base, $mzero, {K1}")  # the scale, twice
     if op == "flash_stats":
         _state_ptr(c, "$m0", ST0)  # m
         _state_ptr(c, "$m8", ST1)  # l
@@ -204,11 +249,36 @@ def _row_kernel(op: str) -> Code:
             _pass_max(c, "atom0")
         c.one(f"st32 {'$a4' if op == 'rowsum' else '$a6'}, $m2, $mzero, 0")
     elif op == "softmax":
-        _pass_max(c, "atom0")
-        _pass_exp(c, "atom1")
+        # $m4 = whole valid atoms before the masked last one, $m8 = valid atoms, $m0 = zero atoms after them.
+        _pass_max(c, "atom0", tail=True)
+        _pass_exp(c, "atom1", tail=True)
         c.bundle("add $m7, $m2, 0", "f32oox $a6, $a4")
         c.bundle("nop", "f32oox $a7, $a4")
-        _scale_pass(c, "atom2")
+        _scale_pass(c, "atom2", "$m8")
+        _zero_pass(c)
+    elif op == "to_f16":
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m2, 0")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+            _b("ld64step $a2:3, $mzero, $m3+=, 1", "f32v2mul $a0:1, $a0:1, $a6:7"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2tof16 $a4, $a0:1"),
+            _b("nop", "f32v2tof16 $a5, $a2:3"),
+            _b("st64step $a4:5, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
+        _zero_pass(c)
+    elif op == "to_f32":
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m2, 0")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+            _b("nop", "f16v2tof32 $a2:3, $a0"),
+            _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v2tof32 $a4:5, $a1"),
+            _b("st64step $a4:5, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
     elif op == "layernorm":
         _pass_sum(c, "atom0", centered=False)
         c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")  # f32(1/n)
@@ -310,8 +380,14 @@ def _pass_exp_keep(c: Code, tag: str) -> None:
     _sum_tail(c, "$a4")
 
 
-def _scale_pass(c: Code, tag: str) -> None:
-    """y = f16(f32(y) * $a6:7) over the f16 row at $m2 ($m7 = running pointer, reads and writes)."""
+def _zero_pass(c: Code) -> None:
+    """$m0 zero atoms stored from $m7 on (the row's padding)."""
+    c.rpt("$m0", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
+
+
+def _scale_pass(c: Code, tag: str, count: str = "$m4") -> None:
+    """y = f16(f32(y) * $a6:7) over `count` atoms of the f16 row at $m2 ($m7 = running pointer, reads and
+    writes)."""
     c.one("add $m3, $m2, 0")
     body = [
         _b("ld64step $a0:1, $mzero, $m3+=, 1"),
@@ -323,7 +399,7 @@ def _scale_pass(c: Code, tag: str) -> None:
         _b("nop", "f32v2tof16 $a1, $a8:9"),
         _b("st64step $a0:1, $mzero, $m7+=, 1"),
     ]
-    c.rpt("$m4", body, tag)
+    c.rpt(count, body, tag)
 
 
 def _gelu_kernel() -> Code:
@@ -401,21 +477,48 @@ class Rows:
     eps: float = 1e-6
     in_stride: int | None = None
     out_stride: int | None = None
+    valid: int | None = None  # softmax / to_f16: elements read per row (default n); the rest written as zeros
+    scale: float = 1.0  # to_f16
 
     def __post_init__(self):
         if self.op not in OPS:
             raise ValueError(f"unknown row op {self.op!r}")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
+        if self.valid is not None:
+            if self.op not in ("softmax", "to_f16"):
+                raise ValueError(f"{self.op}: a valid length is for softmax and to_f16 only")
+            lo = 1 if self.op == "softmax" else 0
+            if not lo <= self.valid <= self.n or (self.op == "to_f16" and self.valid % 4):
+                raise ValueError(
+                    f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
+                    + (" and a multiple of 4" if self.op == "to_f16" else "")
+                )
         for s in (self.istride, self.ostride if self.op not in ("rowsum", "rowmax") else 8):
             if s % 8:
                 raise ValueError(f"row strides must be multiples of 8 bytes, got {s}")
 
     @property
+    def nvalid(self) -> int:
+        return self.n if self.valid is None else self.valid
+
+    def reps(self) -> dict[str, int]:
+        """Repetitions per row of each counted loop body (tag -> count): the cycle estimate's multipliers."""
+        atoms = self.n // 4
+        if self.op == "softmax":
+            va = -(-self.nvalid // 4)  # atoms holding valid elements; the last one is masked
+            return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
+        if self.op == "to_f16":
+            return {"atom0": self.nvalid // 4, "zero": atoms - self.nvalid // 4}
+        return {"atom0": atoms, "atom1": atoms, "atom2": atoms}
+
+    @property
     def istride(self) -> int:
         if self.op == "gelu":
             return 8
-        return self.in_stride if self.in_stride is not None else self.n * ESIZES[self.op][0]
+        if self.in_stride is not None:
+            return self.in_stride
+        return (self.nvalid if self.op == "to_f16" else self.n) * ESIZES[self.op][0]
 
     @property
     def ostride(self) -> int:
@@ -435,6 +538,8 @@ class Rows:
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, out
         f[ENTRY] = labels[f"rows_{self.op}"]
         f[ATOMS], f[ISTRIDE], f[OSTRIDE] = self.n // 4, self.istride, self.ostride
+        if self.op in ("softmax", "to_f16"):
+            f[ATOMS], f[ZATOMS] = self.reps()["atom0"], self.reps()["zero"]
         f[ST0], f[ST1], f[ST2] = self.st0, self.st1, self.st2
         f[F0] = np.float32(1.0 / self.n).view(np.uint32)
         f[F1] = np.float32(self.eps).view(np.uint32)
@@ -443,7 +548,16 @@ class Rows:
         else:
             consts = [-np.inf, 0, 0, 0]
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
+        if self.op == "softmax":
+            f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
+        if self.op == "to_f16":
+            f[2 * K1 : 2 * K1 + 2] = np.float32(self.scale).view(np.uint32)
         return f
+
+    def tail_mask(self) -> np.ndarray:
+        """softmax: the last valid atom's mask (4 f16): +inf for lanes holding valid elements, -inf past them."""
+        lanes = self.nvalid - 4 * (-(-self.nvalid // 4) - 1)
+        return np.where(np.arange(4) < lanes, np.inf, -np.inf).astype(np.float16)
 
     entry = "rows_sup"
 
@@ -494,15 +608,27 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             half = h * np.float16(0.5)
             th = tanh_f16(t) + np.float16(1.0)
             return {"out": half * th}
-        x = x.reshape(k.rows, k.n)
+        x = x.reshape(k.rows, k.nvalid if k.op == "to_f16" else k.n)
         if k.op == "rowsum":
             return {"out": _acc_sum(x.astype(np.float32))}
         if k.op == "rowmax":
             return {"out": _row_max(x)}
         if k.op == "softmax":
-            e16, s = _exp_rows(x, _row_max(x))
+            va = 4 * -(-k.nvalid // 4)
+            xs = x[:, :va].astype(np.float16)  # a copy
+            xs[:, va - 4 :] = np.minimum(xs[:, va - 4 :], k.tail_mask())
+            e16, s = _exp_rows(xs, _row_max(xs))
             inv = recip_f32(s)
-            return {"out": (e16.astype(np.float32) * inv[:, None]).astype(np.float16)}
+            out = np.zeros((k.rows, k.n), np.float16)
+            out[:, :va] = (e16.astype(np.float32) * inv[:, None]).astype(np.float16)
+            return {"out": out}
+        if k.op == "to_f16":
+            out = np.zeros((k.rows, k.n), np.float16)
+            xv = x.reshape(k.rows, -1)[:, : k.nvalid].astype(np.float32)
+            out[:, : k.nvalid] = (xv * np.float32(k.scale)).astype(np.float16)
+            return {"out": out}
+        if k.op == "to_f32":
+            return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32)}
         if k.op == "layernorm":
             inv_n = np.float32(1.0 / k.n)
             xf = x.astype(np.float32)
@@ -533,8 +659,7 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     cnt = worker_code(k.op).count
     if k.op == "gelu":
         return cnt["head"] + cnt["unit"] * rows + cnt["tail"]
-    atoms = k.n // 4
-    per_row = cnt["row"] + atoms * (cnt["atom0"] + cnt["atom1"] + cnt["atom2"])
+    per_row = cnt["row"] + sum(reps * cnt[tag] for tag, reps in k.reps().items())
     return cnt["head"] + rows * per_row + cnt["tail"]
 
 
