@@ -12,21 +12,31 @@ binding's device element type (f32, f16, or FP8 F143/F152 with a power-of-two sc
 saturating). Row-major blocks use stride 1; AMP micro-panels stored column by column use the row length as stride.
 A parameter binding may name a stacked parameter (`encoder.layers.*.<suffix>`): its host tensor is [L, ...].
 
-File format (version 1): a zip archive (stored, not compressed, so arrays can be memory-mapped) holding
-`manifest.json` and numpy `.npy` arrays under `arrays/`:
+File format (version 2): a zip archive holding `manifest.json` and numpy `.npy` arrays under `arrays/`; each
+array is stored, or deflated when that saves at least a tenth of its bytes (segment tables are mostly zeros):
 
-    manifest.json  {"format": "ipupkg", "version": 1,
+    manifest.json  {"format": "ipupkg", "version": 2,
                     "target": {Target fields},
                     "code": {"base": int, "kernels": {name: [address, is_supervisor]}, "labels": {name: address},
                              "image": "arrays/code.npy"},
                     "entry": str,
-                    "segments": [{"name", "address", "array", "tiles": "arrays/..npy" | null}],
+                    "segments": [{"name", "address", "rows": int, "bytes": int,
+                                  "unique": "arrays/..npy" | null, "index": "arrays/..npy" | null,
+                                  "tiles": "arrays/..npy" | null}],
                     "protected": [[start, end, "what"], ...],
-                    "parameters" | "inputs" | "outputs": [{"name", "shape", "dtype", "scale", "chunks"}],
+                    "parameters" | "inputs" | "outputs" | "debug": [{"name", "shape", "dtype", "scale", "chunks",
+                                                                  ["via", "via_scale"]}],
                     "metadata": {...}}
 
-A segment's array is uint8 [n, bytes]: with `tiles` null, row 0 goes to every tile (n == 1) or row t to tile t
-(n == tiles); with `tiles` an int32 array, row i goes to tile tiles[i].
+A segment's data is uint8 [rows, bytes] (see `Segment`), stored per class of identical rows: `unique` is uint8
+[u, bytes], the distinct rows that are not all zero (null when u == 0); `index` is int32 [rows], row i =
+unique[index[i]], or zeros where index[i] == -1 (null: row i = unique[i], i.e. every row distinct and non-zero).
+With `tiles` null, row 0 goes to every tile (rows == 1) or row t to tile t (rows == tiles); with `tiles` an int32
+array, row i goes to tile tiles[i]. (So the 1472-tile package of a model stores each kernel frame or exchange
+table once per distinct content, not once per tile.)
+
+Version history: 1 = stored arrays, each segment as its whole [rows, bytes] array (not readable any more:
+recompile the model); 2 = segments per class of identical rows, deflated arrays.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import dataclasses
 import io
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +54,8 @@ import numpy as np
 
 from ipu.backend.target import Target
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+DEFLATE_MIN_SAVING = 0.1  # deflate an array when that saves at least this fraction
 
 DEVICE_DTYPES: dict[str, np.dtype] = {
     "f32": np.dtype(np.float32),
@@ -230,13 +242,21 @@ class Package:
         arrays: dict[str, np.ndarray] = {"arrays/code.npy": np.frombuffer(self.code, dtype=np.uint8)}
         segs = []
         for i, s in enumerate(self.segments):
-            key = f"arrays/segments/{i}.npy"
-            arrays[key] = s.data
-            tkey = None
+            unique, index = encode_rows(s.data)
+            key = f"arrays/segments/{i}"
+            entry = {"name": s.name, "address": s.address, "rows": int(s.data.shape[0])}
+            entry["bytes"] = int(s.data.shape[1])
+            entry["unique"] = entry["index"] = entry["tiles"] = None
+            if len(unique):
+                arrays[f"{key}.unique.npy"] = unique
+                entry["unique"] = f"{key}.unique.npy"
+            if index is not None:
+                arrays[f"{key}.index.npy"] = index
+                entry["index"] = f"{key}.index.npy"
             if s.tiles is not None:
-                tkey = f"arrays/segments/{i}.tiles.npy"
-                arrays[tkey] = s.tiles
-            segs.append({"name": s.name, "address": s.address, "array": key, "tiles": tkey})
+                arrays[f"{key}.tiles.npy"] = s.tiles
+                entry["tiles"] = f"{key}.tiles.npy"
+            segs.append(entry)
         manifest = {
             "format": "ipupkg",
             "version": FORMAT_VERSION,
@@ -256,12 +276,16 @@ class Package:
             "metadata": self.metadata,
             "debug": [b.to_json(arrays, "debug") for b in self.debug],
         }
-        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as z:
-            z.writestr("manifest.json", json.dumps(manifest, indent=1))
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("manifest.json", json.dumps(manifest, indent=1), compress_type=zipfile.ZIP_DEFLATED)
             for key, arr in arrays.items():
                 buf = io.BytesIO()
                 np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
-                z.writestr(key, buf.getvalue())
+                raw = buf.getbuffer()
+                # Deflate where it pays (level 1: fast; the tables are mostly zeros and compress 100x).
+                deflate = len(raw) > 512 and len(zlib.compress(raw, 1)) <= (1 - DEFLATE_MIN_SAVING) * len(raw)
+                kind = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
+                z.writestr(key, raw, compress_type=kind, compresslevel=1 if deflate else None)
         return path
 
     @classmethod
@@ -269,17 +293,23 @@ class Package:
         path = Path(path)
         try:
             z = zipfile.ZipFile(path)
-        except (zipfile.BadZipFile, FileNotFoundError) as e:
+        except (zipfile.BadZipFile, FileNotFoundError, IsADirectoryError) as e:
             raise PackageError(f"{path}: not a package ({e})") from None
         with z:
             try:
                 manifest = json.loads(z.read("manifest.json"))
             except KeyError:
                 raise PackageError(f"{path}: no manifest.json: not a package") from None
-            if manifest.get("format") != "ipupkg" or manifest.get("version") != FORMAT_VERSION:
+            except (zipfile.BadZipFile, zlib.error, ValueError) as e:
+                raise PackageError(f"{path}: corrupted manifest.json ({e})") from None
+            if not isinstance(manifest, dict) or manifest.get("format") != "ipupkg":
+                raise PackageError(f"{path}: manifest.json is not an ipupkg manifest")
+            version = manifest.get("version")
+            if version != FORMAT_VERSION:
+                old = isinstance(version, int) and version < FORMAT_VERSION
                 raise PackageError(
-                    f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
-                    f"expected ipupkg version {FORMAT_VERSION}"
+                    f"{path}: ipupkg format version {version!r}, this runtime reads version {FORMAT_VERSION}"
+                    + (": written by an older ipu-vit, recompile the model" if old else "")
                 )
 
             def array(key: str) -> np.ndarray:
@@ -287,32 +317,87 @@ class Package:
                     return np.load(io.BytesIO(z.read(key)), allow_pickle=False)
                 except KeyError:
                     raise PackageError(f"{path}: manifest names {key!r}, which the archive lacks") from None
+                except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError) as e:
+                    raise PackageError(f"{path}: array {key!r} is corrupted ({e})") from None
 
-            code = manifest["code"]
-            pkg = cls(
-                target=Target(
-                    **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["target"].items()}
-                ),
-                code=array(code["image"]).tobytes(),
-                code_base=int(code["base"]),
-                kernels={k: (int(a), bool(s)) for k, (a, s) in code["kernels"].items()},
-                labels={k: int(v) for k, v in code["labels"].items()},
-                entry=manifest["entry"],
-                segments=[
-                    Segment(
-                        s["name"],
-                        int(s["address"]),
-                        array(s["array"]),
-                        array(s["tiles"]) if s["tiles"] else None,
-                    )
-                    for s in manifest["segments"]
-                ],
-                protected=[(int(a), int(b), str(w)) for a, b, w in manifest["protected"]],
-                parameters=[Binding.from_json(b, array) for b in manifest["parameters"]],
-                inputs=[Binding.from_json(b, array) for b in manifest["inputs"]],
-                outputs=[Binding.from_json(b, array) for b in manifest["outputs"]],
-                metadata=manifest.get("metadata", {}),
-                debug=[Binding.from_json(b, array) for b in manifest.get("debug", [])],
-            )
+            try:
+                code = manifest["code"]
+                pkg = cls(
+                    target=Target(
+                        **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["target"].items()}
+                    ),
+                    code=array(code["image"]).tobytes(),
+                    code_base=int(code["base"]),
+                    kernels={k: (int(a), bool(s)) for k, (a, s) in code["kernels"].items()},
+                    labels={k: int(v) for k, v in code["labels"].items()},
+                    entry=manifest["entry"],
+                    segments=[_load_segment(s, array, path) for s in manifest["segments"]],
+                    protected=[(int(a), int(b), str(w)) for a, b, w in manifest["protected"]],
+                    parameters=[Binding.from_json(b, array) for b in manifest["parameters"]],
+                    inputs=[Binding.from_json(b, array) for b in manifest["inputs"]],
+                    outputs=[Binding.from_json(b, array) for b in manifest["outputs"]],
+                    metadata=manifest.get("metadata", {}),
+                    debug=[Binding.from_json(b, array) for b in manifest.get("debug", [])],
+                )
+            except (KeyError, TypeError) as e:
+                raise PackageError(f"{path}: malformed manifest ({type(e).__name__}: {e})") from None
         pkg.validate()
         return pkg
+
+
+def encode_rows(data: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """uint8 [rows, bytes] -> (unique [u, bytes]: the distinct rows that are not all zero, index int32 [rows]:
+    row i = unique[index[i]], -1 for a zero row; None when that is the identity). See the module docstring."""
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    n, nbytes = data.shape
+    nonzero = data.any(axis=1) if nbytes else np.zeros(n, bool)
+    index = np.full(n, -1, np.int32)
+    if nonzero.all() and n <= 1:
+        return data, None
+    rows = data[nonzero]
+    if len(rows) > 1:
+        # Rows as opaque byte strings: np.unique sorts them (memcmp) and gives each row its class.
+        keys = rows.view(np.dtype((np.void, nbytes))).reshape(-1)
+        ukeys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        # Classes numbered by first appearance (a stable, content-independent order of the stored rows).
+        rank = np.empty(len(ukeys), np.int32)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(ukeys), dtype=np.int32)
+        index[nonzero] = rank[inverse.reshape(-1)]
+        unique = rows[np.sort(first)]
+    else:
+        index[nonzero] = 0
+        unique = rows
+    if len(unique) == n:
+        return unique, None
+    return unique, index
+
+
+def decode_rows(unique: np.ndarray, index: np.ndarray | None, rows: int, nbytes: int) -> np.ndarray:
+    """The inverse of `encode_rows`: uint8 [rows, bytes] (one gather)."""
+    if index is None:
+        if unique.shape != (rows, nbytes):
+            raise PackageError(
+                f"{unique.shape[0]} stored rows of {unique.shape[1]} B for {rows} x {nbytes} B"
+            )
+        return np.ascontiguousarray(unique, dtype=np.uint8)
+    if index.shape != (rows,) or unique.ndim != 2 or unique.shape[1] != nbytes:
+        raise PackageError(
+            f"row index {index.shape} / stored rows {unique.shape} do not make {rows} x {nbytes} B"
+        )
+    if len(index) and (index.max() >= len(unique) or index.min() < -1):
+        raise PackageError(f"row index names rows outside the {len(unique)} stored ones")
+    table = np.concatenate([np.asarray(unique, np.uint8), np.zeros((1, nbytes), np.uint8)])
+    return table[index]  # -1: the zero row appended last
+
+
+def _load_segment(s: dict, array, path: Path) -> Segment:
+    rows, nbytes = int(s["rows"]), int(s["bytes"])
+    unique = array(s["unique"]) if s["unique"] else np.zeros((0, nbytes), np.uint8)
+    index = array(s["index"]) if s["index"] else None
+    if unique.dtype != np.uint8 or (index is not None and index.dtype.kind != "i"):
+        raise PackageError(f"{path}: segment {s['name']!r}: stored rows {unique.dtype} / index of wrong type")
+    try:
+        data = decode_rows(unique, index, rows, nbytes)
+    except PackageError as e:
+        raise PackageError(f"{path}: segment {s['name']!r}: {e}") from None
+    return Segment(s["name"], int(s["address"]), data, array(s["tiles"]) if s["tiles"] else None)
