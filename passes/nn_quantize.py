@@ -27,6 +27,9 @@ Options:
       precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
       embedding, the attention q/k projections and the MAP head in F16: FP8's 3 mantissa bits there cost the
       most accuracy (BENCHMARKS.md, "FP8 precision policy").
+  attention_f16 (default false): also casts the f32 query, key and value operands of every `nn.attention` to f16
+      (the attention's GEMMs run on the F16 AMP anyway): keys and values then travel and sit on the attention's
+      tiles at half the bytes.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ class NNQuantizeWeightsPass(ModulePass):
     scale: int = -4
     activations: str = "f16"
     keep_f16: tuple[str, ...] = ()
+    attention_f16: bool = False
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built, so `ipu-opt` reports it as one line naming the option.
@@ -111,3 +115,11 @@ class NNQuantizeWeightsPass(ModulePass):
                 x16 = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
                 block.insert_op_before(x16, linear)
                 linear.operands[0] = x16.result
+        if self.attention_f16:
+            for att in [o for o in op.walk() if isinstance(o, nn.AttentionOp)]:
+                for i in range(3):
+                    t = att.operands[i].type
+                    if isinstance(t, TensorType) and isinstance(t.element_type, Float32Type):
+                        x16 = nn.CastOp(att.operands[i], TensorType(f16, t.get_shape()))
+                        att.parent_block().insert_op_before(x16, att)
+                        att.operands[i] = x16.result

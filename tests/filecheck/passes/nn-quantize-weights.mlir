@@ -85,3 +85,24 @@ func.func @repeat_body() {
 // TWICE-LABEL: func.func @repeat_body()
 // TWICE-COUNT-1: {scale = -4 : i64}
 // TWICE-NOT:     {scale = -4 : i64}
+
+// -----
+
+// attention_f16: the f32 query, key and value of nn.attention are cast to f16; without it they stay f32.
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{attention_f16=true})' | filecheck %s --check-prefix=ATT
+func.func @attention() {
+  %q = nn.input "q" : tensor<4x8xf32>
+  %k = nn.input "k" : tensor<6x8xf32>
+  %v = nn.input "v" : tensor<6x8xf32>
+  %o = nn.attention %q, %k, %v heads=2 scale=0.5 : tensor<4x8xf32>, tensor<6x8xf32>, tensor<6x8xf32> -> tensor<4x8xf32>
+  nn.output "o" %o : tensor<4x8xf32>
+  func.return
+}
+// ATT-LABEL: func.func @attention()
+// ATT:         %[[Q:[^ ]+]] = nn.cast %q : tensor<4x8xf32> -> tensor<4x8xf16>
+// ATT-NEXT:    %[[K:[^ ]+]] = nn.cast %k : tensor<6x8xf32> -> tensor<6x8xf16>
+// ATT-NEXT:    %[[V:[^ ]+]] = nn.cast %v : tensor<6x8xf32> -> tensor<6x8xf16>
+// ATT-NEXT:    %o = nn.attention %[[Q]], %[[K]], %[[V]]
+// CHECK-LABEL: func.func @attention()
+// CHECK-NOT:     nn.cast
+// CHECK:         %o = nn.attention %q, %k, %v
