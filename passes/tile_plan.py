@@ -22,7 +22,9 @@ For each operator, in program order:
   tile (`#tile.single`). Correct, not fast; none of these is in the encoder's hot path.
 
 Parameters and inputs get the layout their first consumer asks for, without replication (a parameter's resident
-home: for a replicated operand layout, block b stays on replica b mod R, spreading weights over the grid);
+home, `home_of`: for a replicated operand layout, each block is split along its first dimension into up to R
+pieces, one per replica tile, so every tile of a GEMM grid keeps a distinct share of the weights and the exchange
+broadcasts the pieces into the operand layout);
 wherever a producer's layout differs from what a consumer needs, a `tile.relayout` is inserted right before the
 consumer (one per value and layout per block). `nn.repeat` becomes `tile.repeat`: the body is planned once;
 carried values keep the layout they enter with, stacked parameters get their slice's home with `stack = count`.
@@ -122,7 +124,42 @@ def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.La
 
 
 def home_of(layout: tl.LayoutAttr) -> tl.LayoutAttr:
-    """A resident home for a replicated layout: block b on replica b mod R (spreads data over the grid)."""
+    """A resident home for a replicated layout (parameters, host-folded casts, inputs): every block is split
+    along its first dimension into (up to R) pieces, one per replica tile, so that each tile of a GEMM grid holds
+    a distinct share of the operand and the exchange broadcasts the pieces to the block's replicas. The piece
+    height is ceil(block0 / R), rounded up to a divisor of block0 when one is near (pieces then never straddle two
+    blocks; a straddling piece is still a valid layout: it is exchanged to both blocks' tiles). Piece i of block
+    b goes to replica (i + b) mod R, so the shares of different blocks (and different GEMMs on the same grid) do
+    not all start on replica 0. The result is a dense-table layout with one replica per block."""
+    r = layout.replicas.data
+    if r == 1:
+        return layout
+    shape, block = layout.shape_, layout.block_
+    b0 = block[0]
+    p = -(-b0 // r)
+    for q in range(p, min(b0, 2 * p) + 1):
+        if b0 % q == 0:
+            p = q
+            break
+    t = layout.table()
+    grid = layout.grid
+    rest = math.prod(grid[1:])
+    h0 = -(-shape[0] // p)
+    j0 = np.arange(h0)
+    i0 = j0 * p // b0  # the original block row holding each piece's first row
+    piece = j0 - (i0 * b0 + p - 1) // p  # pieces that start earlier inside the same block row
+    orig = (i0[:, None] * rest + np.arange(rest)[None, :]).reshape(-1)  # original flat block per new block
+    pc = np.repeat(piece, rest)
+    tiles = t[orig, (pc + orig) % r][:, None]
+    return tl.LayoutAttr(
+        shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
+        layout.scale.data,
+    )  # fmt: skip
+
+
+def one_replica(layout: tl.LayoutAttr) -> tl.LayoutAttr:
+    """One copy of a replicated layout: block b on replica b mod R (the result layout of a map op whose first
+    operand is replicated)."""
     if layout.replicas.data == 1:
         return layout
     t = layout.table()
@@ -476,7 +513,7 @@ class _Planner:
         have = tl.layout_of(x)
         rows = isinstance(op, nn.LayerNormOp | nn.SoftmaxOp)
         if have is not None and have.stack.data == 0:
-            have = home_of(have)
+            have = one_replica(have)
             if not rows or have.block_[-1] == shape[-1]:
                 return with_dtype(have, dtype)
         return spread_rows(shape, dtype, self.target.num_tiles)
