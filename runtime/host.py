@@ -4,6 +4,12 @@
     session.upload_parameters(weights)                    # once; parameters stay resident
     result = session.run({"pixel_values": x})             # as often as needed
     result.outputs["pooler_output"], result.cycles
+    result = session.run({"pixel_values": x}, profile=True)   # also records the profile trace (result.trace)
+
+`profile=True` records every tile's clock at the package's profile sites (`metadata["profile_sites"]`, one per
+kernel call site, exchange routine call and sync of `main`, see `ipu.backend.lower.sites`) and at every internal
+sync: `result.trace` (a `simulator.Trace`); `ipu.runtime.reports.profile_sim.profile_from_run(package, result)`
+turns it into profile.json. Off by default: the simulator then does no recording at all.
 
 The device is this project's instruction-level simulator (`ipu.runtime.simulator.Simulator`); a hardware loader
 would implement the same three steps (load the image, write bindings, run the entry) behind this class.
@@ -18,13 +24,14 @@ import numpy as np
 
 from ipu.backend.encoding import decode_program
 from ipu.runtime.package import Binding, Package, PackageError, from_device, to_device
-from ipu.runtime.simulator import RunResult, Simulator
+from ipu.runtime.simulator import Recorder, RunResult, Simulator, Trace
 
 
 @dataclass
 class InferenceResult:
     outputs: dict[str, np.ndarray]
     run: RunResult
+    trace: Trace | None = None  # with run(..., profile=True)
 
     @property
     def cycles(self) -> int:
@@ -98,16 +105,28 @@ class Session:
             self._scatter(b, np.asarray(host))
         self.parameters_uploaded = True
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> InferenceResult:
+    def run(self, inputs: Mapping[str, np.ndarray], profile: bool = False) -> InferenceResult:
         if self.package.parameters and not self.parameters_uploaded:
             raise PackageError("run before upload_parameters: the package has parameters")
         for b in self.package.inputs:
             if b.name not in inputs:
                 raise PackageError(f"input {b.name!r} (shape {list(b.shape)}) is missing")
             self._scatter(b, np.asarray(inputs[b.name]))
-        result = self.device.run(self.package.labels[self.package.entry])
+        trace = None
+        if profile:
+            sites = self.package.metadata.get("profile_sites")
+            if sites is None:
+                raise PackageError("profile: the package names no profile sites (metadata['profile_sites'])")
+            self.device.recorder = Recorder(self.target.num_tiles, [s["pc"] for s in sites])
+            try:
+                result = self.device.run(self.package.labels[self.package.entry])
+                trace = self.device.recorder.trace()
+            finally:
+                self.device.recorder = None
+        else:
+            result = self.device.run(self.package.labels[self.package.entry])
         self.inferences += 1
-        return InferenceResult({b.name: self._gather(b) for b in self.package.outputs}, result)
+        return InferenceResult({b.name: self._gather(b) for b in self.package.outputs}, result, trace)
 
     def read(self, binding: Binding) -> np.ndarray:
         """Reads any binding (e.g. an intermediate tensor's) from the device as float32."""

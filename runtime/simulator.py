@@ -37,6 +37,12 @@ Use:
     result = sim.run("main")                                # supervisors start at `main` with $lr = 0
     result.tile_cycles, result.context_cycles, result.instructions
     sim.read(0x61000, nbytes, np.float16)                   # [tiles, n]
+
+Profiling (off unless asked; per site and per sync, never per instruction): `sim.recorder = Recorder(T, pcs)`
+records every tile's supervisor clock at the run's start, whenever its supervisor reaches one of the code addresses
+`pcs` (checked only for supervisor groups: one set lookup per supervisor step), when it executes an internal sync
+(arrival) and when the sync releases it, and at the run's end; `recorder.trace()` returns the events.
+`ipu.runtime.host.Session.run(..., profile=True)` sets it up from the package's profile sites.
 """
 
 from __future__ import annotations
@@ -90,6 +96,63 @@ class Group:
         if len(i) and int(i[-1]) - int(i[0]) + 1 == len(i):
             return slice(int(i[0]), int(i[-1]) + 1)
         return i
+
+
+class Recorder:
+    """Per-tile clocks at marked supervisor PCs and internal syncs (see the module docstring). Events are kept
+    per tile in order: `clock` [events, tiles] int64, `pc` and `kind` alike (START, PROBE, ARRIVE, RELEASE, END).
+    Every tile of a BSP program passes the same marks in the same order, so `trace()` checks that and returns one
+    event sequence with a clock per tile."""
+
+    START, PROBE, ARRIVE, RELEASE, END = 0, 1, 2, 3, 4
+
+    def __init__(self, tiles: int, pcs):
+        self.pcs = frozenset(int(p) for p in pcs)
+        self.T = tiles
+        self.cap = 256
+        self.clock = np.zeros((self.cap, tiles), np.int64)
+        self.pc = np.zeros((self.cap, tiles), np.int64)
+        self.kind = np.zeros((self.cap, tiles), np.int8)
+        self.n = np.zeros(tiles, np.int64)
+
+    def reset(self) -> None:
+        self.n[:] = 0
+
+    def mark(self, tiles: np.ndarray, pc, kind: int, clocks: np.ndarray) -> None:
+        k = self.n[tiles]
+        if len(k) and int(k.max()) >= self.cap:
+            grow = self.cap
+            self.clock = np.concatenate([self.clock, np.zeros((grow, self.T), np.int64)])
+            self.pc = np.concatenate([self.pc, np.zeros((grow, self.T), np.int64)])
+            self.kind = np.concatenate([self.kind, np.zeros((grow, self.T), np.int8)])
+            self.cap += grow
+        self.clock[k, tiles] = clocks
+        self.pc[k, tiles] = pc
+        self.kind[k, tiles] = kind
+        self.n[tiles] += 1
+
+    def trace(self) -> Trace:
+        """The recorded events of the last run as one sequence (SimError if tiles passed different marks)."""
+        n = int(self.n[0]) if self.T else 0
+        if (self.n != n).any():
+            raise SimError(
+                "profile", f"tiles recorded different numbers of events ({self.n.min()}..{self.n.max()})"
+            )
+        pc, kind = self.pc[:n], self.kind[:n]
+        if (pc != pc[:, :1]).any() or (kind != kind[:, :1]).any():
+            e = int(np.nonzero(((pc != pc[:, :1]) | (kind != kind[:, :1])).any(axis=1))[0][0])
+            raise SimError("profile", f"tiles passed different profile marks at event {e}")
+        return Trace(self.clock[:n].copy(), pc[:, 0].copy(), kind[:, 0].copy())
+
+
+@dataclass
+class Trace:
+    """Profile events of one run: `clock` [events, tiles] (supervisor clocks, tile cycles), `pc` and `kind`
+    [events] (Recorder.START ... END; `pc` is the marked PC or the sync's PC, -1 for START/END)."""
+
+    clock: np.ndarray
+    pc: np.ndarray
+    kind: np.ndarray
 
 
 @dataclass
@@ -174,6 +237,7 @@ class Simulator:
         self._defer: list | None = None
         self.exchange_log: list = []  # pending sends until the next internal sync
         self.rounds = 0
+        self.recorder: Recorder | None = None  # profiling (off unless set; see the module docstring)
 
     # ------------------------------------------------------------------------------------------------------------
     # Context helpers
@@ -357,6 +421,10 @@ class Simulator:
         start_rounds = self.rounds
         self._run_start = self.cycles.copy()
         self._run_start_issued = self.issued.copy()
+        rec = self.recorder
+        if rec is not None:
+            rec.reset()
+            rec.mark(sup - self.NW, -1, Recorder.START, self.cycles[sup])
         while True:
             if not self._groups:
                 self._release_syncs(force_check=True)
@@ -383,6 +451,8 @@ class Simulator:
                 tile=int(self.ctx_tile[ctx]),
                 context="supervisor",
             )
+        if rec is not None:
+            rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
         return self.result()
 
     def result(self) -> RunResult:
@@ -423,6 +493,9 @@ class Simulator:
                 self.fail("fetch", "instruction fetch outside region 0 (the only executable region)", g, None)
             self.fail("fetch", "instruction fetch from an address that holds no instruction", g, None)
         u, handlers, wcost, scost, executable = unit
+        rec = self.recorder
+        if rec is not None and g.supervisor and g.pc in rec.pcs:
+            rec.mark(g.idx - self.NW, g.pc, Recorder.PROBE, self.cycles[g.idx])
         if not executable:
             self.fail("fetch", "instruction fetch outside region 0 (the only executable region)", g, None)
         sel = g.sel
@@ -483,6 +556,8 @@ class Simulator:
                 self._waiting[int(c)] = result[1]
             if result[1] == 3:
                 self._n_internal += len(g.idx)
+                if rec is not None:
+                    rec.mark(g.idx - self.NW, g.pc, Recorder.ARRIVE, self.cycles[g.idx])
         else:  # pragma: no cover
             raise AssertionError(kind)
 
@@ -526,6 +601,8 @@ class Simulator:
                 return
             rel = np.array(sorted(internal), dtype=np.int64)
             self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
+            if self.recorder is not None:
+                self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
             semantics.deliver_exchange(self, rel - self.NW)
             for c in internal:
                 del self._waiting[c]

@@ -16,7 +16,13 @@ way. `--reference-only` skips the device and compares the device-precision refer
 `ipu.backend.lower.debug`) reads every kept nn op result back from the device and prints, per op in program order,
 rel-L2 and cosine against the device-precision reference (the backend's correctness) and against fp32 (the effect
 of quantization), then names the first op whose rel-L2 against the device-precision reference exceeds
-`--threshold`.
+`--threshold`. It compiles the layers unrolled (no `tile.repeat` loop: one kept copy per op and layer), so the
+package, its code size and its cycles differ from the default looped build.
+
+`--profile DIR` records the first inference on the simulator (every tile's clock at each kernel call site,
+exchange routine call and internal sync; `Session.run(..., profile=True)`) and writes `DIR/profile.json` and the
+self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and per-operator tables, busiest tiles,
+the layer loop's first iteration in detail and the rest summed.
 """
 
 from __future__ import annotations
@@ -145,10 +151,13 @@ def run_package(args, pkg=None) -> int:
         f"in {time.perf_counter() - t0:.2f} s"
     )
     previous = None
+    profile_dir = getattr(args, "profile", None)
     for i in range(args.inferences):
         t0 = time.perf_counter()
-        result = session.run({"pixel_values": x})
+        result = session.run({"pixel_values": x}, profile=bool(profile_dir) and i == 0)
         wall = time.perf_counter() - t0
+        if result.trace is not None:
+            write_profile(pkg, result, profile_dir)
         ms = result.cycles / pkg.target.clock_hz * 1e3
         same = ""
         if previous is not None:
@@ -173,6 +182,20 @@ def run_package(args, pkg=None) -> int:
                 return _error("--per-op: the package keeps no debug values (compile with --model --per-op)")
             print_per_op(per_op(session, pkg, cfg, params, x), args.threshold)
     return 0
+
+
+def write_profile(pkg, result, out_dir) -> None:
+    """profile.json + profile.html of one profiled inference into out_dir; prints where and a one-line summary."""
+    from ipu.runtime.reports.profile import write_profile_report
+    from ipu.runtime.reports.profile_sim import profile_from_run
+
+    doc = profile_from_run(pkg, result)
+    jpath, hpath = write_profile_report(doc, out_dir)
+    t = doc["totals"]
+    print(
+        f"profile of inference 1: {doc['total_cycles']} cycles (compute {t['compute']}, exchange {t['exchange']}, "
+        f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}"
+    )
 
 
 def compile_and_run(args) -> int:
@@ -269,10 +292,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--per-op",
         action="store_true",
-        help="with --compare-reference: per nn op rel-L2/cosine (keeps every op result on the device)",
+        help="with --compare-reference: per nn op rel-L2/cosine (keeps every op result on the device; --model "
+        "then compiles the layers unrolled, without the tile.repeat loop)",
     )
     p.add_argument(
         "--threshold", type=float, default=0.02, help="--per-op: rel-L2 that counts as a divergence"
+    )
+    p.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="record the first inference on the simulator and write DIR/profile.json and DIR/profile.html",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)
@@ -282,11 +311,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--inferences must be at least 1")
     if args.per_op and not args.compare_reference:
         p.error("--per-op needs --compare-reference")
+    if args.profile and args.reference_only:
+        p.error("--profile needs a device run (not --reference-only)")
     try:
         if args.package:
             return run_package(args)
         return run_reference_only(args) if args.reference_only else compile_and_run(args)
-    except (CheckpointError, PackageError, SimError, LoweringError, ValueError, FileNotFoundError) as e:
+    except (CheckpointError, PackageError, SimError, LoweringError, ValueError, OSError) as e:
         return _error(str(e))
 
 

@@ -45,6 +45,9 @@ class Step:
     repeat: int | None = None
     superstep: int = 0
     extra: dict = field(default_factory=dict)
+    # A measured repeat-rest step: {"walls": {kind: cycles}, "tiles": {kind: [tiles]}, "kernels": {name: [calls,
+    # cycles]}} (the estimate scales the first iteration instead). Not written to the JSON as such.
+    parts: dict | None = None
 
 
 def _compute_tile_cycles(op: Operation, cycles: int, tiles: int) -> np.ndarray:
@@ -173,9 +176,16 @@ def _wall(s: Step) -> int:
 
 
 def profile_document(
-    steps: list[Step], repeats: list[dict], tiles: int, source: str, function: str = ""
+    steps: list[Step],
+    repeats: list[dict],
+    tiles: int,
+    source: str,
+    function: str = "",
+    extra: dict | None = None,
 ) -> dict:
-    """The profile.json document from steps (any source): steps, repeats, totals, kernels, busiest tiles."""
+    """The profile.json document from steps (any source): steps, repeats, totals, kernels, busiest tiles. A
+    repeat-rest step with `parts` (measured) contributes its own breakdown; without, the first iteration's steps
+    scaled by the iterations. `extra` (e.g. a simulator run's `supersteps`, `ops`, `run`) is added as it is."""
     total = {k: 0 for k in KINDS}
     busy = np.zeros(tiles, np.int64)
     by_kind = {k: np.zeros(tiles, np.int64) for k in ("compute", "exchange")}
@@ -218,6 +228,19 @@ def profile_document(
         n = steps[rest].extra["iterations"]
         body = steps[r["first_step"] : r["last_step"] + 1]
         total["repeat-rest"] -= _wall(steps[rest])
+        parts = steps[rest].parts
+        if parts is not None:  # measured
+            for kind, wall in parts["walls"].items():
+                total[kind] += wall
+            for kind, tc in parts["tiles"].items():
+                if kind in by_kind:
+                    by_kind[kind] += np.asarray(tc, np.int64)
+                    busy += np.asarray(tc, np.int64)
+            for name, (calls, cycles) in parts["kernels"].items():
+                k = kernels.setdefault(name, {"name": name, "calls": 0, "cycles": 0})
+                k["calls"] += calls
+                k["cycles"] += cycles
+            continue
         for s in body:
             total[s.kind] += _wall(s) * n
             if s.kind in by_kind:
@@ -228,7 +251,7 @@ def profile_document(
                 kernels[s.name]["cycles"] += _wall(s) * n
     del total["repeat-rest"]
     order = np.argsort(-busy, kind="stable")[:32]
-    return {
+    doc = {
         "format": "ipu-profile",
         "version": FORMAT_VERSION,
         "source": source,
@@ -251,6 +274,9 @@ def profile_document(
         "tile_busy": busy.astype(int).tolist(),
         "steps": out_steps,
     }
+    if extra:
+        doc.update(extra)
+    return doc
 
 
 def profile_html(doc: dict) -> str:

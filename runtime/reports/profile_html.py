@@ -1,8 +1,9 @@
 """The profile.html viewer (inline CSS/JS; `profile.profile_html` embeds the JSON at __DATA__).
 
-A timeline of steps (compute / exchange / sync, a Repeat loop's first iteration in detail and the rest summed),
-a per-tile view on the same cycle axis (one row per tile; only the rows and steps in view are drawn), the
-per-kernel table, the busiest tiles and a virtualised step list. `window.profileReport.state()` exposes the view
+A timeline of steps (compute / exchange / sync, a Repeat loop's first iteration in detail and the rest summed)
+with a superstep lane when the profile has `supersteps` (simulator runs), a per-tile view on the same cycle axis
+(one row per tile; only the rows and steps in view are drawn), the per-kernel table, the per-operator table (when
+the profile has `ops`), the busiest tiles and a virtualised step list. `window.profileReport.state()` exposes the view
 for the browser tests.
 """
 
@@ -46,12 +47,13 @@ TEMPLATE = r"""<!DOCTYPE html>
  </div>
  <div id="status"></div>
 </header>
-<div id="top"><div id="range"></div><canvas id="timeline" height="74"></canvas></div>
+<div id="top"><div id="range"></div><canvas id="timeline" height="92"></canvas></div>
 <div id="mid">
  <div id="tilebox"><h2>Per tile (rows: tiles; cell shade: the tile's share of the step's cycles)</h2>
   <div id="scroller"><canvas id="tiles"></canvas><div id="spacer"></div></div></div>
  <div id="side">
   <div><h2>Kernels</h2><table id="kernels"></table></div>
+  <div id="opsbox" style="display:none"><h2>Operators</h2><table id="ops"></table></div>
   <div><h2>Busiest tiles</h2><table id="busiest"></table></div>
   <div><h2>Steps</h2><div id="steplist"><div id="stepspacer"></div></div></div>
  </div>
@@ -61,7 +63,8 @@ TEMPLATE = r"""<!DOCTYPE html>
 <script>
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
-const T = D.tiles, ST = D.steps, TOTAL = Math.max(1, D.total_cycles);
+const T = D.tiles, ST = D.steps, TOTAL = Math.max(1, D.total_cycles), SS = D.supersteps || [];
+const TLH = SS.length ? 92 : 74;
 const COLORS = {compute: "#3c9a4a", exchange: "#c8413b", sync: "#d4a017", "repeat-rest": "#6c7fa8"};
 const GUTTER = 64, ROW = 6;
 const $ = id => document.getElementById(id);
@@ -69,16 +72,19 @@ const S = {lo: 0, hi: TOTAL, zoom: [], drag: null, flashTile: -1, selStep: -1};
 const tl = $("timeline"), tiles = $("tiles"), scroller = $("scroller"), tip = $("tip");
 const dpr = window.devicePixelRatio || 1;
 const starts = Float64Array.from(ST.map(s => s.start)), ends = Float64Array.from(ST.map(s => s.start + s.cycles));
+const ssStarts = Float64Array.from(SS.map(s => s.start)), ssEnds = Float64Array.from(SS.map(s => s.start + s.cycles));
 const pct = (x, t) => (100 * x / Math.max(1, t)).toFixed(1) + "%";
 function sizeCanvas(cv, w, h) { cv.width = w * dpr; cv.height = h * dpr; cv.style.width = w + "px"; cv.style.height = h + "px"; }
 function width() { return scroller.clientWidth; }
 function xOf(c) { return GUTTER + (c - S.lo) / (S.hi - S.lo) * (width() - GUTTER); }
 function cycOf(x) { return S.lo + (x - GUTTER) / (width() - GUTTER) * (S.hi - S.lo); }
 function firstVisible() { let lo = 0, hi = ST.length; while (lo < hi) { const m = (lo + hi) >> 1; if (ends[m] <= S.lo) lo = m + 1; else hi = m; } return lo; }
+function ssAt(c) { let lo = 0, hi = SS.length - 1; while (lo < hi) { const m = (lo + hi + 1) >> 1; if (ssStarts[m] <= c) lo = m; else hi = m - 1; } return SS.length && ssStarts[lo] <= c && c < ssEnds[lo] ? lo : -1; }
+function ssFirstVisible() { let lo = 0, hi = SS.length; while (lo < hi) { const m = (lo + hi) >> 1; if (ssEnds[m] <= S.lo) lo = m + 1; else hi = m; } return lo; }
 function stepAt(c) { let lo = 0, hi = ST.length - 1; while (lo < hi) { const m = (lo + hi + 1) >> 1; if (starts[m] <= c) lo = m; else hi = m - 1; } return ST.length && starts[lo] <= c && c < ends[lo] ? lo : -1; }
 
 function drawTimeline() {
-  const w = width(), h = 74; sizeCanvas(tl, w, h);
+  const w = width(), h = TLH; sizeCanvas(tl, w, h);
   const g = tl.getContext("2d"); g.setTransform(dpr, 0, 0, dpr, 0, 0);
   g.fillStyle = "#fff"; g.fillRect(0, 0, w, h); g.font = "11px monospace"; g.textBaseline = "middle";
   // Ruler (cycles).
@@ -105,6 +111,14 @@ function drawTimeline() {
     g.fillStyle = COLORS[s.kind] || "#888"; g.fillRect(x0, 38, Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0)), 30);
     if (i === S.selStep) { g.strokeStyle = "#000"; g.lineWidth = 2; g.strokeRect(x0 + 1, 39, Math.max(2, x1 - x0 - 2), 28); g.lineWidth = 1; }
     if (x1 - x0 > 46) { g.save(); g.beginPath(); g.rect(x0, 38, x1 - x0, 30); g.clip(); g.fillStyle = "#fff"; g.fillText(s.kind === "compute" ? s.name.replace(/^nn\./, "") : s.kind, x0 + 3, 53); g.restore(); }
+  }
+  // Supersteps (simulator runs): alternating bands, the summed rest of a loop in the repeat colour.
+  if (SS.length) {
+    g.fillStyle = "#555"; g.fillText("superstep", 4, 80);
+    for (let i = ssFirstVisible(); i < SS.length && ssStarts[i] < S.hi; i++) {
+      const s = SS[i], x0 = Math.max(GUTTER, xOf(s.start)), x1 = Math.min(w, xOf(s.start + s.cycles));
+      g.fillStyle = s.kind === "repeat-rest" ? "#c7cfe6" : (s.index % 2 ? "#9aa3ad" : "#c9d0d6"); g.fillRect(x0, 73, Math.max(1, x1 - x0), 14);
+    }
   }
   if (S.drag) { const a = Math.min(S.drag.x0, S.drag.x1), b = Math.max(S.drag.x0, S.drag.x1); g.fillStyle = "rgba(40,90,200,.18)"; g.fillRect(a, 0, b - a, h); }
   $("range").textContent = "cycles " + Math.round(S.lo) + " \u2013 " + Math.round(S.hi) + " of " + D.total_cycles + (S.zoom.length ? " (zoom depth " + S.zoom.length + ")" : "");
@@ -146,9 +160,15 @@ function stepText(i) {
   for (let t = 0; t < tc.length; t++) { if (tc[t] > mx) { mx = tc[t]; at = t; } if (tc[t] > 0) { sum += tc[t]; n++; } }
   const lines = ["step " + i + " (superstep " + s.superstep + "): " + s.kind, s.label, "cycles " + s.cycles + " from " + s.start + " (" + pct(s.cycles, TOTAL) + " of the program)",
     "active tiles " + s.active_tiles + " of " + T + ", busiest tile " + at + " (" + mx + "), mean active " + (n ? Math.round(sum / n) : 0)];
+  if (s.op !== undefined) lines.push("operator " + s.op + ", kernel " + s.kernel);
+  if (s.by_kind !== undefined) lines.push("measured: compute " + s.by_kind.compute + ", exchange " + s.by_kind.exchange + ", sync " + s.by_kind.sync);
   if (s.bytes !== undefined) lines.push("transfers " + s.transfers + ", " + s.bytes + " B" + (s.max_row_bytes !== undefined ? ", max table " + s.max_row_bytes + " B/tile" : ""));
   if (s.repeat !== null && s.repeat !== undefined) lines.push(s.kind === "repeat-rest" ? s.iterations + " iterations summed" : "in " + D.repeats[s.repeat].label + ", iteration 1");
   return lines.join("\n");
+}
+function ssText(j) {
+  const s = SS[j], head = s.kind === "repeat-rest" ? s.supersteps + " supersteps of iterations 2.. of " + D.repeats[s.repeat].label + " (summed)" : "superstep " + s.index;
+  return [head, "cycles " + s.cycles + " from " + s.start + " (" + pct(s.cycles, TOTAL) + ")", "compute " + s.compute + ", exchange " + s.exchange + ", sync " + s.sync, "steps " + s.first_step + ".." + s.last_step].join("\n");
 }
 function showTip(text, ev) { tip.textContent = text; tip.style.display = "block"; tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - tip.offsetWidth - 4) + "px"; tip.style.top = Math.min(ev.clientY + 14, window.innerHeight - tip.offsetHeight - 4) + "px"; }
 function hideTip() { tip.style.display = "none"; }
@@ -168,6 +188,7 @@ window.addEventListener("mouseup", ev => {
 window.addEventListener("keydown", ev => { if (ev.key === "Escape" && S.drag) { S.drag = null; status("drag cancelled"); redraw(); } });
 tl.addEventListener("mousemove", ev => {
   if (S.drag) return; const x = lx(ev, tl); if (x < GUTTER) return hideTip();
+  if (SS.length && ev.clientY - tl.getBoundingClientRect().top >= 72) { const j = ssAt(cycOf(x)); return j >= 0 ? showTip(ssText(j), ev) : hideTip(); }
   const i = stepAt(cycOf(x)); if (i >= 0) showTip(stepText(i), ev); else hideTip();
 });
 tiles.addEventListener("mousemove", ev => {
@@ -187,7 +208,7 @@ $("undo").onclick = undoZoom; $("reset").onclick = reset;
 // Tables and the virtualised step list.
 (function tables() {
   const t = D.totals, all = t.compute + t.exchange + t.sync;
-  $("summary").textContent = "source: " + D.source + (D.source === "estimate" ? " (exchange-level estimates, not measured)" : "") + "; " + D.total_cycles +
+  $("summary").textContent = "source: " + D.source + (D.source === "estimate" ? " (exchange-level estimates, not measured)" : D.source === "simulator" ? " (measured on the instruction-level simulator, " + (D.run ? D.run.internal_syncs + " internal syncs" : "") + ")" : "") + "; " + D.total_cycles +
     " cycles: compute " + t.compute + " (" + pct(t.compute, all) + "), exchange " + t.exchange + " (" + pct(t.exchange, all) + "), sync " + t.sync + " (" + pct(t.sync, all) + "); " +
     ST.length + " steps on " + T + " tiles" + D.repeats.map(r => "; " + r.label + " (iteration 1 in detail, the rest summed)").join("");
   $("legend").innerHTML = Object.keys(COLORS).map(k => '<span style="background:' + COLORS[k] + '"></span>' + k).join("");
@@ -196,6 +217,12 @@ $("undo").onclick = undoZoom; $("reset").onclick = reset;
   $("busiest").innerHTML = "<tr><th>tile</th><th>busy</th><th>compute</th><th>exchange</th><th>idle</th></tr>" +
     D.busiest_tiles.slice(0, 12).map(b => '<tr class="click" data-tile="' + b.tile + '"><td>' + b.tile + "</td><td>" + b.busy + "</td><td>" + b.compute + "</td><td>" + b.exchange + "</td><td>" + b.idle + "</td></tr>").join("");
   for (const tr of $("busiest").querySelectorAll("tr.click")) tr.onclick = () => gotoTile(+tr.dataset.tile);
+  if (D.ops) {
+    const esc = x => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;");
+    $("opsbox").style.display = "";
+    $("ops").innerHTML = "<tr><th>operator</th><th>steps</th><th>cycles</th><th>compute</th><th>exchange</th><th>sync</th></tr>" +
+      D.ops.slice(0, 40).map(o => "<tr><td>" + esc(o.name) + "</td><td>" + o.steps + "</td><td>" + o.cycles + "</td><td>" + o.compute + "</td><td>" + o.exchange + "</td><td>" + o.sync + "</td></tr>").join("");
+  }
   const list = $("steplist"), RH = 18; $("stepspacer").style.height = ST.length * RH + "px";
   const rows = [];
   function renderList() {
@@ -213,7 +240,8 @@ $("spacer").style.height = T * ROW + "px";
 drawTimeline(); drawTiles();
 window.profileReport = {
   state: () => ({lo: S.lo, hi: S.hi, zoomDepth: S.zoom.length, flashTile: S.flashTile, selStep: S.selStep, firstTile: Math.floor(scroller.scrollTop / ROW)}),
-  stepX: i => (xOf(ST[i].start) + xOf(ST[i].start + ST[i].cycles)) / 2, tileY: t => t * ROW - scroller.scrollTop + ROW / 2, gotoTile, ready: true,
+  stepX: i => (xOf(ST[i].start) + xOf(ST[i].start + ST[i].cycles)) / 2,
+  ssX: j => (xOf(SS[j].start) + xOf(SS[j].start + SS[j].cycles)) / 2, tileY: t => t * ROW - scroller.scrollTop + ROW / 2, gotoTile, ready: true,
 };
 </script></body></html>
 """

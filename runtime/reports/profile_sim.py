@@ -1,0 +1,200 @@
+"""profile.json from a simulator run (`source = "simulator"`): what the device measured, cut at the package's
+profile sites and at every internal sync.
+
+Input: a `simulator.Trace` (`Session.run(..., profile=True)`): every tile's supervisor clock at the run's start,
+at each profile site (`Package.metadata["profile_sites"]`: a kernel call, an exchange routine call, an
+`exchange.sync`, the layer loop's control code, the return; `ipu.backend.lower.sites`), at each internal sync's
+arrival and release, and at the end. Consecutive events bound *intervals*; an interval belongs to the site last
+entered, as `sync` when it runs from a sync's arrival to its release, else as the site's kind (an exchange
+routine's sends are `exchange`, a kernel call `compute`). A tile's cycles in an interval are its own clock
+difference (a sync interval: its wait plus the sync's cost). The interval's wall cycles follow the *frontier*:
+B(e) = the latest tile's elapsed clock at event e (elapsed = clock - the tile's clock at the run's start), wall =
+B(e + 1) - B(e) >= 0. The walls telescope: they sum to the slowest tile's elapsed cycles, the simulator's
+`RunResult.max_cycles`, exactly.
+
+Steps are runs of intervals of one site visit, one kind and one superstep (supersteps are counted by internal
+sync releases, including the rounds inside `xch_rounds`); steps whose every tile and wall are 0 are dropped. A
+`tile.repeat` loop: the visits of its body and next-iteration sites in the first iteration are steps (`repeat` =
+the loop id); iterations 2..N are summed into one `repeat-rest` step measured as they ran (not the first iteration
+scaled), with their breakdown by kind and kernel. `supersteps` lists per superstep its wall cycles split into
+compute / exchange / sync (a superstep cut by the end of iteration 1 keeps its iteration-1 part; the rest of the
+loop is one entry with `kind = "repeat-rest"`); their `cycles` sum to `total_cycles`. `ops` sums the steps by the
+lowering's operator name (the site comment's part before ": ").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ipu.runtime.reports.profile import Step, profile_document
+from ipu.runtime.simulator import Recorder, Trace
+
+ENTRY_SITE = {
+    "kind": "compute",
+    "kernel": "main",
+    "what": "main: entry",
+    "op": "main",
+    "repeat": None,
+    "role": None,
+}
+
+
+def profile_from_trace(
+    trace: Trace, sites: list[dict], tiles: int, function: str = "main", sync_cycles: int | None = None
+) -> dict:
+    """profile.json (see the module docstring) from a run's trace and the package's profile sites."""
+    clock = np.asarray(trace.clock, np.int64)
+    E = clock.shape[0]
+    if E < 2 or trace.kind[0] != Recorder.START or trace.kind[-1] != Recorder.END:
+        raise ValueError("profile: the trace does not span a whole run (START ... END)")
+    by_pc = {int(s["pc"]): i for i, s in enumerate(sites)}
+    elapsed = clock - clock[0]
+    frontier = elapsed.max(axis=1)
+    dt = np.diff(clock, axis=0)  # [E - 1, tiles]
+    walls = np.diff(frontier)
+    kinds, pcs = trace.kind.tolist(), trace.pc.tolist()
+
+    steps: list[Step] = []
+    repeats: dict[int, dict] = {}
+    rest_steps: dict[int, Step] = {}
+    supersteps: list[dict] = []
+    ss_index: dict = {}  # superstep number or ("rest", loop) -> entry in supersteps
+    visits: dict[int, int] = {}  # site -> visits since its loop's setup
+    site, visit_event, superstep = None, -1, 0
+    current_key = None
+    ops: dict[str, dict] = {}
+
+    def superstep_entry(key, first_step: int) -> dict:
+        ent = ss_index.get(key)
+        if ent is None:
+            ent = {"index": key if isinstance(key, int) else None, "cycles": 0, "compute": 0, "exchange": 0,
+                   "sync": 0, "first_step": first_step, "last_step": first_step}  # fmt: skip
+            if not isinstance(key, int):
+                ent.update(kind="repeat-rest", repeat=key[1], supersteps=0, _seen=set())
+            ss_index[key] = ent
+            supersteps.append(ent)
+        return ent
+
+    for e in range(E - 1):
+        k = kinds[e]
+        if k == Recorder.PROBE:
+            site = by_pc.get(int(pcs[e]))
+            if site is None:
+                raise ValueError(f"profile: a mark at pc {pcs[e]:#x} that is no profile site")
+            s = sites[site]
+            if s["role"] == "setup":
+                if s["repeat"] not in repeats:
+                    count = int(s["what"].split("tile.repeat x", 1)[1].split(":")[0])
+                    repeats[s["repeat"]] = {
+                        "id": s["repeat"],
+                        "label": f"tile.repeat x{count}",
+                        "count": count,
+                    }
+                for j, t in enumerate(sites):
+                    if t["repeat"] == s["repeat"] and t["role"] in ("body", "next"):
+                        visits[j] = 0
+            visit_event = e
+            visits[site] = visits.get(site, 0) + 1
+        elif k == Recorder.RELEASE:
+            superstep += 1
+        s = sites[site] if site is not None else ENTRY_SITE
+        kind = "sync" if k == Recorder.ARRIVE else s["kind"]
+        w, tc = int(walls[e]), dt[e]
+        if w == 0 and not tc.any():
+            continue
+        loop = s["repeat"] if s["role"] in ("body", "next") else None
+        in_rest = loop is not None and visits.get(site, 1) > 1
+        name = s["kernel"] if kind != "sync" else ("exchange.sync" if s["kernel"] == "sync" else "sync")
+        label = s["what"] if kind != "sync" or s["kernel"] == "sync" else f"internal sync in {s['what']}"
+        op = ops.setdefault(s["op"], {"name": s["op"], "steps": 0, "cycles": 0, "compute": 0, "exchange": 0,
+                                      "sync": 0})  # fmt: skip
+        op["cycles"] += w
+        op[kind] += w
+        if in_rest:
+            rs = rest_steps.get(loop)
+            if rs is None:
+                info = repeats[loop]
+                count = info["count"]
+                rs = Step("repeat-rest", "tile.repeat", f"iterations 2..{count} of {info['label']} (measured, summed)",
+                          np.zeros(tiles, np.int64), 0, loop, superstep,
+                          extra={"iterations": count - 1, "by_kind": {"compute": 0, "exchange": 0, "sync": 0}},
+                          parts={"walls": {"compute": 0, "exchange": 0, "sync": 0},
+                                 "tiles": {"compute": np.zeros(tiles, np.int64), "exchange": np.zeros(tiles, np.int64)},
+                                 "kernels": {}})  # fmt: skip
+                rest_steps[loop] = rs
+                steps.append(rs)
+                info["rest_step"] = len(steps) - 1
+            rs.tile_cycles += tc
+            rs.cycles += w
+            rs.parts["walls"][kind] += w
+            rs.extra["by_kind"][kind] += w
+            if kind in rs.parts["tiles"]:
+                rs.parts["tiles"][kind] += tc
+            if kind == "compute":
+                kc = rs.parts["kernels"].setdefault(name, [0, 0])
+                kc[0] += 1 if k == Recorder.PROBE else 0
+                kc[1] += w
+            ent = superstep_entry(("rest", loop), len(steps) - 1)
+            if superstep not in ent["_seen"]:
+                ent["_seen"].add(superstep)
+                ent["supersteps"] += 1
+            current_key = None
+        else:
+            key = (visit_event, kind, superstep)
+            if key != current_key:
+                extra = {"kernel": s["kernel"], "op": s["op"], "site": site if site is not None else -1}
+                steps.append(Step(kind, name, label, np.zeros(tiles, np.int64), 0,
+                                  loop, superstep, extra=extra))  # fmt: skip
+                current_key = key
+                op["steps"] += 1
+                if loop is not None:
+                    info = repeats[loop]
+                    info.setdefault("first_step", len(steps) - 1)
+                    info["last_step"] = len(steps) - 1
+            st = steps[-1]
+            st.tile_cycles += tc
+            st.cycles += w
+            ent = superstep_entry(superstep, len(steps) - 1)
+        ent["cycles"] += w
+        ent[kind] += w
+        ent["last_step"] = len(steps) - 1
+
+    start = 0
+    for ent in supersteps:
+        ent.pop("_seen", None)
+        ent["start"] = start
+        start += ent["cycles"]
+    rep_list = [repeats[r] for r in sorted(repeats)]
+    for r in rep_list:
+        r.setdefault("first_step", 0)
+        r.setdefault("last_step", -1)
+    run = {
+        "events": int(E),
+        "internal_syncs": int(sum(1 for k in kinds if k == Recorder.RELEASE)),
+        "tile_cycles": elapsed[-1].astype(int).tolist(),
+        "max_cycles": int(frontier[-1]),
+    }
+    if sync_cycles is not None:
+        run["sync_cycles"] = int(sync_cycles)
+    extra = {
+        "supersteps": supersteps,
+        "ops": sorted(ops.values(), key=lambda o: -o["cycles"]),
+        "run": run,
+    }
+    return profile_document(steps, rep_list, tiles, "simulator", function, extra)
+
+
+def profile_from_run(package, result) -> dict:
+    """profile.json from a `Session.run(..., profile=True)` result on `package`."""
+    if result.trace is None:
+        raise ValueError("profile: the run recorded no trace (Session.run(..., profile=True))")
+    sites = package.metadata.get("profile_sites")
+    if not sites:
+        raise ValueError("profile: the package names no profile sites")
+    return profile_from_trace(
+        result.trace,
+        sites,
+        package.target.num_tiles,
+        package.entry,
+        package.target.sync_internal_cycles,
+    )
