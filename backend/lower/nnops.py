@@ -7,15 +7,25 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
   `Rows("layernorm")` over every row of the tile's shard;
 - `nn.gelu` (`#tile.map<elementwise>`): `Rows("gelu")` over the shard (units of 4 halves);
 - `nn.slice` (`#tile.single`): row copies on the one tile that holds the sliced operand;
-- `nn.attention` (`#tile.attention<materialized>`): per result block (query rows x one head) on its tile:
-  Q * scale (f32) -> f16 A; K -> f16 -> weight panels (`weights_from_bt`); S = Q K^T (F16 GEMM, M padded to the
-  GEMM's 3 rows); softmax rows (f16) -> P; V -> f16 -> weight panels (`WeightsF16`); O = P V; cast to f32.
-
-A tile holding several blocks of a result runs the sequence once per block ("rounds": round j = each tile's j-th
-block), so every call site still has one frame per tile.
+- `nn.attention` (`#tile.attention<materialized>`): per result block (m query rows x one head of d) on its tile,
+  for any key count seq and head size d (d % 4 == 0), padded exactly: d to dpad (a multiple of 16) and seq to spad:
+    Q * scale -> f16 rows of dpad in A, zero columns d..dpad (`Rows("to_f16")`; GEMM rows padded to 3, left over);
+    per key chunk: K rows -> f16 rows of dpad (zero columns) + zero key rows up to the chunk's multiple of 16 ->
+    K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride 2 * spad);
+    softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
+    seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
+    per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`) ->
+    O (=|+=) P[:, chunk] V[chunk] (F16 GEMM, init then acc: the same f16 rounding per 16-row inner block as one
+    GEMM over all keys); O's first d columns -> f32 result rows (`Rows("to_f32")`).
+  Scratch: C holds S [mpad, spad] f16, then O and a chunk's V rows; A holds Q and a chunk's K rows, then P; aux a
+  chunk's weight panels. Chunks are as large as the elements allow (`attention_sizes`: So400m's 8 x 72 blocks
+  over 729 keys take 192 keys per chunk); blocks that do not fit raise a LoweringError naming the op, the tile
+  and the sizes. Every byte a kernel reads was written by this sequence (the padding included).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.ir import Operation
@@ -27,6 +37,10 @@ from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower.bindings import device_dtype
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+
+# Keys per K/V packing step of attention at most (None: as many as the scratch holds). Tests lower it to run
+# several chunks at small sizes.
+MAX_KEY_CHUNK: int | None = None
 
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16):
@@ -210,6 +224,7 @@ class NnOps:
 
     # -- attention ---------------------------------------------------------------------------------------------
     def attention(self, op: nn.AttentionOp, plan) -> None:
+        """Materialized attention, padded exactly (see the module docstring)."""
         q, k, v = op.operands[:3]
         what = f"nn.attention ({op.results[0].name_hint or 'unnamed'})"
         if plan.get("kind") != "materialized":
@@ -224,15 +239,8 @@ class NnOps:
         scale = float(op.scale.value.data)
         seq, hidden = k.type.get_shape()[-2:]
         d = hidden // heads
-        if seq % 16 or d % 16:
-            raise self.error(f"{what}: sequence ({seq}) and head size ({d}) must be multiples of 16")
         g, table = lay.geometry(), lay.table()
         out = self.addrs.of(op.results[0]).addr
-        c_area, a_area, _ = self.scratch()
-        aux = self.aux()
-        kv_bytes = seq * d * 2
-        k16, v16, wk, wv = aux, aux + kv_bytes, aux + 2 * kv_bytes, aux + 3 * kv_bytes
-        q32 = aux + 4 * kv_bytes
         rounds: list[dict[int, tuple]] = []
         for blk in range(lay.num_blocks):
             (r0, c0), (mr, nc) = (int(x) for x in g.block_origin[blk]), (int(x) for x in g.block_dims[blk])
@@ -243,7 +251,7 @@ class NnOps:
             for rep in range(table.shape[1]):
                 t = int(table[blk, rep])
                 job = (
-                    self._panel_addr(q, t, (r0, c0), (mr, d), what) if True else 0,
+                    self._panel_addr(q, t, (r0, c0), (mr, d), what),
                     self._panel_addr(k, t, (0, c0), (seq, d), what),
                     self._panel_addr(v, t, (0, c0), (seq, d), what),
                     mr,
@@ -255,62 +263,124 @@ class NnOps:
                 if j == len(rounds):
                     rounds.append({})
                 rounds[j][t] = job
-        mmax = max(max(job[3] for job in r.values()) for r in rounds)
-        mpad = max(mmax, gm.MIN_ROWS)
-        self._check_fits(q32 - aux + mmax * d * 4, what)
-        self._check_fits(mpad * max(seq, d) * 6, what)
+        mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
+        try:
+            sz = attention_sizes(mmax, seq, d, self.target.region1_element_bytes)
+        except ValueError as exc:
+            raise self.error(f"{what}: tile {tmax}: {exc}") from None
+        c_area, a_area, _ = self.scratch()
+        areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
+            progs = {t: attention_program(sz, *job, scale, *areas) for t, job in jobs.items()}
+            labels = [label for label, _ in next(iter(progs.values()))]
+            for j, label in enumerate(labels):
+                self.kcall(f"{tag}: {label}", {t: prog[j][1] for t, prog in progs.items()})
 
-            def each(make, jobs=jobs):
-                return {t: make(*job) for t, job in jobs.items()}
 
-            # Q * scale in f32, then f16 rows into A (rows beyond mr are left over: their results are unused).
-            self.kcall(
-                f"{tag}: Q * scale",
-                each(
-                    lambda qa, ka, va, m, o: ew.Elementwise(
-                        "scale_f32", m * d // 2, in0=qa, out=q32, scalar=scale
-                    )
-                ),
+@dataclass(frozen=True)
+class AttentionSizes:
+    """Padded sizes and scratch use of one tile's materialized attention blocks (bytes, elements)."""
+
+    mpad: int  # query rows (GEMM rows, >= 3)
+    d: int
+    dpad: int  # head size padded to 16 (S's inner dimension, O's columns)
+    seq: int
+    spad: int  # keys padded to 16 (S's columns, O's inner dimension)
+    chunk: int  # keys per K/V packing step (a multiple of 16)
+    qo: int  # offset of the K rows in A and of the V rows in C (after Q / O)
+
+    @property
+    def chunks(self) -> list[tuple[int, int]]:
+        return [(k0, min(self.chunk, self.seq - k0)) for k0 in range(0, self.seq, self.chunk)]
+
+
+def attention_sizes(
+    m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None
+) -> AttentionSizes:
+    """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
+    sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
+    rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels)."""
+    e = element_bytes
+    if max_chunk is None:
+        max_chunk = MAX_KEY_CHUNK
+    if d % 4:
+        raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
+    mpad, dpad, spad = max(m, gm.MIN_ROWS), -(-d // 16) * 16, -(-seq // 16) * 16
+    qo = -(-mpad * dpad * 2 // 64) * 64
+    kc = min((e - qo) // (2 * dpad), e // (2 * dpad)) // 16 * 16
+    if max_chunk is not None:
+        kc = min(kc, max_chunk)
+    kc = min(kc, spad)
+    sizes = (
+        f"block of {m} query rows x head size {d} (padded {mpad} x {dpad}) over {seq} keys (padded {spad}): "
+        f"S and P {mpad * spad * 2} B each, Q and O {mpad * dpad * 2} B, 16 keys of K or V {16 * dpad * 2} B "
+        f"(f16 rows or weight panels), scratch elements of {e} B"
+    )
+    if mpad * spad * 2 > e or kc < 16:
+        raise ValueError(f"the block does not fit: {sizes}")
+    if spad * 2 > 8 * 514:
+        raise ValueError(f"S rows of {spad * 2} B exceed the GEMM's 4112-byte row stride: {sizes}")
+    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo)
+
+
+def attention_program(
+    sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
+    panels: int,
+) -> list[tuple[str, object]]:  # fmt: skip
+    """The kernel calls of one block (m query rows of one head; Q, K, V f32 rows at qa / ka / va, the f32 result
+    rows at out): (label, call) in order. Scratch: C and A elements, `panels` (aux)."""
+    d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
+    krows, vrows = a_area + sz.qo, c_area + sz.qo
+    several = len(sz.chunks) > 1
+    prog: list[tuple[str, object]] = [
+        # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A; rows m..mpad are left over (unused results).
+        ("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale))
+    ]
+
+    def rows_of(name, src, k0, nk, dst):
+        # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
+        # finite logits, masked by the softmax; zero values: no contribution).
+        pre = f"keys {k0}..{k0 + nk}: " if several else ""
+        prog.append(
+            (f"{pre}{name} to f16", rw.Rows("to_f16", nk, dpad, in0=src + k0 * d * 4, out=dst, valid=d))
+        )
+        nkp = -(-nk // 16) * 16
+        if nkp > nk:
+            prog.append(
+                (
+                    f"{pre}{name} zero rows",
+                    rw.Rows("to_f16", nkp - nk, dpad, out=dst + nk * dpad * 2, valid=0),
+                )
             )
-            self.kcall(
-                f"{tag}: Q to f16",
-                each(
-                    lambda qa, ka, va, m, o: ew.Elementwise("cast_f32_f16", m * d // 4, in0=q32, out=a_area)
-                ),
-            )
-            self.kcall(
-                f"{tag}: K to f16",
-                each(lambda qa, ka, va, m, o: ew.Elementwise("cast_f32_f16", seq * d // 4, in0=ka, out=k16)),
-            )
-            self.kcall(f"{tag}: K^T panels", each(lambda *j: pk.weights_from_bt(seq, d, "f16", k16, wk)))
-            self.kcall(
-                f"{tag}: S = Q K^T",
-                each(
-                    lambda *j: gm.Gemm(
-                        mpad, d, seq, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=wk, c=c_area
-                    )
-                ),
-            )
-            self.kcall(
-                f"{tag}: softmax",
-                each(lambda qa, ka, va, m, o: rw.Rows("softmax", m, seq, in0=c_area, out=a_area)),
-            )
-            self.kcall(
-                f"{tag}: V to f16",
-                each(lambda qa, ka, va, m, o: ew.Elementwise("cast_f32_f16", seq * d // 4, in0=va, out=v16)),
-            )
-            self.kcall(f"{tag}: V panels", each(lambda *j: pk.WeightsF16(seq, d, v16, wv)))
-            self.kcall(
-                f"{tag}: O = P V",
-                each(
-                    lambda *j: gm.Gemm(
-                        mpad, seq, d, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=wv, c=c_area
-                    )
-                ),
-            )
-            self.kcall(
-                f"{tag}: O to f32",
-                each(lambda qa, ka, va, m, o: ew.Elementwise("cast_f16_f32", m * d // 4, in0=c_area, out=o)),
-            )
+        return pre, nkp
+
+    for k0, nk in sz.chunks:
+        pre, nkp = rows_of("K", ka, k0, nk, krows)
+        prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
+        s_gemm = gm.Gemm(
+            mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels, c=c_area + k0 * 2,
+            c_row_stride=spad * 2,
+        )  # fmt: skip
+        prog.append((f"{pre}S = Q K^T", s_gemm))
+    # Softmax over the seq valid columns of S; P's padded columns are zeros.
+    prog.append(("softmax", rw.Rows("softmax", m, spad, in0=c_area, out=a_area, valid=sz.seq)))
+    for c, (k0, nk) in enumerate(sz.chunks):
+        pre, nkp = rows_of("V", va, k0, nk, vrows)
+        prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
+        o_gemm = gm.Gemm(
+            mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
+            a_row_stride=spad * 2, weights=panels, c=c_area,
+        )  # fmt: skip
+        prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
+    prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
+    return prog
+
+
+def kernel_cycles(k) -> int:
+    """The kernel estimate of one call (tile cycles, supervisor entry to return)."""
+    if isinstance(k, rw.Rows):
+        return rw.cycles(k)
+    if isinstance(k, gm.Gemm):
+        return gm.cycles(k)
+    return k.cycles()

@@ -1,0 +1,131 @@
+"""Materialized attention at sizes that are not multiples of 16 (So400m: 729 tokens, head size 72): a SigLIP with
+81 tokens (9 x 9 patches of 4 pixels), head size 24, 2 layers and the MAP head (1 query over 81 keys) compiled for
+16 tiles and run on the simulator. Every padding path of the lowering runs: Q's and K's inner dimension (24 -> 32),
+the key count (81 -> 96: zero key rows, softmax over the 81 valid columns, zero value rows), O's columns (32 -> 24),
+ragged query blocks (11 rows per block, the last one 4) and the 1-row MAP block (GEMM rows padded to 3).
+
+Accuracy as tests/unit/test_e2e_tiny.py: every embedding within cosine 0.9999 of the device-precision reference,
+each output within cosine 0.99 of fp32. Lowering the key-chunk size (several K/V packing steps, O accumulated over
+chunks) gives the same bits. At So400m size the scratch check accepts a block of 8 query rows x 72 over 729 keys
+and the MAP head's block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+
+from ipu.backend.lower import compile_model, nnops
+from ipu.backend.target import IPU21, Target
+from ipu.frontend.reference import evaluate
+from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
+from ipu.frontend.weights import random_weights
+from ipu.passes.nn_quantize import DEFAULT_SPEC
+from ipu.passes.registry import all_passes
+from ipu.runtime.host import Session
+
+CFG = SiglipVisionConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    image_size=36,
+    patch_size=4,
+)
+TARGET = Target.small(tiles=16, sram_kib=624)
+OUTPUTS = ("last_hidden_state", "pooler_output")
+
+
+def cosine(a, b) -> float:
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _run(pkg, x, runs=2):
+    session = Session(pkg)
+    session.upload_parameters(random_weights(CFG, seed=0))
+    return [session.run({"pixel_values": x}).outputs for _ in range(runs)]
+
+
+@pytest.fixture(scope="module")
+def model():
+    x = np.random.default_rng(1).standard_normal((1, 3, CFG.image_size, CFG.image_size)).astype(np.float32)
+    pkg = compile_model(CFG, TARGET)
+    outs = _run(pkg, x)
+    w = random_weights(CFG, seed=0)
+    params = {k: np.asarray(w[k]) for k in w.keys()}
+    ref = evaluate(build_vision_model(CFG), {"pixel_values": x}, params, mode="fp32").outputs
+    device_module = build_vision_model(CFG)
+    PassPipeline.parse_spec(dict(all_passes()), DEFAULT_SPEC).apply(Context(), device_module)
+    device = evaluate(device_module, {"pixel_values": x}, params, mode="device").outputs
+    return x, pkg, outs, ref, device
+
+
+def test_config_needs_every_padding():
+    assert CFG.num_patches == 81 and CFG.num_patches % 16 and CFG.num_patches % 4 == 1
+    assert CFG.head_dim == 24 and CFG.head_dim % 16 and CFG.vision_use_head
+
+
+def test_padded_attention_matches_device_reference(model):
+    _, _, outs, ref, device = model
+    for name in OUTPUTS:
+        got = outs[0][name]
+        assert got.shape == ref[name].shape and np.isfinite(got).all(), name
+        for g, w in zip(got.reshape(-1, CFG.hidden_size), device[name].reshape(-1, CFG.hidden_size)):
+            assert cosine(g, w) >= 0.9999, (name, cosine(g, w))
+            assert np.linalg.norm(g - w) <= 0.02 * np.linalg.norm(w), name
+        assert cosine(got, ref[name]) >= 0.99, (name, cosine(got, ref[name]))
+        np.testing.assert_array_equal(outs[1][name], got)
+
+
+def test_check_can_fail(model):
+    """The comparison is not vacuous: the output of the other output's reference, or a perturbed one, fails."""
+    _, _, outs, _, device = model
+    got = outs[0]["last_hidden_state"].reshape(-1, CFG.hidden_size)
+    want = device["last_hidden_state"].reshape(-1, CFG.hidden_size)
+    assert min(cosine(g, w) for g, w in zip(got, np.roll(want, 1, axis=0))) < 0.9999
+
+
+def test_key_chunks_give_the_same_bits(model):
+    """Keys in chunks of 32 (81 keys: 32 + 32 + 17, the last padded to 32): K^T and V packed per chunk, S written
+    per column chunk, O = P V accumulated over the chunks (the GEMM rounds its f16 partials per 16-row inner block
+    either way): the same outputs bit for bit."""
+    x, pkg, outs, _, _ = model
+    assert len(nnops.attention_sizes(11, 81, 24, TARGET.region1_element_bytes, max_chunk=32).chunks) == 3
+    saved, nnops.MAX_KEY_CHUNK = nnops.MAX_KEY_CHUNK, 32
+    try:
+        chunked = compile_model(CFG, TARGET)
+    finally:
+        nnops.MAX_KEY_CHUNK = saved
+    assert len(chunked.code) > len(pkg.code)  # more kernel calls
+    got = _run(chunked, x, runs=1)[0]
+    for name in OUTPUTS:
+        np.testing.assert_array_equal(got[name], outs[0][name])
+
+
+def test_so400m_blocks_fit_the_scratch():
+    """So400m/14-384 on the IPU21: tile-plan's materialized grid [92, 16] gives blocks of 8 query rows x 72 over 729
+    keys (the last block 1 row), the MAP head 1 query row over 729 keys: both fit the 32 KiB elements."""
+    cfg = PRESETS["so400m-patch14-384"]
+    e = IPU21.region1_element_bytes
+    seq, d = cfg.num_patches, cfg.head_dim
+    assert (seq, d, -(-seq // 92)) == (729, 72, 8)
+    for m in (8, 1):
+        sz = nnops.attention_sizes(m, seq, d, e)
+        assert (sz.mpad, sz.dpad, sz.spad) == (max(m, 3), 80, 736)
+        assert sz.mpad * sz.spad * 2 <= e  # S in C, P in A
+        assert sz.qo + sz.chunk * sz.dpad * 2 <= e  # K rows after Q in A, V rows after O in C
+        assert sz.chunk * sz.dpad * 2 <= e  # a chunk's panels in aux
+        assert sum(nk for _, nk in sz.chunks) == seq
+        prog = nnops.attention_program(sz, 0, 0, 0, m, 0, d**-0.5, 0x80000, 0x88000, 0x60000)
+        assert sum(nnops.kernel_cycles(k) for _, k in prog) > 0
+
+
+def test_blocks_that_do_not_fit_are_named():
+    with pytest.raises(ValueError, match=r"64 query rows x head size 72 .*729 keys \(padded 736\)"):
+        nnops.attention_sizes(64, 729, 72, 32 * 1024)  # S: 64 x 736 f16 = 94 KB
+    with pytest.raises(ValueError, match="row stride"):
+        nnops.attention_sizes(3, 2100, 64, 32 * 1024)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        nnops.attention_sizes(8, 729, 70, 32 * 1024)
