@@ -19,6 +19,8 @@ a round costs a full internal sync.
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from ipu.dialects import exchange as ex
@@ -31,32 +33,119 @@ class ExchangeLoweringError(ValueError):
     pass
 
 
-def rounds(sends: np.ndarray, recvs: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """[(send index, receive indices)] per round, as a list of rounds."""
+def receive_rounds(sends: np.ndarray, recvs: np.ndarray) -> tuple[np.ndarray, int]:
+    """The round of every receive (int64 [receives]) and the number of rounds, packed greedily: rounds are
+    filled one after the other, each by scanning the sends in scheduled order (column 4, then index); a send
+    whose tile is free in the round sends to every pending receiver whose tile is free (the first of several
+    receivers on one tile), and then its tile is busy.
+
+    Computed send by send instead of round by round: a send's rounds depend only on the sends before it in the
+    scan order (within a round they are scanned first, and the rounds before are theirs too), so each receiver
+    simply takes the first round in which neither its sender's tile (busy from earlier sends) nor its own tile
+    (busy from earlier sends and from this send's earlier receivers on the same tile) is taken. Busy rounds are
+    kept per tile as bit sets (Python ints): one step per receive, no scan over idle sends, and the result is
+    the round-by-round greedy's exactly."""
+    nr = len(recvs)
+    out = np.zeros(nr, np.int64)
+    if nr == 0:
+        return out, 0
+    key = _rounds_key(sends, recvs)
+    hit = _ROUNDS_CACHE.get(key)
+    if hit is not None:
+        return hit[0].copy(), hit[1]
     order = np.lexsort((np.arange(len(sends)), sends[:, 4]))
-    pending = {int(s): list(np.nonzero(recvs[:, 3] == s)[0]) for s in order}
-    out = []
-    while any(pending.values()):
-        busy_send: set[int] = set()
-        busy_recv: set[int] = set()
-        this = []
-        for s in order:
-            s = int(s)
-            todo = pending[s]
-            if not todo or int(sends[s, 0]) in busy_send:
-                continue
-            take = [r for r in todo if int(recvs[r, 0]) not in busy_recv]
-            if not take:
-                continue
-            # A receiving tile cannot listen to two senders in a round; one receive per tile per send.
-            seen: set[int] = set()
-            take = [r for r in take if not (int(recvs[r, 0]) in seen or seen.add(int(recvs[r, 0])))]
-            busy_send.add(int(sends[s, 0]))
-            busy_recv.update(int(recvs[r, 0]) for r in take)
-            pending[s] = [r for r in todo if r not in take]
-            this.append((s, np.array(take, np.int64)))
-        out.append(this)
+    by_send = np.argsort(recvs[:, 3], kind="stable")  # receives grouped by send, in index order
+    counts = np.bincount(recvs[:, 3], minlength=len(sends))
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    send_tile = sends[:, 0].tolist()
+    recv_tile = recvs[by_send, 0].tolist()
+    first_l, counts_l = first.tolist(), counts.tolist()
+    rounds_sorted = [0] * nr
+    sbusy: dict[int, int] = {}
+    rbusy: dict[int, int] = {}
+    for s in order[counts[order] > 0].tolist():
+        a = send_tile[s]
+        sb = sbusy.get(a, 0)
+        used = 0
+        for j in range(first_l[s], first_l[s] + counts_l[s]):
+            t = recv_tile[j]
+            rb = rbusy.get(t, 0)
+            m = sb | rb
+            bit = ~m & (m + 1)  # the lowest round free for both
+            rbusy[t] = rb | bit
+            used |= bit
+            rounds_sorted[j] = bit.bit_length() - 1
+        sbusy[a] = sb | used
+    out[by_send] = rounds_sorted
+    n = int(out.max()) + 1
+    if len(_ROUNDS_CACHE) >= _ROUNDS_CACHE_SIZE:
+        _ROUNDS_CACHE.pop(next(iter(_ROUNDS_CACHE)))
+    _ROUNDS_CACHE[key] = (out.copy(), n)
+    return out, n
+
+
+# A phase inside a tile.repeat body is lowered once per iteration with the same transfers: plan it once.
+_ROUNDS_CACHE: dict[bytes, tuple[np.ndarray, int]] = {}
+_ROUNDS_CACHE_SIZE = 64
+
+
+def _rounds_key(sends: np.ndarray, recvs: np.ndarray) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    for a in (sends[:, 0], sends[:, 4], recvs[:, 0], recvs[:, 3]):
+        a = np.ascontiguousarray(a, dtype=np.int64)
+        h.update(len(a).to_bytes(8, "little"))
+        h.update(a.tobytes())
+    return h.digest()
+
+
+def rounds(sends: np.ndarray, recvs: np.ndarray) -> list[list[tuple[int, np.ndarray]]]:
+    """The rounds as lists of (send index, receive indices), sends in scan order (see `receive_rounds`)."""
+    rr, n = receive_rounds(sends, recvs)
+    order = np.lexsort((np.arange(len(sends)), sends[:, 4]))
+    pos = np.empty(len(sends), np.int64)
+    pos[order] = np.arange(len(sends))
+    out: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(n)]
+    idx = np.lexsort((np.arange(len(recvs)), pos[recvs[:, 3]], rr)) if len(recvs) else np.zeros(0, np.int64)
+    if len(idx):
+        k, s = rr[idx], recvs[idx, 3]
+        cut = np.nonzero((np.diff(k) != 0) | (np.diff(s) != 0))[0] + 1
+        for grp in np.split(idx, cut):
+            out[int(rr[grp[0]])].append((int(recvs[grp[0], 3]), grp.astype(np.int64)))
     return out
+
+
+def _absolute(table: np.ndarray, addr: list[np.ndarray]) -> np.ndarray:
+    """Rows (tile, buffer, offset, ...) -> address of the buffer on the tile + offset (int64)."""
+    out = np.zeros(len(table), np.int64)
+    for b in np.unique(table[:, 1]).tolist():
+        sel = table[:, 1] == b
+        out[sel] = np.asarray(addr[b], np.int64)[table[sel, 0]] + table[sel, 2]
+    return out
+
+
+def _stage(tiles: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Offsets into per-tile staging areas: each tile's entries one after the other, in index order."""
+    order = np.argsort(tiles, kind="stable")
+    st, sz = tiles[order], sizes[order]
+    ends = np.cumsum(sz)
+    group_start = np.r_[True, st[1:] != st[:-1]] if len(st) else np.zeros(0, bool)
+    base = np.maximum.accumulate(np.where(group_start, ends - sz, 0)) if len(st) else ends
+    out = np.empty(len(tiles), np.int64)
+    out[order] = ends - sz - base
+    return out
+
+
+def _per_tile(tiles: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[int, int, int]]]:
+    """{tile: [(source, destination, bytes)]} in row order; tiles in order of first appearance."""
+    if not len(tiles):
+        return {}
+    order = np.argsort(tiles, kind="stable")
+    st = tiles[order]
+    cut = np.nonzero(st[1:] != st[:-1])[0] + 1
+    lo, hi = np.r_[0, cut], np.r_[cut, len(st)]
+    flat = list(map(tuple, np.asarray(rows)[order].tolist()))
+    groups = {t: flat[a:b] for t, a, b in zip(st[lo].tolist(), lo.tolist(), hi.tolist())}
+    return {t: groups[t] for t in dict.fromkeys(tiles.tolist())}
 
 
 def phase_tables(
@@ -72,47 +161,55 @@ def phase_tables(
     {tile: [(source, destination, bytes)]}: the phase's on-tile copies, and the staging of transfers that are not
     whole aligned atoms (copied to `send_stage` before sending, received at `recv_stage` and copied into place)."""
     sends, recvs, copies = phase.send_table(), phase.recv_table(), phase.copy_table()
+    sends = np.asarray(sends, np.int64).reshape(-1, 5)
+    recvs = np.asarray(recvs, np.int64).reshape(-1, 5)
+    copies = np.asarray(copies, np.int64).reshape(-1, 5)
     nbytes = sends[:, 3]
     atoms = (nbytes + 7) // 8
-    pre: dict[int, list] = {}
-    post: dict[int, list] = {}
-    src_abs = np.array([src_addr[b][t] + o for t, b, o in sends[:, :3].tolist()], np.int64).reshape(-1)
+    src_abs = _absolute(sends, src_addr)
     staged_src = src_abs.copy()
-    cursor: dict[int, int] = {}
-    for s in np.nonzero((src_abs % 8 != 0) | (nbytes % 8 != 0))[0]:
-        t = int(sends[s, 0])
-        c = cursor.get(t, 0)
-        pre.setdefault(t, []).append((int(src_abs[s]), send_stage + c, int(nbytes[s])))
-        staged_src[s] = send_stage + c
-        cursor[t] = c + 8 * int(atoms[s])
-    rcursor: dict[int, int] = {}
-    dst_abs = np.array([dst_addr[b][t] + o for t, b, o in recvs[:, :3].tolist()], np.int64).reshape(-1)
+    sel = np.nonzero((src_abs % 8 != 0) | (nbytes % 8 != 0))[0]
+    cur = _stage(sends[sel, 0], 8 * atoms[sel])
+    staged_src[sel] = send_stage + cur
+    pre = _per_tile(sends[sel, 0], np.stack([src_abs[sel], send_stage + cur, nbytes[sel]], 1))
+    high = [int((cur + 8 * atoms[sel]).max(initial=0))]
+    dst_abs = _absolute(recvs, dst_addr)
     staged_dst = dst_abs.copy()
-    for r in np.nonzero((dst_abs % 8 != 0) | (nbytes[recvs[:, 3]] % 8 != 0))[0] if len(recvs) else []:
-        t, s = int(recvs[r, 0]), int(recvs[r, 3])
-        c = rcursor.get(t, 0)
-        post.setdefault(t, []).append((recv_stage + c, int(dst_abs[r]), int(nbytes[s])))
-        staged_dst[r] = recv_stage + c
-        rcursor[t] = c + 8 * int(atoms[s])
-    if max(list(cursor.values()) + list(rcursor.values()) + [0]) > stage_bytes:
+    rbytes = nbytes[recvs[:, 3]]
+    sel = np.nonzero((dst_abs % 8 != 0) | (rbytes % 8 != 0))[0]
+    cur = _stage(recvs[sel, 0], 8 * atoms[recvs[sel, 3]])
+    staged_dst[sel] = recv_stage + cur
+    post = _per_tile(recvs[sel, 0], np.stack([recv_stage + cur, dst_abs[sel], rbytes[sel]], 1))
+    high.append(int((cur + 8 * atoms[recvs[sel, 3]]).max(initial=0)))
+    if max(high) > stage_bytes:
         raise ExchangeLoweringError("exchange.phase: unaligned transfers exceed the staging area")
     rtab = None
-    plan = rounds(sends, recvs) if len(sends) else []
-    if plan:
-        rtab = np.zeros((num_tiles, 1 + ROUND_WORDS * len(plan)), np.uint32)
-        rtab[:, 0] = len(plan) - 1
-        for k, rnd in enumerate(plan):
-            c = 1 + ROUND_WORDS * k
-            for s, rs in rnd:
-                st = int(sends[s, 0])
-                rtab[st, c + 3] = staged_src[s]
-                rtab[st, c + 4] = atoms[s]
-                for r in rs:
-                    rt = int(recvs[r, 0])
-                    rtab[rt, c : c + 3] = [st, staged_dst[r], atoms[s]]
-    for t, buf, so, do, n in copies.tolist():
-        post.setdefault(t, []).append((int(src_addr[buf][t] + so), int(dst_addr[buf][t] + do), int(n)))
-    return rtab, pre, post, len(plan)
+    rr, nrounds = receive_rounds(sends, recvs) if len(sends) else (np.zeros(0, np.int64), 0)
+    if nrounds:
+        rtab = np.zeros((num_tiles, 1 + ROUND_WORDS * nrounds), np.uint32)
+        rtab[:, 0] = nrounds - 1
+        col = 1 + ROUND_WORDS * rr
+        s = recvs[:, 3]
+        st = sends[s, 0]
+        # Per round a tile receives at most once and sends at most once: no two writes hit one word.
+        rt = recvs[:, 0]
+        rtab[rt, col] = st
+        rtab[rt, col + 1] = staged_dst
+        rtab[rt, col + 2] = atoms[s]
+        rtab[st, col + 3] = staged_src[s]
+        rtab[st, col + 4] = atoms[s]
+    if len(copies):
+        cp = np.stack(
+            [
+                _absolute(copies[:, [0, 1, 2]], src_addr),
+                _absolute(copies[:, [0, 1, 3]], dst_addr),
+                copies[:, 4],
+            ],
+            1,
+        )
+        for t, rows in _per_tile(copies[:, 0], cp).items():
+            post.setdefault(t, []).extend(rows)
+    return rtab, pre, post, nrounds
 
 
 ROUTINES = """

@@ -1,0 +1,132 @@
+"""Exchange round packing (backend/lower/exchange.py): the send-by-send bit-set packing equals the round-by-round
+greedy it replaces, and the vectorised round table puts every transfer where the routine reads it."""
+
+import numpy as np
+import pytest
+
+from ipu.backend.lower import exchange as lx
+
+
+def greedy_rounds(sends: np.ndarray, recvs: np.ndarray) -> list[list[tuple[int, list[int]]]]:
+    """The definition: rounds one after the other; in each, scan the sends in scheduled order; a send whose tile
+    is free sends to its pending receivers whose tiles are free (one per tile), then its tile is busy."""
+    order = np.lexsort((np.arange(len(sends)), sends[:, 4]))
+    pending = {int(s): [int(r) for r in np.nonzero(recvs[:, 3] == s)[0]] for s in order}
+    out = []
+    while any(pending.values()):
+        busy_send, busy_recv, this = set(), set(), []
+        for s in order.tolist():
+            if not pending[s] or int(sends[s, 0]) in busy_send:
+                continue
+            take, seen = [], set()
+            for r in pending[s]:
+                t = int(recvs[r, 0])
+                if t not in busy_recv and t not in seen:
+                    take.append(r)
+                    seen.add(t)
+            if not take:
+                continue
+            busy_send.add(int(sends[s, 0]))
+            busy_recv.update(seen)
+            pending[s] = [r for r in pending[s] if r not in take]
+            this.append((s, take))
+        out.append(this)
+    return out
+
+
+def random_phase(rng, tiles: int, nsends: int, max_fanout: int, orders: int):
+    sends = np.zeros((nsends, 5), np.int64)
+    sends[:, 0] = rng.integers(0, tiles, nsends)
+    sends[:, 3] = 8 * rng.integers(1, 5, nsends)
+    sends[:, 4] = rng.integers(0, orders, nsends)
+    rows = []
+    for s in range(nsends):
+        for _ in range(int(rng.integers(0, max_fanout + 1))):  # some sends have no receiver
+            rows.append([int(rng.integers(0, tiles)), 0, 8 * len(rows), s, 0])  # tiles may repeat
+    recvs = np.array(rows, np.int64).reshape(-1, 5)
+    recvs = recvs[rng.permutation(len(recvs))]
+    return sends, recvs
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_receive_rounds_equal_the_round_by_round_greedy(seed):
+    rng = np.random.default_rng(seed)
+    tiles = int(rng.integers(2, 40))
+    sends, recvs = random_phase(
+        rng, tiles, int(rng.integers(1, 120)), int(rng.integers(1, 9)), 1 + seed % 4 * 7
+    )
+    want = greedy_rounds(sends, recvs)
+    lx._ROUNDS_CACHE.clear()
+    got_round, n = lx.receive_rounds(sends, recvs)
+    assert n == len(want) and n > 0
+    expect = np.full(len(recvs), -1)
+    for k, rnd in enumerate(want):
+        for _, take in rnd:
+            expect[take] = k
+    np.testing.assert_array_equal(got_round, expect)
+    got = lx.rounds(sends, recvs)
+    assert [[(s, list(r)) for s, r in rnd] for rnd in got] == want
+    again, _ = lx.receive_rounds(sends, recvs)  # from the cache
+    np.testing.assert_array_equal(again, expect)
+
+
+def test_gather_to_one_tile_takes_one_round_per_sender():
+    sends = np.array([[t, 0, 0, 8, 10 - t, 0] for t in range(1, 6)], np.int64)[:, :5]
+    recvs = np.array([[0, 0, 8 * s, s, 0] for s in range(5)], np.int64)
+    lx._ROUNDS_CACHE.clear()
+    rr, n = lx.receive_rounds(sends, recvs)
+    assert n == 5
+    np.testing.assert_array_equal(rr, [4, 3, 2, 1, 0])  # latest scheduled first
+
+
+class _Phase:
+    def __init__(self, sends, recvs, copies):
+        self.tables = sends, recvs, copies
+
+    def send_table(self):
+        return self.tables[0]
+
+    def recv_table(self):
+        return self.tables[1]
+
+    def copy_table(self):
+        return self.tables[2]
+
+
+def test_phase_tables_words_and_staging():
+    tiles = 6
+    rng = np.random.default_rng(3)
+    sends, recvs = random_phase(rng, tiles, 30, 4, 5)
+    sends[:, 2] = 16 * np.arange(len(sends))  # distinct source offsets
+    sends[::3, 3] = 12  # not whole atoms: staged
+    copies = np.array([[1, 0, 0, 64, 16], [1, 0, 8, 72, 4]], np.int64)
+    src = [np.arange(tiles, dtype=np.int64) * 0 + 0x60000]
+    dst = [np.arange(tiles, dtype=np.int64) * 0 + 0x70000 + 4]  # misaligned: every receive staged
+    lx._ROUNDS_CACHE.clear()
+    rtab, pre, post, n = lx.phase_tables(
+        _Phase(sends, recvs, copies), src, dst, tiles, 0x90000, 0xA0000, 4096
+    )
+    want = greedy_rounds(sends, recvs)
+    assert n == len(want) and rtab.shape == (tiles, 1 + lx.ROUND_WORDS * n)
+    assert (rtab[:, 0] == n - 1).all()
+    atoms = (sends[:, 3] + 7) // 8
+    staged = {}
+    for t, rows in pre.items():
+        offs = 0
+        for src_a, stage, nbytes in rows:
+            assert stage == 0x90000 + offs
+            offs += 8 * -(-nbytes // 8)
+            staged[(t, src_a)] = stage
+    for k, rnd in enumerate(want):
+        c = 1 + lx.ROUND_WORDS * k
+        for s, take in rnd:
+            st = int(sends[s, 0])
+            src_word = staged.get((st, 0x60000 + int(sends[s, 2])), 0x60000 + int(sends[s, 2]))
+            assert rtab[st, c + 3] == src_word and rtab[st, c + 4] == atoms[s]
+            for r in take:
+                rt = int(recvs[r, 0])
+                assert rtab[rt, c] == st and rtab[rt, c + 2] == atoms[s]
+                assert 0xA0000 <= rtab[rt, c + 1] < 0xA0000 + 4096
+    # Every receive is copied from its staging slot into place; the phase's own copies come after, on tile 1.
+    assert sum(len(v) for v in post.values()) == len(recvs) + len(copies)
+    assert post[1][-2:] == [(0x60000, 0x70000 + 4 + 64, 16), (0x60000 + 8, 0x70000 + 4 + 72, 4)]
