@@ -15,7 +15,14 @@ of an address range, 1.. for later allocations reusing addresses already used on
 
 Kinds: "parameter" (resident: whole program, every inference), "input", "output", "transient", "repeat-member"
 (of a parameter sequence), "reservation" (with `reserve` = code, exchange_tables, runtime_state,
-host_descriptors, host_aperture). Access tails are not requested by `memory-plan` yet, so none are shown.
+host_descriptors, host_aperture).
+
+Access tails (bytes a kernel may read past an allocation's payload): `memory-plan` requests none (it does not
+model kernel access tails). What the plan does guarantee is shown instead: every allocation starts on a multiple
+of `granule` = the smallest alignment in the plan (8 bytes), so the bytes from a payload's end to the next granule
+boundary belong to no other allocation; the lowering's whole-word copies (exchange send staging, ragged
+element-wise shards) read into exactly this slack. `tails` (parallel to `placed`, only when some are non-zero)
+gives it per placement; `access_tails` at the top level says where the numbers come from.
 """
 
 from __future__ import annotations
@@ -279,6 +286,12 @@ def placement_json(model: PlacementModel) -> dict:
                 entry["placed"].append(p)
                 pending.append((int(c), f, a, a + member + pad, p))
             allocations.append(entry)
+    # Access tails: the alignment slack after each payload (memory-plan requests no explicit tails).
+    granule = min((r.align for r in model.records), default=8)
+    for al in allocations:
+        tails = [(-(p[1] + p[2])) % granule for p in al["placed"]]
+        if any(tails):
+            al["tails"] = tails
     # Reuse rows per class: in order of first event, then address.
     rows = [_Rows() for _ in range(nc)]
     for c, _, a, e, p in sorted(pending, key=lambda x: (x[0], x[1], x[2])):
@@ -302,6 +315,13 @@ def placement_json(model: PlacementModel) -> dict:
             "element_bytes": list(model.element_bytes),
         },
         "aperture": list(model.aperture),
+        "access_tails": {
+            "source": "alignment",
+            "granule": int(granule),
+            "note": "memory-plan requests no kernel access tails; shown: the slack from each payload's end to the "
+            f"next {granule}-byte boundary, where no other allocation can start (the lowering's whole-word copies "
+            "read into it)",
+        },
         "events": model.events,
         "host_events": list(model.host_events),
         "tile_class": model.tile_class.astype(int).tolist(),
@@ -364,14 +384,17 @@ def write_failure_report(
     return write_placement_report(model, out_dir)
 
 
-def live_overlaps(doc: dict, limit: int = 20) -> list[str]:
+def live_overlaps(doc: dict, limit: int = 20, tails: bool = False) -> list[str]:
     """Pairs of placements in placement.json that share addresses on a tile class while both are live (an
-    invalid map); empty when the map is consistent. Sweeps each class's placements in address order."""
+    invalid map); empty when the map is consistent. Sweeps each class's placements in address order. tails: count
+    each placement's access tail (`tails`) as part of it."""
     per_class: dict[int, list[tuple[int, int, int, int, int]]] = {}
     for al in doc["allocations"]:
         f, last = al["live"]
-        for p in al["placed"]:
-            per_class.setdefault(p[0], []).append((p[1], p[1] + p[2], f, last, al["id"]))
+        extra = al.get("tails") if tails else None
+        for k, p in enumerate(al["placed"]):
+            end = p[1] + p[2] + (extra[k] if extra else 0)
+            per_class.setdefault(p[0], []).append((p[1], end, f, last, al["id"]))
     bad: list[str] = []
     names = {al["id"]: f"{al['name']} ({al['owner']})" for al in doc["allocations"]}
     for c, items in sorted(per_class.items()):

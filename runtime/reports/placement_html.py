@@ -65,12 +65,12 @@ function color(al) { return al.reserve === "host_aperture" ? COLORS.host_apertur
 const lanes = [];
 (function buildLanes() {
   const tmp = D.classes.map(c => Array.from({length: c.rows}, () => []));
-  for (const al of D.allocations) for (const p of al.placed) tmp[p[0]][p[4]].push([p[1], p[1] + p[2], p[1] + p[2] + p[3], al.id]);
+  for (const al of D.allocations) al.placed.forEach((p, k) => tmp[p[0]][p[4]].push([p[1], p[1] + p[2], p[1] + p[2] + p[3], al.id, p[1] + p[2] + (al.tails ? al.tails[k] : 0)]));
   for (let c = 0; c < NC; c++) lanes.push(tmp[c].map(list => {
     list.sort((x, y) => x[0] - y[0]);
-    const n = list.length, a = new Float64Array(n), e = new Float64Array(n), pe = new Float64Array(n), id = new Int32Array(n);
-    list.forEach((v, i) => { a[i] = v[0]; e[i] = v[1]; pe[i] = v[2]; id[i] = v[3]; });
-    return {a, e, pe, id, n};
+    const n = list.length, a = new Float64Array(n), e = new Float64Array(n), pe = new Float64Array(n), te = new Float64Array(n), id = new Int32Array(n);
+    list.forEach((v, i) => { a[i] = v[0]; e[i] = v[1]; pe[i] = v[2]; te[i] = v[4]; id[i] = v[3]; });
+    return {a, e, pe, te, id, n};
   }));
 })();
 
@@ -150,6 +150,8 @@ function drawMap() {
       g.globalAlpha = dim ? 0.22 : 1;
       g.fillStyle = color(al); g.fillRect(x0, y + 1, Math.max(1, x1 - x0 - (x1 - x0 > 4 ? 1 : 0)), rh - 2);
       if (x2 > x1 + 0.5) { g.fillStyle = "#ddd"; g.fillRect(x1, y + 1, x2 - x1, rh - 2); }  // stride padding
+      const x3 = Math.min(w, xOf(lane.te[i]));
+      if (x3 > x1 + 0.5) { g.fillStyle = "#f0a830"; g.fillRect(x1, y + rh - 4, x3 - x1, 3); }  // access tail
       if (!dim && lane.id[i] === S.pinned) { g.strokeStyle = "#000"; g.lineWidth = 2; g.strokeRect(x0 + 1, y + 2, Math.max(1, x1 - x0) - 2, rh - 4); g.lineWidth = 1; }
       if (x1 - x0 > 50) {
         g.fillStyle = "#fff"; g.save(); g.beginPath(); g.rect(x0, y, x1 - x0, rh); g.clip();
@@ -179,7 +181,7 @@ function hit(x, y) {
   const t = tileOfRow(row), r = row - rowStart[t], c = tileClass[t], a = addrOf(x);
   const ls = S.reuse ? [lanes[c][r]] : lanes[c];
   let found = null;
-  for (const lane of ls) for (let i = 0; i < lane.n; i++) if (lane.a[i] <= a && a < lane.pe[i]) found = {id: lane.id[i], a: lane.a[i], e: lane.e[i], pe: lane.pe[i], pad: a >= lane.e[i]};
+  for (const lane of ls) for (let i = 0; i < lane.n; i++) if (lane.a[i] <= a && a < Math.max(lane.pe[i], lane.te[i])) found = {id: lane.id[i], a: lane.a[i], e: lane.e[i], pe: lane.pe[i], te: lane.te[i], pad: a >= lane.e[i], onTail: a >= lane.e[i] && a < lane.te[i]};
   return {tile: t, row: r, cls: c, addr: a, item: found};
 }
 function lifetime(al) {
@@ -193,7 +195,8 @@ function describe(h) {
     "tile " + h.tile + " (class " + h.cls + ", " + D.classes[h.cls].tiles + " tiles)" + (h.row ? ", reuse row " + h.row : ""),
     "address " + hex(it.a) + " \u2013 " + hex(it.e) + "  " + (it.e - it.a) + " B" + (it.pe > it.e ? " + " + (it.pe - it.e) + " B stride padding" : ""),
     "live " + lifetime(al)];
-  if (it.pad) lines.push("(pointer is on the stride padding)");
+  if (it.te > it.e) lines.push("access tail " + (it.te - it.e) + " B (alignment slack to " + (D.access_tails ? D.access_tails.granule : 8) + " B; memory-plan requests no tails)");
+  if (it.pad) lines.push(it.onTail ? "(pointer is on the access tail)" : "(pointer is on the stride padding)");
   return lines.join("\n");
 }
 function showTip(text, ev) {
@@ -330,7 +333,7 @@ heat.addEventListener("click", ev => gotoTile(heatAt(ev).t));
   }
   $("legend").innerHTML = [["parameter", "parameter (whole program)"], ["repeat-member", "Repeat member"], ["transient", "transient"],
     ["input", "input"], ["output", "output"], ["reservation", "support"], ["host_aperture", "host aperture"]]
-    .map(([k, l]) => '<span style="background:' + COLORS[k] + '"></span>' + l).join("") + '<span style="background:#ddd"></span>stride padding';
+    .map(([k, l]) => '<span style="background:' + COLORS[k] + '"></span>' + l).join("") + '<span style="background:#ddd"></span>stride padding<span style="background:#f0a830"></span>access tail';
 })();
 layoutRows(); drawHeat(); redrawNow();
 if (D.failure) gotoTile(D.failure.tile);
@@ -338,7 +341,7 @@ window.placementReport = {
   state: () => ({lo: S.lo, hi: S.hi, rowH: S.rowH, reuse: S.reuse, pinned: S.pinned, zoomDepth: S.zoom.length,
     firstTile: tileOfRow(Math.floor(scroller.scrollTop / S.rowH)), marker: S.marker}),
   rowY: (tile, row) => (rowStart[tile] + (row || 0)) * S.rowH - scroller.scrollTop + S.rowH / 2,
-  addrX: a => xOf(a), gotoTile, gotoAddr, ready: true,
+  addrX: a => xOf(a), gotoTile, gotoAddr, zoomTo, ready: true,
 };
 </script></body></html>
 """

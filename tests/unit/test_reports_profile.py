@@ -65,6 +65,6 @@ def test_ipu_report_cli(exchange_level, tmp_path):
         assert (out / name).stat().st_size > 0
     assert json.loads((out / "placement.json").read_text())["failure"] is None
     bad = tmp_path / "bad"
-    mp = f"tiles={TILES} sram_kib=96 reserve-code-bytes=16384"
+    mp = f"tiles={TILES} sram_kib=80 reserve-code-bytes=16384"
     assert main(["placement", str(src), "-o", str(bad), "--memory-plan", mp]) == 1
     assert json.loads((bad / "placement.json").read_text())["failure"]["tile"] >= 0
