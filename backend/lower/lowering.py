@@ -15,12 +15,15 @@ gave the host-planned values, outputs from replica 0 of each block of the output
 
 Op lowering (what exists, see docs/lowering.md for what does not):
 
-- `nn.linear` with a `#tile.gemm` plan: per tile the F16 AMP GEMM into an f16 scratch tile of C (interleaved
-  memory), then `bias_f16` in place, then a cast into the result buffer when the result is f32. The weights and
-  bias are bound by the host directly in the kernel's format (weight panels, f16 bias) into lowering-owned
-  resident buffers: the planned layouts (row-major [N, K] FP8 blocks) are not what the kernel reads, and the
-  device pack kernel does not exist yet. FP8-planned GEMMs run on the F16 AMP with FP8-valued f16 weights: the
-  IR's semantics (f16 activations x FP8 weights) is not what the FP8 AMP computes (both operands FP8).
+- `nn.linear` with a `#tile.gemm` plan: per tile the weight block the exchange delivered (the planned operand
+  layout: row-major [nc, K] FP8 or f16 blocks, from the parameter's spread home) is cast to f16 on the device
+  (`cast_fp8_f16`, exact) into a staging area and packed into the F16 AMP kernel's weight panels
+  (`pack.weights_from_bt`; K padded to 16 with zeros); then the F16 AMP GEMM into an f16 scratch tile of C
+  (interleaved memory), `bias_f16` in place, a cast into the result buffer when the result is f32. The staging and
+  panel areas (`weight_staging`) are shared by every GEMM and sit above memory-plan's high-water mark like the
+  other scratch. The bias is still bound by the host in the kernel's format (f16, N padded) per GEMM tile.
+  FP8-planned GEMMs run on the F16 AMP: the IR's semantics (f16 activations x FP8 weights) is not what the FP8
+  AMP computes (both operands FP8).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ipu.backend.encoding import encode_program
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import pack as pk
+from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import NnOps
@@ -47,6 +51,7 @@ from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
@@ -246,6 +251,7 @@ class Lowering(NnOps):
         nc = len(op.carried)
         self.scratch()
         self.aux()
+        self.weight_staging()
         for v, arg in zip(op.carried, block.args[:nc]):
             self._carried_copy(v, arg, "tile.repeat: carried values in")
         rec = self.image.alloc(16, 8, "low")  # counter, forward table, reset table
@@ -547,8 +553,62 @@ class Lowering(NnOps):
                 tab[t, 1 + lx.HALF_WORDS * i : 1 + lx.HALF_WORDS * (i + 1)] = row
         self.table_call("xch_half", tab, f"{name} (halves)")
 
+    def weight_staging(self) -> tuple[int, int]:
+        """(f16 staging, weight panels): the device-side weight preparation areas shared by every GEMM (live only
+        during one op), sized for the largest GEMM of the function and allocated once above memory-plan's
+        high-water mark (like `scratch()`; memory-plan does not account for them, tile-plan's GEMM choice does).
+        Staging holds a tile's weight block as row-major f16 [nc, kpad] (the cast's output, the pack's input);
+        the panels area holds the F16 AMP weight panels [npad/16][kpad/16][512 B] (and, before the cast, the
+        FP8/f16 rows re-strided to kpad when K is not a multiple of 16). Both are written at upload (zeros): the
+        panels' N padding rows are read by the GEMM but never written by the pack."""
+        if getattr(self, "_wstage", None) is None:
+            need_s, need_p, worst = 0, 0, None
+            for op in self.f.walk():
+                plan = op.attributes.get(tl.PLAN_ATTR)
+                if not (isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr)):
+                    continue
+                s, p, t = self._staging_bytes(op)
+                if worst is None or s + p > worst[1] + worst[2]:
+                    worst = (op, s, p, t)
+                need_s, need_p = max(need_s, s), max(need_p, p)
+            if worst is None:
+                self._wstage = (0, 0)
+                return self._wstage
+            try:
+                s = self.image.alloc(need_s, 16, "high")
+                p = self.image.alloc(need_p, 16, "high")
+            except Exception as e:
+                op, s_op, p_op, t = worst
+                raise LoweringError(
+                    f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {s_op} B of f16 weight "
+                    f"staging + {p_op} B of weight panels (all GEMMs: {need_s} + {need_p} B) above the memory "
+                    f"plan's high-water mark {self.addrs.high:#x}, which does not fit the {self.target.sram_bytes}-B "
+                    f"tile ({self.image.used} B of lowering data already there): {e}"
+                ) from None
+            self.image.put("weight panels (zero padding)", p, np.zeros(need_p, np.uint8))
+            self._wstage = (s, p)
+            self.notes.append(f"GEMM weight staging per tile: {need_s} B f16 rows + {need_p} B panels")
+        return self._wstage
+
+    def _staging_bytes(self, op: nn.LinearOp) -> tuple[int, int, int]:
+        """(f16 staging bytes, panel bytes, the tile needing most) of one GEMM's device-side weight preparation."""
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g = lay.geometry()
+        k = op.operands[0].type.get_shape()[-1]
+        kpad = -(-k // 16) * 16
+        nc = g.block_dims[:, 1].astype(np.int64)
+        npad = -(-nc // 16) * 16
+        esize = tl.element_bytes(tl.layout_of(op.operands[1]).dtype) if tl.layout_of(op.operands[1]) else 1
+        s = nc * kpad * 2
+        p = np.maximum(npad * kpad * 2, nc * kpad * esize)
+        b = int(np.argmax(s + p))
+        return int(s.max()), int(p.max()), int(lay.table()[b, 0])
+
     def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
-        """Per tile: [pad A] -> F16 GEMM into the C scratch -> bias -> [cast to f32] -> [rows into the result]."""
+        """Per tile: the planned weight block (row-major [nc, K], FP8 or f16, from the exchange) -> [rows
+        re-strided to kpad with zero K padding] -> [`cast_fp8_f16` / `cast_f32_f16` into the f16 staging] ->
+        `weights_from_bt` pack into the AMP weight panels -> [pad A] -> F16 GEMM into the C scratch -> bias ->
+        [cast to f32] -> [rows into the result]. FP8 -> f16 is exact: the same products as host-packed weights."""
         x, w = op.operands[0], op.operands[1]
         bias = op.operands[2] if len(op.operands) > 2 else None
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -562,11 +622,23 @@ class Lowering(NnOps):
         xl = tl.layout_of(x)
         if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major":
             raise LoweringError(f"{what}: the activation must arrive as row-major f16 (got {xl.dtype})")
+        wl = tl.layout_of(w)
+        wdt = device_dtype(wl.dtype)
+        if wl.order.data != "row_major":
+            raise LoweringError(
+                f"{what}: the weight operand must arrive as row-major [N, K] blocks (got amp16)"
+            )
+        wsize = tl.element_bytes(wl.dtype)
+        if kpad != k and (k * wsize) % 4:
+            raise LoweringError(f"{what}: K = {k} {wdt} rows are not whole words (K padding copies words)")
+        if kpad != k and wdt == "f32":
+            raise LoweringError(f"{what}: f32 weights need K % 16 == 0 (K = {k})")
         rdt = device_dtype(lay.dtype)
         if rdt not in ("f16", "f32"):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
         c_area, a_area, zeros = self.scratch()
+        stage, panels = self.weight_staging()
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}
@@ -574,35 +646,32 @@ class Lowering(NnOps):
             t = int(table[b, 0])
             (r0, c0), (mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             a = self._panel_addr(x, t, (r0,), (mr,), what)
+            wsrc = self._panel_addr(w, t, (c0,), (nc,), what)
             mpad, npad = max(mr, gm.MIN_ROWS), -(-nc // 16) * 16
-            jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize)
+            jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize, wsrc)
         nmax = max(j[5] for j in jobs.values())
         if max(j[4] * kpad * 2 for j in jobs.values()) > e or max(j[4] * j[5] * 6 for j in jobs.values()) > e:
             raise LoweringError(f"{what}: a tile's GEMM block exceeds the {e}-byte scratch elements")
-        if (kpad - k) * 2 > ZEROS_BYTES:
+        if (kpad - k) * max(2, wsize) > ZEROS_BYTES:
             raise LoweringError(f"{what}: K padding exceeds the zero constant")
-        # Resident, host-bound kernel-format weights and f16 bias (zero padding from a segment).
-        wp = self.layer_alloc(nmax * kpad * 2, 16)
-        self.image.put("weights padding", wp, np.zeros(nmax * kpad * 2, np.uint8))
         bp = 0
         if bias is not None:
+            # The bias stays host-bound in the kernel's format (f16, N padded): [npad] halves per tile.
             bp = self.layer_alloc(nmax * 2, 8)
             self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
-        kb = gm.KBLOCK[gm.F16]
-        kbs = kpad // kb
-        wchunks, bchunks, a_copies, out_copies = [], [], {}, {}
+        bchunks, a_copies, out_copies, w_copies = [], {}, {}, {}
         f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
-        for t, (_r0, c0, mr, nc, mpad, npad, a, out) in jobs.items():
-            n_i, kb_i = np.meshgrid(np.arange(nc), np.arange(kbs), indexing="ij")
-            n_i, kb_i = n_i.reshape(-1), kb_i.reshape(-1)
-            addr = wp + ((n_i // 16 * kbs + kb_i) * 64 + (n_i % 16) * 4) * 8
-            cnt = np.minimum(kb, k - kb_i * kb)
-            wchunks.append(
-                np.stack(
-                    [np.full(len(addr), t), addr, (c0 + n_i) * k + kb_i * kb, cnt, np.ones(len(addr))], 1
-                )
-            )
+        # Rows of the weight block with K padding: re-strided to kpad (before the cast: into the panels area,
+        # which the pack only writes after the cast has read it; f16 weights: straight into the staging).
+        restride = panels if wdt != "f16" else stage
+        for t, (_r0, c0, mr, nc, mpad, npad, a, out, wsrc) in jobs.items():
             bchunks.append([t, bp, c0, nc, 1])
+            if kpad != k:
+                rows = []
+                for r in range(nc):
+                    rows.append((wsrc + r * k * wsize, restride + r * kpad * wsize, k * wsize))
+                    rows.append((zeros, restride + r * kpad * wsize + k * wsize, (kpad - k) * wsize))
+                w_copies[t] = rows
             if mpad != mr or kpad != k:
                 rows = []
                 for r in range(mr):
@@ -613,7 +682,6 @@ class Lowering(NnOps):
             if (mpad, npad) != (mr, nc):
                 src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
                 out_copies[t] = [(src + r * npad * sz, out + r * nc * sz, nc * sz) for r in range(mr)]
-        self._bind_operand(w, np.concatenate(wchunks).astype(np.int64), "f16", what)
         if bias is not None:
             self._bind_operand(bias, np.array(bchunks, np.int64), "f16", what)
 
@@ -631,26 +699,51 @@ class Lowering(NnOps):
 
             return build
 
+        # Device-side weight preparation: planned block -> f16 rows -> AMP weight panels.
+        self.copy_call(w_copies, f"{what}: weight rows K padding")
+
+        def wrows(t):
+            return restride if kpad != k else jobs[t][8]
+
+        if wdt != "f16":
+            if wdt == "f32":
+                kname, per_unit, fmt = "cast_f32_f16", 4, {}
+            else:
+                kname, per_unit = "cast_fp8_f16", 8
+                fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+
+            def cast_w(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
+                return ew.Elementwise(kname, nc * kpad // per_unit, in0=wrows(t), out=stage, **fmt)
+
+            self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{what}: weights {wdt} -> f16")
+            packed_from = {t: stage for t in jobs}
+        else:
+            packed_from = {t: wrows(t) for t in jobs}
+
+        def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
+            return pk.weights_from_bt(nc, kpad, "f16", packed_from[t], panels)
+
+        self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{what}: weight panels")
         self.copy_call(a_copies, f"{what}: A padding")
 
-        def gemm(t, r0, c0, mr, nc, mpad, npad, a, out):
+        def gemm(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
             a_eff = a_area if t in a_copies else a
             return gm.Gemm(
-                mpad, kpad, npad, prec=gm.F16, mode="init", coef="ld64", a=a_eff, weights=wp, c=c_area
+                mpad, kpad, npad, prec=gm.F16, mode="init", coef="ld64", a=a_eff, weights=panels, c=c_area
             )
 
         self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm), what=f"{what}: GEMM")
         direct_f16 = rdt == "f16"
         if bias is not None:
 
-            def add_bias(t, r0, c0, mr, nc, mpad, npad, a, out):
+            def add_bias(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
                 dst = out if direct_f16 and t not in out_copies else c_area
                 return ew.Elementwise("bias_f16", mpad, in0=c_area, in1=bp, out=dst, row=npad)
 
             self.call("ew_sup", ew.FRAME_WORDS, frames(add_bias), what=f"{what}: bias")
         if rdt == "f32":
 
-            def cast(t, r0, c0, mr, nc, mpad, npad, a, out):
+            def cast(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
                 dst = f32_stage if t in out_copies else out
                 return ew.Elementwise("cast_f16_f32", mpad * npad // 4, in0=c_area, out=dst)
 
@@ -745,12 +838,13 @@ class Lowering(NnOps):
             )
 
     def _bind_operand(self, v: SSAValue, chunks: np.ndarray, dtype: str, what: str) -> None:
+        """Host binding of a GEMM bias in the kernel's format (f16) at lowering-owned resident storage."""
         try:
             p, i = make_bindings(v, chunks, dtype, layer=self.layer or 0)
         except ValueError as e:
-            raise LoweringError(f"{what}: the weight operand must be host-computable: {e}") from None
+            raise LoweringError(f"{what}: the bias operand must be host-computable: {e}") from None
         if i:
-            raise LoweringError(f"{what}: a GEMM weight computed from a model input is not supported")
+            raise LoweringError(f"{what}: a GEMM bias computed from a model input is not supported")
         self.params += p
 
     # -- the package -------------------------------------------------------------------------------------------
