@@ -123,14 +123,15 @@ def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.La
     )
 
 
-def home_of(layout: tl.LayoutAttr) -> tl.LayoutAttr:
+def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
     """A resident home for a replicated layout (parameters, host-folded casts, inputs): every block is split
     along its first dimension into (up to R) pieces, one per replica tile, so that each tile of a GEMM grid holds
     a distinct share of the operand and the exchange broadcasts the pieces to the block's replicas. The piece
     height is ceil(block0 / R), rounded up to a divisor of block0 when one is near (pieces then never straddle two
     blocks; a straddling piece is still a valid layout: it is exchanged to both blocks' tiles). Piece i of block
-    b goes to replica (i + b) mod R, so the shares of different blocks (and different GEMMs on the same grid) do
-    not all start on replica 0. The result is a dense-table layout with one replica per block."""
+    b goes to replica (i + b + salt) mod R, so the shares of different blocks do not all start on replica 0, and
+    with a different `salt` per operand (the planner counts homes) different GEMMs on the same grid do not put
+    their first pieces on the same tiles. The result is a dense-table layout with one replica per block."""
     r = layout.replicas.data
     if r == 1:
         return layout
@@ -150,7 +151,7 @@ def home_of(layout: tl.LayoutAttr) -> tl.LayoutAttr:
     piece = j0 - (i0 * b0 + p - 1) // p  # pieces that start earlier inside the same block row
     orig = (i0[:, None] * rest + np.arange(rest)[None, :]).reshape(-1)  # original flat block per new block
     pc = np.repeat(piece, rest)
-    tiles = t[orig, (pc + orig) % r][:, None]
+    tiles = t[orig, (pc + orig + salt) % r][:, None]
     return tl.LayoutAttr(
         shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
         layout.scale.data,
@@ -426,10 +427,15 @@ class _Planner:
     weights_order: str
     relayouts: dict = field(default_factory=dict)
     single_count: int = 0
+    home_count: int = 0  # homes given so far: rotates each new home's pieces over the replicas (`home_of`)
 
     def plan_block(self, block: Block) -> None:
         for op in list(block.ops):
             self.plan_op(op)
+
+    def home(self, want: tl.LayoutAttr) -> tl.LayoutAttr:
+        self.home_count += 1
+        return home_of(want, self.home_count - 1)
 
     def set_layout(self, op: Operation, layout: tl.LayoutAttr) -> None:
         op.attributes[tl.LAYOUT_ATTR] = layout
@@ -445,12 +451,12 @@ class _Planner:
             if isinstance(owner, HOST_OPS) and is_host_value(v):
                 # Folded by the host and uploaded straight into the consumer's (home) layout.
                 scale = owner.fp8_scale if isinstance(owner, nn.CastOp) else 0
-                have = with_dtype(home_of(want), want.dtype, scale)
+                have = with_dtype(self.home(want), want.dtype, scale)
                 want = with_dtype(want, want.dtype, scale)
                 owner.attributes[tl.PLAN_ATTR] = map_plan("host", 0)
                 self.set_layout(owner, have)
             elif isinstance(owner, SOURCE_OPS):
-                have = home_of(want)
+                have = self.home(want)
                 self.set_layout(owner, have)
             else:
                 raise PassFailedException(f"tile-plan: {label(op)}: operand #{index} has no layout")
