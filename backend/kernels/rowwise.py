@@ -18,6 +18,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
+| `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -72,7 +73,9 @@ OPS = (
     "flash_final",
     "to_f16",
     "to_f32",
+    "pad_f16",
 )
+PADDED = ("softmax", "to_f16", "pad_f16")  # ops with a valid length: zeros after the valid elements
 # Input and output element sizes per row element (bytes).
 ESIZES = {
     "gelu": (2, 2),
@@ -85,6 +88,7 @@ ESIZES = {
     "flash_final": (4, 2),
     "to_f16": (4, 2),
     "to_f32": (2, 4),
+    "pad_f16": (2, 2),
 }
 
 
@@ -223,7 +227,7 @@ def _pass_sum(c: Code, tag: str, centered: bool) -> None:
 def _row_kernel(op: str) -> Code:
     c = Code(f"rows_{op}")
     _head(c)
-    if op in ("softmax", "to_f16"):
+    if op in PADDED:
         c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
     if op == "softmax":
         c.one("add $m8, $m4, 1")
@@ -267,6 +271,12 @@ def _row_kernel(op: str) -> Code:
             _b("nop", "f32v2tof16 $a5, $a2:3"),
             _b("st64step $a4:5, $mzero, $m7+=, 1"),
         ]
+        c.rpt("$m4", body, "atom0")
+        _zero_pass(c)
+    elif op == "pad_f16":
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m2, 0")
+        body = [_b("ld64step $a0:1, $mzero, $m3+=, 1"), _b("st64step $a0:1, $mzero, $m7+=, 1")]
         c.rpt("$m4", body, "atom0")
         _zero_pass(c)
     elif op == "to_f32":
@@ -486,13 +496,13 @@ class Rows:
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
         if self.valid is not None:
-            if self.op not in ("softmax", "to_f16"):
-                raise ValueError(f"{self.op}: a valid length is for softmax and to_f16 only")
+            if self.op not in PADDED:
+                raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED)} only")
             lo = 1 if self.op == "softmax" else 0
-            if not lo <= self.valid <= self.n or (self.op == "to_f16" and self.valid % 4):
+            if not lo <= self.valid <= self.n or (self.op != "softmax" and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
-                    + (" and a multiple of 4" if self.op == "to_f16" else "")
+                    + (" and a multiple of 4" if self.op != "softmax" else "")
                 )
         for s in (self.istride, self.ostride if self.op not in ("rowsum", "rowmax") else 8):
             if s % 8:
@@ -508,7 +518,7 @@ class Rows:
         if self.op == "softmax":
             va = -(-self.nvalid // 4)  # atoms holding valid elements; the last one is masked
             return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
-        if self.op == "to_f16":
+        if self.op in ("to_f16", "pad_f16"):
             return {"atom0": self.nvalid // 4, "zero": atoms - self.nvalid // 4}
         return {"atom0": atoms, "atom1": atoms, "atom2": atoms}
 
@@ -518,7 +528,7 @@ class Rows:
             return 8
         if self.in_stride is not None:
             return self.in_stride
-        return (self.nvalid if self.op == "to_f16" else self.n) * ESIZES[self.op][0]
+        return (self.nvalid if self.op in ("to_f16", "pad_f16") else self.n) * ESIZES[self.op][0]
 
     @property
     def ostride(self) -> int:
@@ -538,7 +548,7 @@ class Rows:
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, out
         f[ENTRY] = labels[f"rows_{self.op}"]
         f[ATOMS], f[ISTRIDE], f[OSTRIDE] = self.n // 4, self.istride, self.ostride
-        if self.op in ("softmax", "to_f16"):
+        if self.op in PADDED:
             f[ATOMS], f[ZATOMS] = self.reps()["atom0"], self.reps()["zero"]
         f[ST0], f[ST1], f[ST2] = self.st0, self.st1, self.st2
         f[F0] = np.float32(1.0 / self.n).view(np.uint32)
@@ -608,7 +618,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             half = h * np.float16(0.5)
             th = tanh_f16(t) + np.float16(1.0)
             return {"out": half * th}
-        x = x.reshape(k.rows, k.nvalid if k.op == "to_f16" else k.n)
+        x = x.reshape(k.rows, k.nvalid if k.op in ("to_f16", "pad_f16") else k.n)
         if k.op == "rowsum":
             return {"out": _acc_sum(x.astype(np.float32))}
         if k.op == "rowmax":
@@ -626,6 +636,10 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             out = np.zeros((k.rows, k.n), np.float16)
             xv = x.reshape(k.rows, -1)[:, : k.nvalid].astype(np.float32)
             out[:, : k.nvalid] = (xv * np.float32(k.scale)).astype(np.float16)
+            return {"out": out}
+        if k.op == "pad_f16":
+            out = np.zeros((k.rows, k.n), np.float16)
+            out[:, : k.nvalid] = x.astype(np.float16)
             return {"out": out}
         if k.op == "to_f32":
             return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32)}

@@ -160,3 +160,22 @@ def test_estimate_grows_with_valid_atoms_only():
     a = R.cycles(R.Rows("softmax", 8, 736, valid=729))
     b = R.cycles(R.Rows("softmax", 8, 736, valid=129))
     assert a > b > R.cycles(R.Rows("softmax", 8, 132, valid=129))
+
+
+@pytest.mark.parametrize(
+    "rows,n,valid,in_stride", [(1, 8, 4, None), (7, 32, 24, None), (13, 80, 72, 160), (5, 16, 0, None)]
+)
+def test_pad_f16(rows, n, valid, in_stride):
+    """f16 rows (any bits, NaN included) copied into rows of n, zeros after the valid elements."""
+    rng = np.random.default_rng(rows + n + valid)
+    width = (in_stride or valid * 2) // 2
+    x = (rng.standard_normal((rows, max(width, 1))) * 5).astype(np.float16)
+    if valid:
+        x[0, 0] = np.nan
+    k = R.Rows("pad_f16", rows, n, in0=X, out=OUT, valid=valid, in_stride=in_stride)
+    got, _ = _run(k, {X: x} if valid else {}, rows * n * 2, _nan_fill(rows * n * 2))
+    got = got.view(np.uint16).reshape(rows, n)
+    np.testing.assert_array_equal(got[:, :valid], x[:, :valid].view(np.uint16))
+    assert (got[:, valid:] == 0).all()
+    want = R.semantics(k, x[:, :valid].copy())["out"]
+    np.testing.assert_array_equal(got, want.view(np.uint16))
