@@ -46,6 +46,7 @@ from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import NnOps
 from ipu.backend.lower.placement import Addresses, DataImage, Placed
+from ipu.backend.lower.sites import label_sites, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -849,6 +850,7 @@ class Lowering(NnOps):
 
     # -- the package -------------------------------------------------------------------------------------------
     def finish(self) -> Package:
+        sites = label_sites(self.lines)  # profile sites (ipu.backend.lower.sites)
         main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
         self.main_text = "\n".join(main) + "\n"
         text = (
@@ -897,6 +899,7 @@ class Lowering(NnOps):
                 "exchange": "exchange instructions (send / $INCOMING_MUX rounds, one internal sync per round)",
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
+                "profile_sites": resolve(sites, program.labels),
             },
         )
 

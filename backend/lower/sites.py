@@ -28,11 +28,13 @@ KIND_OF_ROUTINE = {"xch_rounds": "exchange"}
 
 
 def op_of(what: str) -> str:
-    """The operator a site belongs to: the comment's part before ": " (`nn.linear (unnamed)`, `tile.repeat`);
-    the exchange routines' tables and copies of a phase (`exchange rounds (9)`, `exchange copies`, ...) are
-    `exchange.phase`."""
+    """The operator a site belongs to: the comment's part before ": " (`nn.linear (unnamed)`); the exchange
+    routines' tables and copies of a phase (`exchange rounds (9)`, `exchange copies`, ...) are `exchange.phase`,
+    the layer loop's control code and carried-value copies `tile.repeat`."""
     if what.startswith("exchange") and not what.startswith("exchange.sync"):
         return "exchange.phase"
+    if what.startswith("tile.repeat"):
+        return "tile.repeat"
     return what.split(": ")[0]
 
 

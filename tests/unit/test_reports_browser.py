@@ -245,3 +245,88 @@ def test_profile_report_interactions(reports, driver):
     driver.find_element("id", "reset").click()
     s = state()
     assert (s["lo"], s["hi"], s["zoomDepth"], s["flashTile"]) == (0, total, 0, -1)
+
+
+@pytest.fixture(scope="module")
+def sim_profile(tmp_path_factory):
+    """profile.json/html of a real run: the tiny SigLIP (layer loop) on 16 simulated tiles."""
+    import numpy as np
+
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime.host import Session
+    from ipu.runtime.reports.profile_sim import profile_from_run
+
+    cfg = PRESETS["tiny"]
+    pkg = compile_model("tiny", Target.small(tiles=TILES, sram_kib=624))
+    w = random_weights(cfg, seed=0)
+    session = Session(pkg)
+    session.upload_parameters({b.name: np.asarray(w[b.name]) for b in pkg.parameters})
+    x = np.random.default_rng(1).standard_normal((1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    result = session.run({"pixel_values": x}, profile=True)
+    doc = profile_from_run(pkg, result)
+    out = tmp_path_factory.mktemp("sim_profile")
+    write_profile_report(doc, out)
+    return out, doc, result.cycles
+
+
+def test_simulator_profile_report(sim_profile, driver):
+    """The profile of a real simulator run loads; its summary, superstep lane, operator table and the measured
+    rest of the layer loop show the run's numbers."""
+    out, doc, cycles = sim_profile
+    _load(driver, out / "profile.html", "profileReport")
+    state = lambda: driver.execute_script("return window.profileReport.state()")  # noqa: E731
+    assert (state()["lo"], state()["hi"]) == (0, cycles)
+    summary = _text(driver, "summary")
+    assert "source: simulator (measured" in summary and f"; {cycles} cycles" in summary
+    assert f"{doc['run']['internal_syncs']} internal syncs" in summary
+    ops = driver.find_element("id", "ops").text
+    assert doc["ops"][0]["name"] in ops and str(doc["ops"][0]["cycles"]) in ops
+    timeline = driver.find_element("id", "timeline")
+    # The superstep lane: hover the longest detailed superstep.
+    ss = doc["supersteps"]
+    j = max((k for k in range(len(ss)) if ss[k]["index"] is not None), key=lambda k: ss[k]["cycles"])
+    x = driver.execute_script("return window.profileReport.ssX(arguments[0])", j)
+    _at(driver, timeline, x, 80).perform()
+    tip = _text(driver, "tip")
+    assert f"superstep {ss[j]['index']}" in tip and f"cycles {ss[j]['cycles']} " in tip
+    assert f"compute {ss[j]['compute']}, exchange {ss[j]['exchange']}, sync {ss[j]['sync']}" in tip
+    # The measured rest of the loop.
+    rest = doc["repeats"][0]["rest_step"]
+    x = driver.execute_script("return window.profileReport.stepX(arguments[0])", rest)
+    _at(driver, timeline, x, 53).perform()
+    tip = _text(driver, "tip")
+    by = doc["steps"][rest]["by_kind"]
+    assert (
+        "(measured, summed)" in tip and f"measured: compute {by['compute']}, exchange {by['exchange']}" in tip
+    )
+
+
+def test_placement_access_tail_hover(driver, tmp_path):
+    """A payload with an alignment tail: the map draws it and the hover names it (memory-plan requests no tails;
+    the map shows the alignment slack)."""
+    import numpy as np
+
+    from ipu.backend.target import Target
+    from ipu.passes import memory_alloc as ma
+    from ipu.runtime.reports.placement import model_from_problem
+
+    target = Target.small(tiles=2, sram_kib=96)
+    bufs = [ma.Buffer("a", "op1", first=0, last=2), ma.Buffer("b", "op2", first=1, last=3)]
+    problem = ma.Problem(target, bufs, np.array([[6, 16], [13, 3]], np.int64), events=4)
+    doc = placement_json(model_from_problem(problem, ma.allocate(problem)))
+    write_placement_report(doc, tmp_path)
+    _load(driver, tmp_path / "placement.html", "placementReport")
+    a = next(al for al in doc["allocations"] if al["name"] == "a")
+    k = next(k for k, p in enumerate(a["placed"]) if p[0] == doc["tile_class"][0])
+    _, addr, nbytes, _, row = a["placed"][k][:5]
+    assert a["tails"][k] == 2
+    driver.execute_script("window.placementReport.zoomTo(arguments[0], arguments[1])", addr - 8, addr + 24)
+    canvas = driver.find_element("id", "map")
+    x = driver.execute_script("return window.placementReport.addrX(arguments[0])", addr + nbytes + 1)
+    y = driver.execute_script("return window.placementReport.rowY(0, arguments[0])", row)
+    _at(driver, canvas, x, y).perform()
+    tip = _text(driver, "tip")
+    assert "a  op1" in tip and "access tail 2 B (alignment slack to 8 B" in tip
+    assert "(pointer is on the access tail)" in tip
