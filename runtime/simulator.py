@@ -99,10 +99,10 @@ class Group:
 
 
 class Recorder:
-    """Per-tile clocks at marked supervisor PCs and internal syncs (see the module docstring). Events are kept
-    per tile in order: `clock` [events, tiles] int64, `pc` and `kind` alike (START, PROBE, ARRIVE, RELEASE, END).
-    Every tile of a BSP program passes the same marks in the same order, so `trace()` checks that and returns one
-    event sequence with a clock per tile."""
+    """Per-tile clocks at marked supervisor PCs and internal syncs (see the module docstring): `clock` [events,
+    tiles] int64, and per event one `pc` and `kind` (START, PROBE, ARRIVE, RELEASE, END). Every tile of a BSP
+    program passes the same marks in the same order; a mark that disagrees with what other tiles recorded as the
+    same event is remembered and `trace()` raises."""
 
     START, PROBE, ARRIVE, RELEASE, END = 0, 1, 2, 3, 4
 
@@ -111,38 +111,44 @@ class Recorder:
         self.T = tiles
         self.cap = 256
         self.clock = np.zeros((self.cap, tiles), np.int64)
-        self.pc = np.zeros((self.cap, tiles), np.int64)
-        self.kind = np.zeros((self.cap, tiles), np.int8)
+        self.pc = np.zeros(self.cap, np.int64)
+        self.kind = np.full(self.cap, -1, np.int8)  # -1: not recorded yet
         self.n = np.zeros(tiles, np.int64)
+        self.error: str | None = None
 
     def reset(self) -> None:
         self.n[:] = 0
+        self.kind[:] = -1
+        self.error = None
 
     def mark(self, tiles: np.ndarray, pc, kind: int, clocks: np.ndarray) -> None:
         k = self.n[tiles]
-        if len(k) and int(k.max()) >= self.cap:
-            grow = self.cap
+        k0, top = int(k[0]), int(k.max())
+        if top >= self.cap:
+            grow = max(self.cap, top + 1 - self.cap)
             self.clock = np.concatenate([self.clock, np.zeros((grow, self.T), np.int64)])
-            self.pc = np.concatenate([self.pc, np.zeros((grow, self.T), np.int64)])
-            self.kind = np.concatenate([self.kind, np.zeros((grow, self.T), np.int8)])
+            self.pc = np.concatenate([self.pc, np.zeros(grow, np.int64)])
+            self.kind = np.concatenate([self.kind, np.full(grow, -1, np.int8)])
             self.cap += grow
         self.clock[k, tiles] = clocks
-        self.pc[k, tiles] = pc
-        self.kind[k, tiles] = kind
         self.n[tiles] += 1
+        pcs = np.asarray(pc)
+        p0 = int(pcs.flat[0])
+        if self.kind[k0] < 0:
+            self.pc[k0], self.kind[k0] = p0, kind
+        if self.error is None and (
+            (k != k0).any() or (pcs != p0).any() or self.pc[k0] != p0 or self.kind[k0] != kind
+        ):
+            self.error = f"tiles passed different profile marks at event {k0} (pc {p0:#x}, kind {kind})"
 
     def trace(self) -> Trace:
         """The recorded events of the last run as one sequence (SimError if tiles passed different marks)."""
         n = int(self.n[0]) if self.T else 0
-        if (self.n != n).any():
-            raise SimError(
-                "profile", f"tiles recorded different numbers of events ({self.n.min()}..{self.n.max()})"
-            )
-        pc, kind = self.pc[:n], self.kind[:n]
-        if (pc != pc[:, :1]).any() or (kind != kind[:, :1]).any():
-            e = int(np.nonzero(((pc != pc[:, :1]) | (kind != kind[:, :1])).any(axis=1))[0][0])
-            raise SimError("profile", f"tiles passed different profile marks at event {e}")
-        return Trace(self.clock[:n].copy(), pc[:, 0].copy(), kind[:, 0].copy())
+        if self.error is None and (self.n != n).any():
+            self.error = f"tiles recorded different numbers of events ({self.n.min()}..{self.n.max()})"
+        if self.error is not None:
+            raise SimError("profile", self.error)
+        return Trace(self.clock[:n].copy(), self.pc[:n].copy(), self.kind[:n].copy())
 
 
 @dataclass

@@ -223,3 +223,30 @@ def test_label_sites_names_every_site_of_main():
     # each label sits right before its site's first line (the end site's after .Lrep0_end:)
     assert lines[lines.index(".Lsite3:") + 1].endswith("// tile.repeat x4")
     assert lines[lines.index(".Lsite6:") - 1] == ".Lrep0_end:" and lines[-1] == ".Lsite7:"
+
+
+def test_recorder_rejects_tiles_that_pass_different_marks():
+    from ipu.runtime.errors import SimError
+    from ipu.runtime.simulator import Recorder
+
+    rec = Recorder(3, [0x100, 0x200, 0x300])
+    t = np.arange(3)
+    rec.mark(t, -1, Recorder.START, np.array([0, 0, 0]))
+    rec.mark(t, 0x100, Recorder.PROBE, np.array([5, 6, 7]))
+    rec.mark(t[:2], 0x200, Recorder.PROBE, np.array([9, 9]))
+    rec.mark(t[2:], 0x200, Recorder.PROBE, np.array([11]))
+    rec.mark(t, -1, Recorder.END, np.array([20, 21, 22]))
+    tr = rec.trace()
+    assert tr.clock.tolist() == [[0, 0, 0], [5, 6, 7], [9, 9, 11], [20, 21, 22]]
+    assert tr.pc.tolist() == [-1, 0x100, 0x200, -1] and tr.kind.tolist() == [0, 1, 1, 4]
+    rec.reset()
+    rec.mark(t, -1, Recorder.START, np.array([0, 0, 0]))
+    rec.mark(t[:2], 0x200, Recorder.PROBE, np.array([9, 9]))
+    rec.mark(t[2:], 0x300, Recorder.PROBE, np.array([11]))  # tile 2 took another path
+    with pytest.raises(SimError, match="different profile marks at event 1"):
+        rec.trace()
+    rec.reset()
+    rec.mark(t, -1, Recorder.START, np.array([0, 0, 0]))
+    rec.mark(t[:2], 0x200, Recorder.PROBE, np.array([9, 9]))  # tile 2 never gets there
+    with pytest.raises(SimError, match="different numbers of events"):
+        rec.trace()
