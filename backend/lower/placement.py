@@ -39,6 +39,10 @@ class Placed:
 
 class Addresses:
     def __init__(self, f: func.FuncOp, num_tiles: int):
+        # Memo of `of` per (value, iteration) and of `_expand` per buffer attribute (the op lowerings ask for the
+        # same values once per tile): the arrays are shared, so they are read-only.
+        self._memo: dict[tuple[SSAValue, int], Placed] = {}
+        self._expanded: dict[int, tuple[mem.BufferAttr, Placed]] = {}
         self.plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
         if self.plan is None:
             raise PlacementError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
@@ -55,15 +59,30 @@ class Addresses:
         self.override: dict[SSAValue, Placed] = {}
 
     def _expand(self, b: mem.BufferAttr) -> Placed:
+        hit = self._expanded.get(id(b))
+        if hit is not None and hit[0] is b:
+            return hit[1]
+        p = self._expand_uncached(b)
+        self._expanded[id(b)] = (b, p)  # holds b: its id is not reused while cached
+        return p
+
+    def _expand_uncached(self, b: mem.BufferAttr) -> Placed:
         addr = mem.table_values(b.addr, self.nc)[self.tile_class]
         member = mem.table_values(b.bytes_, self.nc)[self.tile_class]
         stride = mem.table_values(b.stride, self.nc)[self.tile_class] if b.seq.data > 1 else member * 0
         addr = np.where(member > 0, addr, -1)
-        return Placed(addr.astype(np.int64), stride.astype(np.int64), b.seq.data)
+        return _frozen(Placed(addr.astype(np.int64), stride.astype(np.int64), b.seq.data))
 
     def of(self, v: SSAValue) -> Placed:
         if v in self.override:
             return self.override[v]
+        key = (v, self.iteration)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = _frozen(self._of(v))
+        return hit
+
+    def _of(self, v: SSAValue) -> Placed:
         if isinstance(v, BlockArgument):
             rep = v.owner.parent_op()
             if not isinstance(rep, tl.RepeatOp):
@@ -86,6 +105,12 @@ class Addresses:
         if not bufs:
             raise PlacementError(f"{op.name}: result #{v.index} has no memory.buffers (not placed)")
         return self._expand(bufs[v.index])
+
+
+def _frozen(p: Placed) -> Placed:
+    for a in (p.addr, p.stride):
+        a.flags.writeable = False
+    return p
 
 
 class DataImage:
