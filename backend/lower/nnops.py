@@ -233,8 +233,12 @@ class NnOps:
             raise self.error(f"{what}: masks are not lowered")
         lay = op.attributes[tl.LAYOUT_ATTR]
         for x in (q, k, v, op.results[0]):
-            if device_dtype(tl.layout_of(x).dtype) != "f32" or tl.layout_of(x).order.data != "row_major":
-                raise self.error(f"{what}: row-major f32 operands expected")
+            if (
+                device_dtype(tl.layout_of(x).dtype) not in ("f32", "f16")
+                or tl.layout_of(x).order.data != "row_major"
+            ):
+                raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
+        esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (q, k, v, op.results[0]))
         heads = op.heads.value.data
         scale = float(op.scale.value.data)
         seq, hidden = k.type.get_shape()[-2:]
@@ -255,7 +259,7 @@ class NnOps:
                     self._panel_addr(k, t, (0, c0), (seq, d), what),
                     self._panel_addr(v, t, (0, c0), (seq, d), what),
                     mr,
-                    int(out[t]) + int(g.offset[blk, rep]) * 4,
+                    int(out[t]) + int(g.offset[blk, rep]) * esizes[3],
                 )
                 j = 0
                 while j < len(rounds) and t in rounds[j]:
@@ -272,7 +276,7 @@ class NnOps:
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
-            progs = {t: attention_program(sz, *job, scale, *areas) for t, job in jobs.items()}
+            progs = {t: attention_program(sz, *job, scale, *areas, esizes) for t, job in jobs.items()}
             labels = [label for label, _ in next(iter(progs.values()))]
             for j, label in enumerate(labels):
                 self.kcall(f"{tag}: {label}", {t: prog[j][1] for t, prog in progs.items()})
@@ -317,7 +321,7 @@ def attention_sizes(
         f"S and P {mpad * spad * 2} B each, Q and O {mpad * dpad * 2} B, 16 keys of K or V {16 * dpad * 2} B "
         f"(f16 rows or weight panels), scratch elements of {e} B"
     )
-    if mpad * spad * 2 > e or kc < 16:
+    if mpad * spad * 2 > e or mpad * d * 4 > e or kc < 16:
         raise ValueError(f"the block does not fit: {sizes}")
     if spad * 2 > 8 * 514:
         raise ValueError(f"S rows of {spad * 2} B exceed the GEMM's 4112-byte row stride: {sizes}")
@@ -326,24 +330,28 @@ def attention_sizes(
 
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
-    panels: int,
+    panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
 ) -> list[tuple[str, object]]:  # fmt: skip
-    """The kernel calls of one block (m query rows of one head; Q, K, V f32 rows at qa / ka / va, the f32 result
-    rows at out): (label, call) in order. Scratch: C and A elements, `panels` (aux)."""
+    """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
+    out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
+    and A elements, `panels` (aux)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     several = len(sz.chunks) > 1
-    prog: list[tuple[str, object]] = [
-        # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A; rows m..mpad are left over (unused results).
-        ("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale))
-    ]
+    prog: list[tuple[str, object]] = []
+    if esizes[0] == 2:  # f16 Q: to f32 rows in C (free until S), then scaled as f32 Q is
+        prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
+        qa = c_area
+    # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A; rows m..mpad are left over (unused results).
+    prog.append(("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale)))
 
-    def rows_of(name, src, k0, nk, dst):
+    def rows_of(name, src, esize, k0, nk, dst):
         # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
         # finite logits, masked by the softmax; zero values: no contribution).
         pre = f"keys {k0}..{k0 + nk}: " if several else ""
+        kind, verb = ("to_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
         prog.append(
-            (f"{pre}{name} to f16", rw.Rows("to_f16", nk, dpad, in0=src + k0 * d * 4, out=dst, valid=d))
+            (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
         )
         nkp = -(-nk // 16) * 16
         if nkp > nk:
@@ -356,7 +364,7 @@ def attention_program(
         return pre, nkp
 
     for k0, nk in sz.chunks:
-        pre, nkp = rows_of("K", ka, k0, nk, krows)
+        pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
         prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
         s_gemm = gm.Gemm(
             mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels, c=c_area + k0 * 2,
@@ -366,14 +374,17 @@ def attention_program(
     # Softmax over the seq valid columns of S; P's padded columns are zeros.
     prog.append(("softmax", rw.Rows("softmax", m, spad, in0=c_area, out=a_area, valid=sz.seq)))
     for c, (k0, nk) in enumerate(sz.chunks):
-        pre, nkp = rows_of("V", va, k0, nk, vrows)
+        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows)
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
         o_gemm = gm.Gemm(
             mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
             a_row_stride=spad * 2, weights=panels, c=c_area,
         )  # fmt: skip
         prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
-    prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
+    if esizes[3] == 4:
+        prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
+    else:  # f16 result: O's first d columns
+        prog.append(("O rows", rw.Rows("pad_f16", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
     return prog
 
 

@@ -14,10 +14,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp, TensorType, f16, f32
+from xdsl.ir import Block, Region
 from xdsl.passes import PassPipeline
 
 from ipu.backend.lower import compile_model, nnops
 from ipu.backend.target import IPU21, Target
+from ipu.dialects import nn
 from ipu.frontend.reference import evaluate
 from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
 from ipu.frontend.weights import random_weights
@@ -129,3 +133,55 @@ def test_blocks_that_do_not_fit_are_named():
         nnops.attention_sizes(3, 2100, 64, 32 * 1024)
     with pytest.raises(ValueError, match="multiple of 4"):
         nnops.attention_sizes(8, 729, 70, 32 * 1024)
+
+
+def attention_module(t: int, s: int, c: int, heads: int, dtype, out_dtype):
+    """One nn.attention of inputs q [t, c], k / v [s, c] (element type dtype), result out_dtype."""
+    block = Block()
+    ins = []
+    for name, rows in (("q", t), ("k", s), ("v", s)):
+        op = nn.InputOp(name, TensorType(dtype, [rows, c]))
+        block.add_op(op)
+        ins.append(op.result)
+    att = nn.AttentionOp(*ins, heads, (c // heads) ** -0.5, TensorType(out_dtype, [t, c]))
+    block.add_op(att)
+    block.add_op(nn.OutputOp("o", att.result))
+    block.add_op(func.ReturnOp())
+    return ModuleOp([func.FuncOp("attention", ((), ()), Region(block))])
+
+
+def attention64(q, k, v, heads):
+    t, c = q.shape
+    d = c // heads
+    qh, kh, vh = (x.astype(np.float64).reshape(-1, heads, d).transpose(1, 0, 2) for x in (q, k, v))
+    sc = qh @ kh.transpose(0, 2, 1) * d**-0.5
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ vh).transpose(1, 0, 2).reshape(t, c)
+
+
+@pytest.mark.parametrize(
+    "t,s,c,heads,dtype,out_dtype,chunk",
+    [
+        (81, 81, 48, 2, f32, f32, None),  # 11-row blocks (the last 4), keys 81 -> 96, head 24 -> 32
+        (1, 81, 48, 2, f32, f32, None),  # a MAP-head-like probe: 1 query row (GEMM rows 3)
+        (81, 81, 48, 2, f16, f32, None),  # f16 operands (nn-quantize-weights{attention_f16})
+        (50, 50, 24, 2, f16, f16, 16),  # head 12 -> 16, keys 50 -> 64 in 4 chunks (16, 16, 16, 2), f16 result
+    ],
+)
+def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk):
+    """A single attention op on 16 tiles against float64 (per row cosine, absolute error)."""
+    rng = np.random.default_rng(t + s + c)
+    x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in (("q", t), ("k", s), ("v", s))}
+    if dtype == f16:
+        x = {n: a.astype(np.float16).astype(np.float32) for n, a in x.items()}
+    saved, nnops.MAX_KEY_CHUNK = nnops.MAX_KEY_CHUNK, chunk
+    try:
+        pkg = compile_model(attention_module(t, s, c, heads, dtype, out_dtype), TARGET)
+    finally:
+        nnops.MAX_KEY_CHUNK = saved
+    got = Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64)
+    want = attention64(x["q"], x["k"], x["v"], heads)
+    assert np.isfinite(got).all()
+    for g, w in zip(got, want):
+        assert cosine(g, w) >= 0.9999, cosine(g, w)
+    assert np.abs(got - want).max() < 5e-3
