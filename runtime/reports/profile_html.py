@@ -2,9 +2,9 @@
 
 A timeline of steps (compute / exchange / sync, a Repeat loop's first iteration in detail and the rest summed)
 with a superstep lane when the profile has `supersteps` (simulator runs), a per-tile view on the same cycle axis
-(one row per tile; only the rows and steps in view are drawn), the per-kernel table, the per-operator table (when
-the profile has `ops`), the busiest tiles and a virtualised step list. `window.profileReport.state()` exposes the view
-for the browser tests.
+(one row per tile; only the rows and steps in view are drawn, one step per pixel column where steps are
+narrower), the per-kernel table, the per-operator table (when the profile has `ops`), the busiest tiles and a
+virtualised step list. `window.profileReport.state()` exposes the view for the browser tests.
 """
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -131,7 +131,13 @@ function drawTiles() {
   const top = scroller.scrollTop, t0 = Math.floor(top / ROW), t1 = Math.min(T, Math.ceil((top + h) / ROW));
   const i0 = firstVisible();
   for (let i = i0; i < ST.length && starts[i] < S.hi; i++) {
-    const s = ST[i], x0 = Math.max(GUTTER, xOf(s.start)), x1 = Math.min(w, xOf(s.start + s.cycles)), wd = Math.max(1, x1 - x0);
+    let s = ST[i], x0 = Math.max(GUTTER, xOf(s.start)), x1 = Math.min(w, xOf(s.start + s.cycles));
+    if (x1 - x0 < 1) {  // sub-pixel steps: the longest step of this pixel column stands for all of them
+      const px = Math.floor(x0); let best = i;
+      while (i + 1 < ST.length && starts[i + 1] < S.hi && Math.floor(Math.max(GUTTER, xOf(starts[i + 1]))) === px) { i++; if (ST[i].cycles > ST[best].cycles) best = i; }
+      s = ST[best]; x0 = px; x1 = px + 1;
+    }
+    const wd = Math.max(1, x1 - x0);
     g.fillStyle = COLORS[s.kind] || "#888";
     for (let t = t0; t < t1; t++) {
       const v = s.tile_cycles[t] / Math.max(1, s.cycles);
