@@ -3,6 +3,8 @@
     ipu-report placement model.mlir -o out/     memory map: out/placement.json + out/placement.html
     ipu-report profile model.mlir -o out/       cycle profile (exchange-level estimates): out/profile.{json,html}
 
+(The profile measured on the simulator comes from `ipu-run ... --profile out/`.)
+
 The input is exchange-level IR (after `nn-to-exchange-pipeline`) or memory-level IR (after `memory-plan`);
 `-p PIPELINE` runs passes first (xDSL `-p` syntax), e.g. `-p nn-fuse-qkv,nn-outline-repeat,nn-to-exchange-pipeline`
 on a model straight from the frontend. `placement` runs `memory-plan` (options from `--memory-plan`) when the IR
