@@ -2,35 +2,57 @@
 // RUN: not python -m ipu.backend.lower %s 2>&1 | filecheck %s --check-prefix=UNPLACED
 
 // The supervisor program of one nn.linear on 4 tiles: the exchange phase (rounds, then on-tile copies), then per
-// kernel call a frame whose first word says whether this tile has work.
+// kernel call a frame whose first word says whether this tile has work. Each call site and sync starts with a
+// profile label `.Lsite<i>:` (ipu.backend.lower.sites; the simulator records every tile's clock there).
 
 // CHECK:      .globl main
 // CHECK-NEXT: .supervisor
 // CHECK-NEXT: main:
 // CHECK-NEXT:     add $m9, $lr, 0
+// CHECK-NEXT: .Lsite0:
 // CHECK-NEXT:     sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync
+// CHECK-NEXT: .Lsite1:
 // CHECK-NEXT:     setzi $m0, 0x70000  // exchange rounds ({{[0-9]+}})
 // CHECK-NEXT:     call $lr, xch_rounds
+// CHECK-NEXT: .Lsite2:
 // CHECK-NEXT:     setzi $m0, [[COPIES:0x[0-9a-f]+]]  // exchange copies
 // CHECK-NEXT:     call $lr, xch_copy
-// CHECK-NEXT:     setzi $m0, [[GEMM:0x[0-9a-f]+]]  // nn.linear (unnamed): GEMM
+// CHECK-NEXT: .Lsite3:
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): FP8 weights in panel order
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip0
 // CHECK-NEXT:     add $m0, $m0, 8
-// CHECK-NEXT:     call $lr, gemm_f16_sup_ld64
+// CHECK-NEXT:     call $lr, rows_sup
 // CHECK-NEXT: .Lskip0:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
+// CHECK-NEXT: .Lsite4:
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): weight panels f8e4m3fnuz -> f16
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip1
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, ew_sup
 // CHECK-NEXT: .Lskip1:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): cast to f32
+// CHECK-NEXT: .Lsite5:
+// CHECK-NEXT:     setzi $m0, [[GEMM:0x[0-9a-f]+]]  // nn.linear (unnamed): GEMM
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip2
 // CHECK-NEXT:     add $m0, $m0, 8
-// CHECK-NEXT:     call $lr, ew_sup
+// CHECK-NEXT:     call $lr, gemm_f16_sup_ld64
 // CHECK-NEXT: .Lskip2:
+// CHECK-NEXT: .Lsite6:
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
+// CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
+// CHECK-NEXT:     brz $m1, .Lskip3
+// CHECK-NEXT:     add $m0, $m0, 8
+// CHECK-NEXT:     call $lr, ew_sup
+// CHECK-NEXT: .Lskip3:
+// CHECK-NEXT: .Lsite7:
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): cast to f32
+// CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
+// CHECK-NEXT:     brz $m1, .Lskip4
+// CHECK-NEXT:     add $m0, $m0, 8
+// CHECK-NEXT:     call $lr, ew_sup
+// CHECK-NEXT: .Lskip4:
+// CHECK-NEXT: .Lsite8:
 // CHECK-NEXT:     br $m9
 // CHECK-NOT:  {{.}}
 
