@@ -143,7 +143,7 @@ def _per_tile(tiles: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[int, 
     st = tiles[order]
     cut = np.nonzero(st[1:] != st[:-1])[0] + 1
     lo, hi = np.r_[0, cut], np.r_[cut, len(st)]
-    flat = list(map(tuple, np.asarray(rows)[order].tolist()))
+    flat = list(zip(*(c.tolist() for c in np.asarray(rows)[order].T)))  # tuples of Python ints
     groups = {t: flat[a:b] for t, a, b in zip(st[lo].tolist(), lo.tolist(), hi.tolist())}
     return {t: groups[t] for t in dict.fromkeys(tiles.tolist())}
 
