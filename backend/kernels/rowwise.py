@@ -19,6 +19,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
+| `cast_f16` | x: R rows of `valid` (default n, a multiple of 4, >= 4) f32 | y: R rows of n f16: f16(x), then zeros (3 bundles per atom, pipelined) |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -74,8 +75,14 @@ OPS = (
     "to_f16",
     "to_f32",
     "pad_f16",
+    "cast_f16",
 )
-PADDED = ("softmax", "to_f16", "pad_f16")  # ops with a valid length: zeros after the valid elements
+PADDED = (
+    "softmax",
+    "to_f16",
+    "pad_f16",
+    "cast_f16",
+)  # ops with a valid length: zeros after the valid elements
 # Input and output element sizes per row element (bytes).
 ESIZES = {
     "gelu": (2, 2),
@@ -89,6 +96,7 @@ ESIZES = {
     "to_f16": (4, 2),
     "to_f32": (2, 4),
     "pad_f16": (2, 2),
+    "cast_f16": (4, 2),
 }
 
 
@@ -278,6 +286,23 @@ def _row_kernel(op: str) -> Code:
         c.one("add $m7, $m2, 0")
         body = [_b("ld64step $a0:1, $mzero, $m3+=, 1"), _b("st64step $a0:1, $mzero, $m7+=, 1")]
         c.rpt("$m4", body, "atom0")
+        _zero_pass(c)
+    elif op == "cast_f16":
+        # Software-pipelined (3 bundles per atom): the loads of atom i + 1 share bundles with the conversions of
+        # atom i (a bundle's AUX instruction reads the registers before its MAIN load writes them).
+        c.one("add $m3, $m1, 0")
+        c.one("add $m7, $m2, 0")
+        c.bundle("ld64step $a0:1, $mzero, $m3+=, 1")
+        c.bundle("ld64step $a2:3, $mzero, $m3+=, 1")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1", "f32v2tof16 $a4, $a0:1"),
+            _b("ld64step $a2:3, $mzero, $m3+=, 1", "f32v2tof16 $a5, $a2:3"),
+            _b("st64step $a4:5, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
+        c.bundle("nop", "f32v2tof16 $a4, $a0:1")
+        c.bundle("nop", "f32v2tof16 $a5, $a2:3")
+        c.bundle("st64step $a4:5, $mzero, $m7+=, 1")
         _zero_pass(c)
     elif op == "to_f32":
         c.one("add $m3, $m1, 0")
@@ -498,7 +523,7 @@ class Rows:
         if self.valid is not None:
             if self.op not in PADDED:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED)} only")
-            lo = 1 if self.op == "softmax" else 0
+            lo = {"softmax": 1, "cast_f16": 4}.get(self.op, 0)
             if not lo <= self.valid <= self.n or (self.op != "softmax" and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
@@ -520,6 +545,8 @@ class Rows:
             return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
         if self.op in ("to_f16", "pad_f16"):
             return {"atom0": self.nvalid // 4, "zero": atoms - self.nvalid // 4}
+        if self.op == "cast_f16":  # the first atom's loads and the last atom's conversion are per row
+            return {"atom0": self.nvalid // 4 - 1, "zero": atoms - self.nvalid // 4}
         return {"atom0": atoms, "atom1": atoms, "atom2": atoms}
 
     @property
@@ -528,7 +555,7 @@ class Rows:
             return 8
         if self.in_stride is not None:
             return self.in_stride
-        return (self.nvalid if self.op in ("to_f16", "pad_f16") else self.n) * ESIZES[self.op][0]
+        return (self.nvalid if self.op in PADDED[1:] else self.n) * ESIZES[self.op][0]
 
     @property
     def ostride(self) -> int:
@@ -618,7 +645,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             half = h * np.float16(0.5)
             th = tanh_f16(t) + np.float16(1.0)
             return {"out": half * th}
-        x = x.reshape(k.rows, k.nvalid if k.op in ("to_f16", "pad_f16") else k.n)
+        x = x.reshape(k.rows, k.nvalid if k.op in PADDED[1:] else k.n)
         if k.op == "rowsum":
             return {"out": _acc_sum(x.astype(np.float32))}
         if k.op == "rowmax":
@@ -632,7 +659,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             out = np.zeros((k.rows, k.n), np.float16)
             out[:, :va] = (e16.astype(np.float32) * inv[:, None]).astype(np.float16)
             return {"out": out}
-        if k.op == "to_f16":
+        if k.op in ("to_f16", "cast_f16"):
             out = np.zeros((k.rows, k.n), np.float16)
             xv = x.reshape(k.rows, -1)[:, : k.nvalid].astype(np.float32)
             out[:, : k.nvalid] = (xv * np.float32(k.scale)).astype(np.float16)

@@ -8,15 +8,18 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
 - `nn.gelu` (`#tile.map<elementwise>`): `Rows("gelu")` over the shard (units of 4 halves);
 - `nn.slice` (`#tile.single`): row copies on the one tile that holds the sliced operand;
 - `nn.attention` (`#tile.attention<materialized>`): per result block (m query rows x one head of d) on its tile,
-  for any key count seq and head size d (d % 4 == 0), padded exactly: d to dpad (a multiple of 16) and seq to spad:
-    Q * scale -> f16 rows of dpad in A, zero columns d..dpad (`Rows("to_f16")`; GEMM rows padded to 3, left over);
-    per key chunk: K rows -> f16 rows of dpad (zero columns) + zero key rows up to the chunk's multiple of 16 ->
-    K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride 2 * spad);
+  for any key count seq and head size d (d % 4 == 0), padded exactly: d to dpad (a multiple of 16) and seq to spad;
+  operands and result f32 or f16 (`nn-quantize-weights{attention_f16}`):
+    Q * scale -> f16 rows of dpad in A, zero columns d..dpad (`Rows("to_f16")`; f16 Q first to f32 rows in C;
+    GEMM rows padded to 3, left over);
+    per key chunk: K rows -> f16 rows of dpad, zero columns (`Rows("cast_f16")` from f32, `Rows("pad_f16")` from
+    f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0) -> K^T weight panels
+    (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride 2 * spad);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
     per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`) ->
     O (=|+=) P[:, chunk] V[chunk] (F16 GEMM, init then acc: the same f16 rounding per 16-row inner block as one
-    GEMM over all keys); O's first d columns -> f32 result rows (`Rows("to_f32")`).
+    GEMM over all keys); O's first d columns -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
   Scratch: C holds S [mpad, spad] f16, then O and a chunk's V rows; A holds Q and a chunk's K rows, then P; aux a
   chunk's weight panels. Chunks are as large as the elements allow (`attention_sizes`: So400m's 8 x 72 blocks
   over 729 keys take 192 keys per chunk); blocks that do not fit raise a LoweringError naming the op, the tile
@@ -349,7 +352,7 @@ def attention_program(
         # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
         # finite logits, masked by the softmax; zero values: no contribution).
         pre = f"keys {k0}..{k0 + nk}: " if several else ""
-        kind, verb = ("to_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
+        kind, verb = ("cast_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
         prog.append(
             (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
         )
@@ -358,7 +361,7 @@ def attention_program(
             prog.append(
                 (
                     f"{pre}{name} zero rows",
-                    rw.Rows("to_f16", nkp - nk, dpad, out=dst + nk * dpad * 2, valid=0),
+                    rw.Rows("pad_f16", nkp - nk, dpad, out=dst + nk * dpad * 2, valid=0),
                 )
             )
         return pre, nkp

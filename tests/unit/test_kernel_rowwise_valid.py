@@ -179,3 +179,28 @@ def test_pad_f16(rows, n, valid, in_stride):
     assert (got[:, valid:] == 0).all()
     want = R.semantics(k, x[:, :valid].copy())["out"]
     np.testing.assert_array_equal(got, want.view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "rows,n,valid,in_stride",
+    [(1, 4, 4, None), (1, 8, 4, None), (7, 32, 24, None), (13, 80, 72, 320), (6, 16, 8, None)],
+)
+def test_cast_f16(rows, n, valid, in_stride):
+    """The pipelined f32 -> f16 row cast equals to_f16 without scale (one atom per row included)."""
+    rng = np.random.default_rng(rows * n + valid)
+    width = (in_stride or valid * 4) // 4
+    x = (rng.standard_normal((rows, width)) * 1000).astype(np.float32)
+    x[0, 0] = 1e6  # overflows f16
+    k = R.Rows("cast_f16", rows, n, in0=X, out=OUT, valid=valid, in_stride=in_stride)
+    got, _ = _run(k, {X: x}, rows * n * 2, _nan_fill(rows * n * 2))
+    got = got.view(np.uint16).reshape(rows, n)
+    want = R.semantics(R.Rows("to_f16", rows, n, valid=valid), x[:, :valid].copy())["out"]
+    np.testing.assert_array_equal(got, want.view(np.uint16))
+    np.testing.assert_array_equal(got, R.semantics(k, x[:, :valid].copy())["out"].view(np.uint16))
+    assert (got[:, valid:] == 0).all()
+    assert R.cycles(k) < R.cycles(R.Rows("to_f16", rows, n, valid=valid)) or valid == 4
+
+
+def test_cast_f16_needs_an_atom():
+    with pytest.raises(ValueError):
+        R.Rows("cast_f16", 2, 8, valid=0)
