@@ -13,6 +13,11 @@ replace this module function by function, so callers must only use the functions
     copy_cycles(nbytes)                        on-tile memcpy (local part of a relayout)
     sync_cycles()                              one all-tile barrier
     exchange_row_bytes(kind)                   encoded exchange-table bytes of one send / receive / delay row
+    gemm_kernel_shape(m, k, n)                 the padded [m, k] x [k, n] the F16 AMP kernel runs for a block
+    gemm_k_chunks(k, n, wbytes)                the K chunks of the device weight preparation and the GEMM calls
+    weight_prep_cycles(n, k, dtype)            device cast + pack of one tile's [n, k] GEMM weight block
+    a_repack_cycles(m, k, n, wbytes)           A repacked into K-block panels when its rows are too long
+    weight_staging_bytes(n, k, wbytes)         the staging + weight panels that preparation needs per tile
 
 All take an optional `target` (default: the full IPU21 machine), the single source of machine numbers.
 """
@@ -20,6 +25,7 @@ All take an optional `target` (default: the full IPU21 machine), the single sour
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ipu.backend.target import IPU21, Target
 
@@ -143,3 +149,84 @@ _ROW_BYTES = {"send": 8, "recv": 8, "delay": 4}
 
 def exchange_row_bytes(kind: str) -> int:
     return _ROW_BYTES[kind]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# GEMM weights prepared on the device (backend/lower/lowering.py `Lowering.linear`): the weight block arrives as
+# row-major [n, k] FP8 or f16 rows; per K chunk (`gemm_k_chunks`: at most 576 wide, staging under 24 KiB) FP8 rows are rearranged into the F16 AMP
+# panels' order (`pack.fp8_in_f16_panel_order`, 16-byte pieces) and cast to f16 by one flat `cast_fp8_f16`
+# (f16 rows: packed by `pack.weights_from_bt`); the GEMM runs per chunk (init, then acc). K % 16 != 0: the rows
+# are first re-strided to the padded K with zero tails (word copies). K > 2056 (A row stride over the kernel's
+# 4112-byte limit): each A chunk is repacked into K-block panels (`pack.to_panels`-like chunks) in scratch.
+
+GEMM_MIN_ROWS = 3  # the AMP kernel's minimum rows per call (gemm.MIN_ROWS)
+GEMM_K_CHUNK = 576  # most K per chunk of the device weight preparation (36 blocks of 16)
+WEIGHT_STAGING_BYTES = (
+    24 * 1024
+)  # the staging of one K chunk stays under this (narrower chunks for wide panels)
+GEMM_MAX_A_ROW_BYTES = 4112  # the AMP kernel's largest row stride
+
+
+def gemm_kernel_shape(m: int, k: int, n: int) -> tuple[int, int, int]:
+    """The [m, k] x [k, n] the F16 AMP kernel runs for a tile's block: M >= 3, K and N padded to 16."""
+    return max(m, GEMM_MIN_ROWS), -(-k // 16) * 16, -(-n // 16) * 16
+
+
+def gemm_k_chunks(k: int, n: int = 16, wbytes: int = 1) -> list[tuple[int, int]]:
+    """(first column, padded width) of each K chunk of a GEMM whose tiles hold [n, k] weight blocks of wbytes
+    per element: the padded K in nearly equal multiples of 16, each at most GEMM_K_CHUNK wide and with its staging
+    (F16 panels + FP8 bytes in panel order, `chunk_staging_bytes`) under WEIGHT_STAGING_BYTES."""
+    blocks = -(-k // 16)
+    per_block = chunk_staging_bytes(n, 16, wbytes)
+    most = max(1, min(GEMM_K_CHUNK // 16, WEIGHT_STAGING_BYTES // per_block))
+    chunks = -(-blocks // most)
+    per = -(-blocks // chunks)
+    return [(16 * b, 16 * min(per, blocks - b)) for b in range(0, blocks, per)]
+
+
+def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1) -> int:
+    """Staging of one K chunk [n, kc]: the F16 panels (N padded to 16) and, for FP8, the bytes in panel order."""
+    npad = -(-n // 16) * 16
+    return npad * kc * (3 if wbytes == 1 else 2)
+
+
+@lru_cache(maxsize=4096)
+def weight_prep_cycles(n: int, k: int, dtype: str = "f8", target: Target = IPU21) -> int:
+    """Cycles to turn one tile's row-major [n, k] weight block (dtype "f8" or "f16") into F16 AMP weight panels,
+    over all K chunks: the kernels' own estimators (`Chunks.cycles` of the packs, `elementwise.cycles` of the
+    casts) plus `copy_cycles` of the K-padding re-stride when k % 16 != 0."""
+    from ipu.backend.kernels import elementwise as ew
+    from ipu.backend.kernels import pack as pk
+
+    if n <= 0 or k <= 0:
+        return 0
+    _, kpad, npad = gemm_kernel_shape(1, k, n)
+    esize = {"f8": 1, "f16": 2, "f32": 4}[dtype]
+    total = copy_cycles(n * kpad * esize, target) if kpad != k else 0
+    for _, kw in gemm_k_chunks(k, n, esize):
+        if dtype == "f16":
+            total += pk.weights_from_bt(n, kw, "f16", 0, 0).cycles()
+        else:
+            total += pk.fp8_in_f16_panel_order(n, kw, 0, 0).cycles()
+            total += ew.cycles(ew.Elementwise("cast_fp8_f16", npad * kw // 8, in0=0, out=0))
+    return total
+
+
+@lru_cache(maxsize=4096)
+def a_repack_cycles(m: int, k: int, n: int = 16, wbytes: int = 1) -> int:
+    """Cycles to repack a tile's [m, k] f16 A block into K-block panels chunk by chunk (only when the row stride
+    2k exceeds the kernel's limit; else 0); n, wbytes: the weight block's, which set the chunks."""
+    from ipu.backend.kernels import pack as pk
+
+    _, kpad, _ = gemm_kernel_shape(m, k, 16)
+    if kpad * 2 <= GEMM_MAX_A_ROW_BYTES:
+        return 0
+    return sum(pk.to_panels(m, kw * 2, 0, 0).cycles() for _, kw in gemm_k_chunks(k, n, wbytes))
+
+
+def weight_staging_bytes(n: int, k: int, wbytes: int = 1) -> int:
+    """Per-tile bytes of the device-side weight preparation of an [n, k] block (wbytes per weight): the F16 panels
+    of one K chunk, the FP8 bytes in panel order (FP8 only), and the re-strided rows when k % 16 != 0."""
+    _, kpad, _ = gemm_kernel_shape(1, k, n)
+    kc = max(kw for _, kw in gemm_k_chunks(k, n, wbytes))
+    return chunk_staging_bytes(n, kc, wbytes) + (n * kpad * wbytes if kpad != k else 0)

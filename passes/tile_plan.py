@@ -3,9 +3,10 @@
 For each operator, in program order:
 
 - `nn.linear` (rank-2 input): a GEMM over a gm x gn tile grid, chosen by the cost model among all grids that fit
-  the target: estimated AMP cycles of the busiest tile + cycles to receive its x row panel and w column panel
-  (4 bytes/cycle) , subject to the per-tile working set fitting in `memory_fraction` of the SRAM. Big GEMMs end up
-  on (nearly) all tiles.
+  the target: estimated cycles of the busiest tile (device cast + pack of its weight block, the F16 AMP on the
+  block padded as the kernel runs it) + cycles to receive its x row panel and w column panel (4 bytes/cycle),
+  subject to the per-tile working set (with the weight staging and panels) fitting in `memory_fraction` of the
+  SRAM. Big GEMMs end up on (nearly) all tiles.
 - `nn.attention`: materialized attention over a [query blocks, heads] grid (keys/values of a head replicated over
   its query blocks), as many query blocks as tiles allow.
 - element-wise ops (add, mul, scale, gelu, cast): in the layout of their first operand (no data movement);
@@ -35,7 +36,7 @@ search or a person can override any choice by editing attributes.
 
 Simplifications (said here so nobody is surprised): batch 1 (2-D activations [tokens, width]); GEMMs never split
 K (no reduction phase); attention is materialized only (`kind = "flash"` is rejected); the cost model is
-`passes/cost_model.py`, not the kernels' estimators.
+`passes/cost_model.py` (the GEMM weights' device cast + pack use the kernels' estimators, the rest closed forms).
 """
 
 from __future__ import annotations
@@ -292,14 +293,23 @@ ALIGN_SLACK = 1.5
 
 
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
-    """The cheapest gm x gn grid: busiest tile's AMP cycles + cycles to receive its x and w panels."""
+    """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
+    weight block, `cm.weight_prep_cycles`; the F16 AMP kernel on the padded block: M >= 3, K and N padded to 16)
+    + cycles to receive its x and w panels. The per-tile working set (x and w panels, result, bias, and the
+    weight staging + panels of the device preparation, `cm.weight_staging_bytes`) must fit `memory_fraction` of
+    the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate panel widths: the
+    widest and half-widest grids, whole heads when feeding attention, and every multiple of 16 columns (the
+    kernel pads N to 16, so those waste nothing)."""
     m, k = op.input.type.get_shape()
     n = op.weight.type.get_shape()[0]
     bx = tl.element_bytes(op.input.type.element_type)
     bw = tl.element_bytes(op.weight.type.element_type)
     by = tl.element_bytes(op.result.type.element_type)
     prec = precision_of(op.input.type, op.weight.type)
+    wdt = tl.dtype_name(op.weight.type.element_type)
     budget = memory_fraction * target.sram_bytes
+    scratch = target.region1_element_bytes
+    a_chunks = 2 * k > cm.GEMM_MAX_A_ROW_BYTES  # A repacked into K-block panels per chunk (scratch)
     tiles = target.num_tiles
     align = attention_head_dim(op)
     best = best_aligned = None
@@ -309,6 +319,9 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
         if gm != gm0:
             continue  # the same panel height as a smaller gm
         gns = {min(n, tiles // gm), min(n, max(1, tiles // gm // 2))}
+        gns |= {
+            g for g in (math.ceil(n / (16 * j)) for j in range(1, math.ceil(n / 16) + 1)) if g * gm <= tiles
+        }
         if align:
             # Feeding attention: also try column panels of whole heads, so that each row of a panel is one
             # contiguous head row at the attention's tiles (one long transfer per panel, not one per row piece).
@@ -318,10 +331,22 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
         for gn0 in gns:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
-            mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
+            mk, kpad, npad = cm.gemm_kernel_shape(pm, k, pn)
+            kc = max(kw for _, kw in cm.gemm_k_chunks(k, pn, bw)) if a_chunks else 0
+            if (
+                mk * npad * 6 > scratch
+                or (a_padded(pm, k) and mk * kpad * 2 > scratch)
+                or mk * kc * 2 > scratch
+            ):
+                continue  # the lowering's C (f16 + f32 staging) / padded A / A chunk panels scratch
+            mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4 + cm.weight_staging_bytes(pn, k, bw)
             if mem > budget:
                 continue
-            cycles = cm.gemm_cycles(pm, k, pn, prec, target)
+            cycles = (
+                cm.gemm_cycles(mk, kpad, npad, "f16", target)
+                + cm.weight_prep_cycles(pn, k, wdt, target)
+                + cm.a_repack_cycles(mk, k, pn, bw)
+            )
             recv = cm.exchange_cycles(pm * k * bx + pn * k * bw, target)
             key = (cycles + recv, -gm * gn)
             if best is None or key < best[0]:
@@ -340,6 +365,11 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     _, gm, gn, pm, pn, cycles = best
     cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
+
+
+def a_padded(m: int, k: int) -> bool:
+    """The lowering copies a tile's A block into scratch with zero K padding / rows up to the kernel's minimum."""
+    return m < cm.GEMM_MIN_ROWS or k % 16 != 0
 
 
 def attention_head_dim(op: nn.LinearOp) -> int:

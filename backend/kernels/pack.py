@@ -5,7 +5,7 @@ Calling convention: `$m0` = frame, `call $lr, rows_sup` (the supervisor of `roww
 
 Three kernels:
 
-- `chunks` (`Chunks`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
+- `chunks` (`Chunks`, also in a 16-byte-piece variant `pack_chunks16`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
   destination at `dst_row(r) + b * dst_blk` with `dst_row(r) = dst + (r >> g) * dst_group + (r & (2^g - 1)) *
   dst_row`. One chunk = 16 halves or 32 FP8 values = one K block row of A (or a 16-column block row of C), so it
   serves every precision with 64-bit loads and stores only:
@@ -15,6 +15,9 @@ Three kernels:
       (e.g. K for Q @ K^T): slot (engine e, phase p) of block (nb, kb) holds 8 contiguous bytes of row nb*16+e,
       so each (row, kb) is one 32-byte chunk: g = 4 (16 rows per column block), dst_group = kblocks * 512,
       dst_row = 32, dst_blk = 512. FP8 included: no byte shuffles are needed.
+    * `fp8_in_f16_panel_order(n, k, ...)` (16-byte pieces): FP8 B^T rows into the F16 panels' order at one byte
+      per half, so that one flat `cast_fp8_f16` yields the F16 AMP weight panels (GEMM weights kept in FP8 and
+      prepared on the device).
   Per chunk: 4 ld64step + 4 st64step bundles (8 thread cycles per 32 bytes).
 
 - `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
@@ -78,6 +81,32 @@ def chunks_code() -> R.Code:
     body += [R._b("ld64step $a6:7, $mzero, $m3+=, $m8")]
     body += [R._b(f"st64step $a{2 * i}:{2 * i + 1}, $mzero, $m2+=, 1") for i in range(3)]
     body += [R._b("st64step $a6:7, $mzero, $m2+=, $m9")]
+    c.rpt("$m4", body, "chunk")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+def chunks16_code() -> R.Code:
+    """`chunks` with 16-byte pieces (2 ld64step + 2 st64step per piece)."""
+    c = R.Code("pack_chunks16")
+    _common_head(c)
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    _dst_row(c)
+    c.one("add $m3, $m1, 0")
+    body = [
+        R._b("ld64step $a0:1, $mzero, $m3+=, 1"),
+        R._b("ld64step $a2:3, $mzero, $m3+=, $m8"),
+        R._b("st64step $a0:1, $mzero, $m2+=, 1"),
+        R._b("st64step $a2:3, $mzero, $m2+=, $m9"),
+    ]
     c.rpt("$m4", body, "chunk")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
     c.one("add $m1, $m1, $m3")
@@ -175,6 +204,7 @@ def weights_fp8_code() -> R.Code:
 
 CODES = {
     "pack_chunks": chunks_code,
+    "pack_chunks16": chunks16_code,
     "pack_weights_f16": weights_f16_code,
     "pack_weights_fp8": weights_fp8_code,
 }
@@ -187,7 +217,8 @@ def library_asm(sram_base: int = 0x4C000) -> str:
 
 @dataclass(frozen=True)
 class Chunks:
-    """rows x blocks chunks of 32 bytes (see the module docstring for the address formulas)."""
+    """rows x blocks chunks of `piece` = 32 (`pack_chunks`) or 16 (`pack_chunks16`) bytes (see the module docstring
+    for the address formulas)."""
 
     rows: int
     blocks: int
@@ -199,9 +230,13 @@ class Chunks:
     dst_blk: int
     shift: int = 0
     dst_group: int = 0
+    piece: int = 32
 
-    kernel = "pack_chunks"
     entry = "rows_sup"
+
+    @property
+    def kernel(self) -> str:
+        return "pack_chunks" if self.piece == 32 else "pack_chunks16"
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(R.FRAME_WORDS, np.uint32)
@@ -209,8 +244,12 @@ class Chunks:
             f[R.CNT + w], f[R.FIRST + w] = cnt, first
         f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], self.blocks
         f[R.ISTRIDE], f[R.OSTRIDE] = self.src_row, self.dst_row
-        # Step of the 4th access of a chunk, in atoms (the first three step by one atom).
-        f[SRC_BLK], f[DST_BLK] = (self.src_blk // 8 - 3) & 0xFFFFFFFF, (self.dst_blk // 8 - 3) & 0xFFFFFFFF
+        # Step of the last access of a chunk, in atoms (the others step by one atom).
+        back = self.piece // 8 - 1
+        f[SRC_BLK], f[DST_BLK] = (
+            (self.src_blk // 8 - back) & 0xFFFFFFFF,
+            (self.dst_blk // 8 - back) & 0xFFFFFFFF,
+        )
         f[SHIFT], f[DST_GROUP] = self.shift, self.dst_group if self.shift else self.dst_row
         return f
 
@@ -225,7 +264,7 @@ class Chunks:
             for b in range(self.blocks):
                 s = self.src - src_base + r * self.src_row + b * self.src_blk
                 d = self.dst - dst_base + d0 + b * self.dst_blk
-                out[d : d + 32] = mem[s : s + 32]
+                out[d : d + self.piece] = mem[s : s + self.piece]
         return out
 
     def cycles(self) -> int:
@@ -242,14 +281,27 @@ def from_panels(m: int, row_bytes: int, src: int, dst: int) -> Chunks:
     return Chunks(m, row_bytes // 32, src, dst, src_row=32, src_blk=32 * m, dst_row=row_bytes, dst_blk=32)
 
 
-def weights_from_bt(n: int, k: int, prec: str, src: int, dst: int) -> Chunks:
-    """AMP weight panels of B [K, N] from B^T [N, K] row-major (F16 or FP8 bits)."""
+def weights_from_bt(n: int, k: int, prec: str, src: int, dst: int, src_row: int | None = None) -> Chunks:
+    """AMP weight panels of B [K, N] from B^T [N, K] row-major (F16 or FP8 bits). src_row: the source row stride
+    in bytes when the K columns are a slice of longer rows (default: K elements)."""
     kb = KBLOCK[prec]
     row_bytes = k * (2 if prec == "f16" else 1)
     kblocks = k // kb
     return Chunks(
-        n, kblocks, src, dst, src_row=row_bytes, src_blk=32, dst_row=32, dst_blk=512, shift=4,
+        n, kblocks, src, dst, src_row=src_row or row_bytes, src_blk=32, dst_row=32, dst_blk=512, shift=4,
         dst_group=kblocks * 512,
+    )  # fmt: skip
+
+
+def fp8_in_f16_panel_order(n: int, k: int, src: int, dst: int, src_row: int | None = None) -> Chunks:
+    """FP8 bytes of B^T [N, K] (row stride src_row, default K) rearranged into the F16 AMP weight panels' order
+    with one byte per half: the 16 values of (row, 16-deep K block) go where `weights_from_bt(n, k, "f16")` puts
+    their halves, at half the offset. A flat `cast_fp8_f16` of the [ceil(n/16) * 16, k] result is then exactly
+    the F16 weight panels (the cast maps byte i to half i). 16-byte pieces: needs src, src_row 8-byte aligned."""
+    kblocks = k // KBLOCK["f16"]
+    return Chunks(
+        n, kblocks, src, dst, src_row=src_row or k, src_blk=16, dst_row=16, dst_blk=256, shift=4,
+        dst_group=kblocks * 256, piece=16,
     )  # fmt: skip
 
 

@@ -52,6 +52,7 @@ from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+from ipu.passes import cost_model as cm
 from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package
 
@@ -554,62 +555,71 @@ class Lowering(NnOps):
                 tab[t, 1 + lx.HALF_WORDS * i : 1 + lx.HALF_WORDS * (i + 1)] = row
         self.table_call("xch_half", tab, f"{name} (halves)")
 
-    def weight_staging(self) -> tuple[int, int]:
-        """(f16 staging, weight panels): the device-side weight preparation areas shared by every GEMM (live only
-        during one op), sized for the largest GEMM of the function and allocated once above memory-plan's
-        high-water mark (like `scratch()`; memory-plan does not account for them, tile-plan's GEMM choice does).
-        Staging holds a tile's weight block as row-major f16 [nc, kpad] (the cast's output, the pack's input);
-        the panels area holds the F16 AMP weight panels [npad/16][kpad/16][512 B] (and, before the cast, the
-        FP8/f16 rows re-strided to kpad when K is not a multiple of 16). Both are written at upload (zeros): the
-        panels' N padding rows are read by the GEMM but never written by the pack."""
+    def weight_staging(self) -> tuple[int, int, int]:
+        """(FP8 panel-order bytes, F16 weight panels, re-strided rows): the device-side weight preparation areas
+        shared by every GEMM (live only during one op), sized for the largest GEMM of the function and allocated
+        once above memory-plan's high-water mark (like `scratch()`; memory-plan does not account for them,
+        tile-plan's GEMM choice does: `cost_model.weight_staging_bytes`). Per K chunk of a tile's weight block:
+        the FP8 bytes rearranged into the F16 panels' order ([npad, kc] bytes), the F16 AMP weight panels
+        ([npad/16][kc/16][512 B]); for K % 16 != 0 the whole block's rows re-strided to the padded K with zero
+        tails. The first two are written at upload (zeros): the N padding rows are read (cast, GEMM) but never
+        written by the packs."""
         if getattr(self, "_wstage", None) is None:
-            need_s, need_p, worst = 0, 0, None
+            need, worst = np.zeros(3, np.int64), None
             for op in self.f.walk():
                 plan = op.attributes.get(tl.PLAN_ATTR)
                 if not (isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr)):
                     continue
-                s, p, t = self._staging_bytes(op)
-                if worst is None or s + p > worst[1] + worst[2]:
-                    worst = (op, s, p, t)
-                need_s, need_p = max(need_s, s), max(need_p, p)
+                sizes, t = self._staging_bytes(op)
+                if worst is None or sum(sizes) > sum(worst[1]):
+                    worst = (op, sizes, t)
+                need = np.maximum(need, sizes)
             if worst is None:
-                self._wstage = (0, 0)
+                self._wstage = (0, 0, 0)
                 return self._wstage
             try:
-                s = self.image.alloc(need_s, 16, "high")
-                p = self.image.alloc(need_p, 16, "high")
+                areas = tuple(self.image.alloc(int(b), 16, "high") for b in need)
             except Exception as e:
-                op, s_op, p_op, t = worst
+                op, sizes, t = worst
                 raise LoweringError(
-                    f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {s_op} B of f16 weight "
-                    f"staging + {p_op} B of weight panels (all GEMMs: {need_s} + {need_p} B) above the memory "
-                    f"plan's high-water mark {self.addrs.high:#x}, which does not fit the {self.target.sram_bytes}-B "
-                    f"tile ({self.image.used} B of lowering data already there): {e}"
+                    f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} + "
+                    f"{sizes[2]} B of weight staging (FP8 panel order + F16 panels + re-strided rows; all GEMMs: "
+                    f"{' + '.join(str(int(b)) for b in need)} B) above the memory plan's high-water mark "
+                    f"{self.addrs.high:#x}, which does not fit the {self.target.sram_bytes}-B tile "
+                    f"({self.image.used} B of lowering data already there): {e}"
                 ) from None
-            self.image.put("weight panels (zero padding)", p, np.zeros(need_p, np.uint8))
-            self._wstage = (s, p)
-            self.notes.append(f"GEMM weight staging per tile: {need_s} B f16 rows + {need_p} B panels")
+            for a, b in zip(areas[:2], need[:2]):
+                self.image.put("weight staging (zero padding)", a, np.zeros(int(b), np.uint8))
+            self._wstage = areas
+            self.notes.append(
+                f"GEMM weight staging per tile: {int(need.sum())} B ({' + '.join(map(str, need))})"
+            )
         return self._wstage
 
-    def _staging_bytes(self, op: nn.LinearOp) -> tuple[int, int, int]:
-        """(f16 staging bytes, panel bytes, the tile needing most) of one GEMM's device-side weight preparation."""
+    def _staging_bytes(self, op: nn.LinearOp) -> tuple[tuple[int, int, int], int]:
+        """((FP8 panel-order, F16 panels, re-strided rows) bytes, the tile needing most) of one GEMM."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         g = lay.geometry()
         k = op.operands[0].type.get_shape()[-1]
         kpad = -(-k // 16) * 16
+        wl = tl.layout_of(op.operands[1])
+        wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
         nc = g.block_dims[:, 1].astype(np.int64)
+        kc = max(kw for _, kw in cm.gemm_k_chunks(k, int(nc.max()), wsize))
         npad = -(-nc // 16) * 16
-        esize = tl.element_bytes(tl.layout_of(op.operands[1]).dtype) if tl.layout_of(op.operands[1]) else 1
-        s = nc * kpad * 2
-        p = np.maximum(npad * kpad * 2, nc * kpad * esize)
-        b = int(np.argmax(s + p))
-        return int(s.max()), int(p.max()), int(lay.table()[b, 0])
+        d = npad * kc if wsize == 1 else npad * 0
+        p = npad * kc * 2
+        r = nc * kpad * wsize if kpad != k else nc * 0
+        b = int(np.argmax(d + p + r))
+        return (int(d.max()), int(p.max()), int(r.max())), int(lay.table()[b, 0])
 
     def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
-        """Per tile: the planned weight block (row-major [nc, K], FP8 or f16, from the exchange) -> [rows
-        re-strided to kpad with zero K padding] -> [`cast_fp8_f16` / `cast_f32_f16` into the f16 staging] ->
-        `weights_from_bt` pack into the AMP weight panels -> [pad A] -> F16 GEMM into the C scratch -> bias ->
-        [cast to f32] -> [rows into the result]. FP8 -> f16 is exact: the same products as host-packed weights."""
+        """Per tile: [pad A] and per K chunk (`cost_model.gemm_k_chunks`, the same for every tile): the chunk of
+        the planned weight block (row-major [nc, K] FP8 or f16 from the exchange; rows re-strided to the padded K
+        with zero tails first when K % 16 != 0) -> FP8: rearranged into the F16 panels' order + one flat `cast_fp8_f16` (exact) = the F16 AMP
+        weight panels; f16: `weights_from_bt` -> [A chunk into K-block panels when A's rows are longer than the
+        kernel's row stride limit] -> F16 GEMM into the C scratch (init, then acc: the same per-block f16
+        rounding as one call) -> bias -> [cast to f32] -> [rows into the result]."""
         x, w = op.operands[0], op.operands[1]
         bias = op.operands[2] if len(op.operands) > 2 else None
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -629,17 +639,24 @@ class Lowering(NnOps):
             raise LoweringError(
                 f"{what}: the weight operand must arrive as row-major [N, K] blocks (got amp16)"
             )
+        if wdt == "f32":
+            raise LoweringError(
+                f"{what}: f32 weights are not prepared on the device (run nn-quantize-weights)"
+            )
         wsize = tl.element_bytes(wl.dtype)
+        chunks = cm.gemm_k_chunks(k, int(g.block_dims[:, 1].max()), wsize)
         if kpad != k and (k * wsize) % 4:
             raise LoweringError(f"{what}: K = {k} {wdt} rows are not whole words (K padding copies words)")
-        if kpad != k and wdt == "f32":
-            raise LoweringError(f"{what}: f32 weights need K % 16 == 0 (K = {k})")
+        if kpad == k and (k * wsize) % 8:
+            raise LoweringError(
+                f"{what}: K = {k} {wdt} rows are not whole 8-byte atoms (the packs need them)"
+            )
         rdt = device_dtype(lay.dtype)
         if rdt not in ("f16", "f32"):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
         c_area, a_area, zeros = self.scratch()
-        stage, panels = self.weight_staging()
+        d_area, panels, restride = self.weight_staging()
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}
@@ -651,8 +668,19 @@ class Lowering(NnOps):
             mpad, npad = max(mr, gm.MIN_ROWS), -(-nc // 16) * 16
             jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize, wsrc)
         nmax = max(j[5] for j in jobs.values())
-        if max(j[4] * kpad * 2 for j in jobs.values()) > e or max(j[4] * j[5] * 6 for j in jobs.values()) > e:
-            raise LoweringError(f"{what}: a tile's GEMM block exceeds the {e}-byte scratch elements")
+        mmax = max(j[4] for j in jobs.values())
+        pad_a = {t for t, j in jobs.items() if j[4] != j[2] or kpad != k}
+        a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES  # A rows too long for the kernel: chunks into panels
+        if pad_a and mmax * kpad * 2 > e or mmax * nmax * 6 > e:
+            raise LoweringError(
+                f"{what}: a tile's GEMM block ({mmax} x {kpad} A, {mmax} x {nmax} C) exceeds the {e}-byte scratch "
+                "elements"
+            )
+        if a_panels and (pad_a or mmax * max(kw for _, kw in chunks) * 2 > e):
+            raise LoweringError(
+                f"{what}: A rows of {k} halves need K-block panels per chunk: padded A or a {mmax}-row chunk over "
+                f"the {e}-byte scratch is not lowered"
+            )
         if (kpad - k) * max(2, wsize) > ZEROS_BYTES:
             raise LoweringError(f"{what}: K padding exceeds the zero constant")
         bp = 0
@@ -662,18 +690,15 @@ class Lowering(NnOps):
             self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
         bchunks, a_copies, out_copies, w_copies = [], {}, {}, {}
         f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
-        # Rows of the weight block with K padding: re-strided to kpad (before the cast: into the panels area,
-        # which the pack only writes after the cast has read it; f16 weights: straight into the staging).
-        restride = panels if wdt != "f16" else stage
         for t, (_r0, c0, mr, nc, mpad, npad, a, out, wsrc) in jobs.items():
             bchunks.append([t, bp, c0, nc, 1])
-            if kpad != k:
+            if kpad != k:  # weight rows re-strided to kpad with zero tails
                 rows = []
                 for r in range(nc):
                     rows.append((wsrc + r * k * wsize, restride + r * kpad * wsize, k * wsize))
                     rows.append((zeros, restride + r * kpad * wsize + k * wsize, (kpad - k) * wsize))
                 w_copies[t] = rows
-            if mpad != mr or kpad != k:
+            if t in pad_a:
                 rows = []
                 for r in range(mr):
                     rows.append((a + r * k * 2, a_area + r * kpad * 2, k * 2))
@@ -700,40 +725,59 @@ class Lowering(NnOps):
 
             return build
 
-        # Device-side weight preparation: planned block -> f16 rows -> AMP weight panels.
         self.copy_call(w_copies, f"{what}: weight rows K padding")
-
-        def wrows(t):
-            return restride if kpad != k else jobs[t][8]
-
-        if wdt != "f16":
-            if wdt == "f32":
-                kname, per_unit, fmt = "cast_f32_f16", 4, {}
-            else:
-                kname, per_unit = "cast_fp8_f16", 8
-                fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
-
-            def cast_w(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
-                return ew.Elementwise(kname, nc * kpad // per_unit, in0=wrows(t), out=stage, **fmt)
-
-            self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{what}: weights {wdt} -> f16")
-            packed_from = {t: stage for t in jobs}
-        else:
-            packed_from = {t: wrows(t) for t in jobs}
-
-        def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
-            return pk.weights_from_bt(nc, kpad, "f16", packed_from[t], panels)
-
-        self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{what}: weight panels")
         self.copy_call(a_copies, f"{what}: A padding")
+        # Weight rows (bytes) and A rows (halves) as the chunks read them.
+        w_rows = {t: (restride, kpad * wsize) if kpad != k else (j[8], k * wsize) for t, j in jobs.items()}
+        a_rows = {t: (a_area, kpad) if t in pad_a else (j[6], k) for t, j in jobs.items()}
+        fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        for i, (k0, kw) in enumerate(chunks):
+            tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
+            if wdt == "f16":
 
-        def gemm(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
-            a_eff = a_area if t in a_copies else a
-            return gm.Gemm(
-                mpad, kpad, npad, prec=gm.F16, mode="init", coef="ld64", a=a_eff, weights=panels, c=c_area
-            )
+                def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
+                    src, row = w_rows[t]
+                    return pk.weights_from_bt(nc, kw, "f16", src + k0 * 2, panels, src_row=row)
 
-        self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm), what=f"{what}: GEMM")
+                self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
+            else:
+
+                def order(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
+                    src, row = w_rows[t]
+                    return pk.fp8_in_f16_panel_order(nc, kw, src + k0, d_area, src_row=row)
+
+                def cast_w(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw):
+                    return ew.Elementwise("cast_fp8_f16", npad * kw // 8, in0=d_area, out=panels, **fmt)
+
+                self.call(
+                    "rows_sup", rw.FRAME_WORDS, frames(order), what=f"{tag}: FP8 weights in panel order"
+                )
+                self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{tag}: weight panels {wdt} -> f16")
+            if a_panels:
+
+                def a_pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
+                    src, row = a_rows[t]
+                    return pk.Chunks(
+                        mr, kw // 16, src + k0 * 2, a_area, src_row=row * 2, src_blk=32, dst_row=32,
+                        dst_blk=32 * mpad,
+                    )  # fmt: skip
+
+                self.call("rows_sup", rw.FRAME_WORDS, frames(a_pack), what=f"{tag}: A chunk panels")
+
+            def gemm(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw, i=i):
+                mode = "init" if i == 0 else "acc"
+                if a_panels:
+                    return gm.Gemm(
+                        mpad, kw, npad, prec=gm.F16, mode=mode, coef="ld64", a=a_area, weights=panels, c=c_area,
+                        a_row_stride=32, a_block_step=32 * mpad,
+                    )  # fmt: skip
+                src, row = a_rows[t]
+                return gm.Gemm(
+                    mpad, kw, npad, prec=gm.F16, mode=mode, coef="ld64", a=src + k0 * 2, weights=panels,
+                    c=c_area, a_row_stride=row * 2,
+                )  # fmt: skip
+
+            self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm), what=f"{tag}: GEMM")
         direct_f16 = rdt == "f16"
         if bias is not None:
 
