@@ -160,25 +160,39 @@ def attention64(q, k, v, heads):
 
 
 @pytest.mark.parametrize(
-    "t,s,c,heads,dtype,out_dtype,chunk",
+    "t,s,c,heads,dtype,out_dtype,chunk,tiles",
     [
-        (81, 81, 48, 2, f32, f32, None),  # 11-row blocks (the last 4), keys 81 -> 96, head 24 -> 32
-        (1, 81, 48, 2, f32, f32, None),  # a MAP-head-like probe: 1 query row (GEMM rows 3)
-        (81, 81, 48, 2, f16, f32, None),  # f16 operands (nn-quantize-weights{attention_f16})
-        (50, 50, 24, 2, f16, f16, 16),  # head 12 -> 16, keys 50 -> 64 in 4 chunks (16, 16, 16, 2), f16 result
+        (81, 81, 48, 2, f32, f32, None, 16),  # 11-row blocks (the last 4), keys 81 -> 96, head 24 -> 32
+        (1, 81, 48, 2, f32, f32, None, 16),  # a MAP-head-like probe: 1 query row (GEMM rows 3)
+        (81, 81, 48, 2, f16, f32, None, 16),  # f16 operands (nn-quantize-weights{attention_f16})
+        (
+            50,
+            50,
+            24,
+            2,
+            f16,
+            f16,
+            16,
+            16,
+        ),  # head 12 -> 16, keys 50 -> 64 in chunks (16, 16, 16, 2), f16 result
+        (37, 37, 96, 8, f32, f32, None, 4),  # 8 heads on 4 tiles: several blocks per tile (rounds)
     ],
 )
-def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk):
-    """A single attention op on 16 tiles against float64 (per row cosine, absolute error)."""
+def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk, tiles):
+    """A single attention op against float64 (per row cosine, absolute error)."""
     rng = np.random.default_rng(t + s + c)
     x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in (("q", t), ("k", s), ("v", s))}
     if dtype == f16:
         x = {n: a.astype(np.float16).astype(np.float32) for n, a in x.items()}
     saved, nnops.MAX_KEY_CHUNK = nnops.MAX_KEY_CHUNK, chunk
     try:
-        pkg = compile_model(attention_module(t, s, c, heads, dtype, out_dtype), TARGET)
+        pkg = compile_model(
+            attention_module(t, s, c, heads, dtype, out_dtype), Target.small(tiles, sram_kib=624)
+        )
     finally:
         nnops.MAX_KEY_CHUNK = saved
+    softmaxes = [s["what"] for s in pkg.metadata["profile_sites"] if s["what"].endswith("softmax")]
+    assert len(softmaxes) == (2 if tiles == 4 else 1)  # rounds: 8 blocks on 4 tiles, else one block per tile
     got = Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64)
     want = attention64(x["q"], x["k"], x["v"], heads)
     assert np.isfinite(got).all()
