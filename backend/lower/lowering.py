@@ -29,7 +29,7 @@ Op lowering (what exists, see docs/lowering.md for what does not):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from xdsl.dialects import func
@@ -94,6 +94,18 @@ class KernelCall:
     words: int
     build: Callable[[dict[str, int]], tuple[np.ndarray, np.ndarray]]  # labels -> (active [tiles], frames)
     all_active: bool
+    built: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def data(self, labels: dict[str, int], tiles: int) -> np.ndarray:
+        """uint32 [tiles, 2 + words]: the active word, padding, the kernel frame. Built once: a tile.repeat's
+        patch tables read iteration 0's frames again."""
+        if self.built is None:
+            active, frames = self.build(labels)
+            data = np.zeros((tiles, 2 + frames.shape[1]), np.uint32)
+            data[:, 0] = active
+            data[:, 2:] = frames
+            self.built = data
+        return self.built
 
 
 def target_of(plan: mem.PlanOp) -> Target:
@@ -154,7 +166,7 @@ class Lowering(NnOps):
 
     def table_call(self, routine: str, table: np.ndarray, name: str) -> None:
         addr = self.image.alloc(table.shape[1] * 4, 8, "low")
-        self.image.put(name, addr, table.astype(np.uint32))
+        self.image.put(name, addr, np.asarray(table, np.uint32))  # no copy of a uint32 table
         self.lines += [f"    setzi $m0, {addr:#x}  // {name}", f"    call $lr, {routine}"]
 
     # -- the walk ---------------------------------------------------------------------------------------------
@@ -355,10 +367,7 @@ class Lowering(NnOps):
         for calls, segs in zip(rep["calls"], rep["segs"]):
             w: dict[int, np.ndarray] = {}
             for c in calls:
-                active, frames = c.build(labels)
-                data = np.zeros((n, 2 + frames.shape[1]), np.uint32)
-                data[:, 0] = active
-                data[:, 2:] = frames
+                data = c.data(labels, n)
                 for j in range(data.shape[1]):
                     w[c.addr + 4 * j] = data[:, j]
             for sg in segs:
@@ -918,10 +927,7 @@ class Lowering(NnOps):
         low_top = min(r[0] for r in self.image.ranges["low"]) if self.image.ranges["low"] else 0
         del low_top
         for c in self.calls:
-            active, frames = c.build(program.labels)
-            data = np.zeros((self.n, 2 + frames.shape[1]), np.uint32)
-            data[:, 0] = active
-            data[:, 2:] = frames
+            data = c.data(program.labels, self.n)
             self.image.put(f"frame {c.entry}", c.addr, data if self.n > 1 else data[:1])
         for rep in self.repeats:
             self._patch_tables(rep, program.labels)
