@@ -46,7 +46,7 @@ from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import NnOps
 from ipu.backend.lower.placement import Addresses, DataImage, Placed
-from ipu.backend.lower.sites import label_sites, resolve
+from ipu.backend.lower.sites import label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -179,6 +179,7 @@ class Lowering(NnOps):
 
     def block(self, block: Block) -> None:
         for op in block.ops:
+            self.lines += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
             if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
                 continue
             if isinstance(op, nn.ParamOp | nn.InputOp):

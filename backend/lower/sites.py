@@ -10,6 +10,12 @@ into code addresses once the program is laid out. The simulator records every ti
 reaches one of these addresses (`Simulator.record`), so `ipu.runtime.reports.profile_sim` can cut a run into
 steps: each site, from its address to the next site's.
 
+The walk also puts a marker line `// op: <name>` before each operator it lowers (`op_marker`); `label_sites`
+removes the markers and names the sites that follow with the operator (`op_name`: a linear or layer norm by its
+weight parameter, e.g. `nn.linear self_attn.q_proj`, other operators by result name or their position among the
+same operators of their block, `nn.add #2`; `layer ` before operators of a `tile.repeat` body). Exchange, sync and
+layer-loop sites keep the names of `op_of`.
+
 A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_rounds`, sync = `exchange.sync`), `kernel` (the
 routine called: `gemm_f16_sup_ld64`, `ew_sup`, `xch_copy`, ...; `sync`; `main` for the return), `what` (the
 lowering's comment, e.g. `nn.linear (unnamed): GEMM`), `op` (`op_of(what)`), `repeat` (the loop id for
@@ -20,11 +26,77 @@ from __future__ import annotations
 
 import re
 
+from xdsl.ir import BlockArgument, Operation, SSAValue
+
 SITE_PREFIX = ".Lsite"
+OP_MARKER = "    // op: "
+NO_CODE = {"nn.param", "nn.input", "memory.plan", "memory.reserve", "func.return", "tile.yield", "exchange.sync",
+           "exchange.phase"}  # fmt: skip
 _REP_END = re.compile(r"^\.Lrep(\d+)_end:")
 _CALL = re.compile(r"^\s*call \$lr, (\S+)")
 
 KIND_OF_ROUTINE = {"xch_rounds": "exchange"}
+
+
+def _param_name(v: SSAValue) -> str | None:
+    """The parameter a weight operand comes from (through single-operand casts and reshapes and exchange phases):
+    `self_attn.q_proj`
+    for `encoder.layers.*.self_attn.q_proj.weight` or a repeat body's `q_proj_weight` argument."""
+    for _ in range(8):
+        if isinstance(v, BlockArgument):
+            hint = v.name_hint or ""
+            for suffix in ("_weight", "_bias"):
+                if hint.endswith(suffix):
+                    return hint[: -len(suffix)]
+            return None
+        op = v.owner
+        if not isinstance(op, Operation):
+            return None
+        if op.name == "nn.param":
+            name = op.param_name
+            for prefix in ("encoder.layers.*.", "vision_model."):
+                name = name.removeprefix(prefix)
+            return name.rsplit(".", 1)[0] if name.endswith((".weight", ".bias")) else name
+        if op.name == "exchange.phase" and len(op.operands) == len(op.results):
+            v = op.operands[v.index]  # result i of a phase is source i moved
+            continue
+        if len(op.operands) != 1:
+            return None
+        v = op.operands[0]
+    return None
+
+
+def op_name(op: Operation) -> str:
+    """A readable name of an operator for the profile (see the module docstring)."""
+    name = op.name
+    sym = getattr(op, "sym", None) if name == "nn.output" else None
+    if sym is not None:
+        name += f" {sym.data!r}"
+    else:
+        param = next((p for p in map(_param_name, op.operands[1:]) if p), None)
+        hint = op.results[0].name_hint if op.results else None
+        if param:
+            name += f" {param}"
+        elif hint:
+            name += f" %{hint}"
+        else:
+            block = op.parent_block()
+            k = 0
+            if block is not None:
+                for o in block.ops:
+                    if o is op:
+                        break
+                    k += o.name == op.name
+            name += f" #{k}"
+    parent = op.parent_op()
+    return ("layer " if parent is not None and parent.name == "tile.repeat" else "") + name
+
+
+def op_marker(op: Operation) -> list[str]:
+    """The marker line the walk puts before an operator's code ([] for operators without code of their own)."""
+    if op.name in NO_CODE:
+        return []
+    return [OP_MARKER + op_name(op)]
 
 
 def op_of(what: str) -> str:
@@ -45,25 +117,22 @@ def label_sites(lines: list[str]) -> list[dict]:
     sites: list[dict] = []
     loops = 0
     open_loop: list[int] = []  # repeat ids whose body is being read
+    current_op: list[str | None] = [None]  # the operator of the last marker
 
     def add(what: str, kind: str, role: str | None = None, repeat: int | None = None) -> None:
         label = f"{SITE_PREFIX}{len(sites)}"
         out.append(f"{label}:")
         if repeat is None and open_loop:
             repeat, role = open_loop[-1], role or "body"
-        sites.append(
-            dict(
-                label=label,
-                kind=kind,
-                kernel=None,
-                what=what,
-                op=op_of(what),
-                repeat=repeat,
-                role=role,
-            )
-        )
+        op = op_of(what)
+        if current_op[0] and kind == "compute" and op not in ("tile.repeat", "exchange.phase"):
+            op = current_op[0]
+        sites.append(dict(label=label, kind=kind, kernel=None, what=what, op=op, repeat=repeat, role=role))
 
     for line in lines:
+        if line.startswith(OP_MARKER):
+            current_op[0] = line[len(OP_MARKER) :]
+            continue
         s = line.strip()
         comment = s.split("//", 1)[1].strip() if "//" in s else ""
         m_end = _REP_END.match(s)
@@ -89,7 +158,7 @@ def label_sites(lines: list[str]) -> list[dict]:
             sites[-1]["kind"] = KIND_OF_ROUTINE.get(m_call.group(1), sites[-1]["kind"])
         out.append(line)
     add("main: return to the host", "compute")
-    sites[-1]["kernel"] = "main"
+    sites[-1]["kernel"] = sites[-1]["op"] = "main"
     for s in sites:
         if s["kernel"] is None:
             s["kernel"] = "main"

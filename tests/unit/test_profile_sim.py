@@ -250,3 +250,19 @@ def test_recorder_rejects_tiles_that_pass_different_marks():
     rec.mark(t[:2], 0x200, Recorder.PROBE, np.array([9, 9]))  # tile 2 never gets there
     with pytest.raises(SimError, match="different numbers of events"):
         rec.trace()
+
+
+def test_sites_name_the_operators(run):
+    """Call sites carry the operator they lower: linears and layer norms by their weight parameter, `layer ` for
+    the loop body's; exchange sites are `exchange.phase`."""
+    sites, doc = run["pkg"].metadata["profile_sites"], run["doc"]
+    by_op = {}
+    for s in sites:
+        by_op.setdefault(s["op"], []).append(s)
+    for name in ("layer nn.linear q_proj", "layer nn.linear mlp_fc2", "layer nn.layer_norm layer_norm1"):
+        assert all(s["repeat"] == 0 and s["role"] == "body" for s in by_op[name]), name
+    assert any(s["kernel"] == "gemm_f16_sup_ld64" for s in by_op["layer nn.linear q_proj"])
+    assert any(s["kernel"] == "gemm_f16_sup_ld64" for s in by_op["nn.linear embeddings.patch_embedding"])
+    assert all(s["repeat"] is None for s in by_op["nn.linear embeddings.patch_embedding"])
+    assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "xch_copy"}
+    assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
