@@ -166,8 +166,8 @@ def test_recording_is_off_by_default(run):
 
 
 def test_ipu_run_profile_writes_the_reports(tmp_path, capsys):
-    out = tmp_path / "prof"
-    assert ipu_run(["--model", "siglip-tiny", "--tiles", "16", "--profile", str(out)]) == 0
+    out, pkg = tmp_path / "prof", tmp_path / "tiny.ipupkg"
+    assert ipu_run(["--model", "siglip-tiny", "--tiles", "16", "--profile", str(out), "-o", str(pkg)]) == 0
     printed = capsys.readouterr().out
     doc = json.loads((out / "profile.json").read_text())
     cycles = int(printed.split("inference 1: ")[1].split(" cycles")[0])
@@ -175,6 +175,10 @@ def test_ipu_run_profile_writes_the_reports(tmp_path, capsys):
     assert sum(s["cycles"] for s in doc["supersteps"]) == cycles
     html = (out / "profile.html").read_text()
     assert '"source":"simulator"' in html and "<script" in html
+    # A saved package keeps its profile sites: profiling it gives the same profile.
+    assert ipu_run([str(pkg), "--profile", str(tmp_path / "again")]) == 0
+    again = json.loads((tmp_path / "again" / "profile.json").read_text())
+    assert again["steps"] == doc["steps"] and again["supersteps"] == doc["supersteps"]
 
 
 def test_label_sites_names_every_site_of_main():
