@@ -1,6 +1,7 @@
 """Simulator-run profile at full-chip scale (issue 7). Not a test: run by hand, results go to BENCHMARKS.md.
 
     .venv/bin/python bench/bench_reports.py [--tiles 1472] [--layers 27] [--phases 10] [--rounds 40] [--kernels 27]
+                                            [--merge-rounds]
 
 A synthetic `simulator.Trace` shaped like a So400m run on the simulator (which does not compile at full size
 yet): a prologue, a `tile.repeat` loop of `--layers` iterations, each with `--kernels` kernel call sites and
@@ -130,11 +131,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--kernels", type=int, default=27)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--merge-rounds", action="store_true", help="profile_from_trace(merge_rounds=True)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     trace, sites = synthetic(args.tiles, args.layers, args.phases, args.rounds, args.kernels)
     t1 = time.perf_counter()
-    doc = profile_from_trace(trace, sites, args.tiles, "synthetic", SYNC)
+    doc = profile_from_trace(trace, sites, args.tiles, "synthetic", SYNC, args.merge_rounds)
     t2 = time.perf_counter()
     out = Path(tempfile.mkdtemp(prefix="bench-reports-"))
     jpath, hpath = write_profile_report(doc, out)

@@ -22,7 +22,8 @@ package, its code size and its cycles differ from the default looped build.
 `--profile DIR` records the first inference on the simulator (every tile's clock at each kernel call site,
 exchange routine call and internal sync; `Session.run(..., profile=True)`) and writes `DIR/profile.json` and the
 self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and per-operator tables, busiest tiles,
-the layer loop's first iteration in detail and the rest summed.
+the layer loop's first iteration in detail and the rest summed. `--profile-merge-rounds` sums each exchange
+phase's rounds into one exchange and one sync step (smaller files for phases of many rounds).
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def run_package(args, pkg=None) -> int:
         result = session.run({"pixel_values": x}, profile=bool(profile_dir) and i == 0)
         wall = time.perf_counter() - t0
         if result.trace is not None:
-            write_profile(pkg, result, profile_dir)
+            write_profile(pkg, result, profile_dir, getattr(args, "profile_merge_rounds", False))
         ms = result.cycles / pkg.target.clock_hz * 1e3
         same = ""
         if previous is not None:
@@ -184,12 +185,12 @@ def run_package(args, pkg=None) -> int:
     return 0
 
 
-def write_profile(pkg, result, out_dir) -> None:
+def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> None:
     """profile.json + profile.html of one profiled inference into out_dir; prints where and a one-line summary."""
     from ipu.runtime.reports.profile import write_profile_report
     from ipu.runtime.reports.profile_sim import profile_from_run
 
-    doc = profile_from_run(pkg, result)
+    doc = profile_from_run(pkg, result, merge_rounds)
     jpath, hpath = write_profile_report(doc, out_dir)
     t = doc["totals"]
     print(
@@ -302,6 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile",
         metavar="DIR",
         help="record the first inference on the simulator and write DIR/profile.json and DIR/profile.html",
+    )
+    p.add_argument(
+        "--profile-merge-rounds",
+        action="store_true",
+        help="--profile: one exchange and one sync step per exchange phase (rounds summed) instead of per round",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)

@@ -13,7 +13,9 @@ B(e + 1) - B(e) >= 0. The walls telescope: they sum to the slowest tile's elapse
 `RunResult.max_cycles`, exactly.
 
 Steps are runs of intervals of one site visit, one kind and one superstep (supersteps are counted by internal
-sync releases, including the rounds inside `xch_rounds`); steps whose every tile and wall are 0 are dropped. A
+sync releases, including the rounds inside `xch_rounds`); steps whose every tile and wall are 0 are dropped.
+With `merge_rounds`, an exchange routine call is one exchange step and one sync step (its rounds summed): fewer
+steps for phases of many rounds (the JSON holds a dense per-tile row per step), same totals and supersteps. A
 `tile.repeat` loop: the visits of its body and next-iteration sites in the first iteration are steps (`repeat` =
 the loop id); iterations 2..N are summed into one `repeat-rest` step measured as they ran (not the first iteration
 scaled), with their breakdown by kind and kernel. `supersteps` lists per superstep its wall cycles split into
@@ -40,9 +42,16 @@ ENTRY_SITE = {
 
 
 def profile_from_trace(
-    trace: Trace, sites: list[dict], tiles: int, function: str = "main", sync_cycles: int | None = None
+    trace: Trace,
+    sites: list[dict],
+    tiles: int,
+    function: str = "main",
+    sync_cycles: int | None = None,
+    merge_rounds: bool = False,
 ) -> dict:
-    """profile.json (see the module docstring) from a run's trace and the package's profile sites."""
+    """profile.json (see the module docstring) from a run's trace and the package's profile sites. merge_rounds:
+    one exchange step and one sync step per exchange routine call (its rounds summed, `rounds` = how many)
+    instead of one per round; `supersteps` stay per superstep."""
     clock = np.asarray(trace.clock, np.int64)
     E = clock.shape[0]
     if E < 2 or trace.kind[0] != Recorder.START or trace.kind[-1] != Recorder.END:
@@ -62,6 +71,7 @@ def profile_from_trace(
     visits: dict[int, int] = {}  # site -> visits since its loop's setup
     site, visit_event, superstep = None, -1, 0
     current_key = None
+    open_merged: dict[tuple, int] = {}  # (visit, kind) -> step, with merge_rounds
     ops: dict[str, dict] = {}
 
     def superstep_entry(key, first_step: int) -> dict:
@@ -140,24 +150,32 @@ def profile_from_trace(
                 ent["supersteps"] += 1
             current_key = None
         else:
-            key = (visit_event, kind, superstep)
-            if key != current_key:
+            merged = merge_rounds and s["kind"] == "exchange"
+            key = (visit_event, kind) if merged else (visit_event, kind, superstep)
+            at = open_merged.get(key) if merged else (len(steps) - 1 if key == current_key else None)
+            if at is None:
                 extra = {"kernel": s["kernel"], "op": s["op"], "site": site if site is not None else -1}
                 steps.append(Step(kind, name, label, np.zeros(tiles, np.int64), 0,
                                   loop, superstep, extra=extra))  # fmt: skip
-                current_key = key
+                at = len(steps) - 1
+                if merged:
+                    open_merged[key] = at
+                    steps[at].extra["rounds"] = 0
                 op["steps"] += 1
                 if loop is not None:
                     info = repeats[loop]
-                    info.setdefault("first_step", len(steps) - 1)
-                    info["last_step"] = len(steps) - 1
-            st = steps[-1]
+                    info.setdefault("first_step", at)
+                    info["last_step"] = at
+            current_key = None if merged else key
+            st = steps[at]
             st.tile_cycles += tc
             st.cycles += w
-            ent = superstep_entry(superstep, len(steps) - 1)
+            if merged and kind == "sync":
+                st.extra["rounds"] += 1
+            ent = superstep_entry(superstep, at)
         ent["cycles"] += w
         ent[kind] += w
-        ent["last_step"] = len(steps) - 1
+        ent["last_step"] = max(ent["last_step"], len(steps) - 1 if in_rest else at)
 
     start = 0
     for ent in supersteps:
@@ -184,8 +202,9 @@ def profile_from_trace(
     return profile_document(steps, rep_list, tiles, "simulator", function, extra)
 
 
-def profile_from_run(package, result) -> dict:
-    """profile.json from a `Session.run(..., profile=True)` result on `package`."""
+def profile_from_run(package, result, merge_rounds: bool = False) -> dict:
+    """profile.json from a `Session.run(..., profile=True)` result on `package` (merge_rounds: see
+    `profile_from_trace`)."""
     if result.trace is None:
         raise ValueError("profile: the run recorded no trace (Session.run(..., profile=True))")
     sites = package.metadata.get("profile_sites")
@@ -197,4 +216,5 @@ def profile_from_run(package, result) -> dict:
         package.target.num_tiles,
         package.entry,
         package.target.sync_internal_cycles,
+        merge_rounds,
     )

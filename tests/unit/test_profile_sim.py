@@ -270,3 +270,19 @@ def test_sites_name_the_operators(run):
     assert all(s["repeat"] is None for s in by_op["nn.linear embeddings.patch_embedding"])
     assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "xch_copy"}
     assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
+
+
+def test_merged_rounds_keep_totals_and_supersteps(run):
+    doc = run["doc"]
+    merged = profile_from_run(run["pkg"], run["result"], merge_rounds=True)
+    assert merged["total_cycles"] == doc["total_cycles"] and merged["totals"] == doc["totals"]
+    assert merged["supersteps"] == [
+        {k: v for k, v in s.items() if k not in ("first_step", "last_step")} | {k: merged_s[k] for k in ("first_step", "last_step")}
+        for s, merged_s in zip(doc["supersteps"], merged["supersteps"])
+    ]  # fmt: skip
+    assert len(merged["steps"]) < len(doc["steps"]) / 2
+    xs = [s for s in merged["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync"]
+    n_rounds = sum(s["rounds"] for s in xs)
+    assert n_rounds == sum(1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync")
+    assert sum(s["cycles"] for s in merged["steps"]) == doc["total_cycles"]
+    assert merged["tile_busy"] == doc["tile_busy"]
