@@ -167,6 +167,7 @@ function stepText(i) {
   const lines = ["step " + i + " (superstep " + s.superstep + "): " + s.kind, s.label, "cycles " + s.cycles + " from " + s.start + " (" + pct(s.cycles, TOTAL) + " of the program)",
     "active tiles " + s.active_tiles + " of " + T + ", busiest tile " + at + " (" + mx + "), mean active " + (n ? Math.round(sum / n) : 0)];
   if (s.op !== undefined) lines.push("operator " + s.op + ", kernel " + s.kernel);
+  if (s.rounds !== undefined) lines.push(s.rounds + " exchange rounds summed (--profile-merge-rounds)");
   if (s.by_kind !== undefined) lines.push("measured: compute " + s.by_kind.compute + ", exchange " + s.by_kind.exchange + ", sync " + s.by_kind.sync);
   if (s.bytes !== undefined) lines.push("transfers " + s.transfers + ", " + s.bytes + " B" + (s.max_row_bytes !== undefined ? ", max table " + s.max_row_bytes + " B/tile" : ""));
   if (s.repeat !== null && s.repeat !== undefined) lines.push(s.kind === "repeat-rest" ? s.iterations + " iterations summed" : "in " + D.repeats[s.repeat].label + ", iteration 1");
