@@ -11,9 +11,10 @@ exchange and the compute that follows. A `tile.repeat` loop shows its first iter
   result (an estimate of balance, not a measurement); exchange steps take each tile's last send/receive end from
   the phase's schedule; syncs cost their `cycles` on every tile. The repeat body is estimated once, so the rest
   is (N - 1) x the first iteration.
-- Simulator runs (later, when the asm lowering connects steps to code): fill the same steps with measured
-  per-tile cycles (`RunResult.tile_cycles` differences at step boundaries) and measure the rest of a loop;
-  `profile_document` computes the totals, per-kernel and busiest-tile tables from steps either way.
+- Simulator runs (`ipu.runtime.reports.profile_sim`, `ipu-run --profile DIR`): the same steps filled with
+  per-tile cycles measured at the package's profile sites and internal syncs, the loop's rest measured (a
+  repeat-rest step with `parts`), plus `supersteps`, `ops` and `run`. `profile_document` computes the totals,
+  per-kernel and busiest-tile tables from steps either way.
 """
 
 from __future__ import annotations
