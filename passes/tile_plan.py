@@ -124,11 +124,16 @@ def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.La
     )
 
 
+# Smallest piece of a spread home (bytes): a layer norm's [1152] f32 weight replicated to every tile is cut into a
+# few 1-KiB pieces, not 1152 one-element pieces (each piece is one exchange receive row on every tile).
+HOME_PIECE_BYTES = 1024
+
+
 def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
     """A resident home for a replicated layout (parameters, host-folded casts, inputs): every block is split
     along its first dimension into (up to R) pieces, one per replica tile, so that each tile of a GEMM grid holds
     a distinct share of the operand and the exchange broadcasts the pieces to the block's replicas. The piece
-    height is ceil(block0 / R), rounded up to a divisor of block0 when one is near (pieces then never straddle two
+    height is ceil(block0 / R) (at least HOME_PIECE_BYTES), rounded up to a divisor of block0 when one is near (pieces then never straddle two
     blocks; a straddling piece is still a valid layout: it is exchanged to both blocks' tiles). Piece i of block
     b goes to replica (i + b + salt) mod R, so the shares of different blocks do not all start on replica 0, and
     with a different `salt` per operand (the planner counts homes) different GEMMs on the same grid do not put
@@ -138,7 +143,8 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
         return layout
     shape, block = layout.shape_, layout.block_
     b0 = block[0]
-    p = -(-b0 // r)
+    row_bytes = math.prod(block[1:]) * tl.element_bytes(layout.dtype)
+    p = min(b0, max(-(-b0 // r), -(-HOME_PIECE_BYTES // row_bytes)))
     for q in range(p, min(b0, 2 * p) + 1):
         if b0 % q == 0:
             p = q
@@ -289,7 +295,12 @@ def precision_of(x: TensorType, w: TensorType) -> str:
     return "f32"
 
 
-ALIGN_SLACK = 1.5
+# Head-aligned panels win unless they cost over ALIGN_SLACK times the best unaligned grid. Unaligned panels make the
+# attention's relayout deliver every head row (all 729 key/value rows at So400m size) in several pieces, which this
+# cost does not see: with the device weight preparation in the cost, the cheapest unaligned So400m q/k/v grid
+# (pn = 16) is ~2.6x cheaper than the aligned one (pn = 72) and would be chosen at 1.5, giving ~200 KB of exchange
+# tables per tile for one layer (memory-plan fails); at 4 the aligned grids are kept.
+ALIGN_SLACK = 4.0
 
 
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
@@ -359,7 +370,7 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             f"{target.sram_bytes} bytes per tile on {tiles} tiles"
         )
     # Head-aligned panels win unless they cost over ALIGN_SLACK more (the unaligned transfers' fragmentation
-    # is not in this cost, so alignment gets that much credit).
+    # is not in this cost, so alignment gets that much credit: see ALIGN_SLACK).
     if best_aligned is not None and best_aligned[0][0] <= ALIGN_SLACK * best[0][0]:
         best = best_aligned
     _, gm, gn, pm, pn, cycles = best

@@ -49,7 +49,7 @@ def rows_per_tile(lay: tl.LayoutAttr) -> dict[int, int]:
     ids=["16 rows over 4", "6 rows over 4", "16 rows over 20", "ragged last block", "so400m-like"],
 )
 def test_home_splits_every_block_over_its_replicas(n, pn, reps):
-    k = 40
+    k = 600  # 1200-byte rows: pieces of any number of rows are over HOME_PIECE_BYTES
     gn = math.ceil(n / pn)
     want = tl.make_layout((n, k), (pn, k), tl.AffineTilesAttr(0, 1, gn).table(gn, reps), f16)
     home = home_of(want)
@@ -80,6 +80,19 @@ def test_home_splits_every_block_over_its_replicas(n, pn, reps):
             int(home.table()[b, 0]) for b in range(home.num_blocks) if int(hg.block_origin[b][0]) // pn == ob
         ]
         assert len(tiles) == len(set(tiles))
+
+
+def test_home_pieces_are_not_tiny():
+    """A layer norm's [1152] f32 weight on every one of 1472 tiles: a few 1-KiB pieces (each piece is an exchange
+    receive row on every tile), not 1152 one-element pieces."""
+    from ipu.passes.tile_plan import HOME_PIECE_BYTES
+
+    want = tl.LayoutAttr((1152,), (1152,), np.arange(1472, dtype=np.int32)[None, :], f32)
+    home = home_of(want)
+    hg = home.geometry()
+    assert home.num_blocks == 1152 * 4 // HOME_PIECE_BYTES
+    assert int(hg.block_elems.sum()) == 1152
+    assert len(set(home.table()[:, 0].tolist())) == home.num_blocks
 
 
 def test_home_keeps_unreplicated_layouts():
@@ -114,8 +127,10 @@ def source_layout(v):
 
 @pytest.mark.parametrize("tiles", [16, 1472])
 def test_no_tile_keeps_more_than_its_share_of_a_weight(tiles):
+    from ipu.passes.tile_plan import HOME_PIECE_BYTES
+
     m = planned_tiny(tiles)
-    checked = 0
+    checked = split = 0
     per_tile_bytes = np.zeros(tiles, np.int64)
     for op in m.walk():
         if not isinstance(op, nn.LinearOp):
@@ -125,20 +140,24 @@ def test_no_tile_keeps_more_than_its_share_of_a_weight(tiles):
         assert home is not None
         pn, k = want.block_
         reps = want.replicas.data
-        # A GEMM tile keeps one block; its share is one piece of at most ceil(pn / R) rows (rounded up to a divisor
-        # of pn, at most twice that).
+        # A GEMM tile keeps one block; its share is one piece of at most ceil(pn / R) rows, or HOME_PIECE_BYTES worth
+        # of rows for short rows (rounded up to a divisor of pn, at most twice that).
+        eb = tl.element_bytes(home.dtype)
+        piece = max(math.ceil(pn / reps), math.ceil(HOME_PIECE_BYTES / (k * eb)))
         rows = rows_per_tile(home.unstacked() if home.stack.data else home)
-        assert max(rows.values()) <= min(pn, 2 * math.ceil(pn / reps)), (op, rows)
-        if reps > 1 and pn > 1:
+        assert max(rows.values()) <= min(pn, 2 * piece), (op, rows)
+        if reps > 1 and pn >= 2 * piece:
             assert max(rows.values()) < pn, (
                 f"a tile keeps a whole {pn}-row block of {op.results[0].name_hint}"
             )
+            split += 1
         eb = tl.element_bytes(home.dtype)
         for t, r in rows.items():
-            per_tile_bytes[t] += r * k * eb
+            per_tile_bytes[t] += r * k * eb if reps > 1 else 0  # unreplicated: the GEMM's own layout
         checked += 1
-    assert checked >= 6
+    assert checked >= 6 and split >= 1
     # Tile 0 is not where every GEMM's block 0 piles up (as with the old homes: block b on replica b mod R).
+    assert per_tile_bytes.any()
     held = per_tile_bytes[per_tile_bytes > 0]
     assert per_tile_bytes[0] < held.max() or held.min() == held.max(), (per_tile_bytes[0], held.max())
 
@@ -146,7 +165,7 @@ def test_no_tile_keeps_more_than_its_share_of_a_weight(tiles):
 def test_package_binds_each_weight_element_once_in_fp8(tmp_path):
     """Old lowering: the weights were bound by the host in the f16 panel format on every tile of the GEMM grid
     (gm copies of each element, dtype f16). Now: the FP8 home only, each element once."""
-    m, k, n = 24, 40, 24
+    m, k, n = 24, 1200, 24  # 1200-byte FP8 rows: the home splits blocks into pieces
     opts = "{tiles=16 sram_kib=624}"
     module = run_passes(
         linear_model(m, k, n), f"nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
