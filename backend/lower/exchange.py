@@ -54,29 +54,31 @@ def receive_rounds(sends: np.ndarray, recvs: np.ndarray) -> tuple[np.ndarray, in
     if hit is not None:
         return hit[0].copy(), hit[1]
     order = np.lexsort((np.arange(len(sends)), sends[:, 4]))
-    by_send = np.argsort(recvs[:, 3], kind="stable")  # receives grouped by send, in index order
-    counts = np.bincount(recvs[:, 3], minlength=len(sends))
-    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    send_tile = sends[:, 0].tolist()
-    recv_tile = recvs[by_send, 0].tolist()
-    first_l, counts_l = first.tolist(), counts.tolist()
-    rounds_sorted = [0] * nr
-    sbusy: dict[int, int] = {}
-    rbusy: dict[int, int] = {}
-    for s in order[counts[order] > 0].tolist():
-        a = send_tile[s]
-        sb = sbusy.get(a, 0)
-        used = 0
-        for j in range(first_l[s], first_l[s] + counts_l[s]):
-            t = recv_tile[j]
-            rb = rbusy.get(t, 0)
-            m = sb | rb
-            bit = ~m & (m + 1)  # the lowest round free for both
-            rbusy[t] = rb | bit
-            used |= bit
-            rounds_sorted[j] = bit.bit_length() - 1
-        sbusy[a] = sb | used
-    out[by_send] = rounds_sorted
+    pos = np.empty(len(sends), np.int64)
+    pos[order] = np.arange(len(sends))
+    # Receives in scan order: by their send's position, then by index; the first of each send carries its sender.
+    seq = np.lexsort((np.arange(nr), pos[recvs[:, 3]]))
+    s_of = recvs[seq, 3]
+    starts = np.r_[True, s_of[1:] != s_of[:-1]]
+    sender = np.where(starts, sends[s_of, 0], -1).tolist()
+    tiles = 1 + int(max(sends[:, 0].max(), recvs[:, 0].max()))
+    sbusy = [0] * tiles  # per tile: bit k set = busy sending in round k
+    rbusy = [0] * tiles  # per tile: bit k set = busy receiving in round k
+    bits = [0] * nr
+    j, a, sb, used = 0, -1, 0, 0
+    for first, t in zip(sender, recvs[seq, 0].tolist()):
+        if first >= 0:  # a new send: its tile's busy rounds from the sends before it
+            if a >= 0:
+                sbusy[a] = sb | used
+            a, sb, used = first, sbusy[first], 0
+        rb = rbusy[t]
+        m = sb | rb
+        bit = ~m & (m + 1)  # the lowest round free for both the sender and this receiver
+        rbusy[t] = rb | bit
+        used |= bit
+        bits[j] = bit
+        j += 1
+    out[seq] = [b.bit_length() - 1 for b in bits]
     n = int(out.max()) + 1
     if len(_ROUNDS_CACHE) >= _ROUNDS_CACHE_SIZE:
         _ROUNDS_CACHE.pop(next(iter(_ROUNDS_CACHE)))
