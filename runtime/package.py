@@ -29,11 +29,12 @@ array is stored, or deflated when that saves at least a tenth of its bytes (segm
                     "metadata": {...}}
 
 A segment's data is uint8 [rows, bytes] (see `Segment`), stored per class of identical rows: `unique` is uint8
-[u, bytes], the distinct rows that are not all zero (null when u == 0); `index` is int32 [rows], row i =
-unique[index[i]], or zeros where index[i] == -1 (null: row i = unique[i], i.e. every row distinct and non-zero).
+[u, bytes], the distinct rows that are not all zero, in order of first appearance (null when u == 0); `index` is
+int32 [rows], row i = unique[index[i]], or zeros where index[i] == -1 (null: row i = unique[i], i.e. every row
+distinct and non-zero).
 With `tiles` null, row 0 goes to every tile (rows == 1) or row t to tile t (rows == tiles); with `tiles` an int32
 array, row i goes to tile tiles[i]. (So the 1472-tile package of a model stores each kernel frame or exchange
-table once per distinct content, not once per tile.)
+table once per distinct content, not once per tile; loading is one gather per segment.)
 
 Version history: 1 = stored arrays, each segment as its whole [rows, bytes] array (not readable any more:
 recompile the model); 2 = segments per class of identical rows, deflated arrays.
