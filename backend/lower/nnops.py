@@ -13,17 +13,23 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     Q * scale -> f16 rows of dpad in A, zero columns d..dpad (`Rows("to_f16")`; f16 Q first to f32 rows in C;
     GEMM rows padded to 3, left over);
     per key chunk: K rows -> f16 rows of dpad, zero columns (`Rows("cast_f16")` from f32, `Rows("pad_f16")` from
-    f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0) -> K^T weight panels
-    (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride 2 * spad);
+    f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
+    * (blocks of <= 16 rows, S^T [spad, 16] fits C: the default) transposed: Q rows padded to 16 with zero rows
+      -> Q^T weight panels (`weights_from_bt`, N = 16) once; per chunk S^T[chunk] = K Q^T (F16 GEMM with the K
+      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S^T's weight panels
+      (`WeightsF16`, N = 16) are S in K-block panels [spad/16][16][16] -> S's m rows row-major (`Chunks`);
+    * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
+      2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
     per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`) ->
     O (=|+=) P[:, chunk] V[chunk] (F16 GEMM, init then acc: the same f16 rounding per 16-row inner block as one
     GEMM over all keys); O's first d columns -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
-  Scratch: C holds S [mpad, spad] f16, then O and a chunk's V rows; A holds Q and a chunk's K rows, then P; aux a
-  chunk's weight panels. Chunks are as large as the elements allow (`attention_sizes`: So400m's 8 x 72 blocks
-  over 729 keys take 192 keys per chunk); blocks that do not fit raise a LoweringError naming the op, the tile
-  and the sizes. Every byte a kernel reads was written by this sequence (the padding included).
+  Scratch: C holds S [mpad, spad] (or S^T [spad, 16]) f16, then O and a chunk's V rows; A holds Q and a chunk's
+  K rows, then P; aux a chunk's weight panels (or Q^T's and S's panels). Chunks are as large as the elements
+  allow (`attention_sizes`: So400m's 8 x 72 blocks over 729 keys take 176 keys per chunk, S^T path); blocks that
+  do not fit raise a LoweringError naming the op, the tile and the sizes. Every byte a kernel reads was written
+  by this sequence (the padding included).
 """
 
 from __future__ import annotations
@@ -44,6 +50,8 @@ from ipu.dialects import tile as tl
 # Keys per K/V packing step of attention at most (None: as many as the scratch holds). Tests lower it to run
 # several chunks at small sizes.
 MAX_KEY_CHUNK: int | None = None
+# Scores as S^T = K Q^T (None: when the scratch holds it; False: always S = Q K^T). Tests switch it.
+SCORES_TRANSPOSED: bool | None = None
 
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16):
@@ -296,6 +304,7 @@ class AttentionSizes:
     spad: int  # keys padded to 16 (S's columns, O's inner dimension)
     chunk: int  # keys per K/V packing step (a multiple of 16)
     qo: int  # offset of the K rows in A and of the V rows in C (after Q / O)
+    transposed: bool = False  # S^T = K Q^T (K rows as the GEMM's A), else S = Q K^T (K^T weight panels)
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -303,18 +312,23 @@ class AttentionSizes:
 
 
 def attention_sizes(
-    m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None
+    m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None, transposed: bool | None = None
 ) -> AttentionSizes:
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
-    rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels)."""
+    rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels).
+    transposed (default: when it fits, `SCORES_TRANSPOSED`): S^T [spad, 16] in C, Q^T and S's panels in aux."""
     e = element_bytes
     if max_chunk is None:
         max_chunk = MAX_KEY_CHUNK
     if d % 4:
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
     mpad, dpad, spad = max(m, gm.MIN_ROWS), -(-d // 16) * 16, -(-seq // 16) * 16
-    qo = -(-mpad * dpad * 2 // 64) * 64
+    # S^T has 16 columns (one weight block of queries): blocks of at most 16 query rows.
+    fits_t = mpad <= 16 and spad * 32 <= e and dpad * 32 + spad * 32 <= e
+    if transposed is None:
+        transposed = fits_t if SCORES_TRANSPOSED is None else SCORES_TRANSPOSED and fits_t
+    qo = -(-(16 if transposed else mpad) * dpad * 2 // 64) * 64
     kc = min((e - qo) // (2 * dpad), e // (2 * dpad)) // 16 * 16
     if max_chunk is not None:
         kc = min(kc, max_chunk)
@@ -328,7 +342,7 @@ def attention_sizes(
         raise ValueError(f"the block does not fit: {sizes}")
     if spad * 2 > 8 * 514:
         raise ValueError(f"S rows of {spad * 2} B exceed the GEMM's 4112-byte row stride: {sizes}")
-    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo)
+    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed)
 
 
 def attention_program(
@@ -366,16 +380,42 @@ def attention_program(
             )
         return pre, nkp
 
-    for k0, nk in sz.chunks:
-        pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
-        prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
-        s_gemm = gm.Gemm(
-            mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels, c=c_area + k0 * 2,
-            c_row_stride=spad * 2,
-        )  # fmt: skip
-        prog.append((f"{pre}S = Q K^T", s_gemm))
+    if sz.transposed:
+        # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from 16 Q
+        # rows (rows m..16 zero); S^T [spad, 16] in C -> F16 weight panels of S^T = S in K-block panels
+        # [spad/16][16 queries][16 keys] (`WeightsF16` with N = 16) -> S's m rows row-major in A (`Chunks`).
+        prog.append(("Q zero rows", rw.Rows("pad_f16", 16 - m, dpad, out=a_area + m * dpad * 2, valid=0)))
+        prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
+        s_panels = panels + dpad * 32
+        for k0, nk in sz.chunks:
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
+            st_gemm = gm.Gemm(
+                nkp, dpad, 16, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
+                c=c_area + k0 * 32,
+            )  # fmt: skip
+            prog.append((f"{pre}S^T = K Q^T", st_gemm))
+        prog.append(("S panels", pk.WeightsF16(spad, 16, c_area, s_panels)))
+        prog.append(
+            (
+                "S rows",
+                pk.Chunks(
+                    m, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2, dst_blk=32
+                ),
+            )
+        )
+        s_rows = a_area
+    else:
+        for k0, nk in sz.chunks:
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
+            prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
+            s_gemm = gm.Gemm(
+                mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels,
+                c=c_area + k0 * 2, c_row_stride=spad * 2,
+            )  # fmt: skip
+            prog.append((f"{pre}S = Q K^T", s_gemm))
+        s_rows = c_area
     # Softmax over the seq valid columns of S; P's padded columns are zeros.
-    prog.append(("softmax", rw.Rows("softmax", m, spad, in0=c_area, out=a_area, valid=sz.seq)))
+    prog.append(("softmax", rw.Rows("softmax", m, spad, in0=s_rows, out=a_area, valid=sz.seq)))
     for c, (k0, nk) in enumerate(sz.chunks):
         pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows)
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))

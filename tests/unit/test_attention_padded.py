@@ -117,7 +117,8 @@ def test_so400m_blocks_fit_the_scratch():
     assert (seq, d, -(-seq // 92)) == (729, 72, 8)
     for m in (8, 1):
         sz = nnops.attention_sizes(m, seq, d, e)
-        assert (sz.mpad, sz.dpad, sz.spad) == (max(m, 3), 80, 736)
+        assert (sz.mpad, sz.dpad, sz.spad, sz.transposed) == (max(m, 3), 80, 736, True)
+        assert sz.spad * 32 <= e and sz.dpad * 32 + sz.spad * 32 <= e  # S^T in C; Q^T and S panels in aux
         assert sz.mpad * sz.spad * 2 <= e  # S in C, P in A
         assert sz.qo + sz.chunk * sz.dpad * 2 <= e  # K rows after Q in A, V rows after O in C
         assert sz.chunk * sz.dpad * 2 <= e  # a chunk's panels in aux
@@ -159,40 +160,42 @@ def attention64(q, k, v, heads):
     return ((p / p.sum(-1, keepdims=True)) @ vh).transpose(1, 0, 2).reshape(t, c)
 
 
-@pytest.mark.parametrize(
-    "t,s,c,heads,dtype,out_dtype,chunk,tiles",
-    [
-        (81, 81, 48, 2, f32, f32, None, 16),  # 11-row blocks (the last 4), keys 81 -> 96, head 24 -> 32
-        (1, 81, 48, 2, f32, f32, None, 16),  # a MAP-head-like probe: 1 query row (GEMM rows 3)
-        (81, 81, 48, 2, f16, f32, None, 16),  # f16 operands (nn-quantize-weights{attention_f16})
-        (
-            50,
-            50,
-            24,
-            2,
-            f16,
-            f16,
-            16,
-            16,
-        ),  # head 12 -> 16, keys 50 -> 64 in chunks (16, 16, 16, 2), f16 result
-        (37, 37, 96, 8, f32, f32, None, 4),  # 8 heads on 4 tiles: several blocks per tile (rounds)
-    ],
-)
-def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk, tiles):
+# (t, s, c, heads, dtype, out_dtype, chunk, tiles, transposed):
+# - 11-row blocks (the last 4), keys 81 -> 96, head 24 -> 32; S^T = K Q^T (auto) or S = Q K^T (False);
+# - a MAP-head-like probe: 1 query row (GEMM rows padded to 3);
+# - f16 operands (nn-quantize-weights{attention_f16});
+# - head 12 -> 16, keys 50 -> 64 in chunks of 16 (16, 16, 16, 2), f16 result, both score orders;
+# - 8 heads on 4 tiles: several blocks per tile (rounds), 37-row blocks (S = Q K^T: more than 16 rows).
+ATTENTION_CASES = [
+    (81, 81, 48, 2, f32, f32, None, 16, None),
+    (81, 81, 48, 2, f32, f32, None, 16, False),
+    (1, 81, 48, 2, f32, f32, None, 16, None),
+    (81, 81, 48, 2, f16, f32, None, 16, None),
+    (50, 50, 24, 2, f16, f16, 16, 16, None),
+    (50, 50, 24, 2, f16, f16, 16, 16, False),
+    (37, 37, 96, 8, f32, f32, None, 4, None),
+]
+
+
+@pytest.mark.parametrize("t,s,c,heads,dtype,out_dtype,chunk,tiles,transposed", ATTENTION_CASES)
+def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk, tiles, transposed):
     """A single attention op against float64 (per row cosine, absolute error)."""
     rng = np.random.default_rng(t + s + c)
     x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in (("q", t), ("k", s), ("v", s))}
     if dtype == f16:
         x = {n: a.astype(np.float16).astype(np.float32) for n, a in x.items()}
-    saved, nnops.MAX_KEY_CHUNK = nnops.MAX_KEY_CHUNK, chunk
+    saved = nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED
+    nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED = chunk, transposed
     try:
         pkg = compile_model(
             attention_module(t, s, c, heads, dtype, out_dtype), Target.small(tiles, sram_kib=624)
         )
     finally:
-        nnops.MAX_KEY_CHUNK = saved
-    softmaxes = [s["what"] for s in pkg.metadata["profile_sites"] if s["what"].endswith("softmax")]
+        nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED = saved
+    whats = [site["what"] for site in pkg.metadata["profile_sites"]]
+    softmaxes = [w for w in whats if w.endswith("softmax")]
     assert len(softmaxes) == (2 if tiles == 4 else 1)  # rounds: 8 blocks on 4 tiles, else one block per tile
+    assert any("S^T = K Q^T" in w for w in whats) == (transposed is None and t != 37)  # 37-row blocks: S
     got = Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64)
     want = attention64(x["q"], x["k"], x["v"], heads)
     assert np.isfinite(got).all()
