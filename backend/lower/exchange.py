@@ -50,9 +50,10 @@ def receive_rounds(sends: np.ndarray, recvs: np.ndarray) -> tuple[np.ndarray, in
     if nr == 0:
         return out, 0
     key = _rounds_key(sends, recvs)
-    hit = _ROUNDS_CACHE.get(key)
+    hit = _ROUNDS_CACHE.pop(key, None)
     if hit is not None:
-        return hit[0].copy(), hit[1]
+        _ROUNDS_CACHE[key] = hit  # most recently used last
+        return hit[0].astype(np.int64), hit[1]
     order = np.lexsort((np.arange(len(sends)), sends[:, 4]))
     pos = np.empty(len(sends), np.int64)
     pos[order] = np.arange(len(sends))
@@ -80,15 +81,15 @@ def receive_rounds(sends: np.ndarray, recvs: np.ndarray) -> tuple[np.ndarray, in
         j += 1
     out[seq] = [b.bit_length() - 1 for b in bits]
     n = int(out.max()) + 1
-    if len(_ROUNDS_CACHE) >= _ROUNDS_CACHE_SIZE:
-        _ROUNDS_CACHE.pop(next(iter(_ROUNDS_CACHE)))
-    _ROUNDS_CACHE[key] = (out.copy(), n)
+    _ROUNDS_CACHE[key] = (out.astype(np.int32), n)
+    while sum(len(v[0]) for v in _ROUNDS_CACHE.values()) > _ROUNDS_CACHE_RECEIVES and len(_ROUNDS_CACHE) > 1:
+        _ROUNDS_CACHE.pop(next(iter(_ROUNDS_CACHE)))  # least recently used first
     return out, n
 
 
 # A phase inside a tile.repeat body is lowered once per iteration with the same transfers: plan it once.
-_ROUNDS_CACHE: dict[bytes, tuple[np.ndarray, int]] = {}
-_ROUNDS_CACHE_SIZE = 64
+_ROUNDS_CACHE: dict[bytes, tuple[np.ndarray, int]] = {}  # key -> (int32 round per receive, rounds)
+_ROUNDS_CACHE_RECEIVES = 1 << 24  # at most 64 MiB of cached rounds (an So400m layer's phases fit)
 
 
 def _rounds_key(sends: np.ndarray, recvs: np.ndarray) -> bytes:

@@ -130,3 +130,17 @@ def test_phase_tables_words_and_staging():
     # Every receive is copied from its staging slot into place; the phase's own copies come after, on tile 1.
     assert sum(len(v) for v in post.values()) == len(recvs) + len(copies)
     assert post[1][-2:] == [(0x60000, 0x70000 + 4 + 64, 16), (0x60000 + 8, 0x70000 + 4 + 72, 4)]
+
+
+def test_rounds_cache_is_bounded_and_exact(monkeypatch):
+    monkeypatch.setattr(lx, "_ROUNDS_CACHE_RECEIVES", 150)
+    lx._ROUNDS_CACHE.clear()
+    rng = np.random.default_rng(7)
+    phases = [random_phase(rng, 16, 40, 3, 5) for _ in range(4)]
+    first = [lx.receive_rounds(s, r)[0] for s, r in phases]
+    assert sum(len(v[0]) for v in lx._ROUNDS_CACHE.values()) <= max(150, max(len(r) for _, r in phases))
+    assert len(lx._ROUNDS_CACHE) < len(phases)  # the oldest were evicted
+    for (s, r), want in zip(phases, first):  # cached or recomputed: the same rounds, int64
+        got, _ = lx.receive_rounds(s, r)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
