@@ -185,3 +185,15 @@ def test_old_version_and_corruption_are_refused(tmp_path):
     (tmp_path / "cut.ipupkg").write_bytes(path.read_bytes()[:1000])
     with pytest.raises(PackageError, match="not a package"):
         Package.load(tmp_path / "cut.ipupkg")
+
+
+def test_deflate_decision_on_large_arrays():
+    from ipu.runtime.package import _deflate_pays
+
+    rng = np.random.default_rng(1)
+    noise = rng.integers(0, 256, 4 << 20, dtype=np.uint8)
+    sparse = np.zeros(4 << 20, np.uint8)
+    sparse[::4096] = noise[: len(sparse[::4096])]
+    assert _deflate_pays(memoryview(sparse.tobytes()))  # sampled: 16 pieces of 64 KiB
+    assert not _deflate_pays(memoryview(noise.tobytes()))
+    assert not _deflate_pays(memoryview(noise[:4096].tobytes()))  # small: tried whole
