@@ -5,6 +5,7 @@ in a fresh process.
     python -m bench.bench_e2e                      # both targets, prints a BENCHMARKS.md section
     python -m bench.bench_e2e 16 --json            # one target, prints JSON
     python -m bench.bench_e2e 16 1472 --no-run     # compile + package only (no simulation)
+    python -m bench.bench_e2e --phases             # exchange round packing on So400m-scale synthetic phases
 
 Compile times are wall and CPU (process) seconds: CPU time is the one to compare on a shared machine.
 """
@@ -78,13 +79,78 @@ def one(tiles: int, run: bool = True, repeat: bool | None = None) -> dict:
     return out
 
 
+def phases() -> list[dict]:
+    """Round packing and round tables of synthetic exchange phases at So400m scale (1472 tiles, 10^6 receives,
+    random tiles and scheduled order): CPU seconds of `receive_rounds` and of `phase_tables` with the rounds
+    known (cached)."""
+    from ipu.backend.lower import exchange as lx
+
+    class Phase:
+        def __init__(self, sends, recvs):
+            self.tables = sends, recvs, np.zeros((0, 5), np.int64)
+
+        def send_table(self):
+            return self.tables[0]
+
+        def recv_table(self):
+            return self.tables[1]
+
+        def copy_table(self):
+            return self.tables[2]
+
+    rng = np.random.default_rng(0)
+    tiles, out = 1472, []
+    for nsend, fan in ((100_000, 10), (1_000_000, 1)):
+        sends = np.zeros((nsend, 5), np.int64)
+        sends[:, 0] = rng.integers(0, tiles, nsend)
+        sends[:, 2] = 8 * rng.integers(0, 1000, nsend)
+        sends[:, 3] = 8 * rng.integers(1, 8, nsend)
+        sends[:, 4] = rng.integers(0, 5000, nsend)
+        recvs = np.zeros((nsend * fan, 5), np.int64)
+        recvs[:, 0] = rng.integers(0, tiles, len(recvs))
+        recvs[:, 2] = 8 * rng.integers(0, 1000, len(recvs))
+        recvs[:, 3] = np.repeat(np.arange(nsend), fan)
+        lx._ROUNDS_CACHE.clear()
+        c0 = time.process_time()
+        _, n = lx.receive_rounds(sends, recvs)
+        c1 = time.process_time()
+        addr = [np.full(tiles, 0x60000, np.int64)]
+        rtab = lx.phase_tables(Phase(sends, recvs), addr, addr, tiles, 0x90000, 0xA0000, 1 << 30)[0]
+        c2 = time.process_time()
+        out.append(
+            dict(
+                sends=nsend,
+                receives=len(recvs),
+                rounds=n,
+                rounds_s=c1 - c0,
+                tables_s=c2 - c1,
+                table=rtab.nbytes,
+            )
+        )
+    return out
+
+
 def main(argv: list[str]) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.bench_e2e", description=__doc__.split("\n\n")[0])
     ap.add_argument("tiles", nargs="*", type=int, help="tile counts (default: 16 1472)")
     ap.add_argument("--json", action="store_true", help="run in this process, print one JSON line per target")
     ap.add_argument("--no-run", action="store_true", help="compile and save/load the package only")
     ap.add_argument("--unrolled", action="store_true", help="layers unrolled (compile_model(repeat=False))")
+    ap.add_argument(
+        "--phases", action="store_true", help="round packing of So400m-scale synthetic phases only"
+    )
     args = ap.parse_args(argv)
+    if args.phases:
+        print(
+            "| sends | receives | rounds | receive_rounds CPU (s) | phase_tables CPU, rounds cached (s) | table (MB) |"
+        )
+        print("|---:|---:|---:|---:|---:|---:|")
+        for r in phases():
+            print(
+                f"| {r['sends']:,} | {r['receives']:,} | {r['rounds']} | {r['rounds_s']:.2f} | {r['tables_s']:.2f} "
+                f"| {r['table'] / 1e6:.0f} |"
+            )
+        return
     tiles = args.tiles or [16, 1472]
     repeat = False if args.unrolled else None
     if args.json:
