@@ -20,7 +20,8 @@ This level records the decisions of `memory-plan` on top of the exchange level (
   tile classes (`classes`, a [tiles, 1] table tile -> class) and each class's high-water address (`high`).
 - `memory.reserve` (after the plan): support storage, one op per kind ("code" and "tile_program" in region 0,
   "exchange_tables", "runtime_state" with the worker and supervisor stacks inside it, "host_descriptors",
-  "host_aperture"), each with its `#memory.buffer`.
+  "host_aperture", "lowering_scratch" = the span the asm lowering keeps for its own scratch), each with its
+  `#memory.buffer`.
 
 Events number the program points of a function in order: event 0 is the host's input phase, then every
 `exchange.phase` and every compute operator gets one event (a `tile.repeat` body is numbered once, between the
@@ -59,6 +60,7 @@ RESERVE_KINDS = (
     "runtime_state",
     "host_descriptors",
     "host_aperture",
+    "lowering_scratch",
 )
 
 

@@ -25,7 +25,8 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
 
 Gaps (said here so nobody is surprised): in-place operators and copy elimination are not modelled (each
 operator's result is a new buffer; a repeat's carried block argument, its yield operand and its result are
-three buffers); kernel scratch and access tails are not yet requested (the kernels do not exist yet); only the
+three buffers); the asm lowering's scratch is one span at the top of SRAM (`reserve-scratch-bytes`, the
+`lowering_scratch` reservation), not per-op buffers with lifetimes; access tails are not requested; only the
 GEMM element constraint is declared; the code size is an option, not measured from the asm level.
 """
 
@@ -272,9 +273,13 @@ class MemoryPlanPass(ModulePass):
     """Put GEMM results in interleaved memory (region 1) when the target has it."""
     report_dir: str = ""
     """When placement fails, write the memory map up to the failure (placement.json/.html) into this directory."""
+    reserve_scratch_bytes: int = 0
+    """The asm lowering's own storage (kernel scratch, weight staging, frames that spill high), kept free at the
+    top of SRAM (rounded up to whole region-1 elements) for the whole program: the plan's buffers stay below it, so
+    the lowering's data above the plan's high-water mark has at least this much room."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for key in ("reserve_code_bytes", "host_descriptor_bytes"):
+        for key in ("reserve_code_bytes", "host_descriptor_bytes", "reserve_scratch_bytes"):
             if getattr(self, key) < 0:
                 raise PassFailedException(f"memory-plan: {key.replace('_', '-')} must be >= 0")
         if self.exchange_table_bytes < -1:
@@ -311,6 +316,9 @@ class MemoryPlanPass(ModulePass):
                 f"memory-plan: code ({code} B) and exchange tables ({xtab} B) need {code + xtab} B of whole "
                 f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
             )
+        s0, s1 = self.scratch_span(target)
+        if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
+            out.append(("lowering_scratch", s0, s1 - s0, 8))
         if code:
             out.append(("code", top - code, code, e0))
         if xtab:
@@ -323,7 +331,7 @@ class MemoryPlanPass(ModulePass):
                     owner="support",
                     kind=kind,
                     align=align,
-                    region=ma.REGION_0,
+                    region=ma.REGION_ANY if kind == "lowering_scratch" else ma.REGION_0,
                     fixed=addr,
                     resident=True,
                 ),
@@ -331,6 +339,22 @@ class MemoryPlanPass(ModulePass):
             )
             for kind, addr, size, align in out
         ]
+
+    def scratch_span(self, target: Target) -> tuple[int, int]:
+        """[start, end) of the lowering's scratch reservation at the top of SRAM (empty when not asked for)."""
+        if not self.reserve_scratch_bytes:
+            return (target.sram_end, target.sram_end)
+        e1 = (
+            target.region1_element_bytes
+            if target.region1_base < target.sram_end
+            else target.region0_element_bytes
+        )
+        start = target.sram_end - ma.align_up(self.reserve_scratch_bytes, e1)
+        if start <= target.sram_base:
+            raise PassFailedException(
+                f"memory-plan: reserve-scratch-bytes ({self.reserve_scratch_bytes} B) exceeds the tile's SRAM"
+            )
+        return (start, target.sram_end)
 
     def plan_function(self, f: func.FuncOp, target: Target) -> None:
         events = number_events(f)

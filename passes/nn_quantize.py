@@ -57,7 +57,7 @@ SCALE_RANGE = (-32, 31)
 # Linears kept in F16 by the default precision policy (see the module docstring).
 KEEP_F16_DEFAULT = ("patch_embedding", "q_proj", "k_proj", "head")
 # The pass with the default precision policy, as used by compile_model and ipu-run.
-DEFAULT_SPEC = f"nn-quantize-weights{{format=f143 scale=-4 activations=f16 keep_f16={','.join(KEEP_F16_DEFAULT)}}}"  # the signed 6-bit scale field of the IPU's FP8 metadata
+DEFAULT_SPEC = f"nn-quantize-weights{{format=f143 scale=-4 activations=f16 keep_f16={','.join(KEEP_F16_DEFAULT)} attention_f16=true}}"  # the signed 6-bit scale field of the IPU's FP8 metadata
 
 
 @dataclass(frozen=True)

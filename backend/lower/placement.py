@@ -4,8 +4,9 @@
 function (results of ops, phase results, `tile.repeat` block arguments; views share their operand's buffer).
 
 `DataImage` is the storage the lowering itself adds: kernel frames, exchange tables (region 0, in the
-`exchange_tables` reservation and the unused tail of the `code` reservation) and kernel scratch / kernel-format
-weights (above every tile's placement high-water mark: memory-plan does not model kernel scratch yet). Every
+`exchange_tables` reservation and the unused tail of the `code` reservation) and kernel scratch / weight staging
+(above every tile's placement high-water mark; memory-plan{reserve-scratch-bytes} keeps a span at the top of SRAM
+free for it, the `lowering_scratch` reservation, where the "high" range then starts). Every
 allocation has one address on all tiles; its contents are per tile (one row per tile) or shared (one row).
 """
 
@@ -53,6 +54,9 @@ class Addresses:
             o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
         }
         self.high = int(self.plan.class_high().max(initial=0))
+        scratch = self.reserves.get("lowering_scratch")
+        if scratch is not None:  # memory-plan kept [scratch, SRAM end) free for the lowering's own data
+            self.high = int(scratch.addr.max())
         # Lowering a tile.repeat body for one iteration: stacked block arguments give that iteration's member;
         # `override` relocates values (host-bound values inside a repeat body live in per-iteration storage).
         self.iteration = 0

@@ -3,6 +3,8 @@ result, `ipu-run --per-op` compares each with the reference evaluator and names 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -34,13 +36,13 @@ def test_every_op_matches_device_reference(run):
     cfg, params, x, pkg, session = run
     rows = per_op(session, pkg, cfg, params, x)
     kinds = {r[0].split()[1] for r in rows}
-    assert {"nn.linear", "nn.add", "nn.layer_norm", "nn.gelu", "nn.attention", "nn.cast", "nn.slice"} <= kinds
+    assert {"nn.linear", "nn.add", "nn.layer_norm", "nn.gelu", "nn.attention", "nn.cast"} <= kinds
     assert len(rows) >= 40
     for name, _, rel_d, cos_d, rel_f, _ in rows:
         assert rel_d < THRESHOLD and cos_d > 0.9999, (name, rel_d, cos_d)
         assert rel_f > rel_d  # fp32 differs by the quantization (FP8 weights, f16 activations)
     assert first_divergence(rows, THRESHOLD) is None
-    assert rows[-1][0] == "#132 nn.add %pooler_output"
+    assert rows[-1][0].startswith("#") and rows[-1][0].endswith(" nn.add %pooler_output")  # the last op
 
 
 def test_corrupted_value_is_named_first(run):
@@ -66,7 +68,7 @@ def test_debug_bindings_survive_save_load(run, tmp_path):
 def test_cli_per_op(capsys):
     assert main(["--model", "siglip-tiny", "--tiles", "16", "--compare-reference", "--per-op"]) == 0
     out = capsys.readouterr().out
-    assert "#27 nn.attention" in out and "no op diverges" in out
+    assert re.search(r"#\d+ nn\.attention", out) and "no op diverges" in out
 
 
 def test_cli_per_op_needs_compare_reference():
