@@ -16,6 +16,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-fuse-qkv", "ipu.passes.nn_fuse_qkv", "NNFuseQKVPass"),
     ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
     ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),
+    ("nn-split-mlp", "ipu.passes.nn_split_mlp", "NNSplitMLPPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("exchange-lower", "ipu.passes.exchange_lower", "ExchangeLowerPass"),
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
