@@ -153,11 +153,12 @@ def exchange_row_bytes(kind: str) -> int:
 
 # --------------------------------------------------------------------------------------------------------------
 # GEMM weights prepared on the device (backend/lower/lowering.py `Lowering.linear`): the weight block arrives as
-# row-major [n, k] FP8 or f16 rows; per K chunk (`gemm_k_chunks`: at most 576 wide, staging under 24 KiB) FP8 rows are rearranged into the F16 AMP
-# panels' order (`pack.fp8_in_f16_panel_order`, 16-byte pieces) and cast to f16 by one flat `cast_fp8_f16`
-# (f16 rows: packed by `pack.weights_from_bt`); the GEMM runs per chunk (init, then acc). K % 16 != 0: the rows
-# are first re-strided to the padded K with zero tails (word copies). K > 2056 (A row stride over the kernel's
-# 4112-byte limit): each A chunk is repacked into K-block panels (`pack.to_panels`-like chunks) in scratch.
+# row-major [n, k] FP8 or f16 rows; per K chunk (`gemm_k_chunks`: at most 576 wide, staging under 24 KiB) FP8
+# rows are rearranged into the F16 AMP panels' order (`pack.fp8_in_f16_panel_order`, 16-byte pieces) and cast to
+# f16 by one flat `cast_fp8_f16` (f16 rows: packed by `pack.weights_from_bt`); the GEMM runs per chunk (init,
+# then acc). K % 16 != 0: each chunk's rows are first re-strided with zero K padding (word copies). N padding rows
+# are zeroed. K > 2056 (A row stride over the kernel's 4112-byte limit): each A chunk is repacked into K-block
+# panels (`pack.to_panels`-like chunks) in scratch.
 
 GEMM_MIN_ROWS = 3  # the AMP kernel's minimum rows per call (gemm.MIN_ROWS)
 GEMM_K_CHUNK = 576  # most K per chunk of the device weight preparation (36 blocks of 16)
@@ -175,26 +176,34 @@ def gemm_kernel_shape(m: int, k: int, n: int) -> tuple[int, int, int]:
 def gemm_k_chunks(k: int, n: int = 16, wbytes: int = 1) -> list[tuple[int, int]]:
     """(first column, padded width) of each K chunk of a GEMM whose tiles hold [n, k] weight blocks of wbytes
     per element: the padded K in nearly equal multiples of 16, each at most GEMM_K_CHUNK wide and with its staging
-    (F16 panels + FP8 bytes in panel order, `chunk_staging_bytes`) under WEIGHT_STAGING_BYTES."""
+    (`chunk_staging_bytes`) under WEIGHT_STAGING_BYTES."""
     blocks = -(-k // 16)
-    per_block = chunk_staging_bytes(n, 16, wbytes)
+    per_block = chunk_staging_bytes(n, 16, wbytes, k % 16 != 0)
     most = max(1, min(GEMM_K_CHUNK // 16, WEIGHT_STAGING_BYTES // per_block))
     chunks = -(-blocks // most)
     per = -(-blocks // chunks)
     return [(16 * b, 16 * min(per, blocks - b)) for b in range(0, blocks, per)]
 
 
-def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1) -> int:
-    """Staging of one K chunk [n, kc]: the F16 panels (N padded to 16) and, for FP8, the bytes in panel order."""
+def chunk_staging_areas(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> tuple[int, int, int]:
+    """Bytes of the staging of one K chunk of an [n, kc] weight block: (FP8 bytes in the F16 panels' order (FP8
+    only), F16 panels, the chunk's rows re-strided with zero K padding (only when K % 16 != 0)); N padded to 16,
+    each area a multiple of 16 bytes."""
     npad = -(-n // 16) * 16
-    return npad * kc * (3 if wbytes == 1 else 2)
+    d = npad * kc if wbytes == 1 else 0
+    r = -(-n * kc * wbytes // 16) * 16 if restride else 0
+    return d, npad * kc * 2, r
+
+
+def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> int:
+    return sum(chunk_staging_areas(n, kc, wbytes, restride))
 
 
 @lru_cache(maxsize=4096)
 def weight_prep_cycles(n: int, k: int, dtype: str = "f8", target: Target = IPU21) -> int:
     """Cycles to turn one tile's row-major [n, k] weight block (dtype "f8" or "f16") into F16 AMP weight panels,
     over all K chunks: the kernels' own estimators (`Chunks.cycles` of the packs, `elementwise.cycles` of the
-    casts) plus `copy_cycles` of the K-padding re-stride when k % 16 != 0."""
+    casts, the zeroing of the N padding rows) plus `copy_cycles` of the K-padding re-stride when k % 16 != 0."""
     from ipu.backend.kernels import elementwise as ew
     from ipu.backend.kernels import pack as pk
 
@@ -202,8 +211,14 @@ def weight_prep_cycles(n: int, k: int, dtype: str = "f8", target: Target = IPU21
         return 0
     _, kpad, npad = gemm_kernel_shape(1, k, n)
     esize = {"f8": 1, "f16": 2, "f32": 4}[dtype]
-    total = copy_cycles(n * kpad * esize, target) if kpad != k else 0
+    total = 0
     for _, kw in gemm_k_chunks(k, n, esize):
+        if kpad != k:
+            total += copy_cycles(n * kw * esize, target)
+        if npad != n:  # N padding rows zeroed
+            total += pk.Chunks(
+                npad - n, kw // 16, 0, 0, 0, 0, 16, 256, piece=16 if dtype != "f16" else 32
+            ).cycles()
         if dtype == "f16":
             total += pk.weights_from_bt(n, kw, "f16", 0, 0).cycles()
         else:
@@ -225,8 +240,8 @@ def a_repack_cycles(m: int, k: int, n: int = 16, wbytes: int = 1) -> int:
 
 
 def weight_staging_bytes(n: int, k: int, wbytes: int = 1) -> int:
-    """Per-tile bytes of the device-side weight preparation of an [n, k] block (wbytes per weight): the F16 panels
-    of one K chunk, the FP8 bytes in panel order (FP8 only), and the re-strided rows when k % 16 != 0."""
-    _, kpad, _ = gemm_kernel_shape(1, k, n)
+    """Per-tile bytes of the device-side weight preparation of an [n, k] block (wbytes per weight): one K chunk's
+    FP8 bytes in panel order (FP8 only), F16 panels and re-strided rows (k % 16 != 0): at most
+    WEIGHT_STAGING_BYTES (the lowering keeps them in its 32-KiB aux scratch)."""
     kc = max(kw for _, kw in gemm_k_chunks(k, n, wbytes))
-    return chunk_staging_bytes(n, kc, wbytes) + (n * kpad * wbytes if kpad != k else 0)
+    return chunk_staging_bytes(n, kc, wbytes, k % 16 != 0)

@@ -567,13 +567,13 @@ class Lowering(NnOps):
 
     def weight_staging(self) -> tuple[int, int, int]:
         """(FP8 panel-order bytes, F16 weight panels, re-strided rows): the device-side weight preparation areas
-        shared by every GEMM (live only during one op), sized for the largest GEMM of the function and allocated
-        once above memory-plan's high-water mark (like `scratch()`; memory-plan does not account for them,
-        tile-plan's GEMM choice does: `cost_model.weight_staging_bytes`). Per K chunk of a tile's weight block:
-        the FP8 bytes rearranged into the F16 panels' order ([npad, kc] bytes), the F16 AMP weight panels
-        ([npad/16][kc/16][512 B]); for K % 16 != 0 the whole block's rows re-strided to the padded K with zero
-        tails. The first two are written at upload (zeros): the N padding rows are read (cast, GEMM) but never
-        written by the packs."""
+        of one K chunk, shared by every GEMM (live only during one op) and sized for the largest, inside the aux
+        scratch (`NnOps.aux`, a region-1-element-sized area above memory-plan's high-water mark that no other
+        op uses during a GEMM; memory-plan does not account for it, tile-plan's GEMM choice counts the staging:
+        `cost_model.weight_staging_bytes`, at most `cost_model.WEIGHT_STAGING_BYTES`). The FP8 bytes are in the
+        F16 panels' order ([npad, kc] bytes), the F16 AMP weight panels [npad/16][kc/16][512 B], and for
+        K % 16 != 0 the chunk's rows re-strided with zero K padding [nc, kc]. The N padding rows of the first two
+        are zeroed per chunk (the cast and the GEMM read them)."""
         if getattr(self, "_wstage", None) is None:
             need, worst = np.zeros(3, np.int64), None
             for op in self.f.walk():
@@ -587,41 +587,33 @@ class Lowering(NnOps):
             if worst is None:
                 self._wstage = (0, 0, 0)
                 return self._wstage
-            try:
-                areas = tuple(self.image.alloc(int(b), 16, "high") for b in need)
-            except Exception as e:
+            aux = self.aux()
+            room = self.target.region1_element_bytes
+            if int(need.sum()) > room:
                 op, sizes, t = worst
                 raise LoweringError(
                     f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} + "
-                    f"{sizes[2]} B of weight staging (FP8 panel order + F16 panels + re-strided rows; all GEMMs: "
-                    f"{' + '.join(str(int(b)) for b in need)} B) above the memory plan's high-water mark "
-                    f"{self.addrs.high:#x}, which does not fit the {self.target.sram_bytes}-B tile "
-                    f"({self.image.used} B of lowering data already there): {e}"
-                ) from None
-            for a, b in zip(areas[:2], need[:2]):
-                self.image.put("weight staging (zero padding)", a, np.zeros(int(b), np.uint8))
-            self._wstage = areas
+                    f"{sizes[2]} B of weight staging per K chunk (FP8 panel order + F16 panels + re-strided rows; "
+                    f"all GEMMs: {' + '.join(str(int(b)) for b in need)} B), more than the {room}-B aux scratch"
+                )
+            self._wstage = (aux, aux + int(need[0]), aux + int(need[0] + need[1]))
             self.notes.append(
-                f"GEMM weight staging per tile: {int(need.sum())} B ({' + '.join(map(str, need))})"
+                f"GEMM weight staging per tile: {int(need.sum())} B ({' + '.join(map(str, need))}) in the aux scratch"
             )
         return self._wstage
 
     def _staging_bytes(self, op: nn.LinearOp) -> tuple[tuple[int, int, int], int]:
-        """((FP8 panel-order, F16 panels, re-strided rows) bytes, the tile needing most) of one GEMM."""
+        """((FP8 panel-order, F16 panels, re-strided rows) bytes of one K chunk, a tile holding the widest weight
+        block) of one GEMM."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         g = lay.geometry()
         k = op.operands[0].type.get_shape()[-1]
-        kpad = -(-k // 16) * 16
         wl = tl.layout_of(op.operands[1])
         wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
         nc = g.block_dims[:, 1].astype(np.int64)
-        kc = max(kw for _, kw in cm.gemm_k_chunks(k, int(nc.max()), wsize))
-        npad = -(-nc // 16) * 16
-        d = npad * kc if wsize == 1 else npad * 0
-        p = npad * kc * 2
-        r = nc * kpad * wsize if kpad != k else nc * 0
-        b = int(np.argmax(d + p + r))
-        return (int(d.max()), int(p.max()), int(r.max())), int(lay.table()[b, 0])
+        n = int(nc.max())
+        kc = max(kw for _, kw in cm.gemm_k_chunks(k, n, wsize))
+        return cm.chunk_staging_areas(n, kc, wsize, k % 16 != 0), int(lay.table()[int(np.argmax(nc)), 0])
 
     def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
         """Per tile: [pad A] and per K chunk (`cost_model.gemm_k_chunks`, the same for every tile): the chunk of
@@ -698,16 +690,10 @@ class Lowering(NnOps):
             # The bias stays host-bound in the kernel's format (f16, N padded): [npad] halves per tile.
             bp = self.layer_alloc(nmax * 2, 8)
             self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
-        bchunks, a_copies, out_copies, w_copies = [], {}, {}, {}
+        bchunks, a_copies, out_copies = [], {}, {}
         f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
-        for t, (_r0, c0, mr, nc, mpad, npad, a, out, wsrc) in jobs.items():
+        for t, (_r0, c0, mr, nc, mpad, npad, a, out, _wsrc) in jobs.items():
             bchunks.append([t, bp, c0, nc, 1])
-            if kpad != k:  # weight rows re-strided to kpad with zero tails
-                rows = []
-                for r in range(nc):
-                    rows.append((wsrc + r * k * wsize, restride + r * kpad * wsize, k * wsize))
-                    rows.append((zeros, restride + r * kpad * wsize + k * wsize, (kpad - k) * wsize))
-                w_copies[t] = rows
             if t in pad_a:
                 rows = []
                 for r in range(mr):
@@ -735,26 +721,61 @@ class Lowering(NnOps):
 
             return build
 
-        self.copy_call(w_copies, f"{what}: weight rows K padding")
         self.copy_call(a_copies, f"{what}: A padding")
-        # Weight rows (bytes) and A rows (halves) as the chunks read them.
-        w_rows = {t: (restride, kpad * wsize) if kpad != k else (j[8], k * wsize) for t, j in jobs.items()}
+        # A rows (halves) as the chunks read them.
         a_rows = {t: (a_area, kpad) if t in pad_a else (j[6], k) for t, j in jobs.items()}
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        ragged = {t: j for t, j in jobs.items() if j[3] % 16}  # tiles whose panels have N padding rows
+
+        def zero_pad_rows(kw: int, area: int, piece: int):
+            """Chunks writing zeros into the N padding rows [nc, npad) of a chunk's panel-order area."""
+            blk = 16 * piece  # bytes of one 16-row K block of the area
+            return {
+                t: pk.Chunks(
+                    j[5] - j[3],
+                    kw // 16,
+                    zeros,
+                    area + (j[3] >> 4) * (kw // 16) * blk + (j[3] & 15) * piece,
+                    src_row=0,
+                    src_blk=0,
+                    dst_row=piece,
+                    dst_blk=blk,
+                    shift=4,
+                    dst_group=(kw // 16) * blk,
+                    piece=piece,
+                )  # fmt: skip
+                for t, j in ragged.items()
+            }
+
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
+            if kpad != k:
+                # The chunk's weight rows re-strided to kw with zero K padding (word copies).
+                kr = min(kw, k - k0)
+                rows = {}
+                for t, j in jobs.items():
+                    rows[t] = []
+                    for r in range(j[3]):
+                        rows[t].append((j[8] + (r * k + k0) * wsize, restride + r * kw * wsize, kr * wsize))
+                        if kr < kw:
+                            rows[t].append((zeros, restride + (r * kw + kr) * wsize, (kw - kr) * wsize))
+                self.copy_call(rows, f"{tag}: weight rows K padding")
+                w_at = {t: (restride, kw * wsize) for t in jobs}
+            else:
+                w_at = {t: (j[8] + k0 * wsize, k * wsize) for t, j in jobs.items()}
             if wdt == "f16":
 
-                def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
-                    src, row = w_rows[t]
-                    return pk.weights_from_bt(nc, kw, "f16", src + k0 * 2, panels, src_row=row)
+                def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
+                    src, row = w_at[t]
+                    return pk.weights_from_bt(nc, kw, "f16", src, panels, src_row=row)
 
                 self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
+                self.kcall(f"{tag}: weight panels N padding", zero_pad_rows(kw, panels, 32))
             else:
 
-                def order(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
-                    src, row = w_rows[t]
-                    return pk.fp8_in_f16_panel_order(nc, kw, src + k0, d_area, src_row=row)
+                def order(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
+                    src, row = w_at[t]
+                    return pk.fp8_in_f16_panel_order(nc, kw, src, d_area, src_row=row)
 
                 def cast_w(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw):
                     return ew.Elementwise("cast_fp8_f16", npad * kw // 8, in0=d_area, out=panels, **fmt)
@@ -762,6 +783,7 @@ class Lowering(NnOps):
                 self.call(
                     "rows_sup", rw.FRAME_WORDS, frames(order), what=f"{tag}: FP8 weights in panel order"
                 )
+                self.kcall(f"{tag}: FP8 weights N padding", zero_pad_rows(kw, d_area, 16))
                 self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{tag}: weight panels {wdt} -> f16")
             if a_panels:
 
