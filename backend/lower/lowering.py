@@ -15,15 +15,15 @@ gave the host-planned values, outputs from replica 0 of each block of the output
 
 Op lowering (what exists, see docs/lowering.md for what does not):
 
-- `nn.linear` with a `#tile.gemm` plan: per tile the weight block the exchange delivered (the planned operand
-  layout: row-major [nc, K] FP8 or f16 blocks, from the parameter's spread home) is cast to f16 on the device
-  (`cast_fp8_f16`, exact) into a staging area and packed into the F16 AMP kernel's weight panels
-  (`pack.weights_from_bt`; K padded to 16 with zeros); then the F16 AMP GEMM into an f16 scratch tile of C
-  (interleaved memory), `bias_f16` in place, a cast into the result buffer when the result is f32. The staging and
-  panel areas (`weight_staging`) are shared by every GEMM and sit above memory-plan's high-water mark like the
-  other scratch. The bias is still bound by the host in the kernel's format (f16, N padded) per GEMM tile.
-  FP8-planned GEMMs run on the F16 AMP: the IR's semantics (f16 activations x FP8 weights) is not what the FP8
-  AMP computes (both operands FP8).
+- `nn.linear` with a `#tile.gemm` plan: per tile and per K chunk, the weight block the exchange delivered (the
+  planned operand layout: row-major [nc, K] FP8 or f16 blocks, from the parameter's spread home) is turned into
+  the F16 AMP kernel's weight panels on the device (FP8: rearranged into the panels' order, then one exact
+  `cast_fp8_f16`; f16: `pack.weights_from_bt`; K padded to 16 with zeros); then the F16 AMP GEMM into an f16
+  scratch tile of C (interleaved memory; init, then acc per chunk), `bias_f16` in place, a cast into the result
+  buffer when the result is f32. The staging (`weight_staging`) is shared by every GEMM and lives in the aux
+  scratch, above memory-plan's high-water mark like the other scratch. The bias is still bound by the host in
+  the kernel's format (f16, N padded) per GEMM tile. FP8-planned GEMMs run on the F16 AMP: the IR's semantics
+  (f16 activations x FP8 weights) is not what the FP8 AMP computes (both operands FP8).
 """
 
 from __future__ import annotations
