@@ -108,6 +108,30 @@ def test_key_chunks_give_the_same_bits(model):
         np.testing.assert_array_equal(got[name], outs[0][name])
 
 
+def test_f16_attention_operands(model):
+    """nn-quantize-weights{attention_f16}: q, k, v cast to f16 before every attention (the lowering copies f16 rows
+    into the padded layouts): every embedding within cosine 0.9999 of that model's device-precision reference."""
+    from ipu.backend.lower.lowering import pipeline_spec
+
+    x = model[0]
+    spec16 = DEFAULT_SPEC[:-1] + " attention_f16=true}"
+    module = build_vision_model(CFG)
+    spec = pipeline_spec(TARGET, outline_repeat=True)
+    assert DEFAULT_SPEC in spec
+    PassPipeline.parse_spec(dict(all_passes()), spec.replace(DEFAULT_SPEC, spec16)).apply(Context(), module)
+    atts = [o for o in module.walk() if isinstance(o, nn.AttentionOp)]
+    assert atts and all(x.type.element_type == f16 for a in atts for x in a.operands[:3])
+    got = _run(compile_model(module, TARGET), x, runs=1)[0]
+    w = random_weights(CFG, seed=0)
+    params = {k: np.asarray(w[k]) for k in w.keys()}
+    device_module = build_vision_model(CFG)
+    PassPipeline.parse_spec(dict(all_passes()), spec16).apply(Context(), device_module)
+    device = evaluate(device_module, {"pixel_values": x}, params, mode="device").outputs
+    for name in OUTPUTS:
+        for g, want in zip(got[name].reshape(-1, CFG.hidden_size), device[name].reshape(-1, CFG.hidden_size)):
+            assert cosine(g, want) >= 0.9999, (name, cosine(g, want))
+
+
 def test_so400m_blocks_fit_the_scratch():
     """So400m/14-384 on the IPU21: tile-plan's materialized grid [92, 16] gives blocks of 8 query rows x 72 over 729
     keys (the last block 1 row), the MAP head 1 query row over 729 keys: both fit the 32 KiB elements."""
