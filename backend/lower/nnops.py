@@ -359,8 +359,11 @@ def attention_program(
     if esizes[0] == 2:  # f16 Q: to f32 rows in C (free until S), then scaled as f32 Q is
         prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
         qa = c_area
-    # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A; rows m..mpad are left over (unused results).
+    # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
+    # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
     prog.append(("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale)))
+    qrows = 16 if sz.transposed else mpad
+    prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
     def rows_of(name, src, esize, k0, nk, dst):
         # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
@@ -383,8 +386,7 @@ def attention_program(
     if sz.transposed:
         # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from 16 Q
         # rows (rows m..16 zero); S^T [spad, 16] in C -> F16 weight panels of S^T = S in K-block panels
-        # [spad/16][16 queries][16 keys] (`WeightsF16` with N = 16) -> S's m rows row-major in A (`Chunks`).
-        prog.append(("Q zero rows", rw.Rows("pad_f16", 16 - m, dpad, out=a_area + m * dpad * 2, valid=0)))
+        # [spad/16][16 queries][16 keys] (`WeightsF16` with N = 16) -> S's mpad rows row-major in A (`Chunks`).
         prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
         s_panels = panels + dpad * 32
         for k0, nk in sz.chunks:
@@ -399,7 +401,7 @@ def attention_program(
             (
                 "S rows",
                 pk.Chunks(
-                    m, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2, dst_blk=32
+                    mpad, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2, dst_blk=32
                 ),
             )
         )
@@ -414,8 +416,10 @@ def attention_program(
             )  # fmt: skip
             prog.append((f"{pre}S = Q K^T", s_gemm))
         s_rows = c_area
-    # Softmax over the seq valid columns of S; P's padded columns are zeros.
-    prog.append(("softmax", rw.Rows("softmax", m, spad, in0=s_rows, out=a_area, valid=sz.seq)))
+    # Softmax over the seq valid columns of S; P's padded columns are zeros. P's rows m..mpad (the O GEMM's rows):
+    # S^T: S's zero rows, copied; else the softmax of S's zero rows (m < 3 only: blocks of <= 16 rows take S^T).
+    rows = m if sz.transposed else mpad
+    prog.append(("softmax", rw.Rows("softmax", rows, spad, in0=s_rows, out=a_area, valid=sz.seq)))
     for c, (k0, nk) in enumerate(sz.chunks):
         pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows)
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
