@@ -700,6 +700,10 @@ class Lowering(NnOps):
                     rows.append((a + r * k * 2, a_area + r * kpad * 2, k * 2))
                     if kpad != k:
                         rows.append((zeros, a_area + r * kpad * 2 + k * 2, (kpad - k) * 2))
+                # Rows up to the kernel's minimum: zeros (their results are dropped, but leftovers in the scratch
+                # can be Inf/NaN patterns).
+                for off in range(mr * kpad * 2, mpad * kpad * 2, ZEROS_BYTES):
+                    rows.append((zeros, a_area + off, min(ZEROS_BYTES, mpad * kpad * 2 - off)))
                 a_copies[t] = rows
             if (mpad, npad) != (mr, nc):
                 src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
