@@ -11,6 +11,8 @@ and the MAP head's block."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from xdsl.context import Context
@@ -108,24 +110,28 @@ def test_key_chunks_give_the_same_bits(model):
         np.testing.assert_array_equal(got[name], outs[0][name])
 
 
-def test_f16_attention_operands(model):
-    """nn-quantize-weights{attention_f16}: q, k, v cast to f16 before every attention (the lowering copies f16 rows
-    into the padded layouts): every embedding within cosine 0.9999 of that model's device-precision reference."""
+@pytest.mark.parametrize("f16_operands", [True, False])
+def test_attention_operand_precision(model, f16_operands):
+    """nn-quantize-weights{attention_f16=true|false}: q, k, v cast to f16 before every attention (the lowering
+    copies f16 rows into the padded layouts) or kept f32 (converted by `cast_f16`), whatever the default policy:
+    every embedding within cosine 0.9999 of that model's device-precision reference."""
     from ipu.backend.lower.lowering import pipeline_spec
 
     x = model[0]
-    spec16 = DEFAULT_SPEC[:-1] + " attention_f16=true}"
+    value = "true" if f16_operands else "false"
+    nn_spec = re.sub(r" attention_f16=\w+", "", DEFAULT_SPEC)[:-1] + f" attention_f16={value}}}"
     module = build_vision_model(CFG)
     spec = pipeline_spec(TARGET, outline_repeat=True)
     assert DEFAULT_SPEC in spec
-    PassPipeline.parse_spec(dict(all_passes()), spec.replace(DEFAULT_SPEC, spec16)).apply(Context(), module)
+    PassPipeline.parse_spec(dict(all_passes()), spec.replace(DEFAULT_SPEC, nn_spec)).apply(Context(), module)
     atts = [o for o in module.walk() if isinstance(o, nn.AttentionOp)]
-    assert atts and all(x.type.element_type == f16 for a in atts for x in a.operands[:3])
+    want_type = f16 if f16_operands else f32
+    assert atts and all(v.type.element_type == want_type for a in atts for v in a.operands[:3])
     got = _run(compile_model(module, TARGET), x, runs=1)[0]
     w = random_weights(CFG, seed=0)
     params = {k: np.asarray(w[k]) for k in w.keys()}
     device_module = build_vision_model(CFG)
-    PassPipeline.parse_spec(dict(all_passes()), spec16).apply(Context(), device_module)
+    PassPipeline.parse_spec(dict(all_passes()), nn_spec).apply(Context(), device_module)
     device = evaluate(device_module, {"pixel_values": x}, params, mode="device").outputs
     for name in OUTPUTS:
         for g, want in zip(got[name].reshape(-1, CFG.hidden_size), device[name].reshape(-1, CFG.hidden_size)):
