@@ -295,12 +295,13 @@ def precision_of(x: TensorType, w: TensorType) -> str:
     return "f32"
 
 
-# Head-aligned panels win unless they cost over ALIGN_SLACK times the best unaligned grid. Unaligned panels make the
-# attention's relayout deliver every head row (all 729 key/value rows at So400m size) in several pieces, which this
-# cost does not see: with the device weight preparation in the cost, the cheapest unaligned So400m q/k/v grid
-# (pn = 16) is ~2.6x cheaper than the aligned one (pn = 72) and would be chosen at 1.5, giving ~200 KB of exchange
-# tables per tile for one layer (memory-plan fails); at 4 the aligned grids are kept.
-ALIGN_SLACK = 4.0
+# Head-aligned panels win unless their AMP + receive estimate (without the device weight preparation, see
+# `choose_gemm`) is over ALIGN_SLACK times the best unaligned grid's: unaligned panels make the attention's relayout
+# deliver every head row (all 729 key/value rows at So400m size) in several pieces, which the cost does not see.
+# The weight preparation (per weight row, whatever the panel height) is left out of this comparison: with it, the
+# cheapest unaligned So400m q/k/v grid (pn = 16) is ~2.6x cheaper than the aligned one (pn = 72) and won, giving
+# ~200 KB of exchange tables per tile for one layer (memory-plan failed).
+ALIGN_SLACK = 1.5
 
 
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
@@ -360,10 +361,11 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             )
             recv = cm.exchange_cycles(pm * k * bx + pn * k * bw, target)
             key = (cycles + recv, -gm * gn)
+            amp = cm.gemm_cycles(pm, k, pn, prec, target) + recv  # for the alignment decision
             if best is None or key < best[0]:
-                best = (key, gm, gn, pm, pn, cycles)
+                best = (key, gm, gn, pm, pn, cycles, amp)
             if align and pn % align == 0 and (best_aligned is None or key < best_aligned[0]):
-                best_aligned = (key, gm, gn, pm, pn, cycles)
+                best_aligned = (key, gm, gn, pm, pn, cycles, amp)
     if best is None:
         raise PassFailedException(
             f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits {memory_fraction:.0%} of "
@@ -371,9 +373,9 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
         )
     # Head-aligned panels win unless they cost over ALIGN_SLACK more (the unaligned transfers' fragmentation
     # is not in this cost, so alignment gets that much credit: see ALIGN_SLACK).
-    if best_aligned is not None and best_aligned[0][0] <= ALIGN_SLACK * best[0][0]:
+    if best_aligned is not None and best_aligned[6] <= ALIGN_SLACK * best[6]:
         best = best_aligned
-    _, gm, gn, pm, pn, cycles = best
+    _, gm, gn, pm, pn, cycles, _ = best
     cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
 
