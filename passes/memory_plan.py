@@ -274,9 +274,9 @@ class MemoryPlanPass(ModulePass):
     report_dir: str = ""
     """When placement fails, write the memory map up to the failure (placement.json/.html) into this directory."""
     reserve_scratch_bytes: int = 0
-    """The asm lowering's own storage (kernel scratch, weight staging, frames that spill high), kept free at the
-    top of SRAM (rounded up to whole region-1 elements) for the whole program: the plan's buffers stay below it, so
-    the lowering's data above the plan's high-water mark has at least this much room."""
+    """The asm lowering's own storage (kernel scratch, weight staging, kept outputs), kept free at the top of SRAM
+    for the whole program: the plan's buffers stay below it, so the lowering's data above the plan's high-water
+    mark has at least this much room."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for key in ("reserve_code_bytes", "host_descriptor_bytes", "reserve_scratch_bytes"):
@@ -344,12 +344,7 @@ class MemoryPlanPass(ModulePass):
         """[start, end) of the lowering's scratch reservation at the top of SRAM (empty when not asked for)."""
         if not self.reserve_scratch_bytes:
             return (target.sram_end, target.sram_end)
-        e1 = (
-            target.region1_element_bytes
-            if target.region1_base < target.sram_end
-            else target.region0_element_bytes
-        )
-        start = target.sram_end - ma.align_up(self.reserve_scratch_bytes, e1)
+        start = ma.align_down(target.sram_end - self.reserve_scratch_bytes, 8)
         if start <= target.sram_base:
             raise PassFailedException(
                 f"memory-plan: reserve-scratch-bytes ({self.reserve_scratch_bytes} B) exceeds the tile's SRAM"
@@ -388,6 +383,19 @@ class MemoryPlanPass(ModulePass):
             raise PassFailedException(f"memory-plan: @{f.sym_name.data}: {err}{where}") from None
         self.record(f, target, problem, placement, events, support, builder)
 
+    @staticmethod
+    def plan_high(placement, support) -> np.ndarray:
+        """Each class's high-water address, not counting the lowering_scratch reservation: the lowering's data
+        goes from there up (through the reservation, which only guarantees room)."""
+        scratch = [b for kind, b in support if kind == "lowering_scratch"]
+        if not scratch:
+            return placement.class_high
+        keep = np.ones(placement.class_addr.shape[0], bool)
+        keep[scratch] = False
+        addr, span = placement.class_addr[keep], placement.class_span[keep]
+        ends = np.where(addr >= 0, addr + span, 0)
+        return ends.max(axis=0, initial=0)
+
     def record(self, f, target, problem, placement, events, support, builder) -> None:
         def attr(b: int) -> mem.BufferAttr:
             buf = problem.buffers[b]
@@ -415,7 +423,7 @@ class MemoryPlanPass(ModulePass):
                 (target.sram_base, target.region1_base, target.sram_end),
                 target.host_aperture,
                 placement.tile_class,
-                placement.class_high,
+                self.plan_high(placement, support),
             )
         ]
         for kind, b in support:

@@ -58,6 +58,8 @@ from ipu.runtime.package import Binding, Package
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
+SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
+SCRATCH_EXTRA_BYTES = 16 * 1024  # and room for the outputs kept for the host, per-iteration host-bound values
 
 
 # rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
@@ -519,7 +521,7 @@ class Lowering(NnOps):
             e = self.target.region1_element_bytes
             c = self.image.alloc(e, e, "high", region1=True)
             a = self.image.alloc(e, e, "high", region1=True)
-            z = self.image.alloc(ZEROS_BYTES, 8, "high")
+            z = self.image.alloc(ZEROS_BYTES, 8, "low")  # "high" holds exactly the scratch elements
             for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
                 self.image.put("zeros", addr, np.zeros(n, np.uint8))
             self._scratch = (c, a, z)
@@ -1038,16 +1040,26 @@ def lower_to_package(
     return pkg
 
 
-def pipeline_spec(target: Target, outline_repeat: bool = False) -> str:
+def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = True) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
-    Weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16:
-    `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears: `nn-fuse-qkv`'s column slices of
-    the fused result are planned as whole tensors on one tile (`#tile.single`), which does not fit at full size."""
+
+    - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
+      operands take half a tile;
+    - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
+      attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
+      `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
+      (`#tile.single`), which does not fit at full size;
+    - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
+      and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
+      with `scratch=False`: per-op debug values are kept above the plan too)."""
     from ipu.passes.nn_quantize import DEFAULT_SPEC
 
     opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
     rep = "nn-outline-repeat," if outline_repeat else ""
-    return f"{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
+    r1 = target.sram_end - target.region1_base
+    mem = opts if r1 < 2 * room or not scratch else f"{opts[:-1]} reserve-scratch-bytes={room}}}"
+    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{mem}"
 
 
 def compile_model(
@@ -1083,7 +1095,7 @@ def compile_model(
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(pipeline_spec(target, repeat))
+        head, tail = nn_passes(pipeline_spec(target, repeat, scratch=False))
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)

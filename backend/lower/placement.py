@@ -5,8 +5,8 @@ function (results of ops, phase results, `tile.repeat` block arguments; views sh
 
 `DataImage` is the storage the lowering itself adds: kernel frames, exchange tables (region 0, in the
 `exchange_tables` reservation and the unused tail of the `code` reservation) and kernel scratch / weight staging
-(above every tile's placement high-water mark; memory-plan{reserve-scratch-bytes} keeps a span at the top of SRAM
-free for it, the `lowering_scratch` reservation, where the "high" range then starts). Every
+(the "high" range: from the plan's high-water mark, which does not count the `lowering_scratch` reservation, to the
+end of SRAM; memory-plan{reserve-scratch-bytes} guarantees that span at the top of SRAM stays free for it). Every
 allocation has one address on all tiles; its contents are per tile (one row per tile) or shared (one row).
 """
 
@@ -54,9 +54,6 @@ class Addresses:
             o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
         }
         self.high = int(self.plan.class_high().max(initial=0))
-        scratch = self.reserves.get("lowering_scratch")
-        if scratch is not None:  # memory-plan kept [scratch, SRAM end) free for the lowering's own data
-            self.high = int(scratch.addr.max())
         # Lowering a tile.repeat body for one iteration: stacked block arguments give that iteration's member;
         # `override` relocates values (host-bound values inside a repeat body live in per-iteration storage).
         self.iteration = 0
@@ -122,9 +119,15 @@ class DataImage:
 
     def __init__(self, target: Target, low_ranges: list[tuple[int, int]], high_start: int):
         self.target = target
+        # "high" in two pieces: up to the first region-1 element boundary (small data), then whole elements (the
+        # element-aligned scratch areas would otherwise skip the bytes below the boundary).
+        cut = min(
+            max(-(-high_start // target.region1_element_bytes) * target.region1_element_bytes, high_start),
+            target.sram_end,
+        )
         self.ranges = {
             "low": [list(r) for r in low_ranges if r[1] > r[0]],
-            "high": [[high_start, target.sram_end]],
+            "high": [r for r in ([high_start, cut], [cut, target.sram_end]) if r[1] > r[0]],
         }
         self.segments: list[Segment] = []
         self.used = {"low": 0, "high": 0}
