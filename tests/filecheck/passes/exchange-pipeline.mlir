@@ -13,7 +13,7 @@ func.func @mlp() {
 }
 // CHECK:      builtin.module attributes {exchange.compute_cycles = {{[0-9]+}} : i64, exchange.exchange_cycles = {{[1-9][0-9]*}} : i64, exchange.sync_cycles = 150 : i64}
 // CHECK:      exchange.sync "internal"
-// CHECK-NEXT: exchange.phase %x {{.*}} mode = "latency"
+// CHECK-NEXT: exchange.phase %x{{.*}} mode = "latency"
 // CHECK:      nn.linear {{.*}}tile.plan = #tile.gemm
 // CHECK:      nn.gelu {{.*}}tile.plan = #tile.map<kind = "elementwise"
 // CHECK-NOT:  tile.relayout

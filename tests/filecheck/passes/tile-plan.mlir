@@ -65,10 +65,11 @@ func.func @host_cast() {
 // -----
 
 // nn.repeat becomes tile.repeat: the body is planned once, the stacked parameter gets its slice's home with
-// stack = 2, and the carried value is relayouted back to its loop layout before the yield.
+// stack = 2, and the carried value (kept whole on tile 3 by its given layout) is relayouted back to its loop layout
+// before the yield.
 
 func.func @loop() {
-  %h = nn.input "h" : tensor<8x16xf32>
+  %h = nn.input "h" {tile.layout = #tile.layout<shape = [8, 16], block = [8, 16], replicas = 1, tiles = #tile.affine<3, 0, 0>, order = "row_major", dtype = f32>} : tensor<8x16xf32>
   %ws = nn.param "encoder.layers.*.w" : tensor<2x16x16xf32>
   %r = nn.repeat 2 carried(%h : tensor<8x16xf32>) stacked(%ws : tensor<2x16x16xf32>) -> tensor<8x16xf32> {
   ^bb0(%a: tensor<8x16xf32>, %w: tensor<16x16xf32>):
