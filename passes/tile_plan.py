@@ -306,6 +306,16 @@ def precision_of(x: TensorType, w: TensorType) -> str:
 ALIGN_SLACK = 8.0
 
 
+# A GEMM with N >= WIDE_N and M >= WIDE_M gets column panels of at least MIN_WIDE_PANEL columns: a consumer that
+# needs whole rows (the next GEMM's row panels, a layer norm) receives each row as N / pn pieces, one exchange
+# receive row each. For So400m's fc1 parts (N = 2160) 16-column panels gave ~40 KB of exchange tables per tile in
+# the fc2 phase alone. Few rows (the MAP head's one probe row) keep narrow panels: their weights must spread over
+# as many tiles as possible, and only the few tiles holding the rows pay the receive rows.
+WIDE_N = 1024
+WIDE_M = 64
+MIN_WIDE_PANEL = 64
+
+
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
     weight block, `cm.weight_prep_cycles`; the F16 AMP kernel on the padded block: M >= 3, K and N padded to 16)
@@ -345,6 +355,8 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
         for gn0 in gns:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
+            if n >= WIDE_N and m >= WIDE_M and pn < MIN_WIDE_PANEL:
+                continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
             mk, kpad, npad = cm.gemm_kernel_shape(pm, k, pn)
             kc = max(kw for _, kw in cm.gemm_k_chunks(k, pn, bw)) if a_chunks else 0
             if (

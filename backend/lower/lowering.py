@@ -59,7 +59,8 @@ from ipu.runtime.package import Binding, Package
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
 SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
-SCRATCH_EXTRA_BYTES = 16 * 1024  # and room for the outputs kept for the host, per-iteration host-bound values
+# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values.
+SCRATCH_EXTRA_BYTES = 16 * 1024
 
 
 # rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
@@ -567,42 +568,34 @@ class Lowering(NnOps):
                 tab[t, 1 + lx.HALF_WORDS * i : 1 + lx.HALF_WORDS * (i + 1)] = row
         self.table_call("xch_half", tab, f"{name} (halves)")
 
-    def weight_staging(self) -> tuple[int, int, int]:
+    def weight_staging(self, op: nn.LinearOp | None = None) -> tuple[int, int, int]:
         """(FP8 panel-order bytes, F16 weight panels, re-strided rows): the device-side weight preparation areas
-        of one K chunk, shared by every GEMM (live only during one op) and sized for the largest, inside the aux
-        scratch (`NnOps.aux`, a region-1-element-sized area above memory-plan's high-water mark that no other
-        op uses during a GEMM; memory-plan does not account for it, tile-plan's GEMM choice counts the staging:
+        of one K chunk of `op`, laid out for that GEMM inside the aux scratch (`NnOps.aux`, a region-1-element-sized
+        area that no other op uses during a GEMM; tile-plan's GEMM choice counts the staging:
         `cost_model.weight_staging_bytes`, at most `cost_model.WEIGHT_STAGING_BYTES`). The FP8 bytes are in the
         F16 panels' order ([npad, kc] bytes), the F16 AMP weight panels [npad/16][kc/16][512 B], and for
         K % 16 != 0 the chunk's rows re-strided with zero K padding [nc, kc]. The N padding rows of the first two
-        are zeroed per chunk (the cast and the GEMM read them)."""
-        if getattr(self, "_wstage", None) is None:
-            need, worst = np.zeros(3, np.int64), None
-            for op in self.f.walk():
-                plan = op.attributes.get(tl.PLAN_ATTR)
-                if not (isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr)):
-                    continue
-                sizes, t = self._staging_bytes(op)
-                if worst is None or sum(sizes) > sum(worst[1]):
-                    worst = (op, sizes, t)
-                need = np.maximum(need, sizes)
-            if worst is None:
-                self._wstage = (0, 0, 0)
-                return self._wstage
-            aux = self.aux()
-            room = self.target.region1_element_bytes
-            if int(need.sum()) > room:
-                op, sizes, t = worst
-                raise LoweringError(
-                    f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} + "
-                    f"{sizes[2]} B of weight staging per K chunk (FP8 panel order + F16 panels + re-strided rows; "
-                    f"all GEMMs: {' + '.join(str(int(b)) for b in need)} B), more than the {room}-B aux scratch"
-                )
-            self._wstage = (aux, aux + int(need[0]), aux + int(need[0] + need[1]))
-            self.notes.append(
-                f"GEMM weight staging per tile: {int(need.sum())} B ({' + '.join(map(str, need))}) in the aux scratch"
+        are zeroed per chunk (the cast and the GEMM read them). Without `op`: only makes sure the aux exists."""
+        aux = self.aux()
+        if op is None:
+            return (aux, aux, aux)
+        sizes, t = self._staging_bytes(op)
+        room = self.target.region1_element_bytes
+        if sum(sizes) > room:
+            raise LoweringError(
+                f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} + "
+                f"{sizes[2]} B of weight staging per K chunk (FP8 panel order + F16 panels + re-strided rows), "
+                f"more than the {room}-B aux scratch"
             )
-        return self._wstage
+        if sum(sizes) > getattr(self, "_wstage_max", -1):  # one note: the largest staging of any GEMM
+            note = f"GEMM weight staging per tile: up to {int(sum(sizes))} B ({' + '.join(map(str, sizes))}) in the aux scratch"
+            if getattr(self, "_wstage_max", -1) >= 0:
+                self.notes[self._wstage_note] = note
+            else:
+                self._wstage_note = len(self.notes)
+                self.notes.append(note)
+            self._wstage_max = int(sum(sizes))
+        return (aux, aux + int(sizes[0]), aux + int(sizes[0] + sizes[1]))
 
     def _staging_bytes(self, op: nn.LinearOp) -> tuple[tuple[int, int, int], int]:
         """((FP8 panel-order, F16 panels, re-strided rows) bytes of one K chunk, a tile holding the widest weight
@@ -660,7 +653,7 @@ class Lowering(NnOps):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
         c_area, a_area, zeros = self.scratch()
-        d_area, panels, restride = self.weight_staging()
+        d_area, panels, restride = self.weight_staging(op)
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}

@@ -17,7 +17,7 @@ from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.passes.memory_plan import read_placement
 from ipu.passes.registry import all_passes
 
-TILES, KIB = 16, 256
+TILES, KIB = 16, 384  # 256 KiB: the fused QKV slices of the 16-tile plan leave tile 0 no region-1 room
 PIPE = (
     "nn-fuse-qkv,nn-outline-repeat,tile-plan{{tiles={t} sram_kib={k}}},exchange-lower{{tiles={t} sram_kib={k}}},"
     "exchange-schedule,memory-plan{{tiles={t} sram_kib={k} reserve-code-bytes=16384}}"
