@@ -60,6 +60,12 @@ const GUTTER = 78;
 const hex = a => "0x" + Math.round(a).toString(16);
 const $ = id => document.getElementById(id);
 function color(al) { return al.reserve === "host_aperture" ? COLORS.host_aperture : (COLORS[al.kind] || "#888"); }
+// Map label: name and owner; an unnamed result ("%?") is named by its producer and last user instead.
+const LABELS = D.allocations.map(al => {
+  const seq = al.sequence ? "[" + al.sequence.member + "]" : "";
+  if (al.name !== "%?") return al.name + seq + " " + al.owner;
+  return al.owner + seq + (al.whole_program ? "" : " \u2192 " + al.live_ops[1]);
+});
 
 // Lanes: per class and row, placements sorted by address (disjoint within a row): parallel typed arrays.
 const lanes = [];
@@ -155,7 +161,7 @@ function drawMap() {
       if (!dim && lane.id[i] === S.pinned) { g.strokeStyle = "#000"; g.lineWidth = 2; g.strokeRect(x0 + 1, y + 2, Math.max(1, x1 - x0) - 2, rh - 4); g.lineWidth = 1; }
       if (x1 - x0 > 50) {
         g.fillStyle = "#fff"; g.save(); g.beginPath(); g.rect(x0, y, x1 - x0, rh); g.clip();
-        g.fillText(al.name + (al.sequence ? "[" + al.sequence.member + "]" : "") + " " + al.owner, x0 + 3, y + rh / 2); g.restore();
+        g.fillText(LABELS[al.id], x0 + 3, y + rh / 2); g.restore();
       }
       g.globalAlpha = 1;
     });
