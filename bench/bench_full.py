@@ -9,6 +9,7 @@ RSS, per-embedding accuracy against the fp32 reference evaluator, SRAM never wri
     python -m bench.bench_full --layers 2            # two layers as one Repeat body
     python -m bench.bench_full --checkpoint          # weights through a safetensors checkpoint on disk
     python -m bench.bench_full --out DIR             # keep the package (and reports) in DIR
+    python -m bench.bench_full --plan-only           # the pass pipeline and a lowering attempt, no simulation
 """
 
 from __future__ import annotations
@@ -70,6 +71,42 @@ def phase_compile(args) -> dict:
     }
 
 
+def phase_plan(args) -> dict:
+    """compile_model's pass pipeline (timed), then the lowering: where it stops if it does not finish."""
+    from xdsl.context import Context
+    from xdsl.dialects import func
+    from xdsl.passes import PassPipeline
+
+    from ipu.backend.lower.lowering import lower_to_package, pipeline_spec
+    from ipu.backend.target import IPU21
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.passes.memory_plan import exchange_table_bytes
+    from ipu.passes.registry import all_passes
+
+    m = build_vision_model(config(args.layers))
+    t0 = time.perf_counter()
+    spec = pipeline_spec(IPU21, outline_repeat=args.layers > 1)
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), m)
+    passes_s = time.perf_counter() - t0
+    f = next(o for o in m.walk() if isinstance(o, func.FuncOp))
+    out = {
+        "passes_s": passes_s,
+        "exchange_table_bytes_max": exchange_table_bytes(f, IPU21.num_tiles),
+        "estimated_cycles": {
+            k: m.attributes[f"exchange.{k}_cycles"].value.data for k in ("compute", "exchange", "sync")
+        },
+    }
+    t0 = time.perf_counter()
+    try:
+        lower_to_package(m, IPU21)
+        out["lowering"] = "finished"
+    except ValueError as e:  # LoweringError / PlacementError: where the lowering stops
+        out["lowering"] = f"{type(e).__name__}: {e}"[:400]
+    out["lowering_s"] = time.perf_counter() - t0
+    out["plan_rss_mib"] = peak_rss_mib()
+    return out
+
+
 def phase_run(args) -> dict:
     from ipu.frontend.reference import evaluate
     from ipu.frontend.siglip import build_vision_model
@@ -119,12 +156,13 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--checkpoint", action="store_true", help="weights through a safetensors checkpoint")
     p.add_argument("--out", help="directory for the package (default: a temporary one)")
-    p.add_argument("--phase", choices=("compile", "run"), help=argparse.SUPPRESS)
+    p.add_argument("--plan-only", action="store_true", help="passes + lowering attempt, no simulation")
+    p.add_argument("--phase", choices=("compile", "run", "plan"), help=argparse.SUPPRESS)
     p.add_argument("--package", help=argparse.SUPPRESS)
     p.add_argument("--checkpoint-dir", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.phase:
-        out = phase_compile(args) if args.phase == "compile" else phase_run(args)
+        out = {"compile": phase_compile, "run": phase_run, "plan": phase_plan}[args.phase](args)
         print(json.dumps(out))
         return
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,7 +171,7 @@ def main() -> None:
         pkg = os.path.join(out_dir, f"so400m-{args.layers}l.ipupkg")
         extra = ["--checkpoint-dir", os.path.join(out_dir, "ckpt")] if args.checkpoint else []
         rec = {"layers": args.layers, "checkpoint": args.checkpoint}
-        for phase in ("compile", "run"):
+        for phase in ("plan",) if args.plan_only else ("compile", "run"):
             cmd = [sys.executable, "-m", "bench.bench_full", "--phase", phase, "--package", pkg]
             cmd += ["--layers", str(args.layers), *extra]
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -142,6 +180,10 @@ def main() -> None:
             rec.update(json.loads(proc.stdout.strip().splitlines()[-1]))
     from ipu.backend.target import IPU21
 
+    if args.plan_only:
+        print(f"### So400m, {args.layers} layer(s) + MAP head on 1472 tiles, planning ({header()})\n")
+        print(json.dumps(rec, indent=1))
+        return
     c = rec["cycles"][0]
     bound16 = gemm_macs(args.layers) / (IPU21.num_tiles * IPU21.amp_f16_macs_per_cycle)
     bound8 = gemm_macs(args.layers) / (IPU21.num_tiles * IPU21.amp_fp8_macs_per_cycle)
