@@ -168,6 +168,14 @@ def test_full_size_layer_plan_shape():
     TilePlanPass().apply(Context(), m)
     grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
     assert max(gm * gn for gm, gn in grids) >= 0.9 * 1472
+    # Wide panels for the encoder's big GEMMs (narrow ones made fc2's row panels arrive in ~4900 pieces per tile).
+    for o in m.walk():
+        if (
+            isinstance(o, nn.LinearOp)
+            and o.result.type.get_shape()[0] >= 64
+            and o.weight.type.get_shape()[0] >= 1024
+        ):
+            assert o.attributes[tl.PLAN_ATTR].get("panel")[2] >= 64, o.attributes[tl.PLAN_ATTR]
 
 
 @pytest.mark.parametrize("seed", range(RANDOM_VITS))
