@@ -129,7 +129,7 @@ def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.La
 HOME_PIECE_BYTES = 1024
 
 
-def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
+def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.LayoutAttr:
     """A resident home for a replicated layout (parameters, host-folded casts, inputs): every block is split
     along its first dimension into (up to R) pieces, one per replica tile, so that each tile of a GEMM grid holds
     a distinct share of the operand and the exchange broadcasts the pieces to the block's replicas. The piece
@@ -137,13 +137,21 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
     blocks; a straddling piece is still a valid layout: it is exchanged to both blocks' tiles). Piece i of block
     b goes to replica (i + b + salt) mod R, so the shares of different blocks do not all start on replica 0, and
     with a different `salt` per operand (the planner counts homes) different GEMMs on the same grid do not put
-    their first pieces on the same tiles. The result is a dense-table layout with one replica per block."""
+    their first pieces on the same tiles. The result is a dense-table layout with one replica per block.
+    A one-replica layout with blocks of SPREAD_BLOCK_BYTES or more (given `num_tiles`) is split the same way,
+    its pieces spread evenly over all tiles."""
     r = layout.replicas.data
-    if r == 1:
-        return layout
     shape, block = layout.shape_, layout.block_
     b0 = block[0]
     row_bytes = math.prod(block[1:]) * tl.element_bytes(layout.dtype)
+    spread = 0  # one replica, big blocks: pieces over other tiles too (see below)
+    if r == 1:
+        if not num_tiles or b0 * row_bytes < SPREAD_BLOCK_BYTES or layout.num_blocks >= num_tiles:
+            return layout
+        # One replica (a GEMM with one row panel, e.g. the MAP head's M = 1 GEMMs): the blocks would sit whole on
+        # the grid's few tiles; split them into pieces spread evenly over all tiles instead.
+        spread = min(b0, -(-num_tiles // layout.num_blocks))
+        r = spread
     p = min(b0, max(-(-b0 // r), -(-HOME_PIECE_BYTES // row_bytes)))
     for q in range(p, min(b0, 2 * p) + 1):
         if b0 % q == 0:
@@ -158,7 +166,11 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0) -> tl.LayoutAttr:
     piece = j0 - (i0 * b0 + p - 1) // p  # pieces that start earlier inside the same block row
     orig = (i0[:, None] * rest + np.arange(rest)[None, :]).reshape(-1)  # original flat block per new block
     pc = np.repeat(piece, rest)
-    tiles = t[orig, (pc + orig + salt) % r][:, None]
+    if spread:
+        tiles = ((np.arange(len(orig)) * num_tiles) // len(orig) + salt) % num_tiles
+        tiles = tiles.astype(np.int32)[:, None]
+    else:
+        tiles = t[orig, (pc + orig + salt) % r][:, None]
     return tl.LayoutAttr(
         shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
         layout.scale.data,
@@ -313,6 +325,12 @@ ALIGN_SLACK = 8.0
 # as many tiles as possible, and only the few tiles holding the rows pay the receive rows.
 WIDE_N = 1024
 WIDE_M = 64
+# Any GEMM with N >= 16 * MIN_PANEL_TILES gets panels of >= 16 columns: narrower ones cost the same AMP work (N is
+# padded to 16) and their gather to a consumer's whole rows takes one exchange round per panel (the MAP head's
+# 1-column panels: 1151 rounds, 23 KB of round tables on every tile).
+MIN_PANEL_TILES = 16
+# One-replica home blocks of at least this many bytes are spread over all tiles (`home_of`).
+SPREAD_BLOCK_BYTES = 16 * 1024
 MIN_WIDE_PANEL = 64
 
 
@@ -335,7 +353,9 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     scratch = target.region1_element_bytes
     a_chunks = 2 * k > cm.GEMM_MAX_A_ROW_BYTES  # A repacked into K-block panels per chunk (scratch)
     tiles = target.num_tiles
-    align = attention_head_dim(op)
+    # Head alignment pays for many rows; one row (the MAP probe) has one transfer per head either way, and 72-wide
+    # blocks of a one-replica weight home would sit whole on 16 tiles.
+    align = attention_head_dim(op) if m > 1 else 0
     best = best_aligned = None
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
@@ -357,6 +377,8 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             gn = math.ceil(n / pn)
             if n >= WIDE_N and m >= WIDE_M and pn < MIN_WIDE_PANEL:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
+            if n >= 16 * MIN_PANEL_TILES and pn < 16:
+                continue  # the kernel pads N to 16 anyway; 1-column panels make a 1152-message gather
             mk, kpad, npad = cm.gemm_kernel_shape(pm, k, pn)
             kc = max(kw for _, kw in cm.gemm_k_chunks(k, pn, bw)) if a_chunks else 0
             if (
@@ -484,6 +506,7 @@ class _Planner:
     weights_order: str
     relayouts: dict = field(default_factory=dict)
     single_count: int = 0
+    gemm_base: int = 0
     home_count: int = 0  # homes given so far: rotates each new home's pieces over the replicas (`home_of`)
 
     def plan_block(self, block: Block) -> None:
@@ -492,7 +515,7 @@ class _Planner:
 
     def home(self, want: tl.LayoutAttr) -> tl.LayoutAttr:
         self.home_count += 1
-        return home_of(want, self.home_count - 1)
+        return home_of(want, self.home_count - 1, self.target.num_tiles)
 
     def set_layout(self, op: Operation, layout: tl.LayoutAttr) -> None:
         op.attributes[tl.LAYOUT_ATTR] = layout
@@ -585,6 +608,25 @@ class _Planner:
         t = self.target
         if isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2:
             plan = choose_gemm(op, t, self.memory_fraction, self.weights_order)
+            (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
+            if used < t.num_tiles:
+                # GEMMs on part of the machine (the MAP head's, M = 1) start where the previous one ended, so
+                # that their weight blocks (homes with one replica) do not all begin on tile 0.
+                base = self.gemm_base % (t.num_tiles - used + 1)
+                self.gemm_base += used
+                pm, k, pn = plan.get("panel")
+                plan = gemm_plan(
+                    gm,
+                    gn,
+                    pm,
+                    k,
+                    pn,
+                    base,
+                    plan.get("precision"),
+                    plan.get("cast"),
+                    plan.get("worder"),
+                    plan.get("cycles"),
+                )
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.AttentionOp):
             plan = choose_attention(op, t, self.attention)

@@ -59,8 +59,10 @@ from ipu.runtime.package import Binding, Package
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
 SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
-# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values.
-SCRATCH_EXTRA_BYTES = 16 * 1024
+# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
+# (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
+SCRATCH_EXTRA_BYTES = 48 * 1024
+CODE_RESERVE_BYTES = 48 * 1024  # memory-plan's default reserve-code-bytes
 
 
 # rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
@@ -673,7 +675,10 @@ class Lowering(NnOps):
                 f"{what}: a tile's GEMM block ({mmax} x {kpad} A, {mmax} x {nmax} C) exceeds the {e}-byte scratch "
                 "elements"
             )
-        if a_panels and (pad_a or mmax * max(kw for _, kw in chunks) * 2 > e):
+        # A rows too long for the kernel are repacked into K-block panels per chunk; rows padded up to the
+        # kernel's minimum then become zero rows of those panels (K itself must not need padding there).
+        pad_rows_only = a_panels and kpad == k
+        if a_panels and ((pad_a and not pad_rows_only) or mmax * max(kw for _, kw in chunks) * 2 > e):
             raise LoweringError(
                 f"{what}: A rows of {k} halves need K-block panels per chunk: padded A or a {mmax}-row chunk over "
                 f"the {e}-byte scratch is not lowered"
@@ -689,7 +694,7 @@ class Lowering(NnOps):
         f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
         for t, (_r0, c0, mr, nc, mpad, npad, a, out, _wsrc) in jobs.items():
             bchunks.append([t, bp, c0, nc, 1])
-            if t in pad_a:
+            if t in pad_a and not pad_rows_only:
                 rows = []
                 for r in range(mr):
                     rows.append((a + r * k * 2, a_area + r * kpad * 2, k * 2))
@@ -722,7 +727,7 @@ class Lowering(NnOps):
 
         self.copy_call(a_copies, f"{what}: A padding")
         # A rows (halves) as the chunks read them.
-        a_rows = {t: (a_area, kpad) if t in pad_a else (j[6], k) for t, j in jobs.items()}
+        a_rows = {t: (a_area, kpad) if t in a_copies else (j[6], k) for t, j in jobs.items()}
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         ragged = {t: j for t, j in jobs.items() if j[3] % 16}  # tiles whose panels have N padding rows
 
@@ -794,6 +799,24 @@ class Lowering(NnOps):
                     )  # fmt: skip
 
                 self.call("rows_sup", rw.FRAME_WORDS, frames(a_pack), what=f"{tag}: A chunk panels")
+                # Rows [mr, mpad) of every K block: zeros (results dropped, but leftovers can be Inf/NaN).
+                self.kcall(
+                    f"{tag}: A chunk panels, padding rows",
+                    {
+                        t: pk.Chunks(
+                            j[4] - j[2],
+                            kw // 16,
+                            zeros,
+                            a_area + j[2] * 32,
+                            src_row=0,
+                            src_blk=0,
+                            dst_row=32,
+                            dst_blk=32 * j[4],
+                        )  # fmt: skip
+                        for t, j in jobs.items()
+                        if j[4] > j[2]
+                    },
+                )
 
             def gemm(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw, i=i):
                 mode = "init" if i == 0 else "acc"
@@ -1051,7 +1074,15 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
     rep = "nn-outline-repeat," if outline_repeat else ""
     room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
     r1 = target.sram_end - target.region1_base
-    mem = opts if r1 < 2 * room or not scratch else f"{opts[:-1]} reserve-scratch-bytes={room}}}"
+    mem = opts
+    if scratch and r1 >= 2 * room:
+        # The rest of region 0 above the host aperture (after the code) for exchange tables and kernel frames:
+        # the lowering's "low" range (at full size its frames and round tables need ~100 KB).
+        e0 = target.region0_element_bytes
+        up = lambda a: -(-a // e0) * e0  # noqa: E731
+        floor = max(up(target.sram_base + target.runtime_state_bytes + 256), target.host_aperture[1])
+        xtab = target.region0[1] // e0 * e0 - floor - CODE_RESERVE_BYTES
+        mem = f"{opts[:-1]} reserve-scratch-bytes={room} exchange-table-bytes={max(xtab, 0)}}}"
     return f"nn-split-mlp,{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{mem}"
 
 

@@ -62,8 +62,13 @@ def data(m, k, n, seed=0):
 
 @pytest.mark.parametrize(
     "tiles, m, k, n",
-    [(16, 24, 64, 64), (16, 24, 40, 24), (1472, 24, 64, 64)],
-    ids=["16 tiles", "16 tiles, padded K and N", "1472 tiles, M < 3 per tile"],
+    [(16, 24, 64, 64), (16, 24, 40, 24), (1472, 24, 64, 64), (16, 1, 2160, 64)],
+    ids=[
+        "16 tiles",
+        "16 tiles, padded K and N",
+        "1472 tiles, M < 3 per tile",
+        "one row, K > 2056: A in K-block panels with zero padding rows",
+    ],
 )
 def test_linear_matches_reference(tiles, m, k, n, tmp_path):
     pkg = lower_to_package(placed(m, k, n, tiles))
@@ -73,14 +78,16 @@ def test_linear_matches_reference(tiles, m, k, n, tmp_path):
     session.upload_parameters({"w": w, "b": b})
     got = session.run({"x": x})
     ref = reference(m, k, n, {"x": x}, {"w": w, "b": b})
-    # f16 rounding: the AMP rounds partials to f16 per 16-deep block, and the bias is added in f16.
-    tol = 4 * np.abs(ref).max() * 2.0**-11
+    # f16 rounding: the AMP rounds partials to f16 per 16-deep block, and the bias is added in f16; long K runs in
+    # chunks whose partial sums are kept in f16 between chunks (more roundings: the bound grows with sqrt(K)).
+    tol = 4 * np.abs(ref).max() * 2.0**-11 * max(1.0, np.sqrt(k / 256))
     np.testing.assert_allclose(got.outputs["y"], ref, rtol=0, atol=tol)
     assert got.cycles > 0
     # Parameters stay resident: a second inference with another input needs no upload.
     x2 = data(m, k, n, seed=1)[0]
     again = session.run({"x": x2})
     np.testing.assert_allclose(again.outputs["y"], reference(m, k, n, {"x": x2}, {"w": w, "b": b}), atol=tol)
+    assert np.isfinite(got.outputs["y"]).all()
 
 
 def test_wrong_weights_are_seen():
