@@ -177,7 +177,15 @@ def run_package(args, pkg=None) -> int:
         ref = _reference(cfg, params, x)
         for name, value in previous.items():
             cos, rel = metrics(value, ref[name])
-            print(f"  {name:<18} cosine {cos:.6f}  rel-L2 {rel:.3e}  (vs fp32 reference)")
+            # Per embedding: each row of the output's last dimension (a token of last_hidden_state, the pooled).
+            got = value.reshape(-1, value.shape[-1]).astype(np.float64)
+            want = ref[name].reshape(-1, value.shape[-1]).astype(np.float64)
+            nw = np.linalg.norm(want, axis=1)
+            rows = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * nw)
+            print(
+                f"  {name:<18} cosine {cos:.6f}  rel-L2 {rel:.3e}  (vs fp32 reference); per embedding: min cosine "
+                f"{rows.min():.6f}, max rel-L2 {(np.linalg.norm(got - want, axis=1) / nw).max():.3e} ({len(rows)})"
+            )
         if getattr(args, "per_op", False):
             if not pkg.debug:
                 return _error("--per-op: the package keeps no debug values (compile with --model --per-op)")

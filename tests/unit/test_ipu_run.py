@@ -22,6 +22,14 @@ def test_compile_and_run_on_16_tiles(tmp_path, capsys):
         float(line.split("cosine")[1].split()[0]) for line in out.splitlines() if "vs fp32 reference" in line
     ]
     assert len(cosines) == 2 and all(0.95 < c <= 1.0 for c in cosines)
+    # Per embedding (issue 6: every embedding >= 0.99 vs fp32): 16 token rows and 1 pooled row.
+    per_row = [
+        float(line.split("min cosine ")[1].split(",")[0])
+        for line in out.splitlines()
+        if "per embedding" in line
+    ]
+    assert len(per_row) == 2 and all(0.99 <= c <= 1.0 for c in per_row), per_row
+    assert "(16)" in out and "(1)" in out
 
 
 def test_reference_only_path(capsys):
