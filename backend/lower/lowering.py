@@ -1078,9 +1078,12 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
     if scratch and r1 >= 2 * room:
         # The rest of region 0 above the host aperture (after the code) for exchange tables and kernel frames:
         # the lowering's "low" range (at full size its frames and round tables need ~100 KB).
+        from ipu.passes.memory_alloc import align_up
+
         e0 = target.region0_element_bytes
-        up = lambda a: -(-a // e0) * e0  # noqa: E731
-        floor = max(up(target.sram_base + target.runtime_state_bytes + 256), target.host_aperture[1])
+        floor = max(
+            align_up(target.sram_base + target.runtime_state_bytes + 256, e0), target.host_aperture[1]
+        )
         xtab = target.region0[1] // e0 * e0 - floor - CODE_RESERVE_BYTES
         mem = f"{opts[:-1]} reserve-scratch-bytes={room} exchange-table-bytes={max(xtab, 0)}}}"
     return f"nn-split-mlp,{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{mem}"
