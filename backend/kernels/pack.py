@@ -70,42 +70,21 @@ def _common_head(c: R.Code) -> None:
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {DST_BLK}")
 
 
-def chunks_code() -> R.Code:
-    c = R.Code("pack_chunks")
+def chunks_code(piece: int = 32) -> R.Code:
+    """`chunks`: per row, an rpt over the chunks of `piece` bytes (32: 4 ld64step + 4 st64step, `pack_chunks`;
+    16: 2 + 2, `pack_chunks16`); the last load/store of a chunk steps by the source / destination chunk stride."""
+    c = R.Code("pack_chunks" if piece == 32 else "pack_chunks16")
     _common_head(c)
     c.tag = "row"
     c.label(f".L{c.name}_row")
     _dst_row(c)
     c.one("add $m3, $m1, 0")
-    body = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, 1") for i in range(3)]
-    body += [R._b("ld64step $a6:7, $mzero, $m3+=, $m8")]
-    body += [R._b(f"st64step $a{2 * i}:{2 * i + 1}, $mzero, $m2+=, 1") for i in range(3)]
-    body += [R._b("st64step $a6:7, $mzero, $m2+=, $m9")]
-    c.rpt("$m4", body, "chunk")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
-    c.one("add $m1, $m1, $m3")
-    c.one("add $m6, $m6, 1")
-    c.one(f"brnzdec $m5, .L{c.name}_row")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
-    return c
-
-
-def chunks16_code() -> R.Code:
-    """`chunks` with 16-byte pieces (2 ld64step + 2 st64step per piece)."""
-    c = R.Code("pack_chunks16")
-    _common_head(c)
-    c.tag = "row"
-    c.label(f".L{c.name}_row")
-    _dst_row(c)
-    c.one("add $m3, $m1, 0")
+    n = piece // 8
     body = [
-        R._b("ld64step $a0:1, $mzero, $m3+=, 1"),
-        R._b("ld64step $a2:3, $mzero, $m3+=, $m8"),
-        R._b("st64step $a0:1, $mzero, $m2+=, 1"),
-        R._b("st64step $a2:3, $mzero, $m2+=, $m9"),
+        R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, {1 if i < n - 1 else '$m8'}") for i in range(n)
+    ]
+    body += [
+        R._b(f"st64step $a{2 * i}:{2 * i + 1}, $mzero, $m2+=, {1 if i < n - 1 else '$m9'}") for i in range(n)
     ]
     c.rpt("$m4", body, "chunk")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
@@ -204,7 +183,7 @@ def weights_fp8_code() -> R.Code:
 
 CODES = {
     "pack_chunks": chunks_code,
-    "pack_chunks16": chunks16_code,
+    "pack_chunks16": lambda: chunks_code(16),
     "pack_weights_f16": weights_f16_code,
     "pack_weights_fp8": weights_fp8_code,
 }
