@@ -17,13 +17,7 @@ from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.frontend.weights import random_weights
 from ipu.passes.nn_quantize import DEFAULT_SPEC
 from ipu.passes.registry import all_passes
-
-
-def per_row(d: np.ndarray, r: np.ndarray, width: int) -> tuple[float, float]:
-    """(min cosine, max relative L2) over the rows of width `width`."""
-    a, b = d.reshape(-1, width).astype(np.float64), r.reshape(-1, width).astype(np.float64)
-    na, nb = np.linalg.norm(a, axis=1), np.linalg.norm(b, axis=1)
-    return float((np.sum(a * b, 1) / na / nb).min()), float((np.linalg.norm(a - b, axis=1) / nb).max())
+from ipu.tools.ipu_run import per_embedding
 
 
 def main() -> None:
@@ -59,8 +53,8 @@ def main() -> None:
             m = build_vision_model(cfg)
             PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), m)
             d = evaluate(m, {"pixel_values": x}, w, mode="device").outputs
-            rows = [per_row(d[k], refs[seed][k], cfg.hidden_size) for k in d]
-            cells.append(f"{min(c for c, _ in rows):.4f} / {max(e for _, e in rows):.4f}")
+            rows = [per_embedding(d[k], refs[seed][k]) for k in d]
+            cells.append(f"{min(r[0] for r in rows):.4f} / {max(r[1] for r in rows):.4f}")
         print(f"| `{spec}` | " + " | ".join(cells) + " |", flush=True)
 
 

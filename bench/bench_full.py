@@ -112,6 +112,7 @@ def phase_run(args) -> dict:
     from ipu.frontend.siglip import build_vision_model
     from ipu.runtime.host import Session
     from ipu.runtime.package import Package
+    from ipu.tools.ipu_run import per_embedding
 
     cfg = config(args.layers)
     w = weights(args.layers, args.checkpoint_dir)
@@ -130,14 +131,8 @@ def phase_run(args) -> dict:
     ref = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp32").outputs
     acc = {}
     for k, want in ref.items():
-        got = results[0].outputs[k].reshape(-1, cfg.hidden_size).astype(np.float64)
-        want = want.reshape(-1, cfg.hidden_size).astype(np.float64)
-        nw = np.linalg.norm(want, axis=1)
-        cos = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * nw)
-        acc[k] = {
-            "min_cos": float(cos.min()),
-            "max_rel_l2": float((np.linalg.norm(got - want, axis=1) / nw).max()),
-        }
+        cos, rel, _ = per_embedding(results[0].outputs[k], want)
+        acc[k] = {"min_cos": cos, "max_rel_l2": rel}
     written = (session.device.wstate != 0).sum(axis=0) * 8  # bytes of each tile written since load
     free = pkg.target.sram_bytes - written
     return {

@@ -55,6 +55,16 @@ def metrics(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return cos, rel
 
 
+def per_embedding(a: np.ndarray, b: np.ndarray) -> tuple[float, float, int]:
+    """(min cosine, max relative L2, count) over the embeddings (rows of the last dimension) of a against the
+    reference b, in float64."""
+    a64 = np.asarray(a, np.float64).reshape(-1, np.shape(b)[-1])
+    b64 = np.asarray(b, np.float64).reshape(-1, np.shape(b)[-1])
+    nb = np.linalg.norm(b64, axis=1)
+    cos = np.sum(a64 * b64, 1) / (np.linalg.norm(a64, axis=1) * nb)
+    return float(cos.min()), float((np.linalg.norm(a64 - b64, axis=1) / nb).max()), len(cos)
+
+
 def _error(message: str) -> int:
     print(f"ipu-run: error: {message}", file=sys.stderr)
     return 1
@@ -178,13 +188,10 @@ def run_package(args, pkg=None) -> int:
         for name, value in previous.items():
             cos, rel = metrics(value, ref[name])
             # Per embedding: each row of the output's last dimension (a token of last_hidden_state, the pooled).
-            got = value.reshape(-1, value.shape[-1]).astype(np.float64)
-            want = ref[name].reshape(-1, value.shape[-1]).astype(np.float64)
-            nw = np.linalg.norm(want, axis=1)
-            rows = np.sum(got * want, 1) / (np.linalg.norm(got, axis=1) * nw)
+            row_cos, row_rel, rows = per_embedding(value, ref[name])
             print(
                 f"  {name:<18} cosine {cos:.6f}  rel-L2 {rel:.3e}  (vs fp32 reference); per embedding: min cosine "
-                f"{rows.min():.6f}, max rel-L2 {(np.linalg.norm(got - want, axis=1) / nw).max():.3e} ({len(rows)})"
+                f"{row_cos:.6f}, max rel-L2 {row_rel:.3e} ({rows})"
             )
         if getattr(args, "per_op", False):
             if not pkg.debug:
