@@ -698,11 +698,10 @@ def _putcs(sim, g, sel, ins, nbytes):
     w = _words(sim, g, sel, ins, addr, nbytes, interleaved=nbytes == 16)
     amp_flush(sim)  # pending AMP products use the old weights
     tiles = sim.ctx_tile[sel]
-    sim.cwei[tiles, idx] = sim.flat64[w].view(np.uint8).reshape(-1, 8)
+    sim.set_cwei(tiles, idx, sim.flat64[w].view(np.uint8).reshape(-1, 8))
     if nbytes == 16:
-        sim.cwei[tiles, idx + 1] = sim.flat64[w + sim.word_stride].view(np.uint8).reshape(-1, 8)
+        sim.set_cwei(tiles, idx + 1, sim.flat64[w + sim.word_stride].view(np.uint8).reshape(-1, 8))
     sim.csr[sel, col] = (addr + nbytes).astype(U32)
-    sim._cw_cache.clear()
 
 
 def sem_ld64putcs(sim, g, sel, ins):

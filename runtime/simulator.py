@@ -646,6 +646,28 @@ class Simulator:
             self._cw_cache[key] = w
         return w
 
+    def set_cwei(self, tiles: np.ndarray, slot: int, data: np.ndarray) -> None:
+        """Write one common-weight slot (8 bytes) on `tiles` and update the decoded copies in place: a GEMM loads
+        its weights slot by slot between AMP groups, and decoding all tiles' weights again after every slot
+        was most of a full-size run's time."""
+        self.cwei[tiles, slot] = data
+        if not self._cw_cache:
+            return
+        from ipu.runtime import fp8
+
+        engine, phase = divmod(slot, 4)
+        for key, w in self._cw_cache.items():
+            fmt = key[0] if len(key) == 1 else {1: "f16", 2: "f143", 3: "f152"}[key[1]]
+            if fmt == "f16":
+                vals = data.view(np.float16).astype(np.float32)  # [n, 4]
+            else:
+                vals = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][data]  # [n, 8]
+            if len(key) == 1:  # [T, phase, engine, k]
+                w[tiles, phase, engine] = vals
+            else:  # [T, phase * K + k, engine]
+                k = vals.shape[1]
+                w[tiles, phase * k : (phase + 1) * k, engine] = vals
+
     def cwei_f32(self, fmt: str, tiles=None) -> np.ndarray:
         """Common weights as float32 [tiles, 4 phases, 16 engines, k], k = 4 (F16) or 8 (FP8 F143/F152)."""
         key = (fmt,)
