@@ -508,6 +508,8 @@ class _Planner:
     single_count: int = 0
     gemm_base: int = 0
     home_count: int = 0  # homes given so far: rotates each new home's pieces over the replicas (`home_of`)
+    # FP8 scale of the stacked operand behind a repeat body's placeholder source (a host-folded FP8 cast)
+    source_scale: dict = field(default_factory=dict)
 
     def plan_block(self, block: Block) -> None:
         for op in list(block.ops):
@@ -536,7 +538,9 @@ class _Planner:
                 owner.attributes[tl.PLAN_ATTR] = map_plan("host", 0)
                 self.set_layout(owner, have)
             elif isinstance(owner, SOURCE_OPS):
-                have = self.home(want)
+                scale = self.source_scale.get(owner, 0)
+                have = with_dtype(self.home(want), want.dtype, scale) if scale else self.home(want)
+                want = with_dtype(want, want.dtype, scale) if scale else want
                 self.set_layout(owner, have)
             else:
                 raise PassFailedException(f"tile-plan: {label(op)}: operand #{index} has no layout")
@@ -678,6 +682,8 @@ class _Planner:
             ph = nn.ParamOp(f"__tile_plan_arg{i}", a.type)
             if i < nc:
                 ph.attributes[tl.LAYOUT_ATTR] = carried_layouts[i]
+            elif isinstance(op.stacked[i - nc].owner, nn.CastOp):  # FP8 bits keep the host cast's scale
+                self.source_scale[ph] = op.stacked[i - nc].owner.fp8_scale
             placeholders.append(ph)
             new_block.add_op(ph)
             a.replace_all_uses_with(ph.result)
@@ -705,6 +711,10 @@ class _Planner:
             stacked_lay = arg_layouts[nc + i].stacked(op.iterations)
             have = tl.layout_of(v)
             if have is None and isinstance(v.owner, SOURCE_OPS):
+                self.set_layout(v.owner, stacked_lay)
+            elif have is None and isinstance(v.owner, HOST_OPS) and is_host_value(v):
+                # Per-layer weights prepared by the host (`nn-hoist-stacked`): uploaded as one Repeat sequence.
+                v.owner.attributes[tl.PLAN_ATTR] = map_plan("host", 0)
                 self.set_layout(v.owner, stacked_lay)
             elif have != stacked_lay:
                 raise PassFailedException(

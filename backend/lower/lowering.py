@@ -1061,6 +1061,8 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
 
     - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
       operands take half a tile;
+    - `nn-hoist-stacked` (with the loop): the per-layer weight casts and slices leave the loop body, so the host
+      uploads each prepared weight as one Repeat sequence instead of the f32 parameters;
     - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
       attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
@@ -1071,7 +1073,7 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
     from ipu.passes.nn_quantize import DEFAULT_SPEC
 
     opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
-    rep = "nn-outline-repeat," if outline_repeat else ""
+    rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
     room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
     r1 = target.sram_end - target.region1_base
     mem = opts
@@ -1086,7 +1088,7 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
         )
         xtab = target.region0[1] // e0 * e0 - floor - CODE_RESERVE_BYTES
         mem = f"{opts[:-1]} reserve-scratch-bytes={room} exchange-table-bytes={max(xtab, 0)}}}"
-    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},nn-to-exchange-pipeline{opts},memory-plan{mem}"
+    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}nn-to-exchange-pipeline{opts},memory-plan{mem}"
 
 
 def compile_model(

@@ -30,6 +30,14 @@ def test_tiny_repeat_loop_matches_unrolled_16_tiles():
     assert any("tile.repeat" in n for n in looped.metadata["notes"])
     assert any(b.name.startswith("encoder.layers.*.") for b in looped.parameters)
     assert len(looped.code) < len(unrolled.code), (len(looped.code), len(unrolled.code))
+    # The layers' weight matrices are uploaded as prepared (FP8 / F16) sequences, not also as f32 stacks
+    # (nn-hoist-stacked): the device never reads an f32 copy of a weight.
+    layer_weights = [
+        b for b in looped.parameters if b.name.startswith("encoder.layers.*.") and len(b.shape) == 3
+    ]
+    assert layer_weights and all(b.dtype != "f32" for b in layer_weights), [
+        (b.name, b.dtype) for b in layer_weights
+    ]
     want = _run(unrolled, weights, x, 1)[0]
     got = _run(looped, weights, x, 3)
     for name, ref in want.outputs.items():
