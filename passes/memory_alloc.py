@@ -28,6 +28,9 @@ O(n log n + n * holes), never a scan over all pairs of allocations. Fixed reserv
 are carved out of the free list up front; those alive only at some events (the aperture at host events) are
 forbidden ranges for requests whose lifetime overlaps them.
 
+A class whose chronological scan fails is placed again offline, greedy by size (`run_by_size`: largest spans
+first, each at the lowest address free over its lifetime), which avoids the scan's fragmentation when a big buffer
+arrives late (So400m's per-head K and V at the attention); quadratic per class, so only for classes that failed.
 When a buffer does not fit, `PlacementError` names the tile (and its class), the event, the request, the live
 buffers at that point with sizes and owners, the free bytes and the largest hole of the region, and carries the
 partial placement (everything placed before the failure) for a memory map up to that point.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -46,6 +50,10 @@ from ipu.backend.target import Target
 
 REGION_ANY, REGION_0, REGION_1 = -1, 0, 1
 REGION_NAMES = {REGION_ANY: "any", REGION_0: "region 0", REGION_1: "region 1"}
+
+
+# Live buffers named in a placement failure (largest first); IPU_MEMORY_LIVE_SHOWN=N shows more when debugging.
+LIVE_SHOWN = int(os.environ.get("IPU_MEMORY_LIVE_SHOWN", "8"))
 
 
 @dataclass(frozen=True)
@@ -248,6 +256,7 @@ class _ClassAllocator:
         self.elements = _Elements(t)
         self.free = _FreeList(t.sram_base, t.sram_end, t.region1_base)
         self.member = problem.sizes[:, tile].astype(np.int64)
+        self.fixed_ok = False  # set once the fixed reservations are in: later failures are about room
         self.addr = np.full(len(problem.buffers), -1, np.int64)
         self.span = np.zeros(len(problem.buffers), np.int64)
         self.members = members
@@ -269,9 +278,9 @@ class _ClassAllocator:
         shown = ", ".join(
             f"{p.buffers[x].name} ({p.buffers[x].owner or p.buffers[x].kind}, {int(self.span[x])} B "
             f"at {int(self.addr[x]):#x})"
-            for x in live[:8]
+            for x in live[:LIVE_SHOWN]
         )
-        more = f" and {len(live) - 8} more" if len(live) > 8 else ""
+        more = f" and {len(live) - LIVE_SHOWN} more" if len(live) > LIVE_SHOWN else ""
         # Free space this request could use: holes of its region minus its forbidden ranges (aperture at host
         # events, elements of live pairwise partners).
         forbidden = self.forbidden(b, f, last)
@@ -361,6 +370,7 @@ class _ClassAllocator:
                 self.free.carve(a, a + s)
             else:
                 self.timed.append((f, last, a, a + s))
+        self.fixed_ok = True  # a failure from here on is about room, which `run_by_size` may still find
         ends: list[tuple[int, int]] = []  # heap of (last event, buffer) of placed, freeable buffers
         for f, not_fixed, _, _, b in order:
             if not not_fixed:
@@ -384,6 +394,66 @@ class _ClassAllocator:
             self.addr[b] = a
             self.free.take(a, a + int(self.span[b]))
             heapq.heappush(ends, (last, b))
+
+    def run_by_size(self) -> bool:
+        """The fallback when the chronological scan fails: offline greedy by size. Largest spans first (fixed
+        reservations as given), each at the lowest aligned address of its region that no buffer placed so far
+        occupies during its lifetime, outside its forbidden ranges (aperture, partners' elements). A big late
+        buffer then gets its span before the small buffers of earlier events fragment it. Returns False if some
+        buffer still does not fit. O(n^2) numpy work per class, and only for classes that failed."""
+        p, t = self.p, self.p.target
+        members = [int(b) for b in self.members]
+        pa, pe, pf, pl = (np.zeros(len(members), np.int64) for _ in range(4))  # placed: span, lifetime
+        k = 0
+        self.addr[:] = -1
+        order = []
+        for b in members:
+            buf = p.buffers[b]
+            self.span[b] = span_of(buf, int(self.member[b]))
+            if buf.fixed >= 0:
+                self.addr[b] = buf.fixed
+                pa[k], pe[k] = buf.fixed, buf.fixed + int(self.span[b])
+                pf[k], pl[k] = p.lifetime(b)
+                k += 1
+            else:
+                order.append((-int(self.span[b]), p.lifetime(b)[0], b))
+        order.sort()
+        r0, r1 = region_range(t, REGION_0), region_range(t, REGION_1)
+        for _, f, b in order:
+            buf = p.buffers[b]
+            _, last = p.lifetime(b)
+            span = int(self.span[b])
+            live = (pf[:k] <= last) & (f <= pl[:k])
+            starts, ends = list(pa[:k][live]), list(pe[:k][live])
+            for q0, q1 in self.forbidden(b, f, last):
+                starts.append(q0)
+                ends.append(q1)
+            ranges = {REGION_0: [r0], REGION_1: [r1]}.get(buf.region, [r0, r1])
+            a = _lowest_gap(np.array(starts, np.int64), np.array(ends, np.int64), ranges, span, buf.align)
+            if a < 0:
+                return False
+            self.addr[b] = a
+            pa[k], pe[k], pf[k], pl[k] = a, a + span, f, last
+            k += 1
+        return True
+
+
+def _lowest_gap(starts: np.ndarray, ends: np.ndarray, ranges, span: int, align: int) -> int:
+    """The lowest address a (a multiple of align) inside one of `ranges` with [a, a + span) clear of every
+    [starts[i], ends[i]); -1 if there is none."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    covered = np.maximum.accumulate(e) if len(e) else e  # end of everything up to interval i
+    for lo, hi in ranges:
+        if hi - lo < span:
+            continue
+        gap_lo = np.maximum(np.concatenate(([lo], covered)), lo)
+        gap_hi = np.minimum(np.concatenate((s, [hi])), hi)
+        a = (gap_lo + align - 1) // align * align
+        ok = np.nonzero(a + span <= gap_hi)[0]
+        if len(ok):
+            return int(a[ok[0]])
+    return -1
 
 
 def allocate(problem: Problem) -> Placement:
@@ -424,7 +494,14 @@ def allocate(problem: Problem) -> Placement:
             return placement
 
         try:
-            alloc.run(partial)
+            try:
+                alloc.run(partial)
+            except PlacementError as first_err:
+                if not alloc.fixed_ok:
+                    raise
+                alloc = _ClassAllocator(problem, rep, members, partners)
+                if not alloc.run_by_size():
+                    raise first_err from None
         except PlacementError as err:
             # Re-word with the class size now that it is known.
             n = int(class_sizes[c])

@@ -262,3 +262,36 @@ def test_bad_requests_rejected():
         ma.allocate(ma.Problem(t, [ma.Buffer("x", align=12)], np.array([[8]]), 1))
     with pytest.raises(ValueError, match="lifetime"):
         ma.allocate(ma.Problem(t, [ma.Buffer("x", first=0, last=3)], np.array([[8]]), 2))
+
+
+def test_fallback_by_size_when_the_chronological_scan_fragments():
+    """A (60%) and B (10%) at event 0, C (70%) at event 1 after A dies: scanning events in order puts B right
+    after A and leaves no 70% hole for C; placing the largest first (C, then A, then B above both) fits."""
+    t = Target.small(tiles=1, sram_kib=256)
+    lo, hi = t.region0
+    unit = (hi - lo) // 80 * 8  # a tenth of region 0, 8-byte aligned
+    bufs = [
+        ma.Buffer("a", region=ma.REGION_0, first=0, last=0),
+        ma.Buffer("b", region=ma.REGION_0, first=0, last=1),
+        ma.Buffer("c", region=ma.REGION_0, first=1, last=1),
+    ]
+    p = ma.Problem(t, bufs, np.array([[6 * unit], [unit], [7 * unit]]), 2)
+    chronological = ma._ClassAllocator(p, 0, np.arange(3), {})
+    with pytest.raises(ma.PlacementError, match="cannot place 'c'"):
+        chronological.run(lambda: None)
+    placement = ma.allocate(p)
+    assert check(p, placement) == []
+    a = placement.addresses()[:, 0]
+    assert a[2] == lo and a[1] >= lo + 7 * unit
+
+
+def test_fallback_keeps_the_chronological_diagnostic_when_nothing_fits():
+    t = Target.small(tiles=1, sram_kib=256)
+    lo, hi = t.region0
+    bufs = [
+        ma.Buffer("a", region=ma.REGION_0, first=0, last=1),
+        ma.Buffer("b", region=ma.REGION_0, first=1, last=1),
+    ]
+    size = (hi - lo) // 16 * 10  # two of them never fit
+    with pytest.raises(ma.PlacementError, match="cannot place 'b'.*largest hole"):
+        ma.allocate(ma.Problem(t, bufs, np.array([[size], [size]]), 2))
