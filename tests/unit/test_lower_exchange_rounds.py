@@ -118,15 +118,15 @@ def test_phase_tables_words_and_staging():
             offs += 8 * -(-nbytes // 8)
             staged[(t, src_a)] = stage
     for k, rnd in enumerate(want):
-        c = 1 + lx.ROUND_WORDS * k
         for s, take in rnd:
             st = int(sends[s, 0])
             src_word = staged.get((st, 0x60000 + int(sends[s, 2])), 0x60000 + int(sends[s, 2]))
-            assert rtab[st, c + 3] == src_word and rtab[st, c + 4] == atoms[s]
+            assert lx.round_row(rtab, st, k)[3:] == (src_word, atoms[s])
             for r in take:
                 rt = int(recvs[r, 0])
-                assert rtab[rt, c] == st and rtab[rt, c + 2] == atoms[s]
-                assert 0xA0000 <= rtab[rt, c + 1] < 0xA0000 + 4096
+                mux, base, count, _, _ = lx.round_row(rtab, rt, k)
+                assert mux == st and count == atoms[s]
+                assert 0xA0000 <= base < 0xA0000 + 4096
     # Every receive is copied from its staging slot into place; the phase's own copies come after, on tile 1.
     assert sum(len(v) for v in post.values()) == len(recvs) + len(copies)
     assert post[1][-2:] == [(0x60000, 0x70000 + 4 + 64, 16), (0x60000 + 8, 0x70000 + 4 + 72, 4)]
