@@ -10,6 +10,7 @@ RSS, per-embedding accuracy against the fp32 reference evaluator, SRAM never wri
     python -m bench.bench_full --checkpoint          # weights through a safetensors checkpoint on disk
     python -m bench.bench_full --out DIR             # keep the package (and reports) in DIR
     python -m bench.bench_full --plan-only           # the pass pipeline and a lowering attempt, no simulation
+    python -m bench.bench_full --profile --out DIR   # also the simulator profile of the first inference in DIR
 """
 
 from __future__ import annotations
@@ -121,10 +122,14 @@ def phase_run(args) -> dict:
     session.upload_parameters(w)
     x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     walls, results = [], []
-    for _ in range(3):
+    for i in range(3):
         t0 = time.perf_counter()
-        results.append(session.run({"pixel_values": x}))
+        results.append(session.run({"pixel_values": x}, profile=bool(args.profile_dir) and i == 0))
         walls.append(time.perf_counter() - t0)
+    if args.profile_dir:
+        from ipu.tools.ipu_run import write_profile
+
+        write_profile(pkg, results[0], args.profile_dir)
     identical = all(
         np.array_equal(r.outputs[k], results[0].outputs[k]) for r in results[1:] for k in results[0].outputs
     )
@@ -155,6 +160,10 @@ def main() -> None:
     p.add_argument("--phase", choices=("compile", "run", "plan"), help=argparse.SUPPRESS)
     p.add_argument("--package", help=argparse.SUPPRESS)
     p.add_argument("--checkpoint-dir", help=argparse.SUPPRESS)
+    p.add_argument("--profile-dir", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--profile", action="store_true", help="profile the first inference into OUT/profile.{json,html}"
+    )
     args = p.parse_args()
     if args.phase:
         out = {"compile": phase_compile, "run": phase_run, "plan": phase_plan}[args.phase](args)
@@ -165,6 +174,7 @@ def main() -> None:
         os.makedirs(out_dir, exist_ok=True)
         pkg = os.path.join(out_dir, f"so400m-{args.layers}l.ipupkg")
         extra = ["--checkpoint-dir", os.path.join(out_dir, "ckpt")] if args.checkpoint else []
+        extra += ["--profile-dir", out_dir] if args.profile else []
         rec = {"layers": args.layers, "checkpoint": args.checkpoint}
         for phase in ("plan",) if args.plan_only else ("compile", "run"):
             cmd = [sys.executable, "-m", "bench.bench_full", "--phase", phase, "--package", pkg]
