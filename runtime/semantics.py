@@ -704,6 +704,26 @@ def _putcs(sim, g, sel, ins, nbytes):
     sim.csr[sel, col] = (addr + nbytes).astype(U32)
 
 
+def putcs_run(sim, g, sel, ins, count) -> int:
+    """`count` ld64putcs to slots idx, idx + 1, ... as one step (`Simulator._step`); returns count, or 0 when any
+    check would fail (the caller then runs them one at a time, which reports the failing one exactly)."""
+    col = _col(SC["CCCSLOAD"])
+    addr = sim.csr[sel, col].astype(np.int64)
+    idx = int(ins.ops[0])
+    span = 8 * count
+    off = addr - sim.base
+    if idx + count > 64 or (off < 0).any() or (off > sim.end - sim.base - span).any() or (addr & 7).any():
+        return 0
+    words = (off >> 3)[:, None] + np.arange(count)[None, :]
+    words = words * sim.word_stride + sim.ctx_word_base[sel][:, None]
+    if sim.check_poison and (np.take(sim.flat_state, words, mode="clip") & WRITTEN != WRITTEN).any():
+        return 0
+    amp_flush(sim)  # pending AMP products use the old weights
+    sim.set_cwei(sim.ctx_tile[sel], idx, sim.flat64[words].view(np.uint8).reshape(len(words), -1))
+    sim.csr[sel, col] = (addr + span).astype(U32)
+    return count
+
+
 def sem_ld64putcs(sim, g, sel, ins):
     _putcs(sim, g, sel, ins, 8)
 

@@ -345,6 +345,24 @@ class Simulator:
                 scost,
                 self.target.is_executable(u.addr),
             )
+        # Runs of ld64putcs to consecutive slots (a GEMM block's 64 coefficient loads): executed as one step.
+        self._putcs_run = [0] * len(self._units)
+        for k in range(len(self._units) - 1, -1, -1):
+            unit = self._units[k]
+            if (
+                unit is None
+                or len(unit[1]) != 1
+                or unit[1][0][0] is not semantics.sem_ld64putcs
+                or not unit[4]
+            ):
+                continue
+            nxt = self._units[k + 1] if k + 1 < len(self._units) else None
+            follows = (
+                nxt is not None
+                and self._putcs_run[k + 1]
+                and int(nxt[1][0][1].ops[0]) == int(unit[1][0][1].ops[0]) + 1
+            )
+            self._putcs_run[k] = 1 + (self._putcs_run[k + 1] if follows else 0)
         if write_image and program.units:
             from ipu.backend.encoding import encode_program
 
@@ -506,6 +524,17 @@ class Simulator:
             self.fail("fetch", "instruction fetch outside region 0 (the only executable region)", g, None)
         sel = g.sel
         result = None
+        run = self._putcs_run[k] if g.supervisor and g.rpt is None else 0
+        if run > 1 and (rec is None or not any(g.pc + 4 * j in rec.pcs for j in range(1, run))):
+            # A GEMM block's coefficient loads in one step (the same loads, checks, slots, cycles and issue
+            # counts as one at a time; the tile's workers are idle: the supervisor synced before loading).
+            done = semantics.putcs_run(self, g, sel, handlers[0][1], run)
+            if done:
+                self.cycles[sel] += sum(self._units[k + j][3] for j in range(done))
+                self.issued[sel] += done
+                g.pc += 4 * done
+                self._groups.append(g)
+                return
         if len(handlers) == 2:
             (fa, ia), (fm, im) = handlers
             self._check_context(g, ia)
@@ -647,26 +676,30 @@ class Simulator:
         return w
 
     def set_cwei(self, tiles: np.ndarray, slot: int, data: np.ndarray) -> None:
-        """Write one common-weight slot (8 bytes) on `tiles` and update the decoded copies in place: a GEMM loads
-        its weights slot by slot between AMP groups, and decoding all tiles' weights again after every slot
-        was most of a full-size run's time."""
-        self.cwei[tiles, slot] = data
+        """Write common-weight slots slot, slot + 1, ... (data [tiles, 8 * slots] bytes) on `tiles` and update the
+        decoded copies in place: a GEMM loads its weights slot by slot between AMP groups, and decoding all tiles'
+        weights again after every slot was most of a full-size run's time."""
+        data = data.reshape(len(tiles), -1, 8)
+        m = data.shape[1]
+        self.cwei[tiles, slot : slot + m] = data
         if not self._cw_cache:
             return
         from ipu.runtime import fp8
 
-        engine, phase = divmod(slot, 4)
+        engine, phase = np.divmod(np.arange(slot, slot + m), 4)
         for key, w in self._cw_cache.items():
             fmt = key[0] if len(key) == 1 else {1: "f16", 2: "f143", 3: "f152"}[key[1]]
             if fmt == "f16":
-                vals = data.view(np.float16).astype(np.float32)  # [n, 4]
+                vals = data.view(np.float16).astype(np.float32)  # [n, m, 4]
             else:
-                vals = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][data]  # [n, 8]
+                vals = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][data]  # [n, m, 8]
+            tt = np.asarray(tiles)[:, None]
             if len(key) == 1:  # [T, phase, engine, k]
-                w[tiles, phase, engine] = vals
+                w[tt, phase[None, :], engine[None, :]] = vals
             else:  # [T, phase * K + k, engine]
-                k = vals.shape[1]
-                w[tiles, phase * k : (phase + 1) * k, engine] = vals
+                k = vals.shape[2]
+                rows = phase[:, None] * k + np.arange(k)[None, :]  # [m, k]
+                w[tt[:, :, None], rows[None], engine[None, :, None]] = vals
 
     def cwei_f32(self, fmt: str, tiles=None) -> np.ndarray:
         """Common weights as float32 [tiles, 4 phases, 16 engines, k], k = 4 (F16) or 8 (FP8 F143/F152)."""
