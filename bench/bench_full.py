@@ -90,8 +90,20 @@ def phase_plan(args) -> dict:
     PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), m)
     passes_s = time.perf_counter() - t0
     f = next(o for o in m.walk() if isinstance(o, func.FuncOp))
+    # Per-tile peak of the memory plan (live buffers + reservations, the lowering's data inside them) and the
+    # SRAM left above it: what 27 layers of resident weights must fit into.
+    from ipu.runtime.reports.placement import model_from_function, placement_json, write_placement_report
+
+    model = model_from_function(f)
+    doc = placement_json(model)
+    peak = np.array([c["peak_bytes"] for c in doc["classes"]])[np.array(doc["tile_class"])]
+    headroom = IPU21.sram_bytes - peak
+    if args.profile_dir:
+        write_placement_report(doc, args.profile_dir)
     out = {
         "passes_s": passes_s,
+        "sram_peak_bytes": {"min": int(peak.min()), "median": int(np.median(peak)), "max": int(peak.max())},
+        "sram_headroom_bytes": {"min": int(headroom.min()), "median": int(np.median(headroom))},
         "exchange_table_bytes_max": exchange_table_bytes(f, IPU21.num_tiles),
         "estimated_cycles": {
             k: m.attributes[f"exchange.{k}_cycles"].value.data for k in ("compute", "exchange", "sync")
@@ -176,7 +188,7 @@ def main() -> None:
         extra = ["--checkpoint-dir", os.path.join(out_dir, "ckpt")] if args.checkpoint else []
         extra += ["--profile-dir", out_dir] if args.profile else []
         rec = {"layers": args.layers, "checkpoint": args.checkpoint}
-        for phase in ("plan",) if args.plan_only else ("compile", "run"):
+        for phase in ("plan",) if args.plan_only else ("plan", "compile", "run"):
             cmd = [sys.executable, "-m", "bench.bench_full", "--phase", phase, "--package", pkg]
             cmd += ["--layers", str(args.layers), *extra]
             proc = subprocess.run(cmd, capture_output=True, text=True)
