@@ -704,17 +704,26 @@ def _putcs(sim, g, sel, ins, nbytes):
     sim.csr[sel, col] = (addr + nbytes).astype(U32)
 
 
-def putcs_run(sim, g, sel, ins, count) -> int:
-    """`count` ld64putcs to slots idx, idx + 1, ... as one step (`Simulator._step`); returns count, or 0 when any
-    check would fail (the caller then runs them one at a time, which reports the failing one exactly)."""
+def putcs_run(sim, g, sel, ins, count, nbytes=8) -> int:
+    """`count` ld64putcs (nbytes 8) / ld128putcs (16) to slots idx, idx + nbytes / 8, ... as one step
+    (`Simulator._step`): the same bytes, slots and $CCCSLOAD. Returns count, or 0 when any check would fail (the
+    caller then runs them one at a time, which reports the failing one exactly)."""
     col = _col(SC["CCCSLOAD"])
     addr = sim.csr[sel, col].astype(np.int64)
     idx = int(ins.ops[0])
-    span = 8 * count
+    span = nbytes * count
+    slots = span // 8
     off = addr - sim.base
-    if idx + count > 64 or (off < 0).any() or (off > sim.end - sim.base - span).any() or (addr & 7).any():
+    if (
+        idx + slots > 64
+        or (off < 0).any()
+        or (off > sim.end - sim.base - span).any()
+        or (addr % nbytes).any()
+    ):
         return 0
-    words = (off >> 3)[:, None] + np.arange(count)[None, :]
+    if nbytes == 16 and (addr < sim.r1).any():
+        return 0  # ld128putcs outside interleaved memory: the single step reports it
+    words = (off >> 3)[:, None] + np.arange(slots)[None, :]
     words = words * sim.word_stride + sim.ctx_word_base[sel][:, None]
     if sim.check_poison and (np.take(sim.flat_state, words, mode="clip") & WRITTEN != WRITTEN).any():
         return 0

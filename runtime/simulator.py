@@ -345,24 +345,23 @@ class Simulator:
                 scost,
                 self.target.is_executable(u.addr),
             )
-        # Runs of ld64putcs to consecutive slots (a GEMM block's 64 coefficient loads): executed as one step.
+        # Runs of ld64putcs / ld128putcs to consecutive slots (a GEMM block's coefficient loads): one step each.
         self._putcs_run = [0] * len(self._units)
+        self._putcs_bytes = [0] * len(self._units)
+        per = {semantics.sem_ld64putcs: 8, semantics.sem_ld128putcs: 16}
         for k in range(len(self._units) - 1, -1, -1):
             unit = self._units[k]
-            if (
-                unit is None
-                or len(unit[1]) != 1
-                or unit[1][0][0] is not semantics.sem_ld64putcs
-                or not unit[4]
-            ):
+            if unit is None or len(unit[1]) != 1 or unit[1][0][0] not in per or not unit[4]:
                 continue
+            nbytes = per[unit[1][0][0]]
             nxt = self._units[k + 1] if k + 1 < len(self._units) else None
             follows = (
                 nxt is not None
-                and self._putcs_run[k + 1]
-                and int(nxt[1][0][1].ops[0]) == int(unit[1][0][1].ops[0]) + 1
+                and self._putcs_bytes[k + 1] == nbytes
+                and int(nxt[1][0][1].ops[0]) == int(unit[1][0][1].ops[0]) + nbytes // 8
             )
             self._putcs_run[k] = 1 + (self._putcs_run[k + 1] if follows else 0)
+            self._putcs_bytes[k] = nbytes
         if write_image and program.units:
             from ipu.backend.encoding import encode_program
 
@@ -528,7 +527,7 @@ class Simulator:
         if run > 1 and (rec is None or not any(g.pc + 4 * j in rec.pcs for j in range(1, run))):
             # A GEMM block's coefficient loads in one step (the same loads, checks, slots, cycles and issue
             # counts as one at a time; the tile's workers are idle: the supervisor synced before loading).
-            done = semantics.putcs_run(self, g, sel, handlers[0][1], run)
+            done = semantics.putcs_run(self, g, sel, handlers[0][1], run, self._putcs_bytes[k])
             if done:
                 self.cycles[sel] += sum(self._units[k + j][3] for j in range(done))
                 self.issued[sel] += done
