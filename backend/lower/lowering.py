@@ -63,6 +63,9 @@ SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A an
 # (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
 SCRATCH_EXTRA_BYTES = 48 * 1024
 CODE_RESERVE_BYTES = 48 * 1024  # memory-plan's default reserve-code-bytes
+# Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
+# So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
+RESIDENT_ALLOWANCE = 80 * 1024
 
 
 # rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
@@ -751,6 +754,9 @@ class Lowering(NnOps):
                 for t, j in ragged.items()
             }
 
+        # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
+        # instead of 64).
+        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
             if kpad != k:
@@ -822,16 +828,16 @@ class Lowering(NnOps):
                 mode = "init" if i == 0 else "acc"
                 if a_panels:
                     return gm.Gemm(
-                        mpad, kw, npad, prec=gm.F16, mode=mode, coef="ld64", a=a_area, weights=panels, c=c_area,
+                        mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a_area, weights=panels, c=c_area,
                         a_row_stride=32, a_block_step=32 * mpad,
                     )  # fmt: skip
                 src, row = a_rows[t]
                 return gm.Gemm(
-                    mpad, kw, npad, prec=gm.F16, mode=mode, coef="ld64", a=src + k0 * 2, weights=panels,
+                    mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=src + k0 * 2, weights=panels,
                     c=c_area, a_row_stride=row * 2,
                 )  # fmt: skip
 
-            self.call("gemm_f16_sup_ld64", gm.FRAME_WORDS, frames(gemm), what=f"{tag}: GEMM")
+            self.call(f"gemm_f16_sup_{coef}", gm.FRAME_WORDS, frames(gemm), what=f"{tag}: GEMM")
         direct_f16 = rdt == "f16"
         if bias is not None:
 
@@ -957,7 +963,7 @@ class Lowering(NnOps):
             + REP_PATCH
             + lx.ROUTINES
             + "\n"
-            + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld64",))
+            + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld128", "ld64"))
             + "\n"
             + ew.library_asm(self.target.sram_base)
             + "\n"
@@ -1076,7 +1082,7 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
     rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
     room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
     r1 = target.sram_end - target.region1_base
-    mem = opts
+    mem = xopts = opts
     if scratch and r1 >= 2 * room:
         # The rest of region 0 above the host aperture (after the code) for exchange tables and kernel frames:
         # the lowering's "low" range (at full size its frames and round tables need ~100 KB).
@@ -1088,7 +1094,12 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
         )
         xtab = target.region0[1] // e0 * e0 - floor - CODE_RESERVE_BYTES
         mem = f"{opts[:-1]} reserve-scratch-bytes={room} exchange-table-bytes={max(xtab, 0)}}}"
-    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}nn-to-exchange-pipeline{opts},memory-plan{mem}"
+        # Region 0 is the runtime's, the code's and the lowering's tables': a GEMM's operands and result share
+        # what region 1 keeps besides the scratch with the resident weights and other live values
+        # (RESIDENT_ALLOWANCE).
+        frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
+        xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
+    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}nn-to-exchange-pipeline{xopts},memory-plan{mem}"
 
 
 def compile_model(

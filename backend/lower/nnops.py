@@ -80,6 +80,10 @@ class NnOps:
         if len(kinds) != 1:
             raise ValueError(f"{what}: one kernel per call site, got {kinds}")
         entry, words = ENTRY[kinds.pop()]
+        entries = {getattr(k, "entry", entry) for k in per_tile.values()}  # a GEMM's supervisor: by its coef
+        if len(entries) != 1:
+            raise ValueError(f"{what}: one kernel entry per call site, got {sorted(entries)}")
+        entry = entries.pop()
 
         def build(labels):
             active = np.zeros(self.n, np.uint32)

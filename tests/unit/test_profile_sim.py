@@ -142,10 +142,10 @@ def test_compute_cycles_of_a_superstep_and_a_kernel(run):
     """The first GEMM's step: per-tile cycles from its site to the next site; its superstep's compute cycles:
     the frontier from the superstep's first compute site to its closing exchange.sync site."""
     doc, sites = run["doc"], run["pkg"].metadata["profile_sites"]
-    i = next(i for i, s in enumerate(doc["steps"]) if s["name"] == "gemm_f16_sup_ld64")
+    i = next(i for i, s in enumerate(doc["steps"]) if s["name"].startswith("gemm_f16_sup_"))
     step = doc["steps"][i]
     site = step["site"]
-    assert sites[site]["kernel"] == "gemm_f16_sup_ld64" and sites[site]["repeat"] is None
+    assert sites[site]["kernel"].startswith("gemm_f16_sup_") and sites[site]["repeat"] is None
     a, b = _clocks_at(run, sites[site]["pc"], 0), _clocks_at(run, sites[site + 1]["pc"], 0)
     assert step["tile_cycles"] == (b - a).tolist()
     assert step["cycles"] == _frontier(run, b) - _frontier(run, a) > 1000
@@ -265,8 +265,8 @@ def test_sites_name_the_operators(run):
         by_op.setdefault(s["op"], []).append(s)
     for name in ("layer nn.linear q_proj", "layer nn.linear mlp_fc2", "layer nn.layer_norm layer_norm1"):
         assert all(s["repeat"] == 0 and s["role"] == "body" for s in by_op[name]), name
-    assert any(s["kernel"] == "gemm_f16_sup_ld64" for s in by_op["layer nn.linear q_proj"])
-    assert any(s["kernel"] == "gemm_f16_sup_ld64" for s in by_op["nn.linear embeddings.patch_embedding"])
+    assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["layer nn.linear q_proj"])
+    assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["nn.linear embeddings.patch_embedding"])
     assert all(s["repeat"] is None for s in by_op["nn.linear embeddings.patch_embedding"])
     assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "xch_copy"}
     assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}

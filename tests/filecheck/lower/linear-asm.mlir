@@ -36,7 +36,8 @@
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip2
 // CHECK-NEXT:     add $m0, $m0, 8
-// CHECK-NEXT:     call $lr, gemm_f16_sup_ld64
+// The weight panels are staged in interleaved memory: the supervisor loads two coefficient slots at a time.
+// CHECK-NEXT:     call $lr, gemm_f16_sup_ld128
 // CHECK-NEXT: .Lskip2:
 // CHECK-NEXT: .Lsite6:
 // CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
