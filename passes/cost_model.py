@@ -78,6 +78,21 @@ def gemm_cycles(m: int, k: int, n: int, precision: str, target: Target = IPU21) 
     return VERTEX_OVERHEAD + loads + math.ceil(m * k * n / (rate * AMP_EFFICIENCY))
 
 
+@lru_cache(maxsize=4096)
+def gemm_kernel_cycles(m: int, k: int, n: int, wbytes: int = 1, coef: str = "ld128") -> int:
+    """One tile's [m, k] x [k, n] as the lowering runs it: the F16 GEMM kernel's own estimate
+    (`ipu.backend.kernels.gemm.cycles`; coefficients by ld128 from the interleaved staging, ld64 where it is not)
+    for each K chunk (`gemm_k_chunks`) of the padded shape. Unlike `gemm_cycles` it sees the per-block weight loads and worker setup that dominate few-row tiles
+    (9 rows: ~280 cycles per 16 x 16 block, 8 MACs per cycle)."""
+    from ipu.backend.kernels import gemm as G
+
+    mk, _, npad = gemm_kernel_shape(m, k, n)
+    return sum(
+        G.cycles(G.Gemm(mk, kw, npad, G.F16, "init" if i == 0 else "acc", coef))
+        for i, (_, kw) in enumerate(gemm_k_chunks(k, n, wbytes))
+    )
+
+
 def elementwise_cycles(n: int, kind: str, dtype: str = "f32", target: Target = IPU21) -> int:
     """n elements of an element-wise op, spread over the six workers (BinaryOp1D, IPU_FACTS 7):
     6 * (w0 + ceil(ceil(n/6) / vw) * (cpl + ovh)) + 11, w0 = 26 (half) / 29 (float), vw = 4 (half) / 2 (float).

@@ -28,6 +28,8 @@ class NNToExchangePipelinePass(ModulePass):
     """Tiles of the target (0: the full IPU21)."""
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
+    memory_fraction: float = 0.5
+    """tile-plan: share of a tile's SRAM one GEMM's operands and result may use."""
     mode: str = "latency"
     """Exchange schedule: "latency" or "compact"."""
     stream_words: int = 256
@@ -35,7 +37,7 @@ class NNToExchangePipelinePass(ModulePass):
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
-            TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib),
+            TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib, memory_fraction=self.memory_fraction),
             ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
             ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),
         )

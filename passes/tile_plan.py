@@ -321,8 +321,11 @@ ALIGN_SLACK = 8.0
 # A GEMM with N >= WIDE_N and M >= WIDE_M gets column panels of at least MIN_WIDE_PANEL columns: a consumer that
 # needs whole rows (the next GEMM's row panels, a layer norm) receives each row as N / pn pieces, one exchange
 # receive row each. For So400m's fc1 parts (N = 2160) 16-column panels gave ~40 KB of exchange tables per tile in
-# the fc2 phase alone. Few rows (the MAP head's one probe row) keep narrow panels: their weights must spread over
-# as many tiles as possible, and only the few tiles holding the rows pay the receive rows.
+# the fc2 phase alone (and 93 KB in all with every GEMM at 16: the lowering's data no longer fit). At 64 the GEMMs
+# kept 9 rows per tile, where the kernel spends ~280 cycles per 16 x 16 weight block for 8 MACs per cycle; at 32
+# they get ~19 rows (So400m fc2 part on the simulator: 409k -> 261k cycles, exchange tables 13 -> 31 KB per tile).
+# Few rows (the MAP head's one probe row) keep narrow panels: their weights must spread over as many tiles as
+# possible, and only the few tiles holding the rows pay the receive rows.
 WIDE_N = 1024
 WIDE_M = 64
 # Any GEMM with N >= 16 * MIN_PANEL_TILES gets panels of >= 16 columns: narrower ones cost the same AMP work (N is
@@ -331,15 +334,15 @@ WIDE_M = 64
 MIN_PANEL_TILES = 16
 # One-replica home blocks of at least this many bytes are spread over all tiles (`home_of`).
 SPREAD_BLOCK_BYTES = 16 * 1024
-MIN_WIDE_PANEL = 64
+MIN_WIDE_PANEL = 32
 
 
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
-    weight block, `cm.weight_prep_cycles`; the F16 AMP kernel on the padded block: M >= 3, K and N padded to 16)
-    + cycles to receive its x and w panels. The per-tile working set (x and w panels, result, bias, and the
-    weight staging + panels of the device preparation, `cm.weight_staging_bytes`) must fit `memory_fraction` of
-    the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate panel widths: the
+    weight block, `cm.weight_prep_cycles`; the F16 GEMM kernel's own estimate per K chunk on the padded block,
+    `cm.gemm_kernel_cycles`: M >= 3, K and N padded to 16) + cycles to receive its x and w panels. The per-tile
+    operands and result (x and w panels, result, bias; the weight staging is in the lowering's scratch) must fit
+    `memory_fraction` of the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate panel widths: the
     widest and half-widest grids, whole heads when feeding attention, and every multiple of 16 columns (the
     kernel pads N to 16, so those waste nothing)."""
     m, k = op.input.type.get_shape()
@@ -387,11 +390,12 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
                 or mk * kc * 2 > scratch
             ):
                 continue  # the lowering's C (f16 + f32 staging) / padded A / A chunk panels scratch
-            mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4 + cm.weight_staging_bytes(pn, k, bw)
+            # Operands and result; the weight staging is in the lowering's scratch (`gemm_k_chunks` bounds it).
+            mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
             if mem > budget:
                 continue
             cycles = (
-                cm.gemm_cycles(mk, kpad, npad, "f16", target)
+                cm.gemm_kernel_cycles(pm, k, pn, bw)
                 + cm.weight_prep_cycles(pn, k, wdt, target)
                 + cm.a_repack_cycles(mk, k, pn, bw)
             )
