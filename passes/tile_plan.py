@@ -3,10 +3,11 @@
 For each operator, in program order:
 
 - `nn.linear` (rank-2 input): a GEMM over a gm x gn tile grid, chosen by the cost model among all grids that fit
-  the target: estimated cycles of the busiest tile (device cast + pack of its weight block, the F16 AMP on the
-  block padded as the kernel runs it) + cycles to receive its x row panel and w column panel (4 bytes/cycle),
-  subject to the per-tile working set (with the weight staging and panels) fitting in `memory_fraction` of the
-  SRAM. Big GEMMs end up on (nearly) all tiles.
+  the target: estimated cycles of the busiest tile (device cast + pack of its weight block, the F16 GEMM
+  kernel's own estimate per K chunk of the padded block) + cycles to receive its x row panel and w column panel
+  (4 bytes/cycle), subject to the per-tile operands and result fitting in `memory_fraction` of the SRAM
+  (`compile_model` sets it from what region 1 keeps besides the lowering's scratch) and the panel-width rules
+  (MIN_WIDE_PANEL, MIN_PANEL_TILES). Big GEMMs end up on (nearly) all tiles.
 - `nn.attention`: materialized attention over a [query blocks, heads] grid (keys/values of a head replicated over
   its query blocks), as many query blocks as tiles allow.
 - element-wise ops (add, mul, scale, gelu, cast): in the layout of their first operand (no data movement);
@@ -36,7 +37,8 @@ search or a person can override any choice by editing attributes.
 
 Simplifications (said here so nobody is surprised): batch 1 (2-D activations [tokens, width]); GEMMs never split
 K (no reduction phase); attention is materialized only (`kind = "flash"` is rejected); the cost model is
-`passes/cost_model.py` (the GEMM weights' device cast + pack use the kernels' estimators, the rest closed forms).
+`passes/cost_model.py` (GEMMs and the weights' device cast + pack use the kernels' estimators, the rest closed
+forms).
 """
 
 from __future__ import annotations
