@@ -163,6 +163,44 @@ def phase_run(args) -> dict:
     }
 
 
+def screenshots(out_dir: str, shots_dir: str, layers: int) -> dict:
+    """The profile and the memory map of this run as a person sees them (headless Chromium, 1400 x 900): PNGs
+    `profile-so400m-<L>l.png` (the busiest tile scrolled into view) and `placement-so400m-<L>l.png` in shots_dir;
+    returns the pages' load times."""
+    from pathlib import Path
+
+    from bench.bench_so400m_map import _driver
+
+    out, shots = Path(out_dir), Path(shots_dir)
+    shots.mkdir(parents=True, exist_ok=True)
+    prof = json.loads((out / "profile.json").read_text())
+    busiest = int(prof["busiest_tiles"][0]["tile"]) if prof.get("busiest_tiles") else 0
+    times = {}
+    for name, ready, tile in (("profile", "profileReport", busiest), ("placement", "placementReport", 0)):
+        d = _driver()
+        try:
+            d.get((out / f"{name}.html").as_uri())
+            for _ in range(600):
+                if d.execute_script(f"return !!(window.{ready} && window.{ready}.ready)"):
+                    break
+                time.sleep(0.05)
+            else:
+                raise RuntimeError(f"{name}.html did not become ready")
+            errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
+            if errors:
+                raise RuntimeError(f"{name}.html: {errors}")
+            times[f"{name}_load_s"] = (
+                d.execute_script("const t = performance.timing; return t.loadEventEnd - t.navigationStart")
+                / 1e3
+            )
+            d.execute_script(f"window.{ready}.gotoTile(arguments[0])", tile)
+            time.sleep(0.3)
+            d.save_screenshot(str(shots / f"{name}-so400m-{layers}l.png"))
+        finally:
+            d.quit()
+    return times
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", type=int, default=1)
@@ -175,6 +213,9 @@ def main() -> None:
     p.add_argument("--profile-dir", help=argparse.SUPPRESS)
     p.add_argument(
         "--profile", action="store_true", help="profile the first inference into OUT/profile.{json,html}"
+    )
+    p.add_argument(
+        "--screenshots", metavar="DIR", help="with --profile: PNGs of the profile and the memory map"
     )
     args = p.parse_args()
     if args.phase:
@@ -195,6 +236,8 @@ def main() -> None:
             if proc.returncode:
                 sys.exit(f"{phase} failed:\n{proc.stderr[-4000:]}")
             rec.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if args.profile and args.screenshots:
+            rec.update(screenshots(out_dir, args.screenshots, args.layers))
     from ipu.backend.target import IPU21
 
     if args.plan_only:
