@@ -278,7 +278,9 @@ class Package:
             "debug": [b.to_json(arrays, "debug") for b in self.debug],
         }
         with zipfile.ZipFile(path, "w") as z:
-            z.writestr("manifest.json", json.dumps(manifest, indent=1), compress_type=zipfile.ZIP_DEFLATED)
+            z.writestr(
+                _member("manifest.json"), json.dumps(manifest, indent=1), compress_type=zipfile.ZIP_DEFLATED
+            )
             for key, arr in arrays.items():
                 buf = io.BytesIO()
                 np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
@@ -286,7 +288,7 @@ class Package:
                 # Deflate where it pays (level 1: fast; the tables are mostly zeros and compress 100x).
                 deflate = len(raw) > 512 and _deflate_pays(raw)
                 kind = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
-                z.writestr(key, raw, compress_type=kind, compresslevel=1 if deflate else None)
+                z.writestr(_member(key), raw, compress_type=kind, compresslevel=1 if deflate else None)
         return path
 
     @classmethod
@@ -344,6 +346,14 @@ class Package:
                 raise PackageError(f"{path}: malformed manifest ({type(e).__name__}: {e})") from None
         pkg.validate()
         return pkg
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    """A zip member with a fixed timestamp: the same package saves to the same bytes (reproducible builds; a
+    package compiled from a checkpoint can be compared with the builder's byte for byte)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.external_attr = 0o644 << 16
+    return info
 
 
 def _deflate_pays(raw: memoryview) -> bool:

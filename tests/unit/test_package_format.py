@@ -130,6 +130,18 @@ def test_roundtrip_1472_tiles_is_compact(tmp_path):
     assert info.compress_type == zipfile.ZIP_DEFLATED and info.compress_size < info.file_size / 5
 
 
+def test_saving_is_reproducible(tmp_path, monkeypatch):
+    """The same package saves to the same bytes, whenever it is saved (zip members carry a fixed timestamp)."""
+    import time
+
+    pkg = big_package()
+    first = pkg.save(tmp_path / "a.ipupkg").read_bytes()
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now + 3 * 86400)  # zipfile stamps members with the local time
+    monkeypatch.setattr(time, "localtime", lambda *a: time.gmtime(now + 3 * 86400))
+    assert pkg.save(tmp_path / "b.ipupkg").read_bytes() == first
+
+
 def _rewrite(path, out, edit):
     """Copy a package archive with edit(name, bytes) -> bytes applied to each entry."""
     with zipfile.ZipFile(path) as z, zipfile.ZipFile(out, "w") as w:
