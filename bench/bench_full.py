@@ -8,6 +8,7 @@ RSS, per-embedding accuracy against the fp32 reference evaluator, SRAM never wri
     python -m bench.bench_full                       # one layer + head, random perturbed-init weights
     python -m bench.bench_full --layers 2            # two layers as one Repeat body
     python -m bench.bench_full --checkpoint          # weights through a safetensors checkpoint on disk
+    python -m bench.bench_full --phase checkpoint --package P --checkpoint-dir D   # checkpoint vs builder package
     python -m bench.bench_full --out DIR             # keep the package (and reports) in DIR
     python -m bench.bench_full --plan-only           # the pass pipeline and a lowering attempt, no simulation
     python -m bench.bench_full --profile --out DIR   # also the simulator profile of the first inference in DIR
@@ -120,6 +121,41 @@ def phase_plan(args) -> dict:
     return out
 
 
+def phase_checkpoint(args) -> dict:
+    """The checkpoint path against the builder's: compile from a safetensors checkpoint of the same weights (time,
+    peak RSS), compare the package with `--package` (the builder path's, compiled and simulated by `run`; saved
+    again, as packages save reproducibly) byte for byte, and the device memory after uploading each path's weights. Identical package and identical uploaded
+    memory make the simulated inference identical, so it is not simulated a second time."""
+    import hashlib
+
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import IPU21
+    from ipu.runtime.host import Session
+    from ipu.runtime.package import Package
+
+    store = weights(args.layers, args.checkpoint_dir)
+    t0 = time.perf_counter()
+    pkg = compile_model(config(args.layers), IPU21, weights=store, repeat=args.layers > 1)
+    compile_s = time.perf_counter() - t0
+    path = args.package.replace(".ipupkg", "-ckpt.ipupkg")
+    pkg.save(path)
+    builder = Package.load(args.package).save(args.package.replace(".ipupkg", "-resaved.ipupkg"))
+    digest = [hashlib.sha256(open(p, "rb").read()).hexdigest() for p in (path, builder)]
+    rss = peak_rss_mib()
+    same_memory = None
+    if digest[0] == digest[1]:
+        a, b = Session(Package.load(path)), Session(Package.load(args.package))
+        a.upload_parameters(store)
+        b.upload_parameters(weights(args.layers, None))
+        same_memory = bool(np.array_equal(a.device.mem64, b.device.mem64))
+    return {
+        "ckpt_compile_s": compile_s,
+        "ckpt_compile_rss_mib": rss,
+        "ckpt_package_identical": digest[0] == digest[1],
+        "ckpt_uploaded_memory_identical": same_memory,
+    }
+
+
 def phase_run(args) -> dict:
     from ipu.frontend.reference import evaluate
     from ipu.frontend.siglip import build_vision_model
@@ -207,7 +243,7 @@ def main() -> None:
     p.add_argument("--checkpoint", action="store_true", help="weights through a safetensors checkpoint")
     p.add_argument("--out", help="directory for the package (default: a temporary one)")
     p.add_argument("--plan-only", action="store_true", help="passes + lowering attempt, no simulation")
-    p.add_argument("--phase", choices=("compile", "run", "plan"), help=argparse.SUPPRESS)
+    p.add_argument("--phase", choices=("compile", "run", "plan", "checkpoint"), help=argparse.SUPPRESS)
     p.add_argument("--package", help=argparse.SUPPRESS)
     p.add_argument("--checkpoint-dir", help=argparse.SUPPRESS)
     p.add_argument("--profile-dir", help=argparse.SUPPRESS)
@@ -219,7 +255,13 @@ def main() -> None:
     )
     args = p.parse_args()
     if args.phase:
-        out = {"compile": phase_compile, "run": phase_run, "plan": phase_plan}[args.phase](args)
+        phases = {
+            "compile": phase_compile,
+            "run": phase_run,
+            "plan": phase_plan,
+            "checkpoint": phase_checkpoint,
+        }
+        out = phases[args.phase](args)
         print(json.dumps(out))
         return
     with tempfile.TemporaryDirectory() as tmp:
