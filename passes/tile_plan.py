@@ -344,9 +344,9 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     weight block, `cm.weight_prep_cycles`; the F16 GEMM kernel's own estimate per K chunk on the padded block,
     `cm.gemm_kernel_cycles`: M >= 3, K and N padded to 16) + cycles to receive its x and w panels. The per-tile
     operands and result (x and w panels, result, bias; the weight staging is in the lowering's scratch) must fit
-    `memory_fraction` of the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate panel widths: the
-    widest and half-widest grids, whole heads when feeding attention, and every multiple of 16 columns (the
-    kernel pads N to 16, so those waste nothing)."""
+    `memory_fraction` of the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate
+    panel widths: the widest and half-widest grids, whole heads when feeding attention, and every multiple of 16
+    columns (the kernel pads N to 16, so those waste nothing)."""
     m, k = op.input.type.get_shape()
     n = op.weight.type.get_shape()[0]
     bx = tl.element_bytes(op.input.type.element_type)
