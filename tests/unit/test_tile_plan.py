@@ -23,7 +23,13 @@ from ipu.passes.exchange_schedule import ExchangeSchedulePass
 from ipu.passes.nn_fuse_qkv import NNFuseQKVPass
 from ipu.passes.nn_outline_repeat import NNOutlineRepeatPass
 from ipu.passes.nn_quantize import NNQuantizeWeightsPass
-from ipu.passes.tile_plan import MIN_WIDE_PANEL, TilePlanPass, gemm_plan
+from ipu.passes.tile_plan import (
+    MIN_WIDE_PANEL,
+    MIN_WIDE_PANEL_ROWS_GATHERED,
+    TilePlanPass,
+    feeds_gemm_rows,
+    gemm_plan,
+)
 from ipu.runtime.tile_interp import TileInterpError, run
 
 CFG = PRESETS["tiny"]
@@ -94,6 +100,7 @@ def test_big_gemms_use_all_tiles():
     m = build(True, False)
     TilePlanPass(tiles=16, sram_kib=256).apply(Context(), m)
     grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
+    assert sum(feeds_gemm_rows(o) for o in m.walk() if isinstance(o, nn.LinearOp)) == 2  # the fc1 parts
     # The encoder's [16, 64] x [64, 128] GEMM (fc1) has 16 x 128 outputs: it must use all 16 tiles.
     assert max(gm * gn for gm, gn in grids) == 16
 
@@ -180,6 +187,8 @@ def test_full_size_layer_plan_shape():
             plan = o.attributes[tl.PLAN_ATTR]
             pm, k, pn = plan.get("panel")
             assert pn >= MIN_WIDE_PANEL, plan
+            if feeds_gemm_rows(o):  # fc1: fc2's tiles gather its rows, one exchange round per row piece
+                assert pn >= MIN_WIDE_PANEL_ROWS_GATHERED, plan
             # The cost is the emitted kernel's (per-block weight loads and worker setup), not a MAC-rate guess
             # (3x lower for few-row tiles).
             bw, wdt = tl.element_bytes(o.weight.type.element_type), tl.dtype_name(o.weight.type.element_type)
