@@ -4,6 +4,7 @@ precision policies. Reference evaluator only (the simulator matches device preci
 
     python -m bench.bench_fp8_accuracy                 # the tiny SigLIP, four seeds
     python -m bench.bench_fp8_accuracy --so400m-layers 1 --seeds 2   # So400m/14-384, one layer + MAP head
+    python -m bench.bench_fp8_accuracy --so400m-layers 2 --spec 'nn-quantize-weights{...}'   # given policies
 """
 
 import argparse
@@ -24,6 +25,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--so400m-layers", type=int, default=0, help="So400m with this many layers (0: tiny)")
     p.add_argument("--seeds", type=int, default=4)
+    p.add_argument(
+        "--spec", action="append", help="nn-quantize-weights spec to compare (repeatable; default: a set)"
+    )
     args = p.parse_args()
     cfg = (
         PRESETS["so400m-patch14-384"].with_layers(args.so400m_layers)
@@ -37,6 +41,7 @@ def main() -> None:
         "nn-quantize-weights{format=f143 scale=-4 activations=f16 keep_f16=patch_embedding}",
         DEFAULT_SPEC,
     ]
+    specs = args.spec or specs
     seeds = range(args.seeds)
     print(f"model: {f'so400m x{args.so400m_layers} layers' if args.so400m_layers else 'tiny'}")
     print("| nn-quantize-weights | " + " | ".join(f"seed {s}: min cos / max rel-L2" for s in seeds) + " |")
