@@ -449,7 +449,7 @@ def attention_head_dim(op: nn.LinearOp) -> int:
 
 
 def feeds_gemm_rows(op: nn.LinearOp) -> bool:
-    """True if the linear's result (through element-wise ops: casts, GELU) is another linear's activation: that
+    """True if the linear's result (through casts, GELU, relayouts) is another linear's activation: that
     GEMM's tiles gather whole rows of it, one exchange receive per row piece (an MLP's fc1 -> fc2)."""
     frontier = [op.result]
     while frontier:
@@ -458,7 +458,7 @@ def feeds_gemm_rows(op: nn.LinearOp) -> bool:
             user = use.operation
             if isinstance(user, nn.LinearOp) and use.index == 0:
                 return True
-            if isinstance(user, nn.CastOp | nn.GeluOp):
+            if isinstance(user, nn.CastOp | nn.GeluOp | tl.RelayoutOp):
                 frontier.append(user.results[0])
     return False
 

@@ -25,7 +25,6 @@ from ipu.passes.nn_outline_repeat import NNOutlineRepeatPass
 from ipu.passes.nn_quantize import NNQuantizeWeightsPass
 from ipu.passes.tile_plan import (
     MIN_WIDE_PANEL,
-    MIN_WIDE_PANEL_ROWS_GATHERED,
     TilePlanPass,
     feeds_gemm_rows,
     gemm_plan,
@@ -100,7 +99,6 @@ def test_big_gemms_use_all_tiles():
     m = build(True, False)
     TilePlanPass(tiles=16, sram_kib=256).apply(Context(), m)
     grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
-    assert sum(feeds_gemm_rows(o) for o in m.walk() if isinstance(o, nn.LinearOp)) == 2  # the fc1 parts
     # The encoder's [16, 64] x [64, 128] GEMM (fc1) has 16 x 128 outputs: it must use all 16 tiles.
     assert max(gm * gn for gm, gn in grids) == 16
 
@@ -167,14 +165,25 @@ def test_wrong_operand_layout_is_caught(data):
 
 def test_full_size_layer_plan_shape():
     """Planning alone for one So400m layer on 1472 tiles (MLP in two parts, as compile_model does: unsplit, fc2's
-    operands do not fit half a tile): the big GEMMs use (nearly) all tiles."""
+    operands do not fit half a tile; compile_model's GEMM budget): the big GEMMs use (nearly) all tiles."""
+    import re
+
+    from xdsl.passes import PassPipeline
+
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.backend.target import IPU21
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
     from ipu.passes.nn_split_mlp import NNSplitMLPPass
+    from ipu.passes.registry import all_passes
 
     m = build_vision_model(PRESETS["so400m-patch14-384"].with_layers(1))
     NNSplitMLPPass().apply(Context(), m)
-    NNQuantizeWeightsPass().apply(Context(), m)
-    TilePlanPass().apply(Context(), m)
+    PassPipeline.parse_spec(dict(all_passes()), DEFAULT_SPEC).apply(Context(), m)  # the precision policy
+    frac = float(re.search(r"memory_fraction=([0-9.]+)", pipeline_spec(IPU21)).group(1))
+    TilePlanPass(memory_fraction=frac).apply(Context(), m)
     grids = [o.attributes[tl.PLAN_ATTR].get("grid") for o in m.walk() if isinstance(o, nn.LinearOp)]
+    linears = [o for o in m.walk() if isinstance(o, nn.LinearOp)]
+    assert sum(feeds_gemm_rows(o) and o.result.type.get_shape()[0] >= 64 for o in linears) == 2  # fc1's parts
     assert max(gm * gn for gm, gn in grids) >= 0.9 * 1472
     # Wide panels for the encoder's big GEMMs (16-column ones made fc2's row panels arrive in ~4900 pieces per
     # tile), at least MIN_WIDE_PANEL columns.
@@ -188,7 +197,7 @@ def test_full_size_layer_plan_shape():
             pm, k, pn = plan.get("panel")
             assert pn >= MIN_WIDE_PANEL, plan
             if feeds_gemm_rows(o):  # fc1: fc2's tiles gather its rows, one exchange round per row piece
-                assert pn >= MIN_WIDE_PANEL_ROWS_GATHERED, plan
+                assert pn >= 64, plan  # MIN_WIDE_PANEL_ROWS_GATHERED; 32: ~1300 rounds per fc2 part
             # The cost is the emitted kernel's (per-block weight loads and worker setup), not a MAC-rate guess
             # (3x lower for few-row tiles).
             bw, wdt = tl.element_bytes(o.weight.type.element_type), tl.dtype_name(o.weight.type.element_type)
