@@ -174,10 +174,19 @@ def phase_run(args) -> dict:
         t0 = time.perf_counter()
         results.append(session.run({"pixel_values": x}, profile=bool(args.profile_dir) and i == 0))
         walls.append(time.perf_counter() - t0)
+    breakdown = {}
     if args.profile_dir:
         from ipu.tools.ipu_run import write_profile
 
         write_profile(pkg, results[0], args.profile_dir)
+        doc = json.load(open(os.path.join(args.profile_dir, "profile.json")))
+        breakdown = {
+            "profile_totals": doc["totals"],
+            "profile_kernels": {k["name"]: k["cycles"] for k in doc["kernels"]},
+            "exchange_rounds": sum(
+                1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync"
+            ),
+        }
     identical = all(
         np.array_equal(r.outputs[k], results[0].outputs[k]) for r in results[1:] for k in results[0].outputs
     )
@@ -196,6 +205,7 @@ def phase_run(args) -> dict:
         "accuracy": acc,
         "never_written_min": int(free.min()),
         "never_written_median": int(np.median(free)),
+        **breakdown,
     }
 
 
