@@ -68,6 +68,19 @@ CSR_COLUMN = np.full(0x200, -1, dtype=np.int64)
 CSR_COLUMN[_CSR_INDICES] = np.arange(len(_CSR_INDICES))
 
 
+# AMP kind (amp_kind: 1 F16, 2 FP8 F143, 3 FP8 F152) -> the common weights' format.
+CWEI_FORMAT = {1: "f16", 2: "f143", 3: "f152"}
+
+
+def _decode_cwei(fmt: str, raw: np.ndarray) -> np.ndarray:
+    """Common-weight bytes [..., 8] as float32 [..., 4] (F16) or [..., 8] (FP8 F143 / F152)."""
+    from ipu.runtime import fp8
+
+    if fmt == "f16":
+        return raw.view(np.float16).astype(np.float32)
+    return fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][raw]
+
+
 def _alloc_sram(rows: int, nbytes: int) -> np.ndarray:
     """A zeroed [rows, nbytes] uint8 array. Backed by an anonymous mapping with transparent huge pages where the
     OS allows it (fewer TLB misses on the simulator's gathers)."""
@@ -668,8 +681,7 @@ class Simulator:
         key = ("matrix", kind)
         w = self._cw_cache.get(key)
         if w is None:
-            fmt = {1: "f16", 2: "f143", 3: "f152"}[kind]
-            w4 = self.cwei_f32(fmt)  # [T, phase, engine, K]
+            w4 = self.cwei_f32(CWEI_FORMAT[kind])  # [T, phase, engine, K]
             w = np.ascontiguousarray(w4.transpose(0, 1, 3, 2).reshape(self.T, -1, 16))
             self._cw_cache[key] = w
         return w
@@ -683,16 +695,10 @@ class Simulator:
         self.cwei[tiles, slot : slot + m] = data
         if not self._cw_cache:
             return
-        from ipu.runtime import fp8
-
         engine, phase = np.divmod(np.arange(slot, slot + m), 4)
+        tt = np.asarray(tiles)[:, None]
         for key, w in self._cw_cache.items():
-            fmt = key[0] if len(key) == 1 else {1: "f16", 2: "f143", 3: "f152"}[key[1]]
-            if fmt == "f16":
-                vals = data.view(np.float16).astype(np.float32)  # [n, m, 4]
-            else:
-                vals = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][data]  # [n, m, 8]
-            tt = np.asarray(tiles)[:, None]
+            vals = _decode_cwei(key[0] if len(key) == 1 else CWEI_FORMAT[key[1]], data)  # [n, m, k]
             if len(key) == 1:  # [T, phase, engine, k]
                 w[tt, phase[None, :], engine[None, :]] = vals
             else:  # [T, phase * K + k, engine]
@@ -705,13 +711,8 @@ class Simulator:
         key = (fmt,)
         w = self._cw_cache.get(key)
         if w is None:
-            from ipu.runtime import fp8
-
             raw = self.cwei.reshape(self.T, 16, 4, 8)  # slot = engine * 4 + phase
-            if fmt == "f16":
-                w = raw.view(np.float16).astype(np.float32)  # [T, 16, 4, 4]
-            else:
-                w = fp8.DECODE[fp8.F152 if fmt == "f152" else fp8.F143][raw]  # [T, 16, 4, 8]
+            w = _decode_cwei(fmt, raw)  # [T, 16, 4, k]
             w = np.ascontiguousarray(w.transpose(0, 2, 1, 3))  # [T, phase, engine, k]
             self._cw_cache[key] = w
         return w
