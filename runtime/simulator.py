@@ -361,6 +361,7 @@ class Simulator:
         # Runs of ld64putcs / ld128putcs to consecutive slots (a GEMM block's coefficient loads): one step each.
         self._putcs_run = [0] * len(self._units)
         self._putcs_bytes = [0] * len(self._units)
+        self._putcs_cost = [0] * len(self._units)  # the run's supervisor cycles
         per = {semantics.sem_ld64putcs: 8, semantics.sem_ld128putcs: 16}
         for k in range(len(self._units) - 1, -1, -1):
             unit = self._units[k]
@@ -375,6 +376,7 @@ class Simulator:
             )
             self._putcs_run[k] = 1 + (self._putcs_run[k + 1] if follows else 0)
             self._putcs_bytes[k] = nbytes
+            self._putcs_cost[k] = unit[3] + (self._putcs_cost[k + 1] if follows else 0)
         if write_image and program.units:
             from ipu.backend.encoding import encode_program
 
@@ -542,7 +544,7 @@ class Simulator:
             # counts as one at a time; the tile's workers are idle: the supervisor synced before loading).
             done = semantics.putcs_run(self, g, sel, handlers[0][1], run, self._putcs_bytes[k])
             if done:
-                self.cycles[sel] += sum(self._units[k + j][3] for j in range(done))
+                self.cycles[sel] += self._putcs_cost[k]  # done == run: all of it or nothing
                 self.issued[sel] += done
                 g.pc += 4 * done
                 self._groups.append(g)
