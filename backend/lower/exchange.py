@@ -238,23 +238,24 @@ def phase_tables(
     return rtab, pre, post, nrounds
 
 
-ROUTINES = """
+# The routines (the round-row fields decoded with the widths `phase_tables` packs them with).
+ROUTINES = f"""
 .globl xch_rounds
 .supervisor
 xch_rounds:
     ld32 $m2, $m0, $mzero, 0
 .Lxr_round:
     ld32 $m3, $m0, $mzero, 1
-    and $m4, $m3, 0x7ff
+    and $m4, $m3, {(1 << MUX_BITS) - 1:#x}
     put $INCOMING_MUX, $m4
-    shr $m3, $m3, 11
+    shr $m3, $m3, {MUX_BITS}
     ld32 $m4, $m0, $mzero, 2
     put $INCOMING_BASE, $m4
     put $INCOMING_DCOUNT, $m3
     ld32 $m5, $m0, $mzero, 3
-    shl $m4, $m5, 15
-    shr $m4, $m4, 12
-    shr $m5, $m5, 17
+    shl $m4, $m5, {32 - SEND_ADDR_BITS}
+    shr $m4, $m4, {32 - SEND_ADDR_BITS - 3}
+    shr $m5, $m5, {SEND_ADDR_BITS}
     brz $m5, .Lxr_sync
     shr $m6, $m5, 4
     and $m5, $m5, 15
