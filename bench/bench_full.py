@@ -178,8 +178,7 @@ def phase_run(args) -> dict:
     if args.profile_dir:
         from ipu.tools.ipu_run import write_profile
 
-        write_profile(pkg, results[0], args.profile_dir)
-        doc = json.load(open(os.path.join(args.profile_dir, "profile.json")))
+        doc = write_profile(pkg, results[0], args.profile_dir)
         breakdown = {
             "profile_totals": doc["totals"],
             "profile_kernels": {k["name"]: k["cycles"] for k in doc["kernels"]},

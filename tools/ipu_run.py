@@ -200,8 +200,9 @@ def run_package(args, pkg=None) -> int:
     return 0
 
 
-def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> None:
-    """profile.json + profile.html of one profiled inference into out_dir; prints where and a one-line summary."""
+def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> dict:
+    """profile.json + profile.html of one profiled inference into out_dir; prints where and a one-line summary;
+    returns the profile document."""
     from ipu.runtime.reports.profile import write_profile_report
     from ipu.runtime.reports.profile_sim import profile_from_run
 
@@ -212,6 +213,7 @@ def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> None:
         f"profile of inference 1: {doc['total_cycles']} cycles (compute {t['compute']}, exchange {t['exchange']}, "
         f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}"
     )
+    return doc
 
 
 def compile_and_run(args) -> int:
