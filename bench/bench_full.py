@@ -124,8 +124,9 @@ def phase_plan(args) -> dict:
 def phase_checkpoint(args) -> dict:
     """The checkpoint path against the builder's: compile from a safetensors checkpoint of the same weights (time,
     peak RSS), compare the package with `--package` (the builder path's, compiled and simulated by `run`; saved
-    again, as packages save reproducibly) byte for byte, and the device memory after uploading each path's weights. Identical package and identical uploaded
-    memory make the simulated inference identical, so it is not simulated a second time."""
+    again, as packages save reproducibly) byte for byte, and the device memory after uploading each path's
+    weights. Identical package and identical uploaded memory make the simulated inference identical, so it is not
+    simulated a second time."""
     import hashlib
 
     from ipu.backend.lower import compile_model
@@ -144,7 +145,7 @@ def phase_checkpoint(args) -> dict:
     rss = peak_rss_mib()
     same_memory = None
     if digest[0] == digest[1]:
-        a, b = Session(Package.load(path)), Session(Package.load(args.package))
+        a, b = Session(pkg), Session(Package.load(args.package))
         a.upload_parameters(store)
         b.upload_parameters(weights(args.layers, None))
         same_memory = bool(np.array_equal(a.device.mem64, b.device.mem64))
@@ -214,7 +215,7 @@ def screenshots(out_dir: str, shots_dir: str, layers: int) -> dict:
     returns the pages' load times."""
     from pathlib import Path
 
-    from bench.bench_so400m_map import _driver
+    from bench.bench_so400m_map import _driver, _wait_ready
 
     out, shots = Path(out_dir), Path(shots_dir)
     shots.mkdir(parents=True, exist_ok=True)
@@ -225,12 +226,7 @@ def screenshots(out_dir: str, shots_dir: str, layers: int) -> dict:
         d = _driver()
         try:
             d.get((out / f"{name}.html").as_uri())
-            for _ in range(600):
-                if d.execute_script(f"return !!(window.{ready} && window.{ready}.ready)"):
-                    break
-                time.sleep(0.05)
-            else:
-                raise RuntimeError(f"{name}.html did not become ready")
+            _wait_ready(d, ready, tries=600)
             errors = [e for e in d.get_log("browser") if e["level"] == "SEVERE"]
             if errors:
                 raise RuntimeError(f"{name}.html: {errors}")

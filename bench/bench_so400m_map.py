@@ -128,12 +128,13 @@ def _driver():
     return chromium_driver(1400, 900)
 
 
-def _wait_ready(d) -> None:
-    for _ in range(400):
-        if d.execute_script("return !!(window.placementReport && window.placementReport.ready)"):
+def _wait_ready(d, report: str = "placementReport", tries: int = 400) -> None:
+    """Polls (every 50 ms) until the page's `window.<report>.ready`."""
+    for _ in range(tries):
+        if d.execute_script(f"return !!(window.{report} && window.{report}.ready)"):
             return
         time.sleep(0.05)
-    raise RuntimeError("placement.html did not become ready")
+    raise RuntimeError(f"window.{report} did not become ready")
 
 
 def _kv(doc: dict, tile: int) -> tuple[dict, list]:
