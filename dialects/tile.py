@@ -7,8 +7,10 @@ It models *where data lives* and *how each operator is split over tiles*, but no
   (`replicas` > 1 means the block is replicated, e.g. a GEMM row panel needed by every tile of its grid row). The
   block -> tile map is a dense [blocks, replicas] table; regular tables print as `#tile.affine<start, bs, rs>`
   (tile = start + block * bs + replica * rs), irregular ones as a hex `dense<...>` table. A tile stores the blocks
-  it holds contiguously, in block order, each in the layout's storage order (`row_major`, or `amp16`: AMP
-  micro-panels of 16 rows, each panel stored column by column), with element type `dtype`. `stack = L` describes
+  it holds contiguously, in block order, each in the layout's storage order (`row_major`; `amp16`: AMP
+  micro-panels of 16 rows, each panel stored column by column; `colsP`: column panels of P columns, each panel
+  row-major, so that a producer's P-column blocks arrive as one contiguous piece per overlap), with element type
+  `dtype`. `stack = L` describes
   a stacked layer parameter [L, ...]: every layer's slice has the same layout, and a tile stores the L slices as a
   sequence with a fixed stride (what `tile.repeat` iterates over).
 - Compute ops stay the `nn` operators (one op per operator, the granularity rule): `tile-plan` attaches a plan
@@ -23,6 +25,7 @@ Per-tile facts are in dense tables and numpy (see `Layout`), never in per-tile o
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -65,7 +68,7 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
-STORAGE_ORDERS = ("row_major", "amp16")
+STORAGE_ORDERS = ("row_major", "amp16", "colsP")  # colsP: P a positive integer, e.g. "cols64"
 AMP_PANEL_ROWS = 16
 LAYOUT_ATTR = "tile.layout"  # discardable attribute: the layout of an op's (single) result
 PLAN_ATTR = "tile.plan"  # discardable attribute: the plan of a compute op
@@ -341,12 +344,12 @@ class LayoutAttr(ParametrizedAttribute):
             raise VerifyException(
                 f"#tile.layout: shape {list(shape)} and block {list(block)} must be positive"
             )
-        if self.order.data not in STORAGE_ORDERS:
+        if self.order.data not in STORAGE_ORDERS[:2] and col_panel_width(self) is None:
             raise VerifyException(
                 f"#tile.layout: storage order '{self.order.data}' is not one of {', '.join(STORAGE_ORDERS)}"
             )
-        if self.order.data == "amp16" and len(shape) != 2:
-            raise VerifyException("#tile.layout: amp16 storage needs a rank-2 tensor")
+        if self.order.data != "row_major" and len(shape) != 2:
+            raise VerifyException(f"#tile.layout: {self.order.data} storage needs a rank-2 tensor")
         element_bytes(self.dtype)
         if self.replicas.data < 1:
             raise VerifyException("#tile.layout: replicas must be >= 1")
@@ -422,6 +425,20 @@ def _geometry(layout: LayoutAttr) -> LayoutGeometry:
     return LayoutGeometry(origin, dims, elems, offset.reshape(nb, nr), shard)
 
 
+def col_panel_width(layout: LayoutAttr) -> int | None:
+    """P of a `colsP` storage order (column panels of P columns), else None."""
+    m = re.fullmatch(r"cols([1-9][0-9]*)", layout.order.data)
+    return int(m.group(1)) if m else None
+
+
+def col_panel_positions(i, j, rows, cols, p: int):
+    """Positions of elements (i, j) in a [rows, cols] block stored as column panels of p columns ([cols / p]
+    panels of [rows][p], the last one narrower), each panel row-major. Works on numpy arrays (broadcasting)."""
+    panel = j // p
+    width = np.minimum(p, cols - panel * p)
+    return panel * p * rows + i * width + (j - panel * p)
+
+
 def storage_positions(layout: LayoutAttr, within: np.ndarray, dims: np.ndarray) -> np.ndarray:
     """Element positions inside a block for element coordinates `within` [n, rank] of blocks of extents `dims`
     [n, rank] (each row its own block), in the layout's storage order."""
@@ -431,6 +448,9 @@ def storage_positions(layout: LayoutAttr, within: np.ndarray, dims: np.ndarray) 
         panel = i // AMP_PANEL_ROWS
         panel_rows = np.minimum(AMP_PANEL_ROWS, rows - panel * AMP_PANEL_ROWS)
         return panel * AMP_PANEL_ROWS * cols + j * panel_rows + (i % AMP_PANEL_ROWS)
+    p = col_panel_width(layout)
+    if p is not None:
+        return col_panel_positions(within[:, 0], within[:, 1], dims[:, 0], dims[:, 1], p)
     pos = np.zeros(len(within), dtype=np.int64)
     for d in range(within.shape[1]):
         pos = pos * dims[:, d] + within[:, d]

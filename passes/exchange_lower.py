@@ -60,6 +60,8 @@ def _element_places(layout: tl.LayoutAttr):
         panel = w[0] // p
         panel_rows = np.minimum(p, ext[0] - panel * p)
         pos = panel * p * ext[1] + w[1] * panel_rows + (w[0] % p)
+    elif tl.col_panel_width(layout) is not None:
+        pos = tl.col_panel_positions(w[0], w[1], ext[0], ext[1], tl.col_panel_width(layout))
     else:
         pos = np.zeros([1] * rank, np.int64)
         for d in range(rank):

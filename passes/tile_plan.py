@@ -126,6 +126,32 @@ def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.La
     )
 
 
+def with_order(layout: tl.LayoutAttr, order: str) -> tl.LayoutAttr:
+    return tl.LayoutAttr(
+        layout.shape_,
+        layout.block_,
+        layout.table(),
+        layout.dtype,
+        order,
+        layout.stack.data,
+        layout.scale.data,
+    )
+
+
+def gathered_rows_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
+    """The layout in which a GEMM's A row panels (`want`, row-major [pm, K] blocks) should arrive from a producer
+    in layout `have`: in column panels of the producer's block width P (`colsP`) when the producer's blocks are
+    narrower than K. A tile receives from one sender per exchange round; row-major, every row of every producer
+    block is its own receive (pm x K / P rounds: 679 for So400m's fc2 parts), in column panels one receive per
+    overlapping producer block. The GEMM lowering gathers each K chunk's rows from the panels on the tile."""
+    if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
+        return want
+    p, k = have.block_[1], want.shape_[1]
+    if p >= k or want.block_[0] < 2 or want.block_[1] != k or (p * tl.element_bytes(want.dtype)) % 4:
+        return want
+    return with_order(want, f"cols{p}")
+
+
 # Smallest piece of a spread home (bytes): a layer norm's [1152] f32 weight replicated to every tile is cut into a
 # few 1-KiB pieces, not 1152 one-element pieces (each piece is one exchange receive row on every tile).
 HOME_PIECE_BYTES = 1024
@@ -618,6 +644,8 @@ class _Planner:
             result = with_dtype(result, result.dtype, op.fp8_scale)
         tl.check_layout_matches(op, op.results[0], result)
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
+            if isinstance(op, nn.LinearOp) and i == 0 and want is not None:
+                want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
             if want is not None:
                 self.require(op, i, want)
         if isinstance(plan, tl.MapPlanAttr) and plan.get("cycles") == 0:

@@ -65,6 +65,9 @@ def _to_storage(layout: tl.LayoutAttr, block: np.ndarray) -> np.ndarray:
         return np.concatenate(
             [block[p : p + tl.AMP_PANEL_ROWS].T.reshape(-1) for p in range(0, rows, tl.AMP_PANEL_ROWS)]
         )
+    p = tl.col_panel_width(layout)
+    if p is not None:
+        return np.concatenate([block[:, c : c + p].reshape(-1) for c in range(0, block.shape[1], p)])
     return block.reshape(-1)
 
 
@@ -77,6 +80,14 @@ def _from_storage(layout: tl.LayoutAttr, flat: np.ndarray, dims) -> np.ndarray:
             pr = min(tl.AMP_PANEL_ROWS, rows - p)
             out[p : p + pr] = flat[pos : pos + pr * cols].reshape(cols, pr).T
             pos += pr * cols
+        return out
+    p = tl.col_panel_width(layout)
+    if p is not None:
+        rows, cols = dims
+        out = np.empty(dims, flat.dtype)
+        for c in range(0, cols, p):
+            w = min(p, cols - c)
+            out[:, c : c + w] = flat[c * rows : (c + w) * rows].reshape(rows, w)
         return out
     return flat.reshape(dims)
 

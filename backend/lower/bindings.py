@@ -62,6 +62,14 @@ def layout_chunks(
             pos = pp * cols + jj * cnt
             flat = (origin[0] + pp) * strides[0] + origin[1] + jj
             step = np.full(len(pos), strides[0])
+        elif tl.col_panel_width(lay) is not None:
+            rows, cols, pw = int(dims[0]), int(dims[1]), tl.col_panel_width(lay)
+            c = np.arange(0, cols, pw)
+            ii, cc = np.tile(np.arange(rows), len(c)), np.repeat(c, rows)
+            cnt = np.minimum(pw, cols - cc)
+            pos = tl.col_panel_positions(ii, cc, rows, cols, pw)
+            flat = (origin[0] + ii) * strides[0] + origin[1] + cc
+            step = np.ones(len(pos), np.int64)
         else:
             lead = dims[:-1]
             n = int(np.prod(lead)) if len(lead) else 1

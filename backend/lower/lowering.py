@@ -633,8 +633,12 @@ class Lowering(NnOps):
         if lay.order.data != "row_major" or len(lay.shape_) != 2:
             raise LoweringError(f"{what}: result layout must be a row-major matrix")
         xl = tl.layout_of(x)
-        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major":
-            raise LoweringError(f"{what}: the activation must arrive as row-major f16 (got {xl.dtype})")
+        a_cols = tl.col_panel_width(xl)  # A row panels stored as column panels of a_cols (`colsP`)
+        if device_dtype(xl.dtype) != "f16" or (xl.order.data != "row_major" and a_cols is None):
+            raise LoweringError(
+                f"{what}: the activation must arrive as row-major or column-panel f16 (got {xl.dtype}, "
+                f"{xl.order.data})"
+            )
         wl = tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
         if wl.order.data != "row_major":
@@ -671,8 +675,13 @@ class Lowering(NnOps):
             jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize, wsrc)
         nmax = max(j[5] for j in jobs.values())
         mmax = max(j[4] for j in jobs.values())
-        pad_a = {t for t, j in jobs.items() if j[4] != j[2] or kpad != k}
-        a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES  # A rows too long for the kernel: chunks into panels
+        # Column-panel A: each K chunk's rows are gathered (with zero padding) into the A scratch per chunk.
+        pad_a = {t for t, j in jobs.items() if j[4] != j[2] or kpad != k} if a_cols is None else set()
+        a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES and a_cols is None  # rows too long: chunks into panels
+        if a_cols is not None and mmax * max(kw for _, kw in chunks) * 2 > e:
+            raise LoweringError(
+                f"{what}: a {mmax}-row K chunk of the column-panel A exceeds the {e}-byte scratch element"
+            )
         if pad_a and mmax * kpad * 2 > e or mmax * nmax * 6 > e:
             raise LoweringError(
                 f"{what}: a tile's GEMM block ({mmax} x {kpad} A, {mmax} x {nmax} C) exceeds the {e}-byte scratch "
@@ -795,6 +804,11 @@ class Lowering(NnOps):
                 )
                 self.kcall(f"{tag}: FP8 weights N padding", zero_pad_rows(kw, d_area, 16))
                 self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{tag}: weight panels {wdt} -> f16")
+            if a_cols is not None:
+                self.copy_call(
+                    {t: self._a_chunk_rows(j, a_cols, k, k0, kw, a_area, zeros) for t, j in jobs.items()},
+                    f"{tag}: A chunk rows",
+                )
             if a_panels:
 
                 def a_pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw):
@@ -831,6 +845,11 @@ class Lowering(NnOps):
                         mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a_area, weights=panels, c=c_area,
                         a_row_stride=32, a_block_step=32 * mpad,
                     )  # fmt: skip
+                if a_cols is not None:
+                    return gm.Gemm(
+                        mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a_area, weights=panels, c=c_area,
+                        a_row_stride=kw * 2,
+                    )  # fmt: skip
                 src, row = a_rows[t]
                 return gm.Gemm(
                     mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=src + k0 * 2, weights=panels,
@@ -856,6 +875,31 @@ class Lowering(NnOps):
         elif bias is None and len(out_copies) < len(jobs):
             raise LoweringError(f"{what}: an f16 result without bias needs a copy kernel (not lowered yet)")
         self.copy_call(out_copies, f"{what}: result rows")
+
+    @staticmethod
+    def _a_chunk_rows(
+        job, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+    ) -> list[tuple[int, int, int]]:
+        """Copies gathering K chunk [k0, k0 + kw) of a tile's A rows, stored as column panels of p (`colsP`),
+        into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros for the K padding
+        (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN patterns)."""
+        mr, mpad, a = job[2], job[4], job[6]
+        rows = []
+        hi = min(k0 + kw, k)
+        for r in range(mr):
+            c = k0
+            while c < hi:
+                panel = c // p
+                width = min(p, k - panel * p)
+                end = min(hi, panel * p + p)
+                src = a + (panel * p * mr + r * width + c - panel * p) * 2
+                rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
+                c = end
+            for off in range((hi - k0) * 2, kw * 2, ZEROS_BYTES):
+                rows.append((zeros, dst + r * kw * 2 + off, min(ZEROS_BYTES, kw * 2 - off)))
+        for off in range(mr * kw * 2, mpad * kw * 2, ZEROS_BYTES):
+            rows.append((zeros, dst + off, min(ZEROS_BYTES, mpad * kw * 2 - off)))
+        return rows
 
     def elementwise(self, op: Operation) -> None:
         """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on

@@ -42,3 +42,18 @@ func.func @grouping() {
 // CHECK-NEXT: exchange.sync
 // CHECK-NEXT: %s1 = exchange.phase %s
 // CHECK-NOT:  tile.relayout
+
+// -----
+
+// Column-panel storage (`cols4`): each [2, 4] source block is one contiguous piece of the destination (one send
+// of 32 B each), where row-major storage would need one send per row.
+
+func.func @col_panels() {
+  %x = nn.input "x" {tile.layout = #tile.layout<shape = [2, 8], block = [2, 4], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "row_major", dtype = f32>} : tensor<2x8xf32>
+  %y = tile.relayout %x to <shape = [2, 8], block = [2, 8], replicas = 1, tiles = #tile.affine<2, 0, 0>, order = "cols4", dtype = f32> : tensor<2x8xf32> -> tensor<2x8xf32>
+  nn.output "y" %y : tensor<2x8xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @col_panels
+// CHECK:      sends = dense<[[0, 0, 0, 32, -1], [1, 0, 0, 32, -1]]> : tensor<2x5xi32>
+// CHECK-SAME: recvs = dense<[[2, 0, 0, 0, -1], [2, 0, 32, 1, -1]]> : tensor<2x5xi32>

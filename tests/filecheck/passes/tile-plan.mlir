@@ -85,3 +85,22 @@ func.func @loop() {
 // CHECK:      nn.linear
 // CHECK:      tile.relayout
 // CHECK-NEXT: tile.yield
+
+// -----
+
+// A GEMM whose A rows are gathered from a producer's narrower column blocks gets them in column panels of that
+// width (`cols16`): each producer block then arrives as one piece, not one piece per row.
+
+func.func @gathered_rows() {
+  %x = nn.input "x" : tensor<8x16xf16>
+  %w1 = nn.param "w1" : tensor<32x16xf16>
+  %w2 = nn.param "w2" : tensor<16x32xf16>
+  %h = nn.linear %x, %w1 {tile.plan = #tile.gemm<grid = [2, 2], panel = [4, 16, 16], base = 0, precision = "f16", cast = "late", worder = "row_major", cycles = 0>} : tensor<8x16xf16>, tensor<32x16xf16> -> tensor<8x32xf16>
+  %y = nn.linear %h, %w2 {tile.plan = #tile.gemm<grid = [2, 1], panel = [4, 32, 16], base = 0, precision = "f16", cast = "late", worder = "row_major", cycles = 0>} : tensor<8x32xf16>, tensor<16x32xf16> -> tensor<8x16xf16>
+  nn.output "y" %y : tensor<8x16xf16>
+  func.return
+}
+// CHECK-LABEL: func.func @gathered_rows
+// CHECK:      tile.relayout %x to <shape = [8, 16], block = [4, 16], replicas = 2, {{.*}} order = "row_major"
+// CHECK:      %h = nn.linear
+// CHECK-NEXT: tile.relayout %h to <shape = [8, 32], block = [4, 32], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "cols16", dtype = f16>
