@@ -90,6 +90,47 @@ def test_linear_matches_reference(tiles, m, k, n, tmp_path):
     assert np.isfinite(got.outputs["y"]).all()
 
 
+def chain_model(m: int, k1: int, k2: int, n: int) -> ModuleOp:
+    """x [m, k1] -> linear -> h [m, k2] -> linear -> y [m, n]: the second GEMM gathers its A rows from the
+    first one's column panels."""
+    block = Block()
+    b = Builder(InsertPoint.at_end(block))
+    x = b.insert(nn.InputOp("x", TensorType(f32, [m, k1]))).result
+    w1 = b.insert(nn.ParamOp("w1", TensorType(f32, [k2, k1]))).result
+    w2 = b.insert(nn.ParamOp("w2", TensorType(f32, [n, k2]))).result
+    h = b.insert(nn.LinearOp(x, w1, None, TensorType(f32, [m, k2]))).result
+    y = b.insert(nn.LinearOp(h, w2, None, TensorType(f32, [m, n]))).result
+    b.insert(nn.OutputOp("y", y))
+    b.insert(func.ReturnOp())
+    return ModuleOp([func.FuncOp("chain", ((), ()), Region(block))])
+
+
+def test_column_panel_a_rows(tmp_path):
+    """The second GEMM's A rows arrive in column panels of the first GEMM's 76-column blocks (`cols76`: the last
+    panel 68 wide); its K chunks (K = 1208, padded to 1216) start inside panels, and its 2-row blocks are padded
+    to the kernel's 3 rows: the per-chunk gathers on the tile must reproduce the reference."""
+    from ipu.dialects import tile as tl
+
+    m, k1, k2, n = 6, 32, 1208, 16
+    opts = "{tiles=16 sram_kib=624}"
+    spec = f"nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    mod = run_passes(chain_model(m, k1, k2, n), spec)
+    second = [op for op in mod.walk() if isinstance(op, nn.LinearOp)][1]
+    assert tl.layout_of(second.operands[0]).order.data == "cols76"
+    pkg = lower_to_package(mod)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((m, k1)).astype(np.float32)
+    w1 = (rng.standard_normal((k2, k1)) * 0.2).astype(np.float32)
+    w2 = (rng.standard_normal((n, k2)) * 0.2).astype(np.float32)
+    session = Session(pkg)
+    session.upload_parameters({"w1": w1, "w2": w2})
+    got = session.run({"x": x}).outputs["y"]
+    ref_mod = run_passes(chain_model(m, k1, k2, n), "nn-quantize-weights")
+    ref = evaluate(ref_mod, {"x": x}, {"w1": w1, "w2": w2}, mode="device").outputs["y"]
+    tol = 4 * np.abs(ref).max() * 2.0**-11 * np.sqrt(k2 / 256)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=tol)
+
+
 def test_wrong_weights_are_seen():
     """The comparison above can fail: weights bound to the wrong place or order change the result."""
     m, k, n = 24, 64, 64
