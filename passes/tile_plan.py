@@ -152,6 +152,18 @@ def gathered_rows_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.
     return with_order(want, f"cols{p}")
 
 
+def gathered_head_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
+    """The layout in which attention's K or V head blocks (`want`, [seq, d] per head) should arrive from a
+    producer whose column blocks divide the head (P | d, e.g. 24 of 72): column panels of P (`colsP`), one
+    receive per producer block instead of one per row piece. The attention lowering reads the panels row by row."""
+    if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
+        return want
+    p, d = have.block_[1], want.block_[1]
+    if p >= d or d % p or p % 4 or len(want.shape_) != 2:
+        return want
+    return with_order(want, f"cols{p}")
+
+
 # Smallest piece of a spread home (bytes): a layer norm's [1152] f32 weight replicated to every tile is cut into a
 # few 1-KiB pieces, not 1152 one-element pieces (each piece is one exchange receive row on every tile).
 HOME_PIECE_BYTES = 1024
@@ -406,14 +418,18 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
         }
         if align:
             # Feeding attention: also try column panels of whole heads, so that each row of a panel is one
-            # contiguous head row at the attention's tiles (one long transfer per panel, not one per row piece).
+            # contiguous head row at the attention's tiles (one long transfer per panel, not one per row piece),
+            # and panels dividing the head (24 of 72): the attention gathers them in column panels
+            # (`gathered_head_layout`), one transfer per producer block.
             gns |= {
                 g for g in (math.ceil(n / (align * h)) for h in range(1, n // align + 1)) if g * gm <= tiles
             }
+            gns |= {math.ceil(n / p) for p in head_divisors(align) if math.ceil(n / p) * gm <= tiles}
         for gn0 in gns:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
-            if n >= WIDE_N and m >= WIDE_M and pn < min_wide:
+            divides_head = align and pn in head_divisors(align) and n % pn == 0
+            if n >= WIDE_N and m >= WIDE_M and pn < min_wide and not divides_head:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
             if n >= 16 * MIN_PANEL_TILES and pn < 16:
                 continue  # the kernel pads N to 16 anyway; 1-column panels make a 1152-message gather
@@ -439,7 +455,8 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             amp = cm.gemm_cycles(pm, k, pn, prec, target) + recv  # for the alignment decision
             if best is None or key < best[0]:
                 best = (key, gm, gn, pm, pn, cycles, amp)
-            if align and pn % align == 0 and (best_aligned is None or key < best_aligned[0]):
+            aligned = align and (pn % align == 0 or divides_head)
+            if aligned and (best_aligned is None or key < best_aligned[0]):
                 best_aligned = (key, gm, gn, pm, pn, cycles, amp)
     if best is None:
         raise PassFailedException(
@@ -455,13 +472,24 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
 
 
+WEIGHTS_ORDERS = ("row_major", "amp16")  # storage orders of GEMM weight panels (option `weights_order`)
+
+
+def head_divisors(d: int) -> list[int]:
+    """Column panel widths that divide a head of d columns and that the attention gathers in column panels:
+    proper divisors that are multiples of 4 (its row kernels read 4-element atoms) and at least 16 (the GEMM pads
+    N to 16)."""
+    return [p for p in range(16, d // 2 + 1) if d % p == 0 and p % 4 == 0]
+
+
 def a_padded(m: int, k: int) -> bool:
     """The lowering copies a tile's A block into scratch with zero K padding / rows up to the kernel's minimum."""
     return m < cm.GEMM_MIN_ROWS or k % 16 != 0
 
 
 def attention_head_dim(op: nn.LinearOp) -> int:
-    """The head dimension if the linear's result (possibly through casts) is an attention operand, else 0."""
+    """The head dimension if the linear's result (possibly through casts and relayouts) is an attention operand,
+    else 0."""
     frontier = [op.result]
     while frontier:
         v = frontier.pop()
@@ -469,8 +497,8 @@ def attention_head_dim(op: nn.LinearOp) -> int:
             user = use.operation
             if isinstance(user, nn.AttentionOp):
                 return user.query.type.get_shape()[1] // user.num_heads
-            if isinstance(user, nn.CastOp):
-                frontier.append(user.result)
+            if isinstance(user, nn.CastOp | tl.RelayoutOp):
+                frontier.append(user.results[0])
     return 0
 
 
@@ -646,6 +674,8 @@ class _Planner:
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
             if isinstance(op, nn.LinearOp) and i == 0 and want is not None:
                 want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
+            if isinstance(op, nn.AttentionOp) and i in (1, 2) and want is not None:
+                want = gathered_head_layout(tl.layout_of(op.operands[i]), want)
             if want is not None:
                 self.require(op, i, want)
         if isinstance(plan, tl.MapPlanAttr) and plan.get("cycles") == 0:
@@ -799,9 +829,9 @@ class TilePlanPass(ModulePass):
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.
-        if self.weights_order not in tl.STORAGE_ORDERS:
+        if self.weights_order not in WEIGHTS_ORDERS:
             raise ValueError(
-                f"{self.name}: option 'weights_order' must be one of {', '.join(tl.STORAGE_ORDERS)}, "
+                f"{self.name}: option 'weights_order' must be one of {', '.join(WEIGHTS_ORDERS)}, "
                 f"got {self.weights_order!r}"
             )
         if self.attention not in tl.ATTENTION_KINDS:

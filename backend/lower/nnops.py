@@ -146,15 +146,18 @@ class NnOps:
             {t: ew.Elementwise("cast_f32_f16", n // 4, in0=ba[t], out=b16) for t in tiles},
         )
         eps = float(op.eps.value.data) if hasattr(op.eps, "value") else float(op.eps)
-        self.kcall(
-            f"{what}: rows",
-            {
-                t: rw.Rows(
-                    "layernorm", int(shard[t]) // n, n, in0=a_area, in1=w16, in2=b16, out=c_area, eps=eps
-                )
-                for t in tiles
-            },
-        )
+        rows = {t: int(shard[t]) // n for t in tiles}
+        kw = dict(in0=a_area, in1=w16, in2=b16, out=c_area, eps=eps)
+        calls = {t: rw.Rows("layernorm", rows[t], n, **kw) for t in tiles}
+        # Few rows per tile: every row split across the six workers (`layernorm_split`, partials in aux after
+        # the f16 bias) when its estimate on the slowest tile is lower (one kernel per call site).
+        parts = b16 + (n * 2 + 7) // 8 * 8
+        fits = parts - aux + rw.LNS_PART * max(rows.values()) <= self.target.region1_element_bytes
+        if n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits:
+            split = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw) for t in tiles}
+            if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
+                calls = split
+        self.kcall(f"{what}: rows", calls)
         self.kcall(
             f"{what}: to f32",
             {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
@@ -248,11 +251,12 @@ class NnOps:
             raise self.error(f"{what}: masks are not lowered")
         lay = op.attributes[tl.LAYOUT_ATTR]
         for x in (q, k, v, op.results[0]):
-            if (
-                device_dtype(tl.layout_of(x).dtype) not in ("f32", "f16")
-                or tl.layout_of(x).order.data != "row_major"
-            ):
+            xl = tl.layout_of(x)
+            # K and V may arrive in column panels dividing the head (`colsP`, see tile-plan).
+            cols_ok = x in (k, v) and tl.col_panel_width(xl) is not None
+            if device_dtype(xl.dtype) not in ("f32", "f16") or (xl.order.data != "row_major" and not cols_ok):
                 raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
+        kv_panels = tuple(tl.col_panel_width(tl.layout_of(x)) for x in (k, v))
         esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (q, k, v, op.results[0]))
         heads = op.heads.value.data
         scale = float(op.scale.value.data)
@@ -291,7 +295,9 @@ class NnOps:
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
-            progs = {t: attention_program(sz, *job, scale, *areas, esizes) for t, job in jobs.items()}
+            progs = {
+                t: attention_program(sz, *job, scale, *areas, esizes, kv_panels) for t, job in jobs.items()
+            }
             labels = [label for label, _ in next(iter(progs.values()))]
             for j, label in enumerate(labels):
                 self.kcall(f"{tag}: {label}", {t: prog[j][1] for t, prog in progs.items()})
@@ -352,10 +358,12 @@ def attention_sizes(
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
+    kv_panels: tuple[int | None, int | None] = (None, None),
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
-    and A elements, `panels` (aux)."""
+    and A elements, `panels` (aux). kv_panels: K's and V's column panel widths when they are stored as column
+    panels of the [seq, d] head block (`colsP`: [d / P][seq][P]), else None."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     several = len(sz.chunks) > 1
@@ -369,14 +377,35 @@ def attention_program(
     qrows = 16 if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
-    def rows_of(name, src, esize, k0, nk, dst):
+    def rows_of(name, src, esize, k0, nk, dst, p=None):
         # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
         # finite logits, masked by the softmax; zero values: no contribution).
         pre = f"keys {k0}..{k0 + nk}: " if several else ""
         kind, verb = ("cast_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
-        prog.append(
-            (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
-        )
+        if p is None:
+            prog.append(
+                (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
+            )
+        else:
+            # Column panels [d / p][seq][p]: each panel's rows into its columns of the dpad-wide rows; the zero
+            # columns d..dpad once (the first chunk is the largest; later chunks rewrite columns < d only).
+            for j in range(d // p):
+                prog.append(
+                    (
+                        f"{pre}{name} {verb}, columns {j * p}..{j * p + p}",
+                        rw.Rows(
+                            kind, nk, p, in0=src + (j * p * sz.seq + k0 * p) * esize, out=dst + j * p * 2,
+                            in_stride=p * esize, out_stride=dpad * 2, valid=p,
+                        ),
+                    )
+                )  # fmt: skip
+            if dpad > d and k0 == 0:
+                prog.append(
+                    (
+                        f"{pre}{name} zero columns",
+                        rw.Rows("pad_f16", nk, dpad - d, out=dst + d * 2, out_stride=dpad * 2, valid=0),
+                    )
+                )
         nkp = -(-nk // 16) * 16
         if nkp > nk:
             prog.append(
@@ -394,7 +423,7 @@ def attention_program(
         prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
         s_panels = panels + dpad * 32
         for k0, nk in sz.chunks:
-            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, kv_panels[0])
             st_gemm = gm.Gemm(
                 nkp, dpad, 16, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
                 c=c_area + k0 * 32,
@@ -412,7 +441,7 @@ def attention_program(
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
-            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows)
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, kv_panels[0])
             prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
             s_gemm = gm.Gemm(
                 mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels,
@@ -425,7 +454,7 @@ def attention_program(
     rows = m if sz.transposed else mpad
     prog.append(("softmax", rw.Rows("softmax", rows, spad, in0=s_rows, out=a_area, valid=sz.seq)))
     for c, (k0, nk) in enumerate(sz.chunks):
-        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows)
+        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, kv_panels[1])
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
         o_gemm = gm.Gemm(
             mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,

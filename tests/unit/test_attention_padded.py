@@ -232,3 +232,61 @@ def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk, tiles, transposed
     for g, w in zip(got, want):
         assert cosine(g, w) >= 0.9999, cosine(g, w)
     assert np.abs(got - want).max() < 5e-3
+
+
+def sum_attention_module(t: int, s: int, c: int, heads: int, dtype, kv_layout):
+    """attention(q, k1 + k2, v1 + v2): K and V computed on the device in the inputs' layout `kv_layout`."""
+    from ipu.dialects import tile as tl
+
+    block = Block()
+    ins = {}
+    for name, rows in (("q", t), ("k1", s), ("k2", s), ("v1", s), ("v2", s)):
+        op = nn.InputOp(name, TensorType(dtype, [rows, c]))
+        if name != "q":
+            op.attributes[tl.LAYOUT_ATTR] = kv_layout
+        block.add_op(op)
+        ins[name] = op.result
+    kv = []
+    for a, b in (("k1", "k2"), ("v1", "v2")):
+        add = nn.AddOp(ins[a], ins[b], TensorType(dtype, [s, c]))
+        block.add_op(add)
+        kv.append(add.result)
+    att = nn.AttentionOp(ins["q"], *kv, heads, (c // heads) ** -0.5, TensorType(f32, [t, c]))
+    block.add_op(att)
+    block.add_op(nn.OutputOp("o", att.result))
+    block.add_op(func.ReturnOp())
+    return ModuleOp([func.FuncOp("attention", ((), ()), Region(block))])
+
+
+@pytest.mark.parametrize("dtype", [f32, f16])
+def test_attention_kv_in_column_panels(dtype):
+    """K and V produced in column blocks that divide the head (20 of 40) arrive in column panels (`cols20`): one
+    transfer per producer block; the lowering packs each panel's rows into its columns of the padded K / V rows
+    (40 -> 48: zero columns once), over several key chunks (the last one shorter)."""
+    from ipu.dialects import tile as tl
+
+    t, s, c, heads = 20, 50, 80, 2
+    kv_layout = tl.make_layout((s, c), (25, 20), np.arange(8, dtype=np.int32)[:, None], dtype)
+    rng = np.random.default_rng(5)
+    names = (("q", t), ("k1", s), ("k2", s), ("v1", s), ("v2", s))
+    x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in names}
+    if dtype == f16:
+        x = {n: a.astype(np.float16).astype(np.float32) for n, a in x.items()}
+    saved = nnops.MAX_KEY_CHUNK
+    nnops.MAX_KEY_CHUNK = 32
+    try:
+        pkg = compile_model(
+            sum_attention_module(t, s, c, heads, dtype, kv_layout), Target.small(16, sram_kib=624)
+        )
+    finally:
+        nnops.MAX_KEY_CHUNK = saved
+    whats = [site["what"] for site in pkg.metadata["profile_sites"]]
+    assert any("K " in w and "columns 20..40" in w for w in whats), [w for w in whats if "K" in w]
+    assert any("V zero columns" in w for w in whats)
+    got = Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64)
+    k = x["k1"].astype(np.float64) + x["k2"]
+    v = x["v1"].astype(np.float64) + x["v2"]
+    want = attention64(x["q"], k, v, heads)
+    for g, w in zip(got, want):
+        assert cosine(g, w) >= 0.9999, cosine(g, w)
+    assert np.abs(got - want).max() < 5e-3

@@ -26,6 +26,7 @@ from ipu.passes.nn_quantize import NNQuantizeWeightsPass
 from ipu.passes.tile_plan import (
     MIN_WIDE_PANEL,
     TilePlanPass,
+    attention_head_dim,
     feeds_gemm_rows,
     gemm_plan,
 )
@@ -186,7 +187,8 @@ def test_full_size_layer_plan_shape():
     assert sum(feeds_gemm_rows(o) and o.result.type.get_shape()[0] >= 64 for o in linears) == 2  # fc1's parts
     assert max(gm * gn for gm, gn in grids) >= 0.9 * 1472
     # Wide panels for the encoder's big GEMMs (16-column ones made fc2's row panels arrive in ~4900 pieces per
-    # tile), at least MIN_WIDE_PANEL columns.
+    # tile), at least MIN_WIDE_PANEL columns; GEMMs feeding attention take whole heads or panels dividing the head
+    # (the attention gathers those in column panels).
     for o in m.walk():
         if (
             isinstance(o, nn.LinearOp)
@@ -195,7 +197,11 @@ def test_full_size_layer_plan_shape():
         ):
             plan = o.attributes[tl.PLAN_ATTR]
             pm, k, pn = plan.get("panel")
-            assert pn >= MIN_WIDE_PANEL, plan
+            head = attention_head_dim(o)
+            if head:
+                assert pn % head == 0 or head % pn == 0, plan
+            else:
+                assert pn >= MIN_WIDE_PANEL, plan
             if feeds_gemm_rows(o):  # fc1: fc2's tiles gather its rows, one exchange round per row piece
                 assert pn >= 64, plan  # MIN_WIDE_PANEL_ROWS_GATHERED; 32: ~1300 rounds per fc2 part
             # The cost is the emitted kernel's (per-block weight loads and worker setup), not a MAC-rate guess
