@@ -375,12 +375,9 @@ MIN_PANEL_TILES = 16
 # One-replica home blocks of at least this many bytes are spread over all tiles (`home_of`).
 SPREAD_BLOCK_BYTES = 16 * 1024
 MIN_WIDE_PANEL = 32
-# ... and at least this many when the next GEMM gathers whole rows of the result (fc1 -> fc2): each of its tiles
-# receives pm rows x N / pn pieces, one exchange round each (~420 cycles per round at So400m size). So400m's fc2
-# parts on the simulator: 1305 and 1325 rounds (~0.55 M cycles each) with 32-column fc1 panels; with 64 the whole
-# layer + head has 3123 rounds instead of 4398, plan estimate + 420 per round 3.21 M cycles instead of 3.63 M
-# (128: the lowering's staging of unaligned transfers overflows).
-MIN_WIDE_PANEL_ROWS_GATHERED = 64
+# (A next GEMM gathering whole rows of the result, fc1 -> fc2, used to need >= 64: row-major, each of its tiles
+# received pm rows x N / pn pieces, one exchange round each, 1305 rounds per fc2 part at 32. It now receives them
+# in column panels, `gathered_rows_layout`: 168 rounds at 32, and fc1's own plan is 76k instead of 135k cycles.)
 
 
 def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
@@ -405,7 +402,6 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     # Head alignment pays for many rows; one row (the MAP probe) has one transfer per head either way, and 72-wide
     # blocks of a one-replica weight home would sit whole on 16 tiles.
     align = attention_head_dim(op) if m > 1 else 0
-    min_wide = MIN_WIDE_PANEL_ROWS_GATHERED if feeds_gemm_rows(op) else MIN_WIDE_PANEL
     best = best_aligned = None
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
@@ -429,7 +425,7 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
             divides_head = align and pn in head_divisors(align) and n % pn == 0
-            if n >= WIDE_N and m >= WIDE_M and pn < min_wide and not divides_head:
+            if n >= WIDE_N and m >= WIDE_M and pn < MIN_WIDE_PANEL and not divides_head:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
             if n >= 16 * MIN_PANEL_TILES and pn < 16:
                 continue  # the kernel pads N to 16 anyway; 1-column panels make a 1152-message gather
@@ -500,21 +496,6 @@ def attention_head_dim(op: nn.LinearOp) -> int:
             if isinstance(user, nn.CastOp | tl.RelayoutOp):
                 frontier.append(user.results[0])
     return 0
-
-
-def feeds_gemm_rows(op: nn.LinearOp) -> bool:
-    """True if the linear's result (through casts, GELU, relayouts) is another linear's activation: that
-    GEMM's tiles gather whole rows of it, one exchange receive per row piece (an MLP's fc1 -> fc2)."""
-    frontier = [op.result]
-    while frontier:
-        v = frontier.pop()
-        for use in v.uses:
-            user = use.operation
-            if isinstance(user, nn.LinearOp) and use.index == 0:
-                return True
-            if isinstance(user, nn.CastOp | nn.GeluOp | tl.RelayoutOp):
-                frontier.append(user.results[0])
-    return False
 
 
 def gemm_plan(gm, gn, pm, k, pn, base, prec, cast, worder, cycles) -> tl.GemmPlanAttr:
