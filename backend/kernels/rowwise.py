@@ -1,9 +1,9 @@
 """Row kernels of the ViT: GELU, layer norm, softmax, row reductions and the online-softmax (FlashAttention) steps.
 
-Calling convention (as for every kernel): `$m0` = frame address, `call $lr, rows_sup`. The shared supervisor starts
-the frame's worker body on all six workers and waits. Work is split in whole rows (GELU: 4-half units) by a
-quotient/remainder split; the frame holds per-worker tables (row count, first row) and every worker derives its row
-pointers as base + first * stride.
+Calling convention (as for every kernel): `$m0` = frame address, `call $lr, rows_sup` (`layernorm_split`:
+`rows_lns_sup`, see below). The shared supervisor starts the frame's worker body on all six workers and waits.
+Work is split in whole rows (GELU: 4-half units) by a quotient/remainder split; the frame holds per-worker tables
+(row count, first row) and every worker derives its row pointers as base + first * stride.
 
 Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit load/store, so no bank rules):
 
@@ -11,6 +11,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 |---|---|---|
 | `gelu` | x: `units * 4` f16 | y: same shape, f16 |
 | `layernorm` | x: R rows of n f16; weight, bias: n f16 | y: R rows of n f16 |
+| `layernorm_split` | as `layernorm` (n >= 24); st0: scratch of R * 96 bytes (8-byte aligned, partials) | as `layernorm` |
 | `softmax` | x: R rows of n f16, the first `valid` (default n) meaningful | y: R rows of n f16 (may alias x): softmax of the valid columns, zeros after them |
 | `rowsum`, `rowmax` | x: R rows of n f16 | y: R f32 |
 | `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
@@ -27,6 +28,19 @@ others), so its padded lanes may hold any value but NaN (the ARF has no bit oper
 e = 0; the atoms after it are neither read nor required to be written; the output's padded columns are written
 as +0. `to_f16` writes n - valid zeros after each row's converted elements (valid = 0: zero rows, nothing read).
 
+`layernorm_split` (few rows: with one row per tile `layernorm` runs on one worker while five idle) splits every
+row across the six workers: worker w owns a column slice of whole atoms (quotient/remainder split of n / 4, so
+n >= 24 and n / 6 need not be a multiple of 4) of x, weight, bias and y. Its supervisor `rows_lns_sup`
+(`Rows.entry`) runs three worker bodies in turn, each over all R rows, with a `sync` after each: pass 1
+(`rows_lns_sum`) stores each slice's f32 sum, pass 2 (`rows_lns_var`) combines the six sums in a fixed order into
+the mean (every worker the same value) and stores each slice's centered sum of squares, pass 3 (`rows_lns_norm`)
+combines both and normalizes its slice. Partials: per row 96 bytes at st0 + 96 * row, the sums at byte 8 * w, the
+sums of squares at 48 + 8 * w (one per 64-bit word: the simulator's poison tracking loses one of two 32-bit
+stores into one 64-bit word in the same SIMT step). Inner loops load the next atom in the bundle after the
+current one's conversions; the slice's last atom runs in an epilogue, so nothing outside the operands is read.
+Thread cycles per atom 4 + 8 + 11 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest
+worker).
+
 Rows hold n = 4 * atoms elements (n % 4 == 0, n >= 4); row strides (bytes, multiples of 8) default to contiguous.
 The FlashAttention state starts at m = -inf, l = 0, o = 0 (a row whose scores are all -inf gives NaN).
 
@@ -35,6 +49,9 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   then combined: (acc01 + acc23), then lane 0 + lane 1.
 - layer norm: mean = sum * f32(1/n); var = sum((x - mean)^2) * f32(1/n) (biased, two passes);
   rstd = 1/sqrt(var + eps); y = f16(f16(f16((x - mean) * rstd) * w) + b).
+- layernorm_split: the same formulas, with each sum taken as six slice partials p0..p5 (each accumulated as
+  above over its worker's slice) summed in worker order ((((p0 + p1) + p2) + p3) + p4) + p5 (f32); so results
+  may differ from `layernorm` in the last bits of mean and var, never between workers or runs.
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
@@ -59,6 +76,12 @@ IN0, IN1, IN2, OUT, ENTRY, ATOMS, ISTRIDE, OSTRIDE, ST0, ST1, ST2, F0, F1, ZATOM
 CONST = 26  # 8-byte aligned: 64-bit constants at CONST, CONST + 2, ...
 K1 = CONST // 2 + 1  # the second 64-bit constant (ld64 index): softmax's tail mask, to_f16's scale pair
 FRAME_WORDS = 34
+# layernorm_split's frame: CNT = slice atoms - 1, FIRST = slice byte offset (per worker); ENTRY / LNS_E2 / LNS_E3 =
+# the three passes' entries; LNS_ROWS = rows - 1; ST0 = the partials (LNS_PART bytes per row, 8-byte aligned).
+LNS = ("sum", "var", "norm")
+LNS_E2, LNS_E3, LNS_ROWS = ST1, ST2, ATOMS
+LNS_PART = 96  # partial bytes per row: 6 f32 sums, then 6 f32 centered sums of squares, one per 64-bit word
+LNS_MIN_N = 24  # one atom per worker at least
 
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
@@ -76,6 +99,7 @@ OPS = (
     "to_f32",
     "pad_f16",
     "cast_f16",
+    "layernorm_split",
 )
 PADDED = (
     "softmax",
@@ -97,6 +121,7 @@ ESIZES = {
     "to_f32": (2, 4),
     "pad_f16": (2, 2),
     "cast_f16": (4, 2),
+    "layernorm_split": (2, 2),
 }
 
 
@@ -464,6 +489,141 @@ def _gelu_kernel() -> Code:
     return c
 
 
+# --- layer norm with every row split across the six workers (`layernorm_split`) -------------------------------------
+
+
+def _lns_head(c: Code, part: int | None) -> None:
+    """Slice atoms - 1 in $m4, slice byte offset in $m6, the x slice of row 0 in $m1, rows - 1 in $m5, the input
+    row stride in $m9, the partials of row 0 in $m8; part: $m2 = this worker's partial (byte `part` of a row's)."""
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m4, $mvertex_base, $m7, {CNT}")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {IN0}")
+    c.one("add $m1, $m1, $m6")
+    c.one(f"ld32 $m5, $mvertex_base, $mzero, {LNS_ROWS}")
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {ST0}")
+    if part is not None:  # partial w at byte 8 * w: the workers' 32-bit stores never share a 64-bit word
+        c.one(f"add $m2, $m8, {part}")
+        c.one("add $m2, $m2, $m7")
+        c.one("add $m2, $m2, $m7")
+
+
+def _lns_loop(c: Code, body: list[tuple[str, str]], load_at: int) -> None:
+    """`rpt $m4` over `body` with the next atom's load (x at $m3 into $a0:1) as the MAIN of bundle `load_at`, then
+    `body` once without it (the slice's last atom): nothing past the slice is read. The caller loads atom 0."""
+    ld = "ld64step $a0:1, $mzero, $m3+=, 1"
+    c.rpt("$m4", [(ld if i == load_at else m, a) for i, (m, a) in enumerate(body)], "atom")
+    for m, a in body:
+        c.bundle(m, a)
+
+
+def _lns_chain(c: Code, word: int, dst: str, first: tuple[str, str], last: str) -> None:
+    """dst = ((((p0 + p1) + p2) + p3) + p4) + p5: the six f32 partials at $m8 + 4 * (word + 2 * i) (one 64-bit
+    word each). `first`: AUX of the first two loads' bundles; `last`: MAIN of the final add's bundle."""
+    c.bundle(f"ld32 $a0, $m8, $mzero, {word}", first[0])
+    c.bundle(f"ld32 $a1, $m8, $mzero, {word + 2}", first[1])
+    for i in range(2, 6):
+        c.bundle(f"ld32 $a{2 - i % 2}, $m8, $mzero, {word + 2 * i}", f"f32add $a0, $a0, $a{1 + i % 2}")
+    c.bundle(last, f"f32add {dst}, $a0, $a1")
+
+
+def _lns_sum_body(centered: bool) -> list[tuple[str, str]]:
+    """One atom ($a0:1) into the pair accumulators $a4:5, $a12:13: f32(x) (centered: (f32(x) - $a6:7)^2)."""
+    body = [_b("nop", "f16v2tof32 $a2:3, $a0"), _b("nop", "f16v2tof32 $a8:9, $a1")]
+    if centered:
+        body += [
+            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a2:3"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a8:9"),
+        ]
+    return body + [_b("nop", "f32v2add $a4:5, $a4:5, $a2:3"), _b("nop", "f32v2add $a12:13, $a12:13, $a8:9")]
+
+
+def _lns_kernel(phase: str) -> Code:
+    """Pass `phase` of `layernorm_split` (see LNS): sum -> partials[0:6], var -> partials[6:12], norm -> y."""
+    c = Code(f"rows_lns_{phase}")
+    if phase == "sum":
+        _lns_head(c, 0)
+    elif phase == "var":
+        _lns_head(c, LNS_PART // 2)
+        c.one(f"ld32 $a10, $mvertex_base, $mzero, {F0}")  # f32(1/n)
+    else:
+        _lns_head(c, None)
+        c.one(f"ld32 $m2, $mvertex_base, $mzero, {OUT}")
+        c.one("add $m2, $m2, $m6")
+        for reg, word in (("$m10", IN1), ("$m11", IN2)):  # the weight / bias slices
+            c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+            c.one(f"add {reg}, {reg}, $m6")
+        c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    zero = ("f32v2add $a4:5, $azeros, $azeros", "f32v2add $a12:13, $azeros, $azeros")
+    if phase == "sum":
+        c.bundle("add $m3, $m1, 0", zero[0])
+        c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", zero[1])
+    elif phase == "var":
+        _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0")  # the sum
+        c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32mul $a7, $a6, $a10")  # mean = sum * f32(1/n), twice
+        c.bundle("nop", "f32mul $a6, $a6, $a10")
+    if phase in ("sum", "var"):
+        _lns_loop(c, _lns_sum_body(phase == "var"), 2)
+        _sum_tail(c, "$a4")
+        c.one(f"st32step $a4, $mzero, $m2+=, {LNS_PART // 4}")  # the next row's partial
+    else:
+        # mean in $a6:7, rstd = 1 / sqrt(sumsq * f32(1/n) + eps) in $a10:11.
+        _lns_chain(c, 0, "$a6", ("fnop", "fnop"), f"ld32 $a12, $mvertex_base, $mzero, {F0}")  # the sum; 1/n
+        mean = ("f32mul $a7, $a6, $a12", "f32mul $a6, $a6, $a12")
+        _lns_chain(c, 12, "$a8", mean, f"ld32 $a13, $mvertex_base, $mzero, {F1}")  # the sum of squares; eps
+        c.bundle("add $m3, $m1, 0", "f32mul $a8, $a8, $a12")  # var
+        c.bundle("add $m7, $m2, 0", "f32add $a8, $a8, $a13")
+        c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32oorx $a10, $a8")
+        c.bundle("setzi $m0, 0", "f32oorx $a11, $a8")  # the weight / bias offset
+        body = [
+            _b("ld64 $a4:5, $m11, $m0, 0", "f16v2tof32 $a2:3, $a0"),  # bias
+            _b("ld64step $a12:13, $m10, $m0+=, 1", "f16v2tof32 $a8:9, $a1"),  # weight
+            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a10:11"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a10:11"),
+            _b("nop", "f32v2tof16 $a2, $a2:3"),
+            _b("nop", "f32v2tof16 $a3, $a8:9"),
+            _b("nop", "f16v4mul $a2:3, $a2:3, $a12:13"),
+            _b("nop", "f16v4add $a2:3, $a2:3, $a4:5"),
+            _b("st64step $a2:3, $mzero, $m7+=, 1"),
+        ]
+        _lns_loop(c, body, 2)
+        c.one("add $m2, $m2, $m6")
+    c.one("add $m1, $m1, $m9")
+    if phase != "sum":
+        c.one(f"add $m8, $m8, {LNS_PART}")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    return c
+
+
+LNS_SUPERVISOR = """
+.globl rows_lns_sup
+.supervisor
+rows_lns_sup:
+    ld32 $m1, $m0, $mzero, {entry}
+    setzi $m2, {sram_base}
+    sub $m2, $m0, $m2
+    runall $m1, $m2, 0
+    ld32 $m3, $m0, $mzero, {e2}
+    ld32 $m4, $m0, $mzero, {e3}
+    sync TEXCH_SYNCZONE_LOCAL
+    runall $m3, $m2, 0
+    sync TEXCH_SYNCZONE_LOCAL
+    runall $m4, $m2, 0
+    sync TEXCH_SYNCZONE_LOCAL
+    br $lr
+"""
+
+
 SUPERVISOR = """
 .globl rows_sup
 .supervisor
@@ -476,16 +636,26 @@ rows_sup:
     br $lr
 """
 SUP = 1 + 2 + 6 + 6  # ld32, setzi + sub, sync release, br (runall overlaps the workers)
+LNS_SUP = 1 + 2 + 6 + 6 + 6 + 6  # as SUP with two more sync releases (the entry loads overlap pass 1)
 IDLE = 5  # get, shl, ld32, brz, exitz
 
 
-def worker_code(op: str) -> Code:
+def worker_code(op: str, phase: str = "norm") -> Code:
+    """The worker body of `op` (layernorm_split: the body of pass `phase`, one of LNS)."""
+    if op == "layernorm_split":
+        return _lns_kernel(phase)
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
 def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
-    sup = SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)
-    return "\n".join([sup] + [worker_code(op).text() for op in ops])
+    parts = [SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)]
+    for op in ops:
+        if op == "layernorm_split":
+            parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
+            parts += [_lns_kernel(phase).text() for phase in LNS]
+        else:
+            parts.append(worker_code(op).text())
+    return "\n".join(parts)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -520,6 +690,17 @@ class Rows:
             raise ValueError(f"unknown row op {self.op!r}")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
+        if self.op == "layernorm_split":
+            if self.n < LNS_MIN_N:
+                raise ValueError(
+                    f"layernorm_split needs n >= {LNS_MIN_N} (an atom per worker), got n={self.n}"
+                )
+            if self.rows < 1:
+                raise ValueError("layernorm_split needs rows >= 1")
+            if self.st0 % 8:
+                raise ValueError(
+                    f"layernorm_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned"
+                )
         if self.valid is not None:
             if self.op not in PADDED:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED)} only")
@@ -568,6 +749,8 @@ class Rows:
         return self.out_stride if self.out_stride is not None else self.n * ESIZES[self.op][1]
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
+        if self.op == "layernorm_split":
+            return self._lns_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[CNT + w], f[FIRST + w] = cnt, first
@@ -596,7 +779,20 @@ class Rows:
         lanes = self.nvalid - 4 * (-(-self.nvalid // 4) - 1)
         return np.where(np.arange(4) < lanes, np.inf, -np.inf).astype(np.float16)
 
-    entry = "rows_sup"
+    def _lns_frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.n // 4)):
+            f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
+        f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, self.out
+        f[ENTRY], f[LNS_E2], f[LNS_E3] = (labels[f"rows_lns_{phase}"] for phase in LNS)
+        f[LNS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
+        f[F0] = np.float32(1.0 / self.n).view(np.uint32)
+        f[F1] = np.float32(self.eps).view(np.uint32)
+        return f
+
+    @property
+    def entry(self) -> str:
+        return "rows_lns_sup" if self.op == "layernorm_split" else "rows_sup"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -631,10 +827,36 @@ def _exp_rows(x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return e.astype(np.float16), _acc_sum(e)
 
 
+def _lns_parts(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """layernorm_split's sums of v f32 [R, n]: (the six slice partials [R, 6] (`_acc_sum` per worker slice), the
+    totals [R] summed in worker order ((((p0 + p1) + p2) + p3) + p4) + p5)."""
+    parts = np.stack([_acc_sum(v[:, 4 * a : 4 * (a + c)]) for a, c in split(n // 4)], axis=1)
+    total = parts[:, 0]
+    for w in range(1, 6):
+        total = total + parts[:, w]
+    return parts, total
+
+
+def _lns_semantics(k: Rows, x, w, b) -> dict[str, np.ndarray]:
+    inv_n = np.float32(1.0 / k.n)
+    xf = x.astype(np.float32)
+    p_sum, total = _lns_parts(xf, k.n)
+    mean = total * inv_n
+    d = xf - mean[:, None]
+    p_sq, total = _lns_parts(d * d, k.n)
+    rstd = rsqrt_f32(total * inv_n + np.float32(k.eps))
+    zh = (d * rstd[:, None]).astype(np.float16)
+    return {
+        "out": zh * w.astype(np.float16) + b.astype(np.float16),
+        "partials": np.concatenate([p_sum, p_sq], 1),
+    }
+
+
 def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
     """Outputs of the call as a dict name -> array. x = in0 ([rows, n]: f16, or f32 for flash_merge/final),
     y / z = in1 / in2 (layernorm weight / bias [n] f16; flash_merge pv [rows, n] f16), state = dict of f32 [rows]
-    (flash_stats: m, l; flash_merge: alpha; flash_final: l)."""
+    (flash_stats: m, l; flash_merge: alpha; flash_final: l). layernorm_split also gives "partials" [rows, 12] f32:
+    the words it leaves at st0 + 96 * row + 8 * i (the slices' sums, then their centered sums of squares)."""
     with np.errstate(all="ignore"):
         if k.op == "gelu":
             h = x.astype(np.float16)
@@ -679,6 +901,8 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             rstd = rsqrt_f32(var + np.float32(k.eps))
             zh = (d * rstd[:, None]).astype(np.float16)
             return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
+        if k.op == "layernorm_split":
+            return _lns_semantics(k, x, y, z)
         if k.op == "flash_stats":
             m_old, l_old = state["m"], state["l"]
             m_new = np.maximum(m_old, _row_max(x))
@@ -704,6 +928,15 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     return cnt["head"] + rows * per_row + cnt["tail"]
 
 
+def lns_thread_cycles(k: Rows, phase: str) -> int:
+    """layernorm_split: issues of the slowest worker (the largest slice) in pass `phase`."""
+    cnt = _lns_kernel(phase).count
+    atoms = max(c for _, c in split(k.n // 4))
+    return cnt["head"] + k.rows * (cnt["row"] + (atoms - 1) * cnt["atom"]) + cnt["tail"]
+
+
 def cycles(k: Rows) -> int:
     """Tile cycles of the call (supervisor entry to return)."""
+    if k.op == "layernorm_split":
+        return LNS_SUP + 6 * sum(lns_thread_cycles(k, phase) for phase in LNS)
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))
