@@ -562,7 +562,17 @@ class Lowering(NnOps):
         self.table_call("xch_copy", tab, name)
 
     def _half_call(self, halves: dict[int, list[tuple[int, int]]], name: str) -> None:
-        """Single f16 copies (source, destination) by read-modify-write of the destination word."""
+        """Single f16 copies (source, destination) by read-modify-write of the destination word. A word whose
+        two halves both come from this call is zeroed first: its first read-modify-write would otherwise read a
+        word that nothing has written yet (the simulator's poison check; the kept half is garbage either way)."""
+        _, _, zeros = self.scratch()
+        pairs = {}
+        for t, rs in halves.items():
+            words, counts = np.unique([dst & ~3 for _, dst in rs], return_counts=True)
+            if (counts > 1).any():
+                pairs[t] = [(zeros, int(w), 4) for w in words[counts > 1]]
+        if pairs:
+            self.copy_call(pairs, f"{name} (words of two halves)")
         most = max(len(r) for r in halves.values())
         tab = np.zeros((self.n, 1 + lx.HALF_WORDS * most), np.uint32)
         for t, rs in halves.items():
