@@ -1,7 +1,7 @@
 """Row kernels of the ViT: GELU, layer norm, softmax, row reductions and the online-softmax (FlashAttention) steps.
 
 Calling convention (as for every kernel): `$m0` = frame address, `call $lr, rows_sup` (`layernorm_split`:
-`rows_lns_sup`, see below). The shared supervisor starts the frame's worker body on all six workers and waits.
+`rows_lns_sup`, `softmax_split`: `rows_sms_sup`, see below). The shared supervisor starts the frame's worker body on all six workers and waits.
 Work is split in whole rows (GELU: 4-half units) by a quotient/remainder split; the frame holds per-worker tables
 (row count, first row) and every worker derives its row pointers as base + first * stride.
 
@@ -13,6 +13,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `layernorm` | x: R rows of n f16; weight, bias: n f16 | y: R rows of n f16 |
 | `layernorm_split` | as `layernorm` (n >= 24); st0: scratch of R * 96 bytes (8-byte aligned, partials) | as `layernorm` |
 | `softmax` | x: R rows of n f16, the first `valid` (default n) meaningful | y: R rows of n f16 (may alias x): softmax of the valid columns, zeros after them |
+| `softmax_split` | as `softmax` (valid >= 21); st0: scratch of R * 96 bytes (8-byte aligned, partials) | as `softmax` |
 | `rowsum`, `rowmax` | x: R rows of n f16 | y: R f32 |
 | `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
@@ -41,6 +42,18 @@ current one's conversions; the slice's last atom runs in an epilogue, so nothing
 Thread cycles per atom 4 + 8 + 11 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest
 worker).
 
+`softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
+the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid >= 21: an atom per worker), under
+`rows_sms_sup` (the same three-pass supervisor): pass 1 (`rows_sms_max`) stores each slice's f32 max, pass 2
+(`rows_sms_exp`) combines the six maxima in a fixed order (every worker the same value), stores f16(e) of its slice
+to y and the slice's f32 sum of e, pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and scales its
+slice of y in place; the last worker then writes the row's zero atoms (va..n/4). Valid lengths as `softmax`: every
+worker min-masks its slice's last atom (workers 0..4 with +inf: no change; the last worker with the tail mask), the
+atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the maxima at byte 8 * w, the sums at
+48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 12 (the load and the store
+in AUX bundles' MAIN slots), scale 6 (rotated: the next atom's first conversion beside the store); thread cycles
+per atom 1 + 12 + 6 (`softmax`: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+
 Rows hold n = 4 * atoms elements (n % 4 == 0, n >= 4); row strides (bytes, multiples of 8) default to contiguous.
 The FlashAttention state starts at m = -inf, l = 0, o = 0 (a row whose scores are all -inf gives NaN).
 
@@ -54,6 +67,11 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   may differ from `layernorm` in the last bits of mean and var, never between workers or runs.
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
+- softmax_split: the same formulas; m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima
+  (each as `softmax`'s over its slice: the same value as the whole-row max, max being exact), sum(e) as six slice
+  partials (each accumulated as above over its slice) summed in worker order ((((s0 + s1) + s2) + s3) + s4) + s5
+  (f32); so y may differ from `softmax` in the last bit where the f32 sum (1/sum) does, never between workers or
+  runs.
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
   y = (x * 0.5) * (tanh(t) + 1), every operation rounded to f16.
 - exp / tanh / 1/x / 1/sqrt x are the simulator's correctly rounded instructions (see runtime/semantics.py).
@@ -82,6 +100,13 @@ LNS = ("sum", "var", "norm")
 LNS_E2, LNS_E3, LNS_ROWS = ST1, ST2, ATOMS
 LNS_PART = 96  # partial bytes per row: 6 f32 sums, then 6 f32 centered sums of squares, one per 64-bit word
 LNS_MIN_N = 24  # one atom per worker at least
+# softmax_split's frame: as layernorm_split's (CNT / FIRST over the valid atoms; SMS_E2 / SMS_E3 the passes' entries),
+# ZATOMS = zero atoms after the valid ones (written by the last worker); 64-bit constants CONST: 4 x -inf (the max's
+# start), K1: 4 x +inf (workers 0..4's mask: no change), K1 + 1: the tail mask (the last worker's last atom).
+SMS = ("max", "exp", "scale")
+SMS_E2, SMS_E3, SMS_ROWS = ST1, ST2, ATOMS
+SMS_PART = 96  # partial bytes per row: 6 f32 maxima, then 6 f32 sums of e, one per 64-bit word
+SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
@@ -100,6 +125,7 @@ OPS = (
     "pad_f16",
     "cast_f16",
     "layernorm_split",
+    "softmax_split",
 )
 PADDED = (
     "softmax",
@@ -122,6 +148,7 @@ ESIZES = {
     "pad_f16": (2, 2),
     "cast_f16": (4, 2),
     "layernorm_split": (2, 2),
+    "softmax_split": (2, 2),
 }
 
 
@@ -519,14 +546,15 @@ def _lns_loop(c: Code, body: list[tuple[str, str]], load_at: int) -> None:
         c.bundle(m, a)
 
 
-def _lns_chain(c: Code, word: int, dst: str, first: tuple[str, str], last: str) -> None:
-    """dst = ((((p0 + p1) + p2) + p3) + p4) + p5: the six f32 partials at $m8 + 4 * (word + 2 * i) (one 64-bit
-    word each). `first`: AUX of the first two loads' bundles; `last`: MAIN of the final add's bundle."""
+def _lns_chain(c: Code, word: int, dst: str, first: tuple[str, str], last: str, op: str = "f32add") -> None:
+    """dst = ((((p0 + p1) + p2) + p3) + p4) + p5 (op: f32add, or f32max): the six f32 partials at
+    $m8 + 4 * (word + 2 * i) (one 64-bit word each), p0..p4 combined in $a0, p5 left in $a1. `first`: AUX of the
+    first two loads' bundles; `last`: MAIN of the final op's bundle."""
     c.bundle(f"ld32 $a0, $m8, $mzero, {word}", first[0])
     c.bundle(f"ld32 $a1, $m8, $mzero, {word + 2}", first[1])
     for i in range(2, 6):
-        c.bundle(f"ld32 $a{2 - i % 2}, $m8, $mzero, {word + 2 * i}", f"f32add $a0, $a0, $a{1 + i % 2}")
-    c.bundle(last, f"f32add {dst}, $a0, $a1")
+        c.bundle(f"ld32 $a{2 - i % 2}, $m8, $mzero, {word + 2 * i}", f"{op} $a0, $a0, $a{1 + i % 2}")
+    c.bundle(last, f"{op} {dst}, $a0, $a1")
 
 
 def _lns_sum_body(centered: bool) -> list[tuple[str, str]]:
@@ -605,6 +633,145 @@ def _lns_kernel(phase: str) -> Code:
     return c
 
 
+# --- softmax with every row split across the six workers (`softmax_split`) -----------------------------------------
+
+
+def _sms_head(c: Code, part: int | None) -> None:
+    """Slice atoms - 1 in $m4, slice byte offset in $m6, rows - 1 in $m5, the partials of row 0 in $m8; $m0 = the
+    mask's byte offset from K1 (8 on the last worker, whose slice ends with the masked atom: K1 + 1 = the tail
+    mask; 0 on the others: K1 = +inf, min(x, +inf) = x); part: $m2 = this worker's partial (byte `part` of a
+    row's)."""
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m4, $mvertex_base, $m7, {CNT}")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    c.one(f"ld32 $m5, $mvertex_base, $mzero, {SMS_ROWS}")
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {ST0}")
+    if part is not None:  # partial w at byte 8 * w: the workers' 32-bit stores never share a 64-bit word
+        c.one(f"add $m2, $m8, {part}")
+        c.one("add $m2, $m2, $m7")
+        c.one("add $m2, $m2, $m7")
+    c.one("add $m0, $m0, 3")
+    c.one("and $m0, $m0, 8")  # worker 5: 8, workers 0..4: 0
+
+
+def _sms_ptr(c: Code, reg: str, word: int) -> None:
+    """reg = frame[word] + the slice's byte offset ($m6)."""
+    c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+    c.one(f"add {reg}, {reg}, $m6")
+
+
+# One atom of pass 2 (x in $a0:1, max in $a6:7): e = exp(f32(x) - max) into the pair sums $a4:5 / $a12:13, f16(e)
+# stored (bundle 10); the next atom's load goes into bundle 1 (after the conversions read $a0:1).
+SMS_EXP_BODY = [
+    _b("nop", "f16v2tof32 $a2:3, $a0"),
+    _b("nop", "f16v2tof32 $a8:9, $a1"),
+    _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+    _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+    _b("nop", "f32exp $a2, $a2"),
+    _b("nop", "f32exp $a3, $a3"),
+    _b("nop", "f32exp $a8, $a8"),
+    _b("nop", "f32exp $a9, $a9"),
+    _b("nop", "f32v2tof16 $a10, $a2:3"),
+    _b("nop", "f32v2tof16 $a11, $a8:9"),
+    _b("st64step $a10:11, $mzero, $m7+=, 1", "f32v2add $a4:5, $a4:5, $a2:3"),
+    _b("nop", "f32v2add $a12:13, $a12:13, $a8:9"),
+]
+# One atom of pass 3 (e in $a0:1, its first pair already converted into $a2:3, 1/sum in $a6:7), rotated: the
+# last bundle converts the next atom's first pair (loaded in bundle 0) while the current one is stored.
+SMS_SCALE_BODY = [
+    _b("nop", "f16v2tof32 $a8:9, $a1"),
+    _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+    _b("nop", "f32v2mul $a8:9, $a8:9, $a6:7"),
+    _b("nop", "f32v2tof16 $a10, $a2:3"),
+    _b("nop", "f32v2tof16 $a11, $a8:9"),
+    _b("st64step $a10:11, $mzero, $m7+=, 1", "f16v2tof32 $a2:3, $a0"),
+]
+SMS_LOAD = "ld64step $a0:1, $mzero, $m3+=, 1"
+
+
+def _sms_epilogue(c: Code, body: list[tuple[str, str]], mains: dict[int, str], aux: dict[int, str]) -> None:
+    """`body` once more for the slice's last atom (no load after it), MAINs / AUXes of some bundles replaced."""
+    for i, (m, a) in enumerate(body):
+        c.bundle(mains.get(i, m), aux.get(i, a))
+
+
+def _sms_kernel(phase: str) -> Code:
+    """Pass `phase` of `softmax_split` (see SMS): max -> partials[0:6], exp -> e in y and partials[6:12], scale ->
+    y."""
+    c = Code(f"rows_sms_{phase}")
+    loop = "rpt $m4, {}"
+    if phase == "max":
+        _sms_head(c, 0)
+        _sms_ptr(c, "$m1", IN0)
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
+        c.one(f"ld64 $a10:11, $mvertex_base, $m0, {K1}")  # the last atom's mask
+        c.one(f"ld64 $a12:13, $mvertex_base, $mzero, {CONST // 2}")  # 4 x -inf
+        c.tag = "row"
+        c.label(f".L{c.name}_row")
+        c.bundle("add $m3, $m1, 0", "f16v4max $a4:5, $a12:13, $a12:13")  # the f16 max: -inf
+        c.bundle(SMS_LOAD)
+        c.bundle(loop.format(0))  # the max of atom i while atom i + 1 is loaded
+        c.tag = "atom"
+        c.bundle(SMS_LOAD, "f16v4max $a4:5, $a4:5, $a0:1")
+        c.tag = "row"
+        c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")  # the last atom, masked
+        c.bundle("nop", "f16v4max $a4:5, $a4:5, $a0:1")
+        c.bundle("nop", "f16v2tof32 $a0:1, $a4")
+        c.bundle("nop", "f16v2tof32 $a2:3, $a5")
+        c.bundle("add $m1, $m1, $m9", "f32v2max $a0:1, $a0:1, $a2:3")
+        c.bundle("nop", "f32max $a0, $a0, $a1")
+        c.one(f"st32step $a0, $mzero, $m2+=, {SMS_PART // 4}")  # the next row's partial
+    elif phase == "exp":
+        _sms_head(c, SMS_PART // 2)
+        _sms_ptr(c, "$m1", IN0)
+        _sms_ptr(c, "$m10", OUT)
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
+        c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+        c.tag = "row"
+        c.label(f".L{c.name}_row")
+        c.one("add $m7, $m10, 0")
+        zero = ("f32v2add $a4:5, $azeros, $azeros", "f32v2add $a12:13, $azeros, $azeros")
+        _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0", op="f32max")  # the row max, twice
+        c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")
+        c.bundle(loop.format(len(SMS_EXP_BODY) - 1))
+        c.tag = "atom"
+        for i, (m, a) in enumerate(SMS_EXP_BODY):
+            c.bundle(SMS_LOAD if i == 1 else m, a)
+        c.tag = "row"
+        c.bundle(f"ld64 $a10:11, $mvertex_base, $m0, {K1}")  # the last atom's mask
+        c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
+        mains = {1: "add $m1, $m1, $m9", 2: "add $m10, $m10, $m6", 3: f"add $m8, $m8, {SMS_PART}"}
+        _sms_epilogue(c, SMS_EXP_BODY, mains, {})
+        _sum_tail(c, "$a4")
+        c.one(f"st32step $a4, $mzero, $m2+=, {SMS_PART // 4}")
+    else:
+        _sms_head(c, None)
+        _sms_ptr(c, "$m2", OUT)
+        c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {ZATOMS}")  # the row's zero atoms: the last worker's
+        c.one("shr $m0, $m0, 3")
+        c.one("mul $m9, $m9, $m0")
+        c.tag = "row"
+        c.label(f".L{c.name}_row")
+        _lns_chain(c, SMS_PART // 8, "$a4", ("fnop", "fnop"), "add $m3, $m2, 0")  # the sum
+        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a4")
+        c.bundle(SMS_LOAD, "f32oox $a7, $a4")
+        c.bundle("nop", "f16v2tof32 $a2:3, $a0")
+        c.bundle(loop.format(len(SMS_SCALE_BODY) - 1))
+        c.tag = "atom"
+        for i, (m, a) in enumerate(SMS_SCALE_BODY):
+            c.bundle(SMS_LOAD if i == 0 else m, a)
+        c.tag = "row"
+        mains = {0: "add $m2, $m2, $m6", 1: f"add $m8, $m8, {SMS_PART}"}
+        _sms_epilogue(c, SMS_SCALE_BODY, mains, {len(SMS_SCALE_BODY) - 1: "fnop"})
+        c.rpt("$m9", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    return c
+
+
 LNS_SUPERVISOR = """
 .globl rows_lns_sup
 .supervisor
@@ -637,13 +804,16 @@ rows_sup:
 """
 SUP = 1 + 2 + 6 + 6  # ld32, setzi + sub, sync release, br (runall overlaps the workers)
 LNS_SUP = 1 + 2 + 6 + 6 + 6 + 6  # as SUP with two more sync releases (the entry loads overlap pass 1)
+SMS_SUPERVISOR = LNS_SUPERVISOR.replace("rows_lns_sup", "rows_sms_sup")  # the same three-pass supervisor
 IDLE = 5  # get, shl, ld32, brz, exitz
 
 
 def worker_code(op: str, phase: str = "norm") -> Code:
-    """The worker body of `op` (layernorm_split: the body of pass `phase`, one of LNS)."""
+    """The worker body of `op` (layernorm_split / softmax_split: the body of pass `phase`, one of LNS / SMS)."""
     if op == "layernorm_split":
         return _lns_kernel(phase)
+    if op == "softmax_split":
+        return _sms_kernel(phase)
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
@@ -653,6 +823,9 @@ def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
         if op == "layernorm_split":
             parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
             parts += [_lns_kernel(phase).text() for phase in LNS]
+        elif op == "softmax_split":
+            parts.append(SMS_SUPERVISOR.format(entry=ENTRY, e2=SMS_E2, e3=SMS_E3, sram_base=sram_base))
+            parts += [_sms_kernel(phase).text() for phase in SMS]
         else:
             parts.append(worker_code(op).text())
     return "\n".join(parts)
@@ -701,14 +874,25 @@ class Rows:
                 raise ValueError(
                     f"layernorm_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned"
                 )
+        if self.op == "softmax_split":
+            if self.nvalid < SMS_MIN_VALID:
+                raise ValueError(
+                    f"softmax_split needs >= {SMS_MIN_VALID} valid elements (an atom per worker), "
+                    f"got {self.nvalid}"
+                )
+            if self.rows < 1:
+                raise ValueError("softmax_split needs rows >= 1")
+            if self.st0 % 8:
+                raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
         if self.valid is not None:
-            if self.op not in PADDED:
-                raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED)} only")
-            lo = {"softmax": 1, "cast_f16": 4}.get(self.op, 0)
-            if not lo <= self.valid <= self.n or (self.op != "softmax" and self.valid % 4):
+            softmaxes = ("softmax", "softmax_split")
+            if self.op not in PADDED + softmaxes:
+                raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
+            lo = {"softmax": 1, "softmax_split": 1, "cast_f16": 4}.get(self.op, 0)
+            if not lo <= self.valid <= self.n or (self.op not in softmaxes and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
-                    + (" and a multiple of 4" if self.op != "softmax" else "")
+                    + (" and a multiple of 4" if self.op not in softmaxes else "")
                 )
         for s in (self.istride, self.ostride if self.op not in ("rowsum", "rowmax") else 8):
             if s % 8:
@@ -751,6 +935,8 @@ class Rows:
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         if self.op == "layernorm_split":
             return self._lns_frame(labels)
+        if self.op == "softmax_split":
+            return self._sms_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[CNT + w], f[FIRST + w] = cnt, first
@@ -790,9 +976,23 @@ class Rows:
         f[F1] = np.float32(self.eps).view(np.uint32)
         return f
 
+    def _sms_frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        va = -(-self.nvalid // 4)
+        for w, (first, cnt) in enumerate(split(va)):
+            f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
+        f[IN0], f[OUT] = self.in0, self.out
+        f[ENTRY], f[SMS_E2], f[SMS_E3] = (labels[f"rows_sms_{phase}"] for phase in SMS)
+        f[SMS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
+        f[ZATOMS] = self.n // 4 - va
+        f[CONST : CONST + 2] = np.full(4, -np.inf, np.float16).view(np.uint32)
+        f[2 * K1 : 2 * K1 + 2] = np.full(4, np.inf, np.float16).view(np.uint32)
+        f[2 * K1 + 2 : 2 * K1 + 4] = self.tail_mask().view(np.uint32)
+        return f
+
     @property
     def entry(self) -> str:
-        return "rows_lns_sup" if self.op == "layernorm_split" else "rows_sup"
+        return {"layernorm_split": "rows_lns_sup", "softmax_split": "rows_sms_sup"}.get(self.op, "rows_sup")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -852,11 +1052,33 @@ def _lns_semantics(k: Rows, x, w, b) -> dict[str, np.ndarray]:
     }
 
 
+def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
+    va = -(-k.nvalid // 4)
+    xs = x[:, : 4 * va].astype(np.float16)  # a copy; workers 0..4 min their last atom with +inf: no change
+    xs[:, -4:] = np.minimum(xs[:, -4:], k.tail_mask())
+    slices = [(4 * a, 4 * (a + c)) for a, c in split(va)]
+    p_max = np.stack([_row_max(xs[:, a:b]) for a, b in slices], axis=1)
+    m = p_max[:, 0]
+    for w in range(1, 6):
+        m = np.maximum(m, p_max[:, w])
+    e = exp_f32(xs.astype(np.float32) - m[:, None])
+    p_sum = np.stack([_acc_sum(e[:, a:b]) for a, b in slices], axis=1)
+    total = p_sum[:, 0]
+    for w in range(1, 6):
+        total = total + p_sum[:, w]
+    out = np.zeros((k.rows, k.n), np.float16)
+    out[:, : 4 * va] = (e.astype(np.float16).astype(np.float32) * recip_f32(total)[:, None]).astype(
+        np.float16
+    )
+    return {"out": out, "partials": np.concatenate([p_max, p_sum], 1)}
+
+
 def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
     """Outputs of the call as a dict name -> array. x = in0 ([rows, n]: f16, or f32 for flash_merge/final),
     y / z = in1 / in2 (layernorm weight / bias [n] f16; flash_merge pv [rows, n] f16), state = dict of f32 [rows]
     (flash_stats: m, l; flash_merge: alpha; flash_final: l). layernorm_split also gives "partials" [rows, 12] f32:
-    the words it leaves at st0 + 96 * row + 8 * i (the slices' sums, then their centered sums of squares)."""
+    the words it leaves at st0 + 96 * row + 8 * i (the slices' sums, then their centered sums of squares);
+    softmax_split likewise (the slices' maxima, then their sums of e)."""
     with np.errstate(all="ignore"):
         if k.op == "gelu":
             h = x.astype(np.float16)
@@ -903,6 +1125,8 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
         if k.op == "layernorm_split":
             return _lns_semantics(k, x, y, z)
+        if k.op == "softmax_split":
+            return _sms_semantics(k, x)
         if k.op == "flash_stats":
             m_old, l_old = state["m"], state["l"]
             m_new = np.maximum(m_old, _row_max(x))
@@ -935,8 +1159,19 @@ def lns_thread_cycles(k: Rows, phase: str) -> int:
     return cnt["head"] + k.rows * (cnt["row"] + (atoms - 1) * cnt["atom"]) + cnt["tail"]
 
 
+def sms_thread_cycles(k: Rows, phase: str) -> int:
+    """softmax_split: issues of the slowest worker in pass `phase` (the last worker also writes the zero atoms)."""
+    cnt = _sms_kernel(phase).count
+    va = -(-k.nvalid // 4)
+    zeros = [0] * 5 + [k.n // 4 - va]
+    per_row = [cnt["row"] + (c - 1) * cnt["atom"] + z * cnt["zero"] for (_, c), z in zip(split(va), zeros)]
+    return cnt["head"] + k.rows * max(per_row) + cnt["tail"]
+
+
 def cycles(k: Rows) -> int:
     """Tile cycles of the call (supervisor entry to return)."""
     if k.op == "layernorm_split":
         return LNS_SUP + 6 * sum(lns_thread_cycles(k, phase) for phase in LNS)
+    if k.op == "softmax_split":
+        return LNS_SUP + 6 * sum(sms_thread_cycles(k, phase) for phase in SMS)
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))

@@ -452,7 +452,19 @@ def attention_program(
     # Softmax over the seq valid columns of S; P's padded columns are zeros. P's rows m..mpad (the O GEMM's rows):
     # S^T: S's zero rows, copied; else the softmax of S's zero rows (m < 3 only: blocks of <= 16 rows take S^T).
     rows = m if sz.transposed else mpad
-    prog.append(("softmax", rw.Rows("softmax", rows, spad, in0=s_rows, out=a_area, valid=sz.seq)))
+    kw = dict(in0=s_rows, out=a_area, valid=sz.seq)
+    softmax_op = "softmax"
+    # Few rows: every row split across the six workers (`softmax_split`) when its estimate for the block's mpad
+    # rows is lower (mpad, not m: the same choice on every tile of the call, one kernel entry per call site).
+    # Its partials (rows * 96 B) go to `panels` (aux): nothing there is live during the softmax (Q^T's and S's
+    # panels, or the last chunk's K^T panels, were consumed by the S GEMMs / the S rows copy before it; the first
+    # V panels are written after it), and the softmax itself touches only S (A or C) and P (A).
+    fits = rw.SMS_PART * mpad <= sz.chunk * dpad * 2 and panels % 8 == 0  # within the aux bytes panels use
+    if sz.seq >= rw.SMS_MIN_VALID and fits:
+        whole = rw.cycles(rw.Rows("softmax", mpad, spad, **kw))
+        if rw.cycles(rw.Rows("softmax_split", mpad, spad, st0=panels, **kw)) < whole:
+            softmax_op, kw = "softmax_split", dict(kw, st0=panels)
+    prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     for c, (k0, nk) in enumerate(sz.chunks):
         pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, kv_panels[1])
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
