@@ -153,7 +153,7 @@ def gathered_rows_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.
 
 
 def gathered_head_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
-    """The layout in which attention's K or V head blocks (`want`, [seq, d] per head) should arrive from a
+    """The layout in which attention's Q, K or V head blocks (`want`: [rows, d] per head) should arrive from a
     producer whose column blocks divide the head (P | d, e.g. 24 of 72): column panels of P (`colsP`), one
     receive per producer block instead of one per row piece. The attention lowering reads the panels row by row."""
     if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
@@ -655,7 +655,7 @@ class _Planner:
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
             if isinstance(op, nn.LinearOp) and i == 0 and want is not None:
                 want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
-            if isinstance(op, nn.AttentionOp) and i in (1, 2) and want is not None:
+            if isinstance(op, nn.AttentionOp) and want is not None:
                 want = gathered_head_layout(tl.layout_of(op.operands[i]), want)
             if want is not None:
                 self.require(op, i, want)

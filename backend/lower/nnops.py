@@ -252,11 +252,11 @@ class NnOps:
         lay = op.attributes[tl.LAYOUT_ATTR]
         for x in (q, k, v, op.results[0]):
             xl = tl.layout_of(x)
-            # K and V may arrive in column panels dividing the head (`colsP`, see tile-plan).
-            cols_ok = x in (k, v) and tl.col_panel_width(xl) is not None
+            # Q, K and V may arrive in column panels dividing the head (`colsP`, see tile-plan).
+            cols_ok = x is not op.results[0] and tl.col_panel_width(xl) is not None
             if device_dtype(xl.dtype) not in ("f32", "f16") or (xl.order.data != "row_major" and not cols_ok):
                 raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
-        kv_panels = tuple(tl.col_panel_width(tl.layout_of(x)) for x in (k, v))
+        panels_of = tuple(tl.col_panel_width(tl.layout_of(x)) for x in (q, k, v))
         esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (q, k, v, op.results[0]))
         heads = op.heads.value.data
         scale = float(op.scale.value.data)
@@ -296,7 +296,7 @@ class NnOps:
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
             progs = {
-                t: attention_program(sz, *job, scale, *areas, esizes, kv_panels) for t, job in jobs.items()
+                t: attention_program(sz, *job, scale, *areas, esizes, panels_of) for t, job in jobs.items()
             }
             labels = [label for label, _ in next(iter(progs.values()))]
             for j, label in enumerate(labels):
@@ -358,22 +358,55 @@ def attention_sizes(
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
-    kv_panels: tuple[int | None, int | None] = (None, None),
+    panels_of: tuple[int | None, int | None, int | None] = (None, None, None),
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
-    and A elements, `panels` (aux). kv_panels: K's and V's column panel widths when they are stored as column
-    panels of the [seq, d] head block (`colsP`: [d / P][seq][P]), else None."""
+    and A elements, `panels` (aux). panels_of: Q's, K's and V's column panel widths when they are stored as
+    column panels of their head blocks (`colsP`: [d / P][rows][P]), else None."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     several = len(sz.chunks) > 1
     prog: list[tuple[str, object]] = []
+    qp = panels_of[0]
     if esizes[0] == 2:  # f16 Q: to f32 rows in C (free until S), then scaled as f32 Q is
-        prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
-        qa = c_area
+        if qp is None:
+            prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
+        for j in range(d // qp if qp else 0):  # column panels [d / qp][m][qp] into the f32 rows
+            prog.append(
+                (
+                    f"Q to f32, columns {j * qp}..{j * qp + qp}",
+                    rw.Rows(
+                        "to_f32", m, qp, in0=qa + j * qp * m * 2, out=c_area + j * qp * 4, in_stride=qp * 2,
+                        out_stride=d * 4,
+                    ),
+                )
+            )  # fmt: skip
+        qa, qp = c_area, None
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
-    prog.append(("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale)))
+    if qp is None:
+        prog.append(
+            ("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale))
+        )
+    else:  # f32 Q in column panels: each panel into its columns, then the zero columns
+        for j in range(d // qp):
+            prog.append(
+                (
+                    f"Q * scale to f16, columns {j * qp}..{j * qp + qp}",
+                    rw.Rows(
+                        "to_f16", m, qp, in0=qa + j * qp * m * 4, out=a_area + j * qp * 2, valid=qp, scale=scale,
+                        in_stride=qp * 4, out_stride=dpad * 2,
+                    ),
+                )
+            )  # fmt: skip
+        if dpad > d:
+            prog.append(
+                (
+                    "Q zero columns",
+                    rw.Rows("pad_f16", m, dpad - d, out=a_area + d * 2, out_stride=dpad * 2, valid=0),
+                )
+            )
     qrows = 16 if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
@@ -423,7 +456,7 @@ def attention_program(
         prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
         s_panels = panels + dpad * 32
         for k0, nk in sz.chunks:
-            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, kv_panels[0])
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
                 nkp, dpad, 16, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
                 c=c_area + k0 * 32,
@@ -441,7 +474,7 @@ def attention_program(
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
-            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, kv_panels[0])
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             prog.append((f"{pre}K^T panels", pk.weights_from_bt(nkp, dpad, "f16", krows, panels)))
             s_gemm = gm.Gemm(
                 mpad, dpad, nkp, prec=gm.F16, mode="init", coef="ld64", a=a_area, weights=panels,
@@ -466,7 +499,7 @@ def attention_program(
             softmax_op, kw = "softmax_split", dict(kw, st0=panels)
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     for c, (k0, nk) in enumerate(sz.chunks):
-        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, kv_panels[1])
+        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, panels_of[2])
         prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
         o_gemm = gm.Gemm(
             mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
