@@ -675,7 +675,7 @@ def _csr_write(sim, g, sel, ins, c, vals):
         sim.amp_kind[rows] = 0
         return
     if g.supervisor and c in (SC["FP_INFMT"], SC["FP_ISCL"]):
-        amp_flush(sim)  # pending FP8 products use the old formats/scale
+        amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending FP8 products use the old formats/scale
     sim.csr[sel, _col(c)] = vals
 
 
@@ -689,6 +689,14 @@ def sem_uput(sim, g, sel, ins):
     _csr_write(sim, g, sel, ins, c, sim.a[sel, s])
 
 
+def _tile_workers(sim, sel) -> np.ndarray:
+    """The worker contexts of the tiles of supervisor contexts `sel`. A tile's weights or FP8 settings change
+    only its own workers' pending products: flushing every tile's would split other tiles' in-progress sums at a
+    point that depends on how far they have run, so their rounding would depend on the timing."""
+    tiles = np.unique(sim.ctx_tile[sel])
+    return (tiles[:, None] * sim.W + np.arange(sim.W)).reshape(-1)
+
+
 def _putcs(sim, g, sel, ins, nbytes):
     col = _col(SC["CCCSLOAD"])
     addr = sim.csr[sel, col].astype(np.int64)
@@ -696,7 +704,7 @@ def _putcs(sim, g, sel, ins, nbytes):
     if idx + nbytes // 8 > 64:
         sim.fail("amp", f"CWEI slot {idx} + {nbytes // 8} is beyond the 64 slots", g, ins)
     w = _words(sim, g, sel, ins, addr, nbytes, interleaved=nbytes == 16)
-    amp_flush(sim)  # pending AMP products use the old weights
+    amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending AMP products use the old weights
     tiles = sim.ctx_tile[sel]
     sim.set_cwei(tiles, idx, sim.flat64[w].view(np.uint8).reshape(-1, 8))
     if nbytes == 16:
@@ -727,7 +735,7 @@ def putcs_run(sim, g, sel, ins, count, nbytes=8) -> int:
     words = words * sim.word_stride + sim.ctx_word_base[sel][:, None]
     if sim.check_poison and (np.take(sim.flat_state, words, mode="clip") & WRITTEN != WRITTEN).any():
         return 0
-    amp_flush(sim)  # pending AMP products use the old weights
+    amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending AMP products use the old weights
     sim.set_cwei(sim.ctx_tile[sel], idx, sim.flat64[words].view(np.uint8).reshape(len(words), -1))
     sim.csr[sel, col] = (addr + span).astype(U32)
     return count

@@ -11,8 +11,8 @@ Per tile, the routine `xch_rounds` reads a table at one address shared by all ti
 word 0 = rounds - 1, then one 3-word row per round (`round_row`): incoming mux (sender tile, 11 bits) | atoms to
 receive << 11 (0: none); receive address; send address / 8 (17 bits) | atoms to send << 17 (0: none). Every tile
 walks every round (each ends in an internal sync), so the table is as wide on every tile: three words instead of
-five per round saved ~35 KB of region 0 per tile at So400m size. The on-tile copies (`xch_copy`): word 0 = rows, then
-rows of (source address, destination address, words - 1).
+five per round saved ~35 KB of region 0 per tile at So400m size. The on-tile copies go through the worker copy
+kernel (`backend/kernels/copy.py`, `copy_sup`); single halves through `xch_half` (read-modify-write of a word).
 
 Transfers that are not whole aligned 8-byte atoms are staged: copied (4-byte words) into a send staging area
 before the rounds, received into a staging area and copied into place after. Simplifications: the cycle schedule of `exchange-schedule` only orders the rounds (the simulator has no cycle-level exchange), and
@@ -38,9 +38,6 @@ def round_row(rtab: np.ndarray, tile: int, k: int) -> tuple[int, int, int, int, 
     w0, w1, w2 = (int(x) for x in rtab[tile, 1 + ROUND_WORDS * k : 1 + ROUND_WORDS * (k + 1)])
     mask = (1 << SEND_ADDR_BITS) - 1
     return w0 & ((1 << MUX_BITS) - 1), w1, w0 >> MUX_BITS, (w2 & mask) * 8, w2 >> SEND_ADDR_BITS
-
-
-COPY_WORDS = 3
 
 
 class ExchangeLoweringError(ValueError):
@@ -274,25 +271,6 @@ xch_rounds:
     sync TEXCH_SYNCZONE_INTERNAL
     add $m0, $m0, 12
     brnzdec $m2, .Lxr_round
-    br $lr
-
-.globl xch_copy
-.supervisor
-xch_copy:
-    ld32 $m2, $m0, $mzero, 0
-    brz $m2, .Lxc_done
-    sub $m2, $m2, 1
-.Lxc_row:
-    ld32 $m3, $m0, $mzero, 1
-    ld32 $m4, $m0, $mzero, 2
-    ld32 $m5, $m0, $mzero, 3
-.Lxc_word:
-    ld32step $m6, $mzero, $m3+=, 1
-    st32step $m6, $mzero, $m4+=, 1
-    brnzdec $m5, .Lxc_word
-    add $m0, $m0, 12
-    brnzdec $m2, .Lxc_row
-.Lxc_done:
     br $lr
 
 .globl xch_half

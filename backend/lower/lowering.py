@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
@@ -38,6 +39,7 @@ from xdsl.ir import Block, Operation, SSAValue
 
 from ipu.backend.asm_text import parse_program
 from ipu.backend.encoding import encode_program
+from ipu.backend.kernels import copy as cp
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import pack as pk
@@ -543,23 +545,19 @@ class Lowering(NnOps):
             rows, halves = _split_halves(rows)
         else:
             halves = {}
-        most = max((len(r) for r in rows.values()), default=0)
         if halves:
             self._half_call(halves, name)
-        if most == 0:
+        counts = [len(r) for r in rows.values()]
+        if not sum(counts):
             return
-        tab = np.zeros((self.n, 1 + lx.COPY_WORDS * most), np.uint32)
-        for t, rs in rows.items():
-            tab[t, 0] = len(rs)
-            for i, (src, dst, nbytes) in enumerate(rs):
-                if whole_words:
-                    nbytes = -(-nbytes // 4) * 4
-                if nbytes % 4 or src % 4 or dst % 4:
-                    raise LoweringError(
-                        f"{name}: copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole words"
-                    )
-                tab[t, 1 + 3 * i : 4 + 3 * i] = [src, dst, nbytes // 4 - 1]
-        self.table_call("xch_copy", tab, name)
+        c = np.array(list(chain.from_iterable(rows.values())), np.int64).reshape(-1, 3)
+        nbytes = -(-c[:, 2] // 4) * 4 if whole_words else c[:, 2]
+        try:  # the worker-parallel copy kernel (`ipu.backend.kernels.copy`)
+            tab = cp.tables(np.repeat(list(rows), counts), c[:, 0], c[:, 1], nbytes, self.n)
+        except ValueError as e:
+            raise LoweringError(f"{name}: {e}") from None
+        if tab[:, 0].any():
+            self.table_call(cp.ENTRY, tab, name)
 
     def _half_call(self, halves: dict[int, list[tuple[int, int]]], name: str) -> None:
         """Single f16 copies (source, destination) by read-modify-write of the destination word. A word whose
@@ -1022,6 +1020,10 @@ class Lowering(NnOps):
             + ew.library_asm(self.target.sram_base)
             + "\n"
             + pk.library_asm(self.target.sram_base)  # row kernels and pack kernels (shared supervisor)
+            + "\n"
+            + cp.library_asm(  # worker-parallel on-tile copies
+                self.target.sram_base, self.target.region1_base, self.target.region0_element_bytes
+            )
         )
         program = parse_program(text, self.code_addr)
         if program.end > self.code_end:

@@ -17,7 +17,7 @@ same operators of their block, `nn.add #2`; `layer ` before operators of a `tile
 layer-loop sites keep the names of `op_of`.
 
 A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_rounds`, sync = `exchange.sync`), `kernel` (the
-routine called: `gemm_f16_sup_ld64`, `ew_sup`, `xch_copy`, ...; `sync`; `main` for the return), `what` (the
+routine called: `gemm_f16_sup_ld64`, `ew_sup`, `copy_sup`, ...; `sync`; `main` for the return), `what` (the
 lowering's comment, e.g. `nn.linear (unnamed): GEMM`), `op` (`op_of(what)`), `repeat` (the loop id for
 sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None).
 """

@@ -268,7 +268,7 @@ def test_sites_name_the_operators(run):
     assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["layer nn.linear q_proj"])
     assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["nn.linear embeddings.patch_embedding"])
     assert all(s["repeat"] is None for s in by_op["nn.linear embeddings.patch_embedding"])
-    assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "xch_copy"}
+    assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "copy_sup"}
     assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
 
 

@@ -16,7 +16,7 @@
 // CHECK-NEXT:     call $lr, xch_rounds
 // CHECK-NEXT: .Lsite2:
 // CHECK-NEXT:     setzi $m0, [[COPIES:0x[0-9a-f]+]]  // exchange copies
-// CHECK-NEXT:     call $lr, xch_copy
+// CHECK-NEXT:     call $lr, copy_sup
 // CHECK-NEXT: .Lsite3:
 // CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): FP8 weights in panel order
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
