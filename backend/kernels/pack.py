@@ -3,7 +3,7 @@
 Calling convention: `$m0` = frame, `call $lr, rows_sup` (the supervisor of `rowwise`; include
 `rowwise.library_asm` in the program). Frames are `rowwise` frames (same per-worker row split).
 
-Three kernels:
+Four kernels:
 
 - `chunks` (`Chunks`, also in a 16-byte-piece variant `pack_chunks16`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
   destination at `dst_row(r) + b * dst_blk` with `dst_row(r) = dst + (r >> g) * dst_group + (r & (2^g - 1)) *
@@ -19,6 +19,20 @@ Three kernels:
       per half, so that one flat `cast_fp8_f16` yields the F16 AMP weight panels (GEMM weights kept in FP8 and
       prepared on the device).
   Per chunk: 4 ld64step + 4 st64step bundles (8 thread cycles per 32 bytes).
+
+- `fp8_f16` (`FP8ToF16`, `fp8_to_f16_panels(n, k, ...)`; kernels `pack_fp8_f16`, `pack_fp8_f16_pad`): the F16
+  AMP weight panels of one K chunk straight from its row-major FP8 B^T rows [n, k] (row stride src_row),
+  converting on the way: `fp8_in_f16_panel_order` + zeroed N padding + a flat `cast_fp8_f16` in one pass and
+  bit-identical to them (the same instruction, f8v4tof16, under the same $FP_NFMT / $FP_SCL set from the frame's
+  format and 6-bit scale, as `cast_fp8_f16` does). Reads n rows x k/16 pieces of 16 FP8 bytes, piece (row r, K
+  block b) at `src + r * src_row + b * 16`; writes its 16 halves as the 32-byte slot row at `dst_row(r) + b * 512`
+  (`chunks`' formula, g = 4, dst_row = 32, dst_group = kblocks * 512), then 32 zero bytes at the same places for
+  the N padding rows [n, ceil(n/16)*16) (`_pad`; pad=False leaves them alone). Per piece one rpt pass of 6
+  bundles, memory-bound (one load or store per bundle, the four conversions beside them): ld64step,
+  {ld64step ; f8v4tof16}, 3 x {st64step ; f8v4tof16}, st64step: 6 thread cycles per 16 FP8 bytes (reorder +
+  cast: 4 + 8); a zero row piece: 4 `st64step $azeros`. Per row 10 issues (dst_row(r) from register-held
+  constants, rpt, the source step, brnzdec), per worker 22 (`_pad`: up to 31); the frame is FP8_FRAME_WORDS
+  long (rowwise's + per-worker zero-row tables: conversion rows split as `split`, zero rows in reverse order).
 
 - `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
   per 4-column group and K block, 16 rows x 4 columns are loaded (16 ld64) and transposed in registers with
@@ -42,10 +56,18 @@ import numpy as np
 from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.elementwise import split
 from ipu.backend.kernels.gemm import KBLOCK, NBLOCK
+from ipu.runtime import fp8
 
 # Extra frame words (inside the rowwise frame's state words): source chunk step, destination chunk step, shift g,
 # destination group step.
 SRC_BLK, DST_BLK, SHIFT, DST_GROUP = R.ST0, R.ST1, R.ST2, R.F0
+# `fp8_f16` only: the FP8 format (0 = F143, 1 = F152) and the 6-bit scale, for $FP_NFMT / $FP_SCL; the source
+# step from the end of a row's last piece to the next row (src_row - blocks * src_blk).
+FMT, SCL, SRC_NEXT = R.IN1, R.IN2, R.F1
+# ... and with zero rows (`pack_fp8_f16_pad`): per-worker tables of zero-row counts and first zero rows, after the
+# rowwise frame (the frame is FP8_FRAME_WORDS long).
+ZCNT, ZFIRST = R.FRAME_WORDS, R.FRAME_WORDS + 6
+FP8_FRAME_WORDS = R.FRAME_WORDS + 12
 
 
 def _dst_row(c: R.Code) -> None:
@@ -94,6 +116,101 @@ def chunks_code(piece: int = 32) -> R.Code:
     c.tag = "tail"
     c.one("exitz $mzero")
     c.label(f".L{c.name}_idle")
+    c.lines.append("    exitz $mzero")
+    return c
+
+
+def fp8_f16_code(pad: bool = False) -> R.Code:
+    """`fp8_f16`: as `chunks` with g = 4 (16-byte source pieces, 32-byte destination pieces) with the FP8 -> f16
+    conversions (elementwise's `cast_fp8_f16`: f8v4tof16 under $FP_NFMT / $FP_SCL) in the AUX slots beside the
+    loads and stores: 6 bundles per piece, no software pipelining needed (the memory slot is busy in every
+    bundle). The row constants stay in registers ($m0 = dst, $m10 = dst_group, $m11 = dst_row, $m7 = the source
+    step from a row's end to the next row), so a row costs `dst_row(r)` (6) + 4 issues.
+
+    pad (`pack_fp8_f16_pad`): then each worker writes its zero rows (frame tables ZCNT / ZFIRST): per row
+    `dst_row(r)` and an rpt of 4 `st64step $azeros` per piece."""
+    name = "pack_fp8_f16_pad" if pad else "pack_fp8_f16"
+    c = R.Code(name)
+
+    def dst_row() -> bool:
+        """$m2 = dst + (row >> 4) * dst_group + (row & 15) * dst_row, and the row ($m6) advanced here or (returns
+        True) after the row's loop, whichever keeps the rpt bundle 8-byte aligned without a nop."""
+        c.one("shr $m2, $m6, 4")
+        c.one("and $m3, $m6, 15")
+        c.one("mul $m2, $m2, $m10")
+        c.one("mul $m3, $m3, $m11")
+        c.one("add $m2, $m2, $m3")
+        c.one("add $m2, $m2, $m0")
+        if c.words % 2:
+            c.one("add $m6, $m6, 1")
+            return False
+        return True
+
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {R.CNT}")
+    if pad:  # idle only without rows of either kind
+        c.one(f"ld32 $m3, $mvertex_base, $m7, {ZCNT}")
+        c.one("or $m3, $m3, $m5")
+        c.one(f"brz $m3, .L{name}_idle")
+    else:
+        c.one(f"brz $m5, .L{name}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {R.FIRST}")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("mul $m1, $m1, $m6")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.IN0}")
+    c.one("add $m1, $m1, $m3")  # the first row's source
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {R.ATOMS}")
+    for reg, word in (("$m8", SRC_BLK), ("$m9", DST_BLK), ("$m0", R.OUT), ("$m10", DST_GROUP)):
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+    for reg, word in (("$m11", R.OSTRIDE), ("$m7", SRC_NEXT)):
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+    c.one(f"ld32 $a0, $mvertex_base, $mzero, {FMT}")
+    c.one("uput $FP_NFMT, $a0")
+    c.one(f"ld32 $a0, $mvertex_base, $mzero, {SCL}")
+    c.one("uput $FP_SCL, $a0")
+    if pad:
+        c.one(f"brz $m5, .L{name}_zero")
+        c.tag = "rows"  # once when the worker has rows to convert
+    c.one("sub $m5, $m5, 1")
+    c.tag = "row"
+    c.label(f".L{name}_row")
+    later = dst_row()
+    body = [
+        R._b("ld64step $a0:1, $mzero, $m1+=, 1"),
+        R._b("ld64step $a2:3, $mzero, $m1+=, $m8", "f8v4tof16 $a4:5, $a0"),
+        R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a1"),
+        R._b("st64step $a6:7, $mzero, $m2+=, 1", "f8v4tof16 $a4:5, $a2"),
+        R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a3"),
+        R._b("st64step $a6:7, $mzero, $m2+=, $m9"),
+    ]
+    c.rpt("$m4", body, "chunk")
+    c.one("add $m1, $m1, $m7")
+    if later:
+        c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{name}_row")
+    if pad:
+        c.tag = "zero"  # once per active worker
+        c.label(f".L{name}_zero")
+        c.one("get $m3, $WSR")
+        c.one("shl $m3, $m3, 2")
+        c.one(f"ld32 $m5, $mvertex_base, $m3, {ZCNT}")
+        c.one(f"brz $m5, .L{name}_exit")
+        c.tag = "zeros"  # once when the worker has zero rows
+        c.one(f"ld32 $m6, $mvertex_base, $m3, {ZFIRST}")
+        c.one("sub $m5, $m5, 1")
+        c.tag = "zrow"
+        c.label(f".L{name}_zrow")
+        later = dst_row()
+        zbody = [R._b(f"st64step $azeros, $mzero, $m2+=, {'$m9' if i == 3 else 1}") for i in range(4)]
+        c.rpt("$m4", zbody, "zchunk")
+        if later:
+            c.one("add $m6, $m6, 1")
+        c.one(f"brnzdec $m5, .L{name}_zrow")
+        c.label(f".L{name}_exit")
+    c.tag = "tail"
+    c.one("exitz $mzero")
+    c.label(f".L{name}_idle")
     c.lines.append("    exitz $mzero")
     return c
 
@@ -186,6 +303,8 @@ CODES = {
     "pack_chunks16": lambda: chunks_code(16),
     "pack_weights_f16": weights_f16_code,
     "pack_weights_fp8": weights_fp8_code,
+    "pack_fp8_f16": fp8_f16_code,
+    "pack_fp8_f16_pad": lambda: fp8_f16_code(pad=True),
 }
 
 
@@ -282,6 +401,114 @@ def fp8_in_f16_panel_order(n: int, k: int, src: int, dst: int, src_row: int | No
         n, kblocks, src, dst, src_row=src_row or k, src_blk=16, dst_row=16, dst_blk=256, shift=4,
         dst_group=kblocks * 256, piece=16,
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FP8ToF16:
+    """rows x blocks pieces: 16 FP8 bytes at `src + r * src_row + b * src_blk` -> 16 halves (FP8 * 2^scale) at
+    `dst_row(r) + b * dst_blk` (`Chunks`' formula with g = 4); then `zero_rows` rows r in [rows, rows + zero_rows)
+    of zeros at the same places. Kernel `pack_fp8_f16` (`pack_fp8_f16_pad` with zero rows); see the module
+    docstring. Addresses, strides and steps: multiples of 8 bytes. The frame is FP8_FRAME_WORDS long."""
+
+    rows: int
+    blocks: int
+    src: int
+    dst: int
+    src_row: int
+    src_blk: int = 16
+    dst_row: int = 32
+    dst_blk: int = 512
+    dst_group: int = 0
+    fmt: int = fp8.F143
+    scale: int = 0
+    zero_rows: int = 0
+
+    entry = "rows_sup"
+    words = FP8_FRAME_WORDS
+
+    @property
+    def kernel(self) -> str:
+        return "pack_fp8_f16_pad" if self.zero_rows else "pack_fp8_f16"
+
+    def _split(self) -> list[tuple[int, int, int, int]]:
+        """(first row, rows, first zero row, zero rows) per worker: rows split as `split`, zero rows in reverse
+        worker order (the workers with one row fewer take the extra zero rows)."""
+        zs = split(self.zero_rows)[::-1]
+        return [(f, c, self.rows + zf, zc) for (f, c), (zf, zc) in zip(split(self.rows), zs, strict=True)]
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FP8_FRAME_WORDS, np.uint32)
+        for w, (first, cnt, zfirst, zcnt) in enumerate(self._split()):
+            f[R.CNT + w], f[R.FIRST + w], f[ZCNT + w], f[ZFIRST + w] = cnt, first, zcnt, zfirst
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], self.blocks
+        f[R.ISTRIDE], f[R.OSTRIDE] = self.src_row, self.dst_row
+        # Steps of a piece's last load / store, in atoms (the others step by one atom).
+        f[SRC_BLK], f[DST_BLK] = (self.src_blk // 8 - 1) & 0xFFFFFFFF, (self.dst_blk // 8 - 3) & 0xFFFFFFFF
+        f[DST_GROUP] = self.dst_group
+        f[FMT], f[SCL] = self.fmt, self.scale & 0x3F
+        f[SRC_NEXT] = (self.src_row - self.blocks * self.src_blk) & 0xFFFFFFFF
+        return f
+
+    def semantics(self, mem: np.ndarray, src_base: int, out: np.ndarray, dst_base: int) -> np.ndarray:
+        """On byte arrays: mem holds the source at src_base; returns out (holding dst_base) updated."""
+        out = out.copy()
+        r = np.arange(self.rows + self.zero_rows)
+        d0 = (r >> 4) * self.dst_group + (r & 15) * self.dst_row
+        b = np.arange(self.blocks)
+        d = self.dst - dst_base + d0[:, None] + b * self.dst_blk  # [rows + zero rows, blocks]
+        s = self.src - src_base + r[: self.rows, None] * self.src_row + b * self.src_blk
+        bits = mem[s[..., None] + np.arange(16)]
+        with np.errstate(all="ignore"):
+            h = fp8.decode(bits, self.fmt, self.scale).astype(np.float16)
+        out[d[: self.rows, :, None] + np.arange(32)] = h.view(np.uint8)
+        out[d[self.rows :, :, None] + np.arange(32)] = 0
+        return out
+
+    def cycles(self) -> int:
+        if not self.zero_rows:
+            return _cycles(fp8_f16_code(), self.rows, self.blocks)
+        n = fp8_f16_code(pad=True).count
+
+        def worker(c, z):
+            if c == 0 and z == 0:
+                return 7  # get, shl, two ld32, or, brz, exitz
+            t = n["head"] + n["zero"] + n["tail"]
+            if c:
+                t += n["rows"] + c * (n["row"] + self.blocks * n["chunk"])
+            if z:
+                t += n["zeros"] + z * (n["zrow"] + self.blocks * n["zchunk"])
+            return t
+
+        return R.SUP + 6 * max(worker(c, z) for _, c, _, z in self._split())
+
+
+def fp8_to_f16_panels(
+    n: int,
+    k: int,
+    src: int,
+    dst: int,
+    fmt: int = fp8.F143,
+    scale: int = 0,
+    src_row: int | None = None,
+    pad: bool = True,
+) -> FP8ToF16:
+    """The F16 AMP weight panels of B [K, N] (gemm.pack_weights(b, "f16") of the decoded B, N padded to 16 with
+    zero columns) from FP8 B^T [N, K] bytes (row stride src_row, default K; src and src_row 8-byte aligned),
+    format `fmt`, scale `scale`: what `fp8_in_f16_panel_order` + zeroed N padding + a flat `cast_fp8_f16` give, in
+    one pass. pad=False: the N padding rows [n, ceil(n/16)*16) are not written."""
+    kblocks = k // KBLOCK["f16"]
+    zero = -(-n // NBLOCK) * NBLOCK - n if pad else 0
+    return FP8ToF16(
+        n,
+        kblocks,
+        src,
+        dst,
+        src_row=src_row or k,
+        dst_group=kblocks * 512,
+        fmt=fmt,
+        scale=scale,
+        zero_rows=zero,
+    )
 
 
 @dataclass(frozen=True)

@@ -799,19 +799,13 @@ class Lowering(NnOps):
                 self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
                 self.kcall(f"{tag}: weight panels N padding", zero_pad_rows(kw, panels, 32))
             else:
-
-                def order(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
+                # One pass: FP8 rows -> F16 AMP weight panels (converted as `cast_fp8_f16`), N padding rows zeroed.
+                def fp8_panels(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
                     src, row = w_at[t]
-                    return pk.fp8_in_f16_panel_order(nc, kw, src, d_area, src_row=row)
+                    return pk.fp8_to_f16_panels(nc, kw, src, panels, src_row=row, **fmt)
 
-                def cast_w(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw):
-                    return ew.Elementwise("cast_fp8_f16", npad * kw // 8, in0=d_area, out=panels, **fmt)
-
-                self.call(
-                    "rows_sup", rw.FRAME_WORDS, frames(order), what=f"{tag}: FP8 weights in panel order"
-                )
-                self.kcall(f"{tag}: FP8 weights N padding", zero_pad_rows(kw, d_area, 16))
-                self.call("ew_sup", ew.FRAME_WORDS, frames(cast_w), what=f"{tag}: weight panels {wdt} -> f16")
+                what_w = f"{tag}: weight panels {wdt} -> f16"
+                self.call("rows_sup", pk.FP8_FRAME_WORDS, frames(fp8_panels), what=what_w)
             if a_cols is not None:
                 self.copy_call(
                     {t: self._a_chunk_rows(j, a_cols, k, k0, kw, a_area, zeros) for t, j in jobs.items()},

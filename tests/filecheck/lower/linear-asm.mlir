@@ -18,42 +18,36 @@
 // CHECK-NEXT:     setzi $m0, [[COPIES:0x[0-9a-f]+]]  // exchange copies
 // CHECK-NEXT:     call $lr, copy_sup
 // CHECK-NEXT: .Lsite3:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): FP8 weights in panel order
+// The FP8 weight rows become the F16 AMP weight panels in one pass (converted and reordered, N padding zeroed).
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): weight panels f8e4m3fnuz -> f16
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip0
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, rows_sup
 // CHECK-NEXT: .Lskip0:
 // CHECK-NEXT: .Lsite4:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): weight panels f8e4m3fnuz -> f16
+// CHECK-NEXT:     setzi $m0, [[GEMM:0x[0-9a-f]+]]  // nn.linear (unnamed): GEMM
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip1
 // CHECK-NEXT:     add $m0, $m0, 8
-// CHECK-NEXT:     call $lr, ew_sup
+// The weight panels are staged in interleaved memory: the supervisor loads two coefficient slots at a time.
+// CHECK-NEXT:     call $lr, gemm_f16_sup_ld128
 // CHECK-NEXT: .Lskip1:
 // CHECK-NEXT: .Lsite5:
-// CHECK-NEXT:     setzi $m0, [[GEMM:0x[0-9a-f]+]]  // nn.linear (unnamed): GEMM
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip2
 // CHECK-NEXT:     add $m0, $m0, 8
-// The weight panels are staged in interleaved memory: the supervisor loads two coefficient slots at a time.
-// CHECK-NEXT:     call $lr, gemm_f16_sup_ld128
+// CHECK-NEXT:     call $lr, ew_sup
 // CHECK-NEXT: .Lskip2:
 // CHECK-NEXT: .Lsite6:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): cast to f32
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip3
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, ew_sup
 // CHECK-NEXT: .Lskip3:
 // CHECK-NEXT: .Lsite7:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): cast to f32
-// CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
-// CHECK-NEXT:     brz $m1, .Lskip4
-// CHECK-NEXT:     add $m0, $m0, 8
-// CHECK-NEXT:     call $lr, ew_sup
-// CHECK-NEXT: .Lskip4:
-// CHECK-NEXT: .Lsite8:
 // CHECK-NEXT:     br $m9
 // CHECK-NOT:  {{.}}
 
