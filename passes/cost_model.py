@@ -201,13 +201,12 @@ def gemm_k_chunks(k: int, n: int = 16, wbytes: int = 1) -> list[tuple[int, int]]
 
 
 def chunk_staging_areas(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> tuple[int, int, int]:
-    """Bytes of the staging of one K chunk of an [n, kc] weight block: (FP8 bytes in the F16 panels' order (FP8
-    only), F16 panels, the chunk's rows re-strided with zero K padding (only when K % 16 != 0)); N padded to 16,
-    each area a multiple of 16 bytes."""
+    """Bytes of the staging of one K chunk of an [n, kc] weight block: (0: FP8 rows become the F16 panels in one
+    pass, `pack.fp8_to_f16_panels`, with no intermediate area; F16 panels, the chunk's rows re-strided with zero K
+    padding (only when K % 16 != 0)); N padded to 16, each area a multiple of 16 bytes."""
     npad = -(-n // 16) * 16
-    d = npad * kc if wbytes == 1 else 0
     r = -(-n * kc * wbytes // 16) * 16 if restride else 0
-    return d, npad * kc * 2, r
+    return 0, npad * kc * 2, r
 
 
 def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> int:
@@ -217,9 +216,9 @@ def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1, restride: bool = False
 @lru_cache(maxsize=4096)
 def weight_prep_cycles(n: int, k: int, dtype: str = "f8", target: Target = IPU21) -> int:
     """Cycles to turn one tile's row-major [n, k] weight block (dtype "f8" or "f16") into F16 AMP weight panels,
-    over all K chunks: the kernels' own estimators (`Chunks.cycles` of the packs, `elementwise.cycles` of the
-    casts, the zeroing of the N padding rows) plus `copy_cycles` of the K-padding re-stride when k % 16 != 0."""
-    from ipu.backend.kernels import elementwise as ew
+    over all K chunks: the kernels' own estimators (FP8: `pack.fp8_to_f16_panels`, one pass with the N padding;
+    f16: `weights_from_bt` and the zeroing of the N padding rows) plus `copy_cycles` of the K-padding re-stride
+    when k % 16 != 0."""
     from ipu.backend.kernels import pack as pk
 
     if n <= 0 or k <= 0:
@@ -230,15 +229,12 @@ def weight_prep_cycles(n: int, k: int, dtype: str = "f8", target: Target = IPU21
     for _, kw in gemm_k_chunks(k, n, esize):
         if kpad != k:
             total += copy_cycles(n * kw * esize, target)
-        if npad != n:  # N padding rows zeroed
-            total += pk.Chunks(
-                npad - n, kw // 16, 0, 0, 0, 0, 16, 256, piece=16 if dtype != "f16" else 32
-            ).cycles()
         if dtype == "f16":
+            if npad != n:  # N padding rows zeroed
+                total += pk.Chunks(npad - n, kw // 16, 0, 0, 0, 0, 16, 256, piece=32).cycles()
             total += pk.weights_from_bt(n, kw, "f16", 0, 0).cycles()
-        else:
-            total += pk.fp8_in_f16_panel_order(n, kw, 0, 0).cycles()
-            total += ew.cycles(ew.Elementwise("cast_fp8_f16", npad * kw // 8, in0=0, out=0))
+        else:  # one pass, N padding rows zeroed in the same kernel
+            total += pk.fp8_to_f16_panels(n, kw, 0, 0).cycles()
     return total
 
 
