@@ -44,5 +44,13 @@ class WorkerCode:
             self.bundle(main, aux)
         self.tag = saved
 
+    def exit_and_idle(self, tag: str = "tail") -> None:
+        """The body's `exitz` (counted under `tag`), then the `.L<name>_idle` exit that the body's idle test
+        branches to (not counted: an idle worker's issues are not the body's)."""
+        self.tag = tag
+        self.one("exitz $mzero")
+        self.label(f".L{self.name}_idle")
+        self.lines.append("    exitz $mzero")
+
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

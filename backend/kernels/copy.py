@@ -207,10 +207,7 @@ def worker_code(region1_base: int = REGION1_BASE, bank_bytes: int = BANK_BYTES) 
     c.tag = "next"
     c.label(f".L{n}_next")
     c.one(f"brnzdec $m5, .L{n}_row")
-    c.tag = "end"
-    c.one("exitz $mzero")
-    c.label(f".L{n}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle("end")
     return c
 
 

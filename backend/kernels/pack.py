@@ -113,10 +113,7 @@ def chunks_code(piece: int = 32) -> R.Code:
     c.one("add $m1, $m1, $m3")
     c.one("add $m6, $m6, 1")
     c.one(f"brnzdec $m5, .L{c.name}_row")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
     return c
 
 
@@ -208,10 +205,7 @@ def fp8_f16_code(pad: bool = False) -> R.Code:
             c.one("add $m6, $m6, 1")
         c.one(f"brnzdec $m5, .L{name}_zrow")
         c.label(f".L{name}_exit")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
     return c
 
 
@@ -245,10 +239,7 @@ def weights_f16_code() -> R.Code:
     c.one("add $m1, $m1, $m3")
     c.one("add $m6, $m6, 1")
     c.one(f"brnzdec $m5, .L{c.name}_row")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
     return c
 
 
@@ -291,10 +282,7 @@ def weights_fp8_code() -> R.Code:
     c.one("add $m1, $m1, $m3")
     c.one("add $m6, $m6, 1")
     c.one(f"brnzdec $m5, .L{c.name}_row")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
     return c
 
 

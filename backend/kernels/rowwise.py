@@ -186,10 +186,7 @@ def _row_end(c: Code) -> None:
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
     c.one("add $m2, $m2, $m3")
     c.one(f"brnzdec $m5, .L{c.name}_row")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
 
 
 # --- passes over one row (pointer $m3 = row start, running) -------------------------------------------------------
@@ -509,10 +506,7 @@ def _gelu_kernel() -> Code:
         _b("st64step $a2:3, $mzero, $m2+=, 1"),
     ]
     c.rpt("$m5", body, "unit")
-    c.tag = "tail"
-    c.one("exitz $mzero")
-    c.label(f".L{c.name}_idle")
-    c.lines.append("    exitz $mzero")
+    c.exit_and_idle()
     return c
 
 
