@@ -227,6 +227,20 @@ def _masked(c: Code, tmp: str) -> None:
     c.bundle("nop", f"f16v4min $a0:1, $a0:1, {tmp}")
 
 
+# e = exp(f32(x) - max) of one atom x in $a0:1 (max in $a6:7): e in $a2:3 and $a8:9 (f32 pairs). Shared by the
+# whole-row softmax and softmax_split's pass 2, which arrange the sums and stores around it differently.
+EXP_ATOM = [
+    _b("nop", "f16v2tof32 $a2:3, $a0"),
+    _b("nop", "f16v2tof32 $a8:9, $a1"),
+    _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
+    _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
+    _b("nop", "f32exp $a2, $a2"),
+    _b("nop", "f32exp $a3, $a3"),
+    _b("nop", "f32exp $a8, $a8"),
+    _b("nop", "f32exp $a9, $a9"),
+]
+
+
 def _pass_exp(c: Code, tag: str, tail: bool = False) -> None:
     """e = exp(f32(x) - $a6:7) over the row at $m1, stored as f16 to the row at $m2; sum(e) in $a4 (f32).
     tail: one more (masked) atom after the $m4 counted ones: its -inf lanes give e = 0."""
@@ -235,14 +249,7 @@ def _pass_exp(c: Code, tag: str, tail: bool = False) -> None:
     _zero_acc(c)
     body = [
         _b("ld64step $a0:1, $mzero, $m3+=, 1"),
-        _b("nop", "f16v2tof32 $a2:3, $a0"),
-        _b("nop", "f16v2tof32 $a8:9, $a1"),
-        _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
-        _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
-        _b("nop", "f32exp $a2, $a2"),
-        _b("nop", "f32exp $a3, $a3"),
-        _b("nop", "f32exp $a8, $a8"),
-        _b("nop", "f32exp $a9, $a9"),
+        *EXP_ATOM,
         _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
         _b("nop", "f32v2add $a12:13, $a12:13, $a8:9"),
         _b("nop", "f32v2tof16 $a10, $a2:3"),
@@ -658,14 +665,7 @@ def _sms_ptr(c: Code, reg: str, word: int) -> None:
 # One atom of pass 2 (x in $a0:1, max in $a6:7): e = exp(f32(x) - max) into the pair sums $a4:5 / $a12:13, f16(e)
 # stored (bundle 10); the next atom's load goes into bundle 1 (after the conversions read $a0:1).
 SMS_EXP_BODY = [
-    _b("nop", "f16v2tof32 $a2:3, $a0"),
-    _b("nop", "f16v2tof32 $a8:9, $a1"),
-    _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
-    _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
-    _b("nop", "f32exp $a2, $a2"),
-    _b("nop", "f32exp $a3, $a3"),
-    _b("nop", "f32exp $a8, $a8"),
-    _b("nop", "f32exp $a9, $a9"),
+    *EXP_ATOM,
     _b("nop", "f32v2tof16 $a10, $a2:3"),
     _b("nop", "f32v2tof16 $a11, $a8:9"),
     _b("st64step $a10:11, $mzero, $m7+=, 1", "f32v2add $a4:5, $a4:5, $a2:3"),
