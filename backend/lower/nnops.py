@@ -368,20 +368,36 @@ def attention_program(
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     several = len(sz.chunks) > 1
     prog: list[tuple[str, object]] = []
+
+    def panel_rows(label, kind, rows, p, src, block_rows, first, esize, dst, out_esize, out_stride, **kw):
+        # A head block stored as column panels [d / p][block_rows][p]: rows first.. of each panel into its
+        # columns of the rows at dst (one `Rows` per panel).
+        for j in range(d // p):
+            in0 = src + (j * p * block_rows + first * p) * esize
+            call = rw.Rows(
+                kind,
+                rows,
+                p,
+                in0=in0,
+                out=dst + j * p * out_esize,
+                in_stride=p * esize,
+                out_stride=out_stride,
+                **kw,
+            )
+            prog.append((f"{label}, columns {j * p}..{j * p + p}", call))
+
+    def zero_columns(label, rows, dst):  # columns d..dpad of dpad-wide f16 rows
+        if dpad > d:
+            prog.append(
+                (label, rw.Rows("pad_f16", rows, dpad - d, out=dst + d * 2, out_stride=dpad * 2, valid=0))
+            )
+
     qp = panels_of[0]
     if esizes[0] == 2:  # f16 Q: to f32 rows in C (free until S), then scaled as f32 Q is
         if qp is None:
             prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
-        for j in range(d // qp if qp else 0):  # column panels [d / qp][m][qp] into the f32 rows
-            prog.append(
-                (
-                    f"Q to f32, columns {j * qp}..{j * qp + qp}",
-                    rw.Rows(
-                        "to_f32", m, qp, in0=qa + j * qp * m * 2, out=c_area + j * qp * 4, in_stride=qp * 2,
-                        out_stride=d * 4,
-                    ),
-                )
-            )  # fmt: skip
+        else:  # column panels [d / qp][m][qp] into the f32 rows
+            panel_rows("Q to f32", "to_f32", m, qp, qa, m, 0, 2, c_area, 4, d * 4)
         qa, qp = c_area, None
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
@@ -390,23 +406,10 @@ def attention_program(
             ("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale))
         )
     else:  # f32 Q in column panels: each panel into its columns, then the zero columns
-        for j in range(d // qp):
-            prog.append(
-                (
-                    f"Q * scale to f16, columns {j * qp}..{j * qp + qp}",
-                    rw.Rows(
-                        "to_f16", m, qp, in0=qa + j * qp * m * 4, out=a_area + j * qp * 2, valid=qp, scale=scale,
-                        in_stride=qp * 4, out_stride=dpad * 2,
-                    ),
-                )
-            )  # fmt: skip
-        if dpad > d:
-            prog.append(
-                (
-                    "Q zero columns",
-                    rw.Rows("pad_f16", m, dpad - d, out=a_area + d * 2, out_stride=dpad * 2, valid=0),
-                )
-            )
+        panel_rows(
+            "Q * scale to f16", "to_f16", m, qp, qa, m, 0, 4, a_area, 2, dpad * 2, valid=qp, scale=scale
+        )
+        zero_columns("Q zero columns", m, a_area)
     qrows = 16 if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
@@ -422,23 +425,9 @@ def attention_program(
         else:
             # Column panels [d / p][seq][p]: each panel's rows into its columns of the dpad-wide rows; the zero
             # columns d..dpad once (the first chunk is the largest; later chunks rewrite columns < d only).
-            for j in range(d // p):
-                prog.append(
-                    (
-                        f"{pre}{name} {verb}, columns {j * p}..{j * p + p}",
-                        rw.Rows(
-                            kind, nk, p, in0=src + (j * p * sz.seq + k0 * p) * esize, out=dst + j * p * 2,
-                            in_stride=p * esize, out_stride=dpad * 2, valid=p,
-                        ),
-                    )
-                )  # fmt: skip
-            if dpad > d and k0 == 0:
-                prog.append(
-                    (
-                        f"{pre}{name} zero columns",
-                        rw.Rows("pad_f16", nk, dpad - d, out=dst + d * 2, out_stride=dpad * 2, valid=0),
-                    )
-                )
+            panel_rows(f"{pre}{name} {verb}", kind, nk, p, src, sz.seq, k0, esize, dst, 2, dpad * 2, valid=p)
+            if k0 == 0:
+                zero_columns(f"{pre}{name} zero columns", nk, dst)
         nkp = -(-nk // 16) * 16
         if nkp > nk:
             prog.append(
