@@ -138,16 +138,28 @@ def with_order(layout: tl.LayoutAttr, order: str) -> tl.LayoutAttr:
     )
 
 
+def producer_panel_width(have: tl.LayoutAttr | None) -> int | None:
+    """The column block width of a producer layout that column-panel gathers can follow (an unstacked row-major
+    matrix), else None."""
+    if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
+        return None
+    return have.block_[1]
+
+
 def gathered_rows_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
     """The layout in which a GEMM's A row panels (`want`, row-major [pm, K] blocks) should arrive from a producer
     in layout `have`: in column panels of the producer's block width P (`colsP`) when the producer's blocks are
     narrower than K. A tile receives from one sender per exchange round; row-major, every row of every producer
     block is its own receive (pm x K / P rounds: 679 for So400m's fc2 parts), in column panels one receive per
     overlapping producer block. The GEMM lowering gathers each K chunk's rows from the panels on the tile."""
-    if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
-        return want
-    p, k = have.block_[1], want.shape_[1]
-    if p >= k or want.block_[0] < 2 or want.block_[1] != k or (p * tl.element_bytes(want.dtype)) % 4:
+    p, k = producer_panel_width(have), want.shape_[1]
+    if (
+        p is None
+        or p >= k
+        or want.block_[0] < 2
+        or want.block_[1] != k
+        or (p * tl.element_bytes(want.dtype)) % 4
+    ):
         return want
     return with_order(want, f"cols{p}")
 
@@ -156,10 +168,8 @@ def gathered_head_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.
     """The layout in which attention's Q, K or V head blocks (`want`: [rows, d] per head) should arrive from a
     producer whose column blocks divide the head (P | d, e.g. 24 of 72): column panels of P (`colsP`), one
     receive per producer block instead of one per row piece. The attention lowering reads the panels row by row."""
-    if have is None or have.stack.data or len(have.shape_) != 2 or have.order.data != "row_major":
-        return want
-    p, d = have.block_[1], want.block_[1]
-    if p >= d or d % p or p % 4 or len(want.shape_) != 2:
+    p, d = producer_panel_width(have), want.block_[1]
+    if p is None or p >= d or d % p or p % 4 or len(want.shape_) != 2:
         return want
     return with_order(want, f"cols{p}")
 
