@@ -200,13 +200,13 @@ def gemm_k_chunks(k: int, n: int = 16, wbytes: int = 1) -> list[tuple[int, int]]
     return [(16 * b, 16 * min(per, blocks - b)) for b in range(0, blocks, per)]
 
 
-def chunk_staging_areas(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> tuple[int, int, int]:
-    """Bytes of the staging of one K chunk of an [n, kc] weight block: (0: FP8 rows become the F16 panels in one
-    pass, `pack.fp8_to_f16_panels`, with no intermediate area; F16 panels, the chunk's rows re-strided with zero K
-    padding (only when K % 16 != 0)); N padded to 16, each area a multiple of 16 bytes."""
+def chunk_staging_areas(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> tuple[int, int]:
+    """Bytes of the staging of one K chunk of an [n, kc] weight block: (the F16 weight panels, N padded to 16;
+    the chunk's rows re-strided with zero K padding, only when K % 16 != 0), each a multiple of 16 bytes. FP8 rows
+    become the panels in one pass (`pack.fp8_to_f16_panels`): no area of their own."""
     npad = -(-n // 16) * 16
     r = -(-n * kc * wbytes // 16) * 16 if restride else 0
-    return 0, npad * kc * 2, r
+    return npad * kc * 2, r
 
 
 def chunk_staging_bytes(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> int:

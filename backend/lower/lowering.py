@@ -581,24 +581,22 @@ class Lowering(NnOps):
                 tab[t, 1 + lx.HALF_WORDS * i : 1 + lx.HALF_WORDS * (i + 1)] = row
         self.table_call("xch_half", tab, f"{name} (halves)")
 
-    def weight_staging(self, op: nn.LinearOp | None = None) -> tuple[int, int, int]:
-        """(FP8 panel-order bytes, F16 weight panels, re-strided rows): the device-side weight preparation areas
-        of one K chunk of `op`, laid out for that GEMM inside the aux scratch (`NnOps.aux`, a region-1-element-sized
-        area that no other op uses during a GEMM; tile-plan's GEMM choice counts the staging:
-        `cost_model.weight_staging_bytes`, at most `cost_model.WEIGHT_STAGING_BYTES`). The FP8 bytes are in the
-        F16 panels' order ([npad, kc] bytes), the F16 AMP weight panels [npad/16][kc/16][512 B], and for
-        K % 16 != 0 the chunk's rows re-strided with zero K padding [nc, kc]. The N padding rows of the first two
-        are zeroed per chunk (the cast and the GEMM read them). Without `op`: only makes sure the aux exists."""
+    def weight_staging(self, op: nn.LinearOp | None = None) -> tuple[int, int]:
+        """(F16 weight panels, re-strided rows): the device-side weight preparation areas of one K chunk of `op`,
+        laid out for that GEMM inside the aux scratch (`NnOps.aux`, a region-1-element-sized area that no other op
+        uses during a GEMM; tile-plan's GEMM choice counts the staging: `cost_model.weight_staging_bytes`, at most
+        `cost_model.WEIGHT_STAGING_BYTES`): the F16 AMP weight panels [npad/16][kc/16][512 B] (their N padding rows
+        zeroed per chunk: the GEMM reads them), and for K % 16 != 0 the chunk's rows re-strided with zero K padding
+        [nc, kc]. Without `op`: only makes sure the aux exists."""
         aux = self.aux()
         if op is None:
-            return (aux, aux, aux)
+            return (aux, aux)
         sizes, t = self._staging_bytes(op)
         room = self.target.region1_element_bytes
         if sum(sizes) > room:
             raise LoweringError(
-                f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} + "
-                f"{sizes[2]} B of weight staging per K chunk (FP8 panel order + F16 panels + re-strided rows), "
-                f"more than the {room}-B aux scratch"
+                f"nn.linear ({op.results[0].name_hint or 'unnamed'}): tile {t} needs {sizes[0]} + {sizes[1]} B of "
+                f"weight staging per K chunk (F16 panels + re-strided rows), more than the {room}-B aux scratch"
             )
         if sum(sizes) > getattr(self, "_wstage_max", -1):  # one note: the largest staging of any GEMM
             note = f"GEMM weight staging per tile: up to {int(sum(sizes))} B ({' + '.join(map(str, sizes))}) in the aux scratch"
@@ -608,11 +606,11 @@ class Lowering(NnOps):
                 self._wstage_note = len(self.notes)
                 self.notes.append(note)
             self._wstage_max = int(sum(sizes))
-        return (aux, aux + int(sizes[0]), aux + int(sizes[0] + sizes[1]))
+        return (aux, aux + int(sizes[0]))
 
-    def _staging_bytes(self, op: nn.LinearOp) -> tuple[tuple[int, int, int], int]:
-        """((FP8 panel-order, F16 panels, re-strided rows) bytes of one K chunk, a tile holding the widest weight
-        block) of one GEMM."""
+    def _staging_bytes(self, op: nn.LinearOp) -> tuple[tuple[int, int], int]:
+        """((F16 panels, re-strided rows) bytes of one K chunk, a tile holding the widest weight block) of one
+        GEMM."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         g = lay.geometry()
         k = op.operands[0].type.get_shape()[-1]
@@ -670,7 +668,7 @@ class Lowering(NnOps):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
         c_area, a_area, zeros = self.scratch()
-        d_area, panels, restride = self.weight_staging(op)
+        panels, restride = self.weight_staging(op)
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}
