@@ -169,8 +169,8 @@ def exchange_row_bytes(kind: str) -> int:
 # --------------------------------------------------------------------------------------------------------------
 # GEMM weights prepared on the device (backend/lower/lowering.py `Lowering.linear`): the weight block arrives as
 # row-major [n, k] FP8 or f16 rows; per K chunk (`gemm_k_chunks`: at most 576 wide, staging under 24 KiB) FP8
-# rows are rearranged into the F16 AMP panels' order (`pack.fp8_in_f16_panel_order`, 16-byte pieces) and cast to
-# f16 by one flat `cast_fp8_f16` (f16 rows: packed by `pack.weights_from_bt`); the GEMM runs per chunk (init,
+# rows become the F16 AMP weight panels in one pass (`pack.fp8_to_f16_panels`: converted and reordered, N padding
+# zeroed; f16 rows: packed by `pack.weights_from_bt`); the GEMM runs per chunk (init,
 # then acc). K % 16 != 0: each chunk's rows are first re-strided with zero K padding (word copies). N padding rows
 # are zeroed. K > 2056 (A row stride over the kernel's 4112-byte limit): each A chunk is repacked into K-block
 # panels (`pack.to_panels`-like chunks) in scratch.
