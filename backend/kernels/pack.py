@@ -501,28 +501,48 @@ def fp8_to_f16_panels(
 
 @dataclass(frozen=True)
 class WeightsF16:
-    """F16 AMP weight panels (gemm.pack_weights order) from row-major B [K, N] f16."""
+    """F16 AMP weight panels (gemm.pack_weights order) from row-major B [K, N] f16.
+
+    Also a part of them: with `group0` (default 0) the call writes the panels' 4-column groups group0 ..
+    group0 + n/4 (B's columns 4 * group0 .. 4 * group0 + n) from a source of n columns with row stride `src_row`
+    bytes (default 2n; 0 repeats one row: zero groups from a zero constant). So B stored as column panels
+    (`colsP`, P % 4 == 0) needs one call per panel and no row-major copy; the caller writes every group."""
 
     k: int
     n: int
     src: int
     dst: int
+    src_row: int | None = None
+    group0: int = 0
 
     kernel = "pack_weights_f16"
     entry = "rows_sup"
 
     def __post_init__(self):
-        if self.k % KBLOCK["f16"] or self.n % NBLOCK:
-            raise ValueError(f"weights need K % 16 == 0 and N % 16 == 0, got {self.k}, {self.n}")
+        whole = self.group0 == 0 and self.src_row is None
+        if self.k % KBLOCK["f16"] or self.n % (NBLOCK if whole else 4) or self.n <= 0:
+            raise ValueError(
+                f"weights need K % 16 == 0 and N % {NBLOCK if whole else 4} == 0, got {self.k}, {self.n}"
+            )
+        if self.src_row is not None and (self.src_row % 8 or self.src_row < 0):
+            raise ValueError(f"B's row stride must be a multiple of 8 bytes, got {self.src_row}")
+        if self.group0 < 0 or self.src < 8 * self.group0:
+            raise ValueError(f"first column group {self.group0} out of range (source at {self.src})")
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         kblocks = self.k // 16
         f = np.zeros(R.FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.n // 4)):
-            f[R.CNT + w], f[R.FIRST + w] = cnt, first
-        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], kblocks
+            f[R.CNT + w], f[R.FIRST + w] = cnt, first + self.group0
+        # A worker's source = IN0 + FIRST * 8: IN0 is moved back by group0 groups.
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = (
+            self.src - 8 * self.group0,
+            self.dst,
+            labels[self.kernel],
+            kblocks,
+        )
         f[R.ISTRIDE], f[R.OSTRIDE] = 8, 128  # a column group: 4 halves on in B, 4 slot columns on in a block
-        f[SRC_BLK] = self.n * 2 // 8  # B row stride in atoms
+        f[SRC_BLK] = (self.n * 2 if self.src_row is None else self.src_row) // 8  # B row stride in atoms
         f[SHIFT], f[DST_GROUP] = 2, kblocks * 512
         return f
 

@@ -22,7 +22,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
-    per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`) ->
+    per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`; f16 V in
+    column panels and whole K blocks of keys: each panel straight into its column groups, no rows) ->
     O (=|+=) P[:, chunk] V[chunk] (F16 GEMM, init then acc: the same f16 rounding per 16-row inner block as one
     GEMM over all keys); O's first d columns -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
   Scratch: C holds S [mpad, spad] (or S^T [spad, 16]) f16, then O and a chunk's V rows; A holds Q and a chunk's
@@ -291,12 +292,13 @@ class NnOps:
             sz = attention_sizes(mmax, seq, d, self.target.region1_element_bytes)
         except ValueError as exc:
             raise self.error(f"{what}: tile {tmax}: {exc}") from None
-        c_area, a_area, _ = self.scratch()
+        c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
             progs = {
-                t: attention_program(sz, *job, scale, *areas, esizes, panels_of) for t, job in jobs.items()
+                t: attention_program(sz, *job, scale, *areas, esizes, panels_of, zeros)
+                for t, job in jobs.items()
             }
             labels = [label for label, _ in next(iter(progs.values()))]
             for j, label in enumerate(labels):
@@ -358,12 +360,13 @@ def attention_sizes(
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
-    panels_of: tuple[int | None, int | None, int | None] = (None, None, None),
+    panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
     and A elements, `panels` (aux). panels_of: Q's, K's and V's column panel widths when they are stored as
-    column panels of their head blocks (`colsP`: [d / P][rows][P]), else None."""
+    column panels of their head blocks (`colsP`: [d / P][rows][P]), else None. zeros: the address of at least
+    2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     several = len(sz.chunks) > 1
@@ -413,7 +416,7 @@ def attention_program(
     qrows = 16 if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
-    def rows_of(name, src, esize, k0, nk, dst, p=None):
+    def rows_of(name, src, esize, k0, nk, dst, p=None, first=None):
         # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
         # finite logits, masked by the softmax; zero values: no contribution).
         pre = f"keys {k0}..{k0 + nk}: " if several else ""
@@ -424,9 +427,10 @@ def attention_program(
             )
         else:
             # Column panels [d / p][seq][p]: each panel's rows into its columns of the dpad-wide rows; the zero
-            # columns d..dpad once (the first chunk is the largest; later chunks rewrite columns < d only).
+            # columns d..dpad once, by the first chunk copied (chunks after it are no larger and rewrite columns < d
+            # only).
             panel_rows(f"{pre}{name} {verb}", kind, nk, p, src, sz.seq, k0, esize, dst, 2, dpad * 2, valid=p)
-            if k0 == 0:
+            if (k0 == 0) if first is None else first:
                 zero_columns(f"{pre}{name} zero columns", nk, dst)
         nkp = -(-nk // 16) * 16
         if nkp > nk:
@@ -487,9 +491,28 @@ def attention_program(
         if rw.cycles(rw.Rows("softmax_split", mpad, spad, st0=panels, **kw)) < whole:
             softmax_op, kw = "softmax_split", dict(kw, st0=panels)
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
+    vp = panels_of[2]
+    zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)
+    v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
     for c, (k0, nk) in enumerate(sz.chunks):
-        pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, panels_of[2])
-        prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
+        if vp is not None and esizes[2] == 2 and nk % 16 == 0 and zeros is not None:
+            # f16 V in column panels, whole K blocks: each panel's rows straight into its column groups of the
+            # weight panels (no row-major copy); the zero columns d..dpad once per chunk size (nothing else
+            # writes those slots between chunks of one size).
+            pre = f"keys {k0}..{k0 + nk}: " if several else ""
+            nkp = nk
+            for j in range(d // vp):
+                src = va + (j * vp * sz.seq + k0 * vp) * 2
+                call = pk.WeightsF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
+                prog.append((f"{pre}V panels, columns {j * vp}..{j * vp + vp}", call))
+            if dpad > d and zeroed_kblocks != nk // 16:
+                call = pk.WeightsF16(nk, dpad - d, zeros, panels, src_row=0, group0=d // 4)
+                prog.append((f"{pre}V panels, zero columns", call))
+                zeroed_kblocks = nk // 16
+        else:
+            pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
+            prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
+            zeroed_kblocks, v_rows_copied = None, True
         o_gemm = gm.Gemm(
             mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
             a_row_stride=spad * 2, weights=panels, c=c_area,

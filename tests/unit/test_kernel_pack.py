@@ -63,6 +63,36 @@ def test_weights_f16_transpose(k, n):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(
+    "k,p,d,dpad", [(16, 24, 72, 80), (48, 24, 72, 80), (32, 36, 72, 80), (16, 16, 32, 48)]
+)
+def test_weights_f16_from_column_panels(k, p, d, dpad):
+    """B [k, d] stored as column panels [d/p][rows][p] (rows >= k, here k + 5: the panels hold more rows than one
+    call reads): one call per panel (`group0`, `src_row`) plus the zero groups d..dpad from a zero row (`src_row`
+    0) give gemm.pack_weights of B padded with zero columns, as one call over row-major B does."""
+    rows = k + 5
+    rng = np.random.default_rng(k + p + d)
+    b = rng.standard_normal((rows, d)).astype(np.float16)
+    store = np.concatenate([b[:, j : j + p].reshape(-1) for j in range(0, d, p)])
+    zeros_at = store.size * 2 + 64  # 8 zero bytes per zero group after the panels (and a gap)
+    src = np.zeros(zeros_at + 8 * (dpad - d) // 4, np.uint8)
+    src[: store.size * 2] = store.view(np.uint8)
+    want = G.pack_weights(np.pad(b[:k], ((0, 0), (0, dpad - d))), "f16")
+    calls = [
+        P.WeightsF16(k, p, SRC + j * rows * p * 2, DST, src_row=2 * p, group0=j * p // 4)
+        for j in range(d // p)
+    ]
+    calls.append(P.WeightsF16(k, dpad - d, SRC + zeros_at, DST, src_row=0, group0=d // 4))
+    sim = Simulator(TARGET)
+    mem = {SRC: src, DST: np.full(want.size, 0xFF, np.uint8)}  # NaN bytes: every byte must be written
+    for call in calls:
+        cyc, _ = run_call(sim, LIB, FRAME, call.frame, call.entry, mem)
+        assert cyc == call.cycles()
+        mem = {}
+    got = sim.read(DST, want.size, np.uint8, tiles=[0]).reshape(-1)
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("k,n", [(32, 16), (64, 48), (96, 32), (32, 112)])
 def test_weights_fp8_transpose(k, n):
     """FP8 weight panels from row-major B (the V of P @ V): an in-register 4x4 byte transpose (sort8x8lo/hi)."""
