@@ -22,6 +22,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
 | `cast_f16` | x: R rows of `valid` (default n, a multiple of 4, >= 4) f32 | y: R rows of n f16: f16(x), then zeros (3 bundles per atom, pipelined) |
+| `panels_f16` | x: `panels` column panels of R rows of `panel_width` (P) f16 each, panel j's row i at in0 + j * `panel_step` + i * in_stride (default 2P) | y: R rows of n f16: panel 0's row, panel 1's, ..., then zeros |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -53,6 +54,19 @@ atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the m
 48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 12 (the load and the store
 in AUX bundles' MAIN slots), scale 6 (rotated: the next atom's first conversion beside the store); thread cycles
 per atom 1 + 12 + 6 (`softmax`: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+
+`panels_f16` (the attention's K / V / Q column panels [d / P][seq][P] into the GEMM's dpad-wide f16 rows) gathers
+row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
+n >= panels * P). Each worker walks its rows panel by panel: a panel's rows are one software-pipelined stream of
+`ldst64pace` (each bundle stores atom t and loads atom t + 1: one thread cycle per 8 bytes), the jumps from one row
+to the next folded into the pace increments (the stride register's fields 0 / 1: load / store jump in atoms), so a
+row of a panel costs P / 4 + 2 thread cycles (an `rpt` of P / 4 - 2 atoms, the two jump bundles, the loop branch);
+the priming load and the last row's final store (alone: nothing past the worker's rows is read) are per panel.
+Then the zero columns, column by column: an `rpt` over the worker's rows of `st64step` with the row stride (one
+cycle per zero atom, 4 per zero column). When a load and the store in one bundle would hit one memory bank (checked
+on the host over the call's address streams: the simulator's bank rule) or a jump does not fit the 10-bit fields,
+the call takes a safe path instead: `ld64step` + `st64step`, two cycles per atom, P / 2 + 5 per row of a panel
+(`Rows.pf_pace` tells which). Source and output must not overlap.
 
 Rows hold n = 4 * atoms elements (n % 4 == 0, n >= 4); row strides (bytes, multiples of 8) default to contiguous.
 The FlashAttention state starts at m = -inf, l = 0, o = 0 (a row whose scores are all -inf gives NaN).
@@ -86,6 +100,7 @@ import numpy as np
 
 from ipu.backend.kernels.codegen import WorkerCode as Code
 from ipu.backend.kernels.elementwise import split
+from ipu.backend.target import Target
 from ipu.runtime.semantics import exp_f32, recip_f32, rsqrt_f32, tanh_f16
 
 # Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.
@@ -108,6 +123,15 @@ SMS_E2, SMS_E3, SMS_ROWS = ST1, ST2, ATOMS
 SMS_PART = 96  # partial bytes per row: 6 f32 maxima, then 6 f32 sums of e, one per 64-bit word
 SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 
+# panels_f16's frame: ATOMS = P / 4 - 2 (pace path) or P / 4 (safe path), ZATOMS = zero atoms per row; PF_STEP = the
+# panel step, PF_PANELS = panels - 1, PF_PACE = the pace stride register (field 0: load jump, field 1: store jump,
+# atoms), PF_IJUMP / PF_OJUMP = the safe path's row jumps (bytes), PF_WIDTH = 2P (a panel row's bytes), PF_SAFE = 1 on
+# the safe path, PF_OATOMS = the output row stride in atoms (the zero columns' st64step stride).
+PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
+PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
+PF_MIN_P = 8  # two atoms per panel row at least: the row's load jump and store jump are in different bundles
+PACE_FIELD = 1 << 9  # pace stride fields: signed 10-bit atom counts
+
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
 
@@ -126,6 +150,7 @@ OPS = (
     "cast_f16",
     "layernorm_split",
     "softmax_split",
+    "panels_f16",
 )
 PADDED = (
     "softmax",
@@ -149,6 +174,7 @@ ESIZES = {
     "cast_f16": (4, 2),
     "layernorm_split": (2, 2),
     "softmax_split": (2, 2),
+    "panels_f16": (2, 2),
 }
 
 
@@ -517,6 +543,107 @@ def _gelu_kernel() -> Code:
     return c
 
 
+# --- column panels into padded rows (`panels_f16`) -------------------------------------------------------------------
+
+
+def _pf_kernel() -> Code:
+    """`panels_f16`. $m1 / $m2 = the worker's first row in the current panel / its columns in the output, $m4 = rpt
+    count (ATOMS), $m5 = rows - 1, $m6 = rows, $m8 = the pace stride register, $m9 = panels left - 1, $m10:11 = the
+    pace address pair (safe path: the row jumps); $m0 = the row counter, $m3 / $m7 scratch. Tags: once per worker
+    (head, zcheck, zhead, tail; phead; shead, sdone), per panel (panel, multi: rows >= 2, plast, pnext; spanel, snext), per row of
+    a panel (prow: all rows but the last, srow), per rpt repetition (patom, latom: the last row's, satom), per zero column (zcol, zatom x
+    rows)."""
+    c = Code("rows_panels_f16")
+    n = c.name
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
+    c.one(f"brz $m5, .L{n}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
+        c.one(f"mul {reg}, {reg}, $m6")
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
+        c.one(f"add {reg}, {reg}, $m3")
+    c.one("add $m6, $m5, 0")  # rows
+    c.one("sub $m5, $m5, 1")
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {PF_PANELS}")
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {PF_SAFE}")
+    c.one(f"brnz $m0, .L{n}_safe")
+    c.tag = "phead"
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {PF_PACE}")
+    # Pace path: bundle t of a panel's stream stores atom t and loads atom t + 1 (primed by a plain load).
+    pace = "ldst64pace $a0:1, $a0:1, $m10:11+=, $m8, {}"
+    c.tag = "panel"
+    c.label(f".L{n}_panel")
+    c.one("ld64 $a0:1, $m1, $mzero, 0")
+    c.one("add $m3, $m1, 8")
+    c.one("tapack $m10:11, $m3, $mzero, $m2")
+    c.one("add $m0, $m5, 0")
+    c.one(f"brz $m0, .L{n}_last")
+    c.tag = "multi"
+    c.one("sub $m0, $m0, 1")
+    c.tag = "prow"
+    c.label(f".L{n}_row")
+    c.rpt("$m4", [_b(pace.format(0))], "patom")
+    c.bundle(pace.format(0b0001))  # loads the row's last atom, then the load address jumps to the next row
+    c.bundle(pace.format(0b1000))  # stores the row's last atom, then the store address jumps to the next row
+    c.one(f"brnzdec $m0, .L{n}_row")
+    c.tag = "plast"  # the worker's last row: its last atom stored alone (no load past the rows)
+    c.label(f".L{n}_last")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_STEP}")  # for the next panel (in the rpt's alignment slot)
+    c.rpt("$m4", [_b(pace.format(0))], "latom")
+    c.bundle(pace.format(0))
+    c.one("st64pace $a0:1, $m10:11+=, $m8, 0")
+    c.tag = "pnext"
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_WIDTH}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m9, .L{n}_panel")
+    c.tag = "zcheck"
+    c.label(f".L{n}_zero")
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
+    c.one(f"brz $m0, .L{n}_done")
+    c.tag = "zhead"
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {PF_OATOMS}")
+    c.one("sub $m0, $m0, 1")
+    c.tag = "zcol"
+    c.label(f".L{n}_zcol")
+    c.one("add $m7, $m2, 0")
+    c.rpt("$m6", [_b("st64step $azeros, $mzero, $m7+=, $m9")], "zatom")
+    c.one("add $m2, $m2, 8")
+    c.one(f"brnzdec $m0, .L{n}_zcol")
+    c.label(f".L{n}_done")
+    c.exit_and_idle()
+    c.words += 1  # the idle exit (not counted) still takes a word: keeps the bundles' alignment in step
+    # Safe path (a load and a store in one bundle would share a bank): ld64step + st64step per atom.
+    c.tag = "shead"
+    c.label(f".L{n}_safe")
+    c.one(f"ld32 $m10, $mvertex_base, $mzero, {PF_IJUMP}")
+    c.one(f"ld32 $m11, $mvertex_base, $mzero, {PF_OJUMP}")
+    c.tag = "spanel"
+    c.label(f".L{n}_spanel")
+    c.one("add $m3, $m1, 0")
+    c.one("add $m7, $m2, 0")
+    c.one("add $m0, $m5, 0")
+    c.tag = "srow"
+    c.label(f".L{n}_srow")
+    c.rpt("$m4", [_b("ld64step $a0:1, $mzero, $m3+=, 1"), _b("st64step $a0:1, $mzero, $m7+=, 1")], "satom")
+    c.one("add $m3, $m3, $m10")
+    c.one("add $m7, $m7, $m11")
+    c.one(f"brnzdec $m0, .L{n}_srow")
+    c.tag = "snext"
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_STEP}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_WIDTH}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m9, .L{n}_spanel")
+    c.tag = "sdone"
+    c.one(f"bri .L{n}_zero")
+    return c
+
+
 # --- layer norm with every row split across the six workers (`layernorm_split`) -------------------------------------
 
 
@@ -808,6 +935,8 @@ def worker_code(op: str, phase: str = "norm") -> Code:
         return _lns_kernel(phase)
     if op == "softmax_split":
         return _sms_kernel(phase)
+    if op == "panels_f16":
+        return _pf_kernel()
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
@@ -851,10 +980,17 @@ class Rows:
     out_stride: int | None = None
     valid: int | None = None  # softmax / to_f16: elements read per row (default n); the rest written as zeros
     scale: float = 1.0  # to_f16
+    panels: int = 0  # panels_f16: column panels (each `panel_width` halves wide)
+    panel_width: int = 0  # panels_f16: P
+    panel_step: int | None = None  # panels_f16: bytes from panel j to panel j + 1 (default rows * in_stride)
 
     def __post_init__(self):
         if self.op not in OPS:
             raise ValueError(f"unknown row op {self.op!r}")
+        if self.op == "panels_f16":
+            self._check_panels()
+        elif self.panels or self.panel_width or self.panel_step is not None:
+            raise ValueError(f"{self.op}: panels / panel_width / panel_step are for panels_f16 only")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
         if self.op == "layernorm_split":
@@ -892,6 +1028,53 @@ class Rows:
             if s % 8:
                 raise ValueError(f"row strides must be multiples of 8 bytes, got {s}")
 
+    def _check_panels(self) -> None:
+        p, k = self.panel_width, self.panels
+        if k < 1:
+            raise ValueError(f"panels_f16 needs panels >= 1, got {k}")
+        if p % 4 or p < PF_MIN_P:
+            raise ValueError(f"panels_f16 needs panel_width % 4 == 0 and >= {PF_MIN_P}, got {p}")
+        if self.n % 4 or self.n < k * p:
+            raise ValueError(f"panels_f16 needs n % 4 == 0 and n >= panels * P = {k * p}, got {self.n}")
+        if self.rows < 0:
+            raise ValueError(f"panels_f16 needs rows >= 0, got {self.rows}")
+        for name in ("in0", "out"):
+            if getattr(self, name) % 8:
+                raise ValueError(f"panels_f16: {name} = {getattr(self, name):#x} must be 8-byte aligned")
+        if self.pstep % 8:
+            raise ValueError(f"panels_f16: panel_step must be a multiple of 8 bytes, got {self.pstep}")
+
+    @property
+    def pstep(self) -> int:
+        """panels_f16: the panel step in bytes."""
+        return self.rows * self.istride if self.panel_step is None else self.panel_step
+
+    def pf_jumps(self) -> tuple[int, int]:
+        """panels_f16's pace jumps (atoms): the load address from a row's last atom to the next row's first, the
+        same for the store address."""
+        a = self.panel_width // 4
+        return self.istride // 8 - a + 1, self.ostride // 8 - a + 1
+
+    @property
+    def pf_pace(self) -> bool:
+        """panels_f16 takes the pace path: the jumps fit the stride fields and no bundle's load and store hit one
+        bank (the simulator's rule: region 0, one 16 KiB element; region 1, one 32 KiB element and the same bit 3)."""
+        if any(not -PACE_FIELD <= j < PACE_FIELD for j in self.pf_jumps()):
+            return False
+        cols = 8 * np.arange(self.panel_width // 4, dtype=np.int64)
+        for first, cnt in split(self.rows):
+            rows = (first + np.arange(cnt, dtype=np.int64))[:, None]
+            for j in range(self.panels):
+                src = (self.in0 + j * self.pstep + rows * self.istride + cols).reshape(-1)
+                dst = (self.out + rows * self.ostride + 2 * j * self.panel_width + cols).reshape(-1)
+                x, d = src[1:], src[1:] ^ dst[:-1]  # bundle t: load atom t + 1, store atom t
+                r1 = x >= Target.region1_base
+                same0 = (d < Target.region0_element_bytes) & ~r1
+                same1 = (d < Target.region1_element_bytes) & r1 & ((d & 8) == 0)
+                if (same0 | same1).any():
+                    return False
+        return True
+
     @property
     def nvalid(self) -> int:
         return self.n if self.valid is None else self.valid
@@ -914,6 +1097,8 @@ class Rows:
             return 8
         if self.in_stride is not None:
             return self.in_stride
+        if self.op == "panels_f16":
+            return 2 * self.panel_width
         return (self.nvalid if self.op in PADDED[1:] else self.n) * ESIZES[self.op][0]
 
     @property
@@ -931,6 +1116,8 @@ class Rows:
             return self._lns_frame(labels)
         if self.op == "softmax_split":
             return self._sms_frame(labels)
+        if self.op == "panels_f16":
+            return self._pf_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[CNT + w], f[FIRST + w] = cnt, first
@@ -982,6 +1169,23 @@ class Rows:
         f[CONST : CONST + 2] = np.full(4, -np.inf, np.float16).view(np.uint32)
         f[2 * K1 : 2 * K1 + 2] = np.full(4, np.inf, np.float16).view(np.uint32)
         f[2 * K1 + 2 : 2 * K1 + 4] = self.tail_mask().view(np.uint32)
+        return f
+
+    def _pf_frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.rows)):
+            f[CNT + w], f[FIRST + w] = cnt, first
+        f[IN0], f[OUT], f[ENTRY] = self.in0, self.out, labels["rows_panels_f16"]
+        f[ISTRIDE], f[OSTRIDE] = self.istride, self.ostride
+        pace, a = self.pf_pace, self.panel_width // 4
+        f[ATOMS], f[ZATOMS] = (a - 2 if pace else a), self.n // 4 - self.panels * a
+        f[PF_STEP], f[PF_PANELS], f[PF_WIDTH], f[PF_SAFE] = self.pstep, self.panels - 1, 8 * a, not pace
+        if pace:
+            jl, js = self.pf_jumps()
+            f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10
+        f[PF_IJUMP] = np.int64(self.istride - 8 * a).astype(np.uint32)
+        f[PF_OJUMP] = np.int64(self.ostride - 8 * a).astype(np.uint32)
+        f[PF_OATOMS] = self.ostride // 8
         return f
 
     @property
@@ -1072,7 +1276,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
     y / z = in1 / in2 (layernorm weight / bias [n] f16; flash_merge pv [rows, n] f16), state = dict of f32 [rows]
     (flash_stats: m, l; flash_merge: alpha; flash_final: l). layernorm_split also gives "partials" [rows, 12] f32:
     the words it leaves at st0 + 96 * row + 8 * i (the slices' sums, then their centered sums of squares);
-    softmax_split likewise (the slices' maxima, then their sums of e)."""
+    softmax_split likewise (the slices' maxima, then their sums of e). panels_f16: x = the panels [panels, rows, P]."""
     with np.errstate(all="ignore"):
         if k.op == "gelu":
             h = x.astype(np.float16)
@@ -1083,6 +1287,13 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             half = h * np.float16(0.5)
             th = tanh_f16(t) + np.float16(1.0)
             return {"out": half * th}
+        if k.op == "panels_f16":
+            out = np.zeros((k.rows, k.n), np.float16)
+            p = k.panel_width
+            xs = np.asarray(x).reshape(k.panels, k.rows, p)
+            for j in range(k.panels):
+                out[:, j * p : j * p + p] = xs[j]
+            return {"out": out}
         x = x.reshape(k.rows, k.nvalid if k.op in PADDED[1:] else k.n)
         if k.op == "rowsum":
             return {"out": _acc_sum(x.astype(np.float32))}
@@ -1140,10 +1351,27 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     if rows == 0:
         return IDLE
     cnt = worker_code(k.op).count
+    if k.op == "panels_f16":
+        return pf_thread_cycles(k, rows)
     if k.op == "gelu":
         return cnt["head"] + cnt["unit"] * rows + cnt["tail"]
     per_row = cnt["row"] + sum(reps * cnt[tag] for tag, reps in k.reps().items())
     return cnt["head"] + rows * per_row + cnt["tail"]
+
+
+def pf_thread_cycles(k: Rows, rows: int) -> int:
+    """panels_f16: issues of one worker with `rows` (>= 1) rows (see `_pf_kernel`'s tags)."""
+    cnt = worker_code(k.op).count
+    a, z = k.panel_width // 4, k.n // 4 - k.panels * (k.panel_width // 4)
+    t = cnt["head"] + cnt["zcheck"] + cnt["tail"]
+    if z:
+        t += cnt["zhead"] + z * (cnt["zcol"] + rows * cnt["zatom"])
+    if k.pf_pace:
+        per_panel = cnt["panel"] + cnt["plast"] + cnt["pnext"] + (rows > 1) * cnt["multi"]
+        per_panel += (rows - 1) * (cnt["prow"] + (a - 2) * cnt["patom"]) + (a - 2) * cnt["latom"]
+        return t + cnt["phead"] + k.panels * per_panel
+    per_panel = cnt["spanel"] + cnt["snext"] + rows * (cnt["srow"] + a * cnt["satom"])
+    return t + cnt["shead"] + cnt["sdone"] + k.panels * per_panel
 
 
 def lns_thread_cycles(k: Rows, phase: str) -> int:

@@ -425,6 +425,14 @@ def attention_program(
             prog.append(
                 (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
             )
+        elif esize == 2:
+            # f16 column panels [d / p][seq][p]: one call copies every panel's rows into their columns of the
+            # dpad-wide rows and zeroes the columns d..dpad.
+            call = rw.Rows(
+                "panels_f16", nk, dpad, in0=src + k0 * p * 2, out=dst, panels=d // p, panel_width=p,
+                panel_step=sz.seq * p * 2, out_stride=dpad * 2,
+            )  # fmt: skip
+            prog.append((f"{pre}{name} rows from {d // p} column panels", call))
         else:
             # Column panels [d / p][seq][p]: each panel's rows into its columns of the dpad-wide rows; the zero
             # columns d..dpad once, by the first chunk copied (chunks after it are no larger and rewrite columns < d

@@ -1,0 +1,126 @@
+"""`panels_f16` (column panels [panels][rows][P] f16 -> rows of n f16: the panels side by side, then zeros) on the
+simulator: bit-exact against the numpy semantics, the estimate equal to the simulator's cycles, on the pace path and
+on the safe path (a load and a store of one bundle in one bank, or a row jump too long for the pace stride fields).
+Only the panels' atoms are written before the call (the simulator flags a load of never-written memory), other data
+between panels (a panel step longer than the panel) must not reach the output, the output is pre-filled with NaN:
+every atom of the R rows must be written and the bytes between rows (an output stride longer than the row) kept."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipu.backend.kernels import rowwise as R
+from ipu.backend.kernels.harness import run_call
+from ipu.backend.target import Target
+from ipu.runtime.simulator import Simulator
+
+TARGET = Target.small(tiles=1, sram_kib=624)
+LIB = R.library_asm(TARGET.sram_base)
+X, OUT, FRAME = 0x60000, 0x70000, 0x5C000
+X1, OUT1 = 0x90000, 0xA8000  # region 1 (interleaved)
+
+
+def _run(k: R.Rows, gap: bool = False) -> int:
+    """Runs k on random panels; checks the output rows against the semantics and the bytes between them (NaN
+    before the call) unchanged; gap: the bytes between panels hold data (-1.0) that must not be copied."""
+    p = k.panel_width
+    rs = np.random.default_rng(k.rows * 100 + k.panels * 10 + p)
+    x = (rs.standard_normal((k.panels, k.rows, p)) * 4).astype(np.float16)
+    mem = {}
+    if gap:  # the whole source range written: the other data
+        span = (k.panels - 1) * k.pstep + (k.rows - 1) * k.istride + 2 * p
+        mem[k.in0] = np.full(span // 2, -1.0, np.float16)
+    for j in range(k.panels):
+        for i in range(k.rows):
+            mem[k.in0 + j * k.pstep + i * k.istride] = x[j, i]
+    out_bytes = k.rows * k.ostride
+    mem[k.out] = np.full(out_bytes // 2, np.nan, np.float16)
+    sim = Simulator(TARGET)
+    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    assert R.cycles(k) == cyc, (R.cycles(k), cyc)
+    got = sim.read(k.out, out_bytes, np.uint16, tiles=[0]).reshape(k.rows, k.ostride // 2)
+    want = R.semantics(k, x)["out"]
+    np.testing.assert_array_equal(got[:, : k.n], want.view(np.uint16))
+    assert (got[:, k.n :] == np.float16(np.nan).view(np.uint16)).all()  # between the rows: untouched
+    return cyc
+
+
+# (rows, panels, P, n): the attention's K (72 = 3 x 24 of 80), rows with a remainder, fewer rows than workers (1, 4),
+# two wide panels, no zero columns (72 of 72), many zero columns.
+SHAPES = [(176, 3, 24, 80), (25, 3, 24, 80), (7, 2, 36, 80), (1, 3, 24, 72), (4, 3, 24, 80), (13, 1, 8, 48)]
+
+
+@pytest.mark.parametrize("rows,panels,p,n", SHAPES)
+def test_panels(rows, panels, p, n):
+    k = R.Rows("panels_f16", rows, n, in0=X, out=OUT, panels=panels, panel_width=p)
+    assert k.pf_pace
+    _run(k)
+
+
+@pytest.mark.parametrize("rows,panels,p,n", [(25, 3, 24, 80), (5, 2, 36, 80)])
+def test_panel_step_and_out_stride(rows, panels, p, n):
+    """Panels of a longer sequence (the attention's key chunk: step = seq * 2P), other data between them; output rows
+    inside wider rows (stride > 2n)."""
+    k = R.Rows(
+        "panels_f16", rows, n, in0=X + 96, out=OUT, panels=panels, panel_width=p,
+        panel_step=(rows + 9) * 2 * p, out_stride=2 * n + 48,
+    )  # fmt: skip
+    assert k.pf_pace
+    _run(k, gap=True)
+
+
+def test_in_stride():
+    """Panel rows further apart than 2P (the load's row jump), other data between them."""
+    k = R.Rows("panels_f16", 11, 40, in0=X, out=OUT, panels=2, panel_width=16, in_stride=48, out_stride=96)
+    assert k.pf_pace and k.pf_jumps() == (3, 9)
+    _run(k, gap=True)
+
+
+@pytest.mark.parametrize(
+    "in0,out,rows,out_stride,pace",
+    [
+        (X, X + 0x2000, 13, None, False),  # one region-0 bank: safe path
+        (X1, OUT1, 25, None, True),  # region 1, different elements
+        (X1, X1 + 0x2000, 25, None, True),  # one region-1 element, loads / stores in different halves (bit 3)
+        (X1, X1 + 0x2008, 25, None, False),  # ... on the same half: safe path
+        (X, OUT, 3, 8192, False),  # the store's row jump does not fit a pace stride field: safe path
+    ],
+)
+def test_banks(in0, out, rows, out_stride, pace):
+    k = R.Rows("panels_f16", rows, 80, in0=in0, out=out, panels=3, panel_width=24, out_stride=out_stride)
+    assert k.pf_pace == pace
+    _run(k)
+
+
+def test_one_call_beats_four():
+    """The attention's K block (176 keys, 3 panels of 24, dpad 80): one call against today's three pad_f16 panel
+    copies and the zero columns."""
+    k = R.Rows(
+        "panels_f16", 176, 80, in0=X, out=OUT, panels=3, panel_width=24, in_stride=48, out_stride=160,
+        panel_step=176 * 48,
+    )  # fmt: skip
+    old = [
+        R.Rows("pad_f16", 176, 24, in0=X + j * 8448, out=OUT + j * 48, in_stride=48, out_stride=160, valid=24)
+        for j in range(3)
+    ] + [R.Rows("pad_f16", 176, 8, out=OUT + 144, out_stride=160, valid=0)]
+    assert 2.5 * R.cycles(k) < sum(R.cycles(c) for c in old)
+
+
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        (dict(panels=0, panel_width=24), "panels >= 1"),
+        (dict(panels=3, panel_width=22), "panel_width % 4"),
+        (dict(panels=3, panel_width=4), "panel_width % 4"),
+        (dict(panels=4, panel_width=24), "n >= panels"),
+        (dict(panels=3, panel_width=24, in0=X + 4), "8-byte aligned"),
+        (dict(panels=3, panel_width=24, panel_step=100), "panel_step"),
+        (dict(panels=3, panel_width=24, in_stride=52), "multiples of 8"),
+    ],
+)
+def test_invalid(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        R.Rows("panels_f16", 4, 80, **kw)
+    with pytest.raises(ValueError, match="panels_f16 only"):
+        R.Rows("pad_f16", 4, 80, panels=3)
