@@ -34,6 +34,10 @@ Operand layouts (what the tile level chooses):
 - A [M, K], element type f16 (F16) or FP8 bits (FP8). Row r of K block kb starts at
   `a + kb * a_block_step + r * a_row_stride`; its KB elements (32 bytes) are contiguous. Row-major A: a_row_stride =
   K * esize, a_block_step = 32. K-block panels `[K/KB][M][KB]`: a_row_stride = 32, a_block_step = 32 * M.
+  Column panels of P elements (`[K/P][M][P]`, P a multiple of KB): a_row_stride = P * esize, a_block_step = 32,
+  a_panel_blocks = q = P / KB, a_panel_step = bytes from one panel's start to the next; `a` is the call's first
+  block, block a_first_block of its panel (calls may start and end inside panels). After a panel's last block the
+  supervisor adds a_panel_step - q * a_block_step more, landing on the next panel's start.
 - C [M, N] f16, same scheme with 16-column blocks: row-major c_row_stride = 2N, c_block_step = 32; panels
   `[N/16][M][16]`: c_row_stride = 32, c_block_step = 32 * M. Row strides are multiples of 32 bytes and at most
   4112 bytes (10-bit pace strides).
@@ -75,8 +79,12 @@ PEAK_MACS = {F16: 64, FP8: 128}
 # row in an A block, COFF = in a C block, C0 = its first row of the current C block (written by the supervisor per
 # column block: C0 = COFF + C block), STRIDES = the pace stride fields. FIRST/ACC = worker entries (the
 # `_all` bodies when all six workers are active).
+# A in column panels: PCNT = the countdown's value at each column block's start (blocks of the first panel after
+# the call's first one; off: 2^32 - 1), PQ_M1 = its reload (blocks per panel - 1), PJUMP = bytes added to the A
+# block address after a panel's last block, on top of ASTEP (to the next panel's start).
 WEIGHTS, A_BASE, C_BASE, KB_M1, NB_M1, ASTEP, CSTEP, FIRST, ACC, INFMT, ISCL, Q, R, NACT = range(14)
-REC, REC_WORDS = 14, 6
+PCNT, PQ_M1, PJUMP = range(14, 17)
+REC, REC_WORDS = 17, 6
 CNT_INIT, CNT_ACC, AOFF, C0, STRIDES, COFF = range(6)
 FRAME_WORDS = REC + 6 * REC_WORDS
 FRAME_BYTES = 4 * FRAME_WORDS
@@ -272,7 +280,7 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         f"    ld32 $m1, $m0, $mzero, {A_BASE}",
         f"    setzi $m6, {sram_base}",
         "    sub $m8, $m1, $m6",  # runall takes the vertex base relative to the SRAM base: A - SRAM base
-        f"    ld32 $m4, $m0, $mzero, {ASTEP}",
+        f"    ld32 $m4, $m0, $mzero, {PCNT}",  # blocks left in A's current panel after this one
         f"    ld32 $m7, $m0, $mzero, {C_BASE}",
         f"    ld32 $m2, $m0, $mzero, {NB_M1}",
         "    add $m6, $m8, 0",
@@ -293,11 +301,20 @@ def supervisor_asm(prec: str, coef: str, sram_base: int) -> str:
         # Bookkeeping and branches for the next block while the workers run (on hardware: in the slot of the
         # first worker to exit, as poplibs' estimator assumes: min worker + 14 cycles).
         f"    ld32 $m5, $m0, $mzero, {ACC}",
-        "    add $m6, $m6, $m4",
+        f"    ld32 $m1, $m0, $mzero, {ASTEP}",
+        "    add $m6, $m6, $m1",
+        # A in column panels: after the panel's last block, on to the next panel's start (off: the countdown
+        # never reaches zero).
+        f"    brnzdec $m4, .L{name}_same",
+        f"    ld32 $m4, $m0, $mzero, {PQ_M1}",
+        f"    ld32 $m1, $m0, $mzero, {PJUMP}",
+        "    add $m6, $m6, $m1",
+        f".L{name}_same:",
         f"    brnzdec $m3, .L{name}_k",
         f"    ld32 $m3, $m0, $mzero, {KB_M1}",
         f"    ld32 $m5, $m0, $mzero, {FIRST}",
         "    add $m6, $m8, 0",
+        f"    ld32 $m4, $m0, $mzero, {PCNT}",
         f"    ld32 $m1, $m0, $mzero, {CSTEP}",
         "    add $m7, $m7, $m1",
         f"    brnzdec $m2, .L{name}_col",
@@ -338,6 +355,9 @@ class Gemm:
     a_block_step: int | None = None
     c_row_stride: int | None = None
     c_block_step: int | None = None
+    a_panel_blocks: int | None = None  # A in column panels: K blocks per panel (None: no panel jumps)
+    a_panel_step: int = 0  # bytes from one A panel's start to the next
+    a_first_block: int = 0  # the call's first K block within its panel (`a` points at that block)
     in_format: int = fp8.F143  # FP8 only
     w_format: int = fp8.F143
     in_scale: int = 0
@@ -354,6 +374,21 @@ class Gemm:
         for s in (self.ars, self.crs):
             if s % 32 or not 32 <= s <= 8 * 514:
                 raise ValueError(f"row strides must be multiples of 32 bytes in [32, 4112], got {s}")
+        q = self.a_panel_blocks
+        if q is None:
+            if self.a_panel_step or self.a_first_block:
+                raise ValueError("a_panel_step and a_first_block need a_panel_blocks (A in column panels)")
+        else:
+            if not isinstance(q, int) or q < 1:
+                raise ValueError(f"a_panel_blocks must be a positive number of K blocks, got {q!r}")
+            if not 0 <= self.a_first_block < q:
+                raise ValueError(
+                    f"a_first_block must be in [0, a_panel_blocks={q}), got {self.a_first_block}"
+                )
+            if self.a_panel_step <= 0 or self.a_panel_step % 8:
+                raise ValueError(
+                    f"a_panel_step must be a positive multiple of 8 bytes, got {self.a_panel_step}"
+                )
 
     @property
     def ars(self) -> int:
@@ -387,7 +422,13 @@ class Gemm:
                 f[rec + AOFF], f[rec + COFF] = first * self.ars, first * self.crs
         f[WEIGHTS], f[A_BASE], f[C_BASE] = self.weights, self.a, self.c
         f[KB_M1], f[NB_M1] = self.kblocks - 1, self.nblocks - 1
-        f[ASTEP] = self.a_block_step if self.a_block_step is not None else 32
+        f[ASTEP] = astep = self.a_block_step if self.a_block_step is not None else 32
+        if self.a_panel_blocks is None:
+            f[PCNT] = 0xFFFFFFFF  # never reaches zero: no panel jumps
+        else:
+            q = self.a_panel_blocks
+            f[PCNT], f[PQ_M1] = q - 1 - self.a_first_block, q - 1
+            f[PJUMP] = (self.a_panel_step - q * astep) & 0xFFFFFFFF
         f[CSTEP] = self.c_block_step if self.c_block_step is not None else 32
         body = "_all" if nact == 6 else ""  # no idle worker: the bodies without the idle test
         f[FIRST] = labels[f"gemm_{self.prec}_{self.mode}{body}"]

@@ -626,7 +626,8 @@ class Lowering(NnOps):
         the planned weight block (row-major [nc, K] FP8 or f16 from the exchange; rows re-strided to the padded K
         with zero tails first when K % 16 != 0) -> FP8: rearranged into the F16 panels' order + one flat `cast_fp8_f16` (exact) = the F16 AMP
         weight panels; f16: `weights_from_bt` -> [A chunk into K-block panels when A's rows are longer than the
-        kernel's row stride limit] -> F16 GEMM into the C scratch (init, then acc: the same per-block f16
+        kernel's row stride limit; column-panel A: the chunk read in place, or its rows gathered where it cannot
+        be] -> F16 GEMM into the C scratch (init, then acc: the same per-block f16
         rounding as one call) -> bias -> [cast to f32] -> [rows into the result]."""
         x, w = op.operands[0], op.operands[1]
         bias = op.operands[2] if len(op.operands) > 2 else None
@@ -681,10 +682,21 @@ class Lowering(NnOps):
             jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize, wsrc)
         nmax = max(j[5] for j in jobs.values())
         mmax = max(j[4] for j in jobs.values())
-        # Column-panel A: each K chunk's rows are gathered (with zero padding) into the A scratch per chunk.
+        # Column-panel A: the GEMM reads a K chunk in place (row stride 2P, a jump to the next panel every P/16
+        # blocks) when the chunk is whole 16-blocks of full-width panels of a multiple of 16 and no tile pads its
+        # rows; else the chunk's rows are gathered (with zero padding) into the A scratch (`A chunk rows`).
         pad_a = {t for t, j in jobs.items() if j[4] != j[2] or kpad != k} if a_cols is None else set()
         a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES and a_cols is None  # rows too long: chunks into panels
-        if a_cols is not None and mmax * max(kw for _, kw in chunks) * 2 > e:
+        in_place = set()
+        if a_cols is not None and a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES:
+            if all(j[4] == j[2] for j in jobs.values()):
+                in_place = {
+                    k0
+                    for k0, kw in chunks
+                    if k0 % 16 == 0 and kw % 16 == 0 and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
+                }
+        gathered = [kw for k0, kw in chunks if k0 not in in_place]
+        if a_cols is not None and gathered and mmax * max(gathered) * 2 > e:
             raise LoweringError(
                 f"{what}: a {mmax}-row K chunk of the column-panel A exceeds the {e}-byte scratch element"
             )
@@ -804,7 +816,7 @@ class Lowering(NnOps):
 
                 what_w = f"{tag}: weight panels {wdt} -> f16"
                 self.call("rows_sup", pk.FP8_FRAME_WORDS, frames(fp8_panels), what=what_w)
-            if a_cols is not None:
+            if a_cols is not None and k0 not in in_place:
                 self.copy_call(
                     {t: self._a_chunk_rows(j, a_cols, k, k0, kw, a_area, zeros) for t, j in jobs.items()},
                     f"{tag}: A chunk rows",
@@ -844,6 +856,13 @@ class Lowering(NnOps):
                     return gm.Gemm(
                         mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a_area, weights=panels, c=c_area,
                         a_row_stride=32, a_block_step=32 * mpad,
+                    )  # fmt: skip
+                if a_cols is not None and k0 in in_place:  # mpad == mr: the panels' height
+                    p = a_cols
+                    return gm.Gemm(
+                        mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a + (k0 // p * p * mr + k0 % p) * 2,
+                        weights=panels, c=c_area, a_row_stride=2 * p, a_panel_blocks=p // 16,
+                        a_panel_step=p * mr * 2, a_first_block=k0 % p // 16,
                     )  # fmt: skip
                 if a_cols is not None:
                     return gm.Gemm(

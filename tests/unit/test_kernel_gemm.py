@@ -109,6 +109,58 @@ def test_f16_gemm_ld64_and_panels(m, k, n):
     _check(g, a, b, c0, a_panels, out, cyc)
 
 
+def _col_panels(a, p):
+    """[M, K] -> column panels of p columns ([K/p][M][p], the last one narrower), each row-major, flat."""
+    return np.concatenate([a[:, j : j + p].reshape(-1) for j in range(0, a.shape[1], p)])
+
+
+@pytest.mark.parametrize(
+    "m,p,ktot,k0,kw,n,mode",
+    [
+        (20, 32, 128, 0, 128, 32, "init"),  # q = 2, whole panels, two column blocks
+        (19, 32, 144, 16, 80, 32, "acc"),  # starts mid-panel (first = 1), 5 blocks per column block
+        (7, 48, 200, 16, 128, 48, "init"),  # q = 3, first = 1, idle workers, a narrow last panel left alone
+        (37, 48, 192, 32, 112, 16, "acc"),  # first = 2: the first jump after one block
+        (64, 16, 64, 16, 48, 32, "acc"),  # q = 1: a jump after every block
+    ],
+)
+def test_f16_gemm_a_column_panels(m, p, ktot, k0, kw, n, mode):
+    """A read in place from column panels of p (the panel jump), for a K range [k0, k0 + kw) that may start and
+    end inside panels; a second column block restarts the countdown. Bit-exact, estimate exact."""
+    rng = np.random.default_rng(m * 7 + p + k0)
+    a_full, b, c0 = _f16(rng, (m, ktot)), _f16(rng, (kw, n)), _f16(rng, (m, n))
+    q = p // 16
+    g = G.Gemm(
+        m,
+        kw,
+        n,
+        G.F16,
+        mode,
+        "ld128",
+        a=A_ADDR + ((k0 // p) * p * m + k0 % p) * 2,
+        weights=W128_ADDR,
+        c=C_ADDR,
+        a_row_stride=2 * p,
+        a_panel_blocks=q,
+        a_panel_step=p * m * 2,
+        a_first_block=(k0 % p) // 16,
+    )
+    a = a_full[:, k0 : k0 + kw]
+    out, cyc = run_gemm(g, _col_panels(a_full, p), b, c0 if mode == "acc" else None)
+    assert _check(g, a, b, c0, None, out, cyc) == cyc
+
+
+def test_a_panel_fields_are_checked():
+    with pytest.raises(ValueError, match="a_first_block"):
+        G.Gemm(8, 32, 16, a_row_stride=64, a_panel_blocks=2, a_panel_step=1024, a_first_block=2)
+    with pytest.raises(ValueError, match="a_panel_step"):
+        G.Gemm(8, 32, 16, a_row_stride=64, a_panel_blocks=2, a_panel_step=0)
+    with pytest.raises(ValueError, match="a_panel_blocks"):
+        G.Gemm(8, 32, 16, a_row_stride=64, a_panel_blocks=0, a_panel_step=1024)
+    with pytest.raises(ValueError, match="need a_panel_blocks"):
+        G.Gemm(8, 32, 16, a_panel_step=1024)
+
+
 @pytest.mark.parametrize(
     "m,k,n,fmts,scales",
     [
