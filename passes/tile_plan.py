@@ -28,7 +28,9 @@ home, `home_of`: for a replicated operand layout, each block is split along its 
 pieces, one per replica tile, so every tile of a GEMM grid keeps a distinct share of the weights and the exchange
 broadcasts the pieces into the operand layout);
 wherever a producer's layout differs from what a consumer needs, a `tile.relayout` is inserted right before the
-consumer (one per value and layout per block). `nn.repeat` becomes `tile.repeat`: the body is planned once;
+consumer (one per value and layout per block); a gather of many small producer blocks into a consumer block goes
+through an intermediate layout (two relayouts: `gather_mid`), since every piece costs an exchange round.
+`nn.repeat` becomes `tile.repeat`: the body is planned once;
 carried values keep the layout they enter with, stacked parameters get their slice's home with `stack = count`.
 
 Existing decisions are honoured: an op that already has `tile.plan` keeps it (its result layout is derived from
@@ -225,6 +227,52 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
         layout.scale.data,
     )  # fmt: skip
+
+
+# Two-stage gathers: an exchange round costs a fixed ~250 cycles (the round table walk, the sends' setup, the
+# internal sync) besides its data, and a tile hears one sender per round. A consumer block assembled from many
+# small producer blocks (attention K/V from 25 x 24 GEMM blocks: 90 pieces; a M = 1 row from 135 16-column blocks)
+# pays one round per piece. Through an intermediate layout (`gather_mid`) it pays the pieces of one intermediate
+# block in the first phase (all intermediate blocks in parallel) and one round per intermediate block in the second.
+GATHER_MIN_PIECES = 16  # direct pieces per consumer block below which the gather stays direct
+GATHER_GAIN = 2  # ... and the two stages must need at most 1 / GATHER_GAIN of its rounds
+
+
+def gather_mid(
+    have: tl.LayoutAttr, want: tl.LayoutAttr, num_tiles: int, salt: int = 0
+) -> tl.LayoutAttr | None:
+    """The intermediate layout of a two-stage gather from `have` to `want`, or None if a direct relayout is as
+    good (see GATHER_MIN_PIECES) or the shapes are not of the kind handled.
+
+    Handled: 2-D, same dtype, unstacked; `have` row-major with one replica and blocks (hr, hc); `want` with
+    blocks (wr, wc), wc a multiple of hc, stored as column panels of hc (`cols{hc}`) or row-major single rows
+    (wr = 1). The intermediate has `want`'s row blocks and g producer column blocks per block (wr, g * hc), in
+    `want`'s storage order, so that every transfer of both stages is one contiguous range on both sides: a
+    producer block's rows into one panel (or one row), whole intermediate panels (or a row range) into `want`.
+    g minimises the rounds of both stages: n_r * g + ceil(n_c / g) against n_r * n_c direct (n_r producer row
+    blocks meet a `want` row block, n_c = wc / hc). The intermediate blocks are spread evenly over the tiles
+    (rotated by `salt`, so that gathers planned one after the other use different tiles): on a tile of `want`
+    they would live beside the block they feed."""
+    if len(have.shape_) != 2 or have.shape_ != want.shape_ or have.dtype != want.dtype:
+        return None
+    if have.stack.data or want.stack.data or have.order.data != "row_major" or have.replicas.data != 1:
+        return None
+    (rows, cols), (hr, hc), (wr, wc) = have.shape_, have.block_, want.block_
+    panels = tl.col_panel_width(want)
+    if (wc % hc and wc < cols) or not (panels == hc or (want.order.data == "row_major" and wr == 1)):
+        return None  # (a block over all columns may end in a narrower producer block)
+    starts = np.arange(0, rows, wr)
+    n_r = int((((np.minimum(starts + wr, rows) - 1) // hr) - starts // hr + 1).max())
+    n_c = -(-min(wc, cols) // hc)
+    direct = n_r * n_c
+    g = min(range(1, n_c + 1), key=lambda g: n_r * g + -(-n_c // g))
+    if direct < GATHER_MIN_PIECES or GATHER_GAIN * (n_r * g + -(-n_c // g)) > direct:
+        return None
+    mc = g * hc
+    grid_r, grid_c = -(-rows // wr), -(-cols // mc)
+    n = grid_r * grid_c
+    tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
+    return tl.make_layout((rows, cols), (wr, mc), tiles, want.dtype, want.order.data, want.scale.data)
 
 
 def one_replica(layout: tl.LayoutAttr) -> tl.LayoutAttr:
@@ -581,6 +629,7 @@ class _Planner:
     single_count: int = 0
     gemm_base: int = 0
     home_count: int = 0  # homes given so far: rotates each new home's pieces over the replicas (`home_of`)
+    gathers: int = 0  # two-stage gathers planned so far: rotates their intermediate blocks (`gather_mid`)
     # FP8 scale of the stacked operand behind a repeat body's placeholder source (a host-folded FP8 cast)
     source_scale: dict = field(default_factory=dict)
 
@@ -622,7 +671,17 @@ class _Planner:
         key = (v, want, id(op.parent_block()))
         r = self.relayouts.get(key)
         if r is None:
-            rel = tl.RelayoutOp(v, want)
+            src = v
+            mid = gather_mid(have, want, self.target.num_tiles, self.gathers) if have is not None else None
+            if mid is not None:  # a two-stage gather (see GATHER_MIN_PIECES)
+                self.gathers += 1
+                mkey = (v, mid, id(op.parent_block()))
+                src = self.relayouts.get(mkey)
+                if src is None:
+                    rel = tl.RelayoutOp(v, mid)
+                    Rewriter.insert_op(rel, InsertPoint.before(op))
+                    src = self.relayouts[mkey] = rel.result
+            rel = tl.RelayoutOp(src, want)
             Rewriter.insert_op(rel, InsertPoint.before(op))
             r = self.relayouts[key] = rel.result
         op.operands[index] = r

@@ -301,3 +301,33 @@ def test_attention_kv_in_column_panels(dtype):
     for g, w in zip(outs[0], want):
         assert cosine(g, w) >= 0.9999, cosine(g, w)
     assert np.abs(outs[0] - want).max() < 1e-2  # sums of two normals: logits twice as large as above
+
+
+def test_two_stage_gather_gives_the_same_bits(monkeypatch):
+    """K and V made of many small producer blocks (10 x 20, five per head's rows and two per head's columns) reach
+    the attention through an intermediate layout (tile-plan's `gather_mid`: a two-stage gather) when the threshold
+    is lowered: more exchange phases, the same bits as the direct gather (both only move data)."""
+    from ipu.dialects import tile as tl
+    from ipu.passes import tile_plan
+
+    t, s, c, heads = 20, 50, 80, 2
+    rng = np.random.default_rng(11)
+    names = (("q1", t), ("q2", t), ("k1", s), ("k2", s), ("v1", s), ("v2", s))
+    x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in names}
+    kv_layout = tl.make_layout((s, c), (10, 20), np.arange(20, dtype=np.int32)[:, None], f32)
+    q_layout = tl.make_layout((t, c), (10, 20), np.arange(20, 28, dtype=np.int32)[:, None], f32)
+    outs, phases = [], []
+    for two_stage in (False, True):
+        if two_stage:
+            monkeypatch.setattr(tile_plan, "GATHER_MIN_PIECES", 4)
+            monkeypatch.setattr(tile_plan, "GATHER_GAIN", 1)
+        pkg = compile_model(
+            sum_attention_module(t, s, c, heads, f32, q_layout, kv_layout), Target.small(32, sram_kib=624)
+        )
+        phases.append(
+            sum(site["what"].startswith("exchange rounds") for site in pkg.metadata["profile_sites"])
+        )
+        outs.append(Session(pkg).run(x).outputs["o"])
+    assert phases[1] > phases[0], phases
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert tile_plan.gather_mid(kv_layout, kv_layout, 32) is None  # nothing to gather

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import Float16Type, ModuleOp
 from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from ipu.dialects import exchange as ex
@@ -247,3 +247,30 @@ def test_random_vit_on_random_target(seed):
     at_exchange = run(m, inputs, params)
     for k in at_tile:
         np.testing.assert_array_equal(at_exchange[k], at_tile[k], err_msg=k)
+
+
+def test_gather_mid_for_so400m_attention_and_map_rows():
+    """The two-stage gather's intermediate layouts at So400m size: K from 25 x 24 GEMM blocks into whole-head
+    column panels (90 pieces per head) goes through one 729 x 24 panel per producer column block (30 + 3 rounds);
+    a [1, 2160] row from 16-column blocks (135 pieces) through 9-block groups (9 + 15 rounds); a gather of few
+    pieces stays direct."""
+    from ipu.passes.tile_plan import gather_mid
+
+    f16 = Float16Type()
+    k = tl.make_layout((729, 1152), (25, 24), np.arange(30 * 48, dtype=np.int32)[:, None], f16)
+    heads = np.arange(16 * 92, dtype=np.int32).reshape(16, 92)
+    want = tl.make_layout((729, 1152), (729, 72), heads, f16, "cols24")
+    mid = gather_mid(k, want, 1472)
+    assert mid is not None and mid.block_ == (729, 24) and mid.order.data == "cols24"
+    assert mid.num_blocks == 48 and len(set(mid.table()[:, 0].tolist())) == 48
+    row = tl.make_layout((1, 2160), (1, 16), np.arange(135, dtype=np.int32)[:, None], f16)
+    whole = tl.make_layout((1, 2160), (1, 2160), np.arange(72, dtype=np.int32)[None, :], f16)
+    mid = gather_mid(row, whole, 1472)
+    assert mid is not None and mid.block_ == (1, 144) and mid.order.data == "row_major"  # 9 + 15 rounds
+    few = tl.make_layout((729, 1152), (729, 72), heads, f16, "cols72")
+    assert (
+        gather_mid(
+            tl.make_layout((729, 1152), (243, 72), np.arange(48, dtype=np.int32)[:, None], f16), few, 1472
+        )
+        is None
+    )
