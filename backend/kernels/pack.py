@@ -18,7 +18,9 @@ Four kernels:
     * `fp8_in_f16_panel_order(n, k, ...)` (16-byte pieces): FP8 B^T rows into the F16 panels' order at one byte
       per half, so that one flat `cast_fp8_f16` yields the F16 AMP weight panels (GEMM weights kept in FP8 and
       prepared on the device).
-  Per chunk: 4 ld64step + 4 st64step bundles (8 thread cycles per 32 bytes).
+  Per chunk: 4 ld64step + 4 st64step bundles (8 thread cycles per 32 bytes); where no bundle's load and store can
+  share a bank (`Chunks.lag`, decided on the host from the addresses: different regions or elements, or region 1
+  with a fixed bit-3 relation) the `_pace1` / `_pace2` variants pair them in `ldst64pace` (4 per 32 bytes).
 
 - `fp8_f16` (`FP8ToF16`, `fp8_to_f16_panels(n, k, ...)`; kernels `pack_fp8_f16`, `pack_fp8_f16_pad`): the F16
   AMP weight panels of one K chunk straight from its row-major FP8 B^T rows [n, k] (row stride src_row),
@@ -30,7 +32,7 @@ Four kernels:
   the N padding rows [n, ceil(n/16)*16) (`_pad`; pad=False leaves them alone). Per piece one rpt pass of 6
   bundles, memory-bound (one load or store per bundle, the four conversions beside them): ld64step,
   {ld64step ; f8v4tof16}, 3 x {st64step ; f8v4tof16}, st64step: 6 thread cycles per 16 FP8 bytes (reorder +
-  cast: 4 + 8); a zero row piece: 4 `st64step $azeros`. Per row 10 issues (dst_row(r) from register-held
+  cast: 4 + 8), or 4 on the pace variants (`FP8ToF16.lag`, as `chunks`); a zero row piece: 4 `st64step $azeros`. Per row 10 issues (dst_row(r) from register-held
   constants, rpt, the source step, brnzdec), per worker 22 (`_pad`: up to 31); the frame is FP8_FRAME_WORDS
   long (rowwise's + per-worker zero-row tables: conversion rows split as `split`, zero rows in reverse order).
 
@@ -50,12 +52,14 @@ Constraints: addresses 8-byte aligned; chunk counts >= 1; B row stride (2N bytes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache, cached_property
 
 import numpy as np
 
 from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.elementwise import split
 from ipu.backend.kernels.gemm import KBLOCK, NBLOCK
+from ipu.backend.target import Target
 from ipu.runtime import fp8
 
 # Extra frame words (inside the rowwise frame's state words): source chunk step, destination chunk step, shift g,
@@ -68,6 +72,13 @@ FMT, SCL, SRC_NEXT = R.IN1, R.IN2, R.F1
 # rowwise frame (the frame is FP8_FRAME_WORDS long).
 ZCNT, ZFIRST = R.FRAME_WORDS, R.FRAME_WORDS + 6
 FP8_FRAME_WORDS = R.FRAME_WORDS + 12
+# `chunks` pace variants (`chunks_pace_code`): the pace stride register (field 0: the load's chunk jump, field 1: the
+# store's, atoms), the source step from a row's primed position to the next row (bytes), blocks - 1.
+PACE, PSTEP, PREPS = R.F1, R.IN1, R.IN2
+PACE_FIELD = R.PACE_FIELD
+# `fp8_f16` pace variants: the pace stride register, the source step from a row's primed position to the next row,
+# blocks - 1.
+FP8_PACE, FP8_PSTEP, FP8_PREPS = R.ST2, R.ZATOMS, R.CONST  # pace stride fields: signed 10-bit atom counts
 
 
 def _dst_row(c: R.Code) -> None:
@@ -117,28 +128,106 @@ def chunks_code(piece: int = 32) -> R.Code:
     return c
 
 
-def fp8_f16_code(pad: bool = False) -> R.Code:
+def _pace_sel(load_jump: bool, store_jump: bool) -> int:
+    """ldst64pace selector: the load address steps by one atom or field 0, the store address by one or field 1."""
+    return (1 if load_jump else 0) | ((2 << 2) if store_jump else 0)
+
+
+def chunks_pace_code(piece: int = 32, lag: int = 1) -> R.Code:
+    """`chunks` with one load and one store per bundle (`ldst64pace`): per row, the stream of the row's atoms
+    (chunk by chunk) software-pipelined with the store `lag` atoms behind the load (1: source and destination atoms
+    of equal bit 3 in region 1, or in banks that never meet; 2: opposite bit 3), chosen on the host per call
+    (`Chunks.lag`). The jumps between chunks are the pace stride fields (0: load, 1: store; frame word PACE).
+    Per row: `lag` priming loads (ld64step), an rpt over blocks - 1 chunks of n = piece / 8 bundles, the last chunk
+    alone (its last `lag` stores without loads: nothing past the row's atoms is read). Registers: $m0 = dst,
+    $m1 = the row's source (after its priming loads), $m2 = dst_row(r), $m3 = the source chunk step (atoms, for a
+    priming load), $m4 = blocks - 1, $m5 = rows left - 1, $m6 = row, $m7 = shift, $m8 = the pace strides,
+    $m9 = the source step from the primed row to the next row, $m10:11 = the pace address pair (scratch before)."""
+    n = piece // 8
+    base = "pack_chunks" if piece == 32 else "pack_chunks16"
+    c = R.Code(f"{base}_pace{lag}")
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {R.CNT}")
+    c.one(f"brz $m5, .L{c.name}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {R.FIRST}")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {R.ISTRIDE}")
+    c.one("mul $m1, $m1, $m6")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.IN0}")
+    c.one("add $m1, $m1, $m3")
+    for reg, word in (
+        ("$m3", SRC_BLK), ("$m4", PREPS), ("$m8", PACE), ("$m9", PSTEP), ("$m7", SHIFT), ("$m0", R.OUT),
+    ):  # fmt: skip
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
+    c.one("sub $m5, $m5, 1")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    c.one("shr $m2, $m6, $m7")
+    c.one("shl $m11, $m2, $m7")
+    c.one("sub $m11, $m6, $m11")  # row & (2^g - 1)
+    c.one(f"ld32 $m10, $mvertex_base, $mzero, {DST_GROUP}")
+    c.one("mul $m2, $m2, $m10")
+    c.one(f"ld32 $m10, $mvertex_base, $mzero, {R.OSTRIDE}")
+    c.one("mul $m11, $m11, $m10")
+    c.one("add $m2, $m2, $m11")
+    c.one("add $m2, $m2, $m0")
+    for j in range(lag):  # priming loads: atom j into pair j % lag
+        c.one(f"ld64step $a{2 * j}:{2 * j + 1}, $mzero, $m1+=, {'$m3' if j % n == n - 1 else 1}")
+    c.one("tapack $m10:11, $m1, $mzero, $m2")
+    later = c.words % 2 == 0  # the row advanced here when that keeps the rpt bundle aligned without a nop
+    if not later:
+        c.one("add $m6, $m6, 1")
+
+    def pace(t: int, last: bool) -> str:
+        """Bundle t of a chunk: store atom t, load atom t + lag of the stream (none past the last chunk)."""
+        r = f"$a{2 * (t % lag)}:{2 * (t % lag) + 1}"
+        if last and t + lag >= n:
+            return f"st64pace {r}, $m10:11+=, $m8, 0"
+        return f"ldst64pace {r}, {r}, $m10:11+=, $m8, {_pace_sel((t + lag) % n == n - 1, t == n - 1)}"
+
+    c.rpt("$m4", [R._b(pace(t, False)) for t in range(n)], "chunk")
+    for t in range(n):
+        c.one(pace(t, True))
+    c.one("add $m1, $m1, $m9")
+    if later:
+        c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.exit_and_idle()
+    return c
+
+
+def fp8_f16_code(pad: bool = False, lag: int = 0) -> R.Code:
     """`fp8_f16`: as `chunks` with g = 4 (16-byte source pieces, 32-byte destination pieces) with the FP8 -> f16
     conversions (elementwise's `cast_fp8_f16`: f8v4tof16 under $FP_NFMT / $FP_SCL) in the AUX slots beside the
     loads and stores: 6 bundles per piece, no software pipelining needed (the memory slot is busy in every
     bundle). The row constants stay in registers ($m0 = dst, $m10 = dst_group, $m11 = dst_row, $m7 = the source
     step from a row's end to the next row), so a row costs `dst_row(r)` (6) + 4 issues.
 
+    lag 1 / 2 (`pack_fp8_f16[_pad]_pace1` / `_pace2`, chosen on the host: `FP8ToF16.lag`, the rule of
+    `Chunks.lag`): the two loads of a piece ride in `ldst64pace` bundles beside two of its four stores, 4 bundles
+    per piece, software-pipelined over a row's pieces (a row: priming load(s) and conversion(s), an rpt over
+    blocks - 1 pieces, the last piece alone; nothing past the row's pieces is read). Piece p's halves: a0:1 and
+    a2:3 loaded, converted into a4:5, a6:7, a8:9, a10:11, stored S0..S3. lag 1 (load and store atoms of equal bit
+    3, or banks that never meet) pairs L1(p) with S0(p) and L0(p + 1) with S1(p); lag 2 (opposite bit 3) L0(p + 1)
+    with S0(p) and L1(p + 1) with S3(p). The pace pair is $m2:3, $m9 the stride fields (frame FP8_PACE), $m7 the
+    source step from a row's primed position to the next row (FP8_PSTEP), $m4 = blocks - 1 (FP8_PREPS).
+
     pad (`pack_fp8_f16_pad`): then each worker writes its zero rows (frame tables ZCNT / ZFIRST): per row
     `dst_row(r)` and an rpt of 4 `st64step $azeros` per piece."""
-    name = "pack_fp8_f16_pad" if pad else "pack_fp8_f16"
+    name = ("pack_fp8_f16_pad" if pad else "pack_fp8_f16") + (f"_pace{lag}" if lag else "")
     c = R.Code(name)
 
-    def dst_row() -> bool:
+    def dst_row(extra: int = 0) -> bool:
         """$m2 = dst + (row >> 4) * dst_group + (row & 15) * dst_row, and the row ($m6) advanced here or (returns
-        True) after the row's loop, whichever keeps the rpt bundle 8-byte aligned without a nop."""
+        True) after the row's loop, whichever keeps the rpt bundle (`extra` words on) 8-byte aligned without a
+        nop."""
         c.one("shr $m2, $m6, 4")
         c.one("and $m3, $m6, 15")
         c.one("mul $m2, $m2, $m10")
         c.one("mul $m3, $m3, $m11")
         c.one("add $m2, $m2, $m3")
         c.one("add $m2, $m2, $m0")
-        if c.words % 2:
+        if (c.words + extra) % 2:
             c.one("add $m6, $m6, 1")
             return False
         return True
@@ -157,10 +246,13 @@ def fp8_f16_code(pad: bool = False) -> R.Code:
     c.one("mul $m1, $m1, $m6")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.IN0}")
     c.one("add $m1, $m1, $m3")  # the first row's source
-    c.one(f"ld32 $m4, $mvertex_base, $mzero, {R.ATOMS}")
-    for reg, word in (("$m8", SRC_BLK), ("$m9", DST_BLK), ("$m0", R.OUT), ("$m10", DST_GROUP)):
-        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
-    for reg, word in (("$m11", R.OSTRIDE), ("$m7", SRC_NEXT)):
+    if lag:
+        regs = (("$m4", FP8_PREPS), ("$m8", SRC_BLK), ("$m9", FP8_PACE), ("$m0", R.OUT), ("$m10", DST_GROUP))
+        regs += (("$m11", R.OSTRIDE), ("$m7", FP8_PSTEP))
+    else:
+        regs = (("$m4", R.ATOMS), ("$m8", SRC_BLK), ("$m9", DST_BLK), ("$m0", R.OUT), ("$m10", DST_GROUP))
+        regs += (("$m11", R.OSTRIDE), ("$m7", SRC_NEXT))
+    for reg, word in regs:
         c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
     c.one(f"ld32 $a0, $mvertex_base, $mzero, {FMT}")
     c.one("uput $FP_NFMT, $a0")
@@ -172,16 +264,61 @@ def fp8_f16_code(pad: bool = False) -> R.Code:
     c.one("sub $m5, $m5, 1")
     c.tag = "row"
     c.label(f".L{name}_row")
-    later = dst_row()
-    body = [
-        R._b("ld64step $a0:1, $mzero, $m1+=, 1"),
-        R._b("ld64step $a2:3, $mzero, $m1+=, $m8", "f8v4tof16 $a4:5, $a0"),
-        R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a1"),
-        R._b("st64step $a6:7, $mzero, $m2+=, 1", "f8v4tof16 $a4:5, $a2"),
-        R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a3"),
-        R._b("st64step $a6:7, $mzero, $m2+=, $m9"),
-    ]
-    c.rpt("$m4", body, "chunk")
+    if not lag:
+        later = dst_row()
+        body = [
+            R._b("ld64step $a0:1, $mzero, $m1+=, 1"),
+            R._b("ld64step $a2:3, $mzero, $m1+=, $m8", "f8v4tof16 $a4:5, $a0"),
+            R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a1"),
+            R._b("st64step $a6:7, $mzero, $m2+=, 1", "f8v4tof16 $a4:5, $a2"),
+            R._b("st64step $a4:5, $mzero, $m2+=, 1", "f8v4tof16 $a6:7, $a3"),
+            R._b("st64step $a6:7, $mzero, $m2+=, $m9"),
+        ]
+        c.rpt("$m4", body, "chunk")
+    else:
+        ld = "ldst64pace {}, {}, $m2:3+=, $m9, {}"
+        st = "st64pace {}, $m2:3+=, $m9, {}"
+        jl, js, jboth = _pace_sel(True, False), 2, _pace_sel(True, True)  # st64pace: field 1 = selector 2
+        if lag == 1:
+            later = dst_row(3)
+            prime = ["ld64step $a0:1, $mzero, $m1+=, 1", "f8v4tof16 $a4:5, $a0"]
+            body = [
+                R._b(ld.format("$a2:3", "$a4:5", jl), "f8v4tof16 $a6:7, $a1"),  # L1(p), S0(p)
+                R._b(ld.format("$a0:1", "$a6:7", 0), "f8v4tof16 $a8:9, $a2"),  # L0(p + 1), S1(p)
+                R._b(st.format("$a8:9", 0), "f8v4tof16 $a10:11, $a3"),  # S2(p)
+                R._b(st.format("$a10:11", js), "f8v4tof16 $a4:5, $a0"),  # S3(p), C0(p + 1)
+            ]
+            last = [
+                R._b(ld.format("$a2:3", "$a4:5", 0), "f8v4tof16 $a6:7, $a1"),
+                R._b(st.format("$a6:7", 0), "f8v4tof16 $a8:9, $a2"),
+                R._b(st.format("$a8:9", 0), "f8v4tof16 $a10:11, $a3"),
+            ]
+        else:
+            later = dst_row(5)
+            prime = [
+                "ld64step $a0:1, $mzero, $m1+=, 1",
+                "ld64step $a2:3, $mzero, $m1+=, $m8",
+                "f8v4tof16 $a4:5, $a0",
+                "f8v4tof16 $a6:7, $a1",
+            ]
+            body = [
+                R._b(ld.format("$a0:1", "$a4:5", 0), "f8v4tof16 $a8:9, $a2"),  # L0(p + 1), S0(p)
+                R._b(st.format("$a6:7", 0), "f8v4tof16 $a10:11, $a3"),  # S1(p)
+                R._b(st.format("$a8:9", 0), "f8v4tof16 $a4:5, $a0"),  # S2(p), C0(p + 1)
+                R._b(ld.format("$a2:3", "$a10:11", jboth), "f8v4tof16 $a6:7, $a1"),  # L1(p + 1), S3(p)
+            ]
+            last = [
+                R._b(st.format("$a4:5", 0), "f8v4tof16 $a8:9, $a2"),
+                R._b(st.format("$a6:7", 0), "f8v4tof16 $a10:11, $a3"),
+                R._b(st.format("$a8:9", 0)),
+            ]
+        for text in prime:
+            c.one(text)
+        c.one("tapack $m2:3, $m1, $mzero, $m2")
+        c.rpt("$m4", body, "chunk")
+        for main, aux in last:
+            c.bundle(main, aux)
+        c.one(st.format("$a10:11", 0))
     c.one("add $m1, $m1, $m7")
     if later:
         c.one("add $m6, $m6, 1")
@@ -195,6 +332,9 @@ def fp8_f16_code(pad: bool = False) -> R.Code:
         c.one(f"brz $m5, .L{name}_exit")
         c.tag = "zeros"  # once when the worker has zero rows
         c.one(f"ld32 $m6, $mvertex_base, $m3, {ZFIRST}")
+        if lag:  # the plain loop's piece count and destination step
+            c.one(f"ld32 $m4, $mvertex_base, $mzero, {R.ATOMS}")
+            c.one(f"ld32 $m9, $mvertex_base, $mzero, {DST_BLK}")
         c.one("sub $m5, $m5, 1")
         c.tag = "zrow"
         c.label(f".L{name}_zrow")
@@ -289,16 +429,59 @@ def weights_fp8_code() -> R.Code:
 CODES = {
     "pack_chunks": chunks_code,
     "pack_chunks16": lambda: chunks_code(16),
+    "pack_chunks_pace1": lambda: chunks_pace_code(32, 1),
+    "pack_chunks_pace2": lambda: chunks_pace_code(32, 2),
+    "pack_chunks16_pace1": lambda: chunks_pace_code(16, 1),
+    "pack_chunks16_pace2": lambda: chunks_pace_code(16, 2),
     "pack_weights_f16": weights_f16_code,
     "pack_weights_fp8": weights_fp8_code,
     "pack_fp8_f16": fp8_f16_code,
     "pack_fp8_f16_pad": lambda: fp8_f16_code(pad=True),
+    "pack_fp8_f16_pace1": lambda: fp8_f16_code(lag=1),
+    "pack_fp8_f16_pace2": lambda: fp8_f16_code(lag=2),
+    "pack_fp8_f16_pad_pace1": lambda: fp8_f16_code(pad=True, lag=1),
+    "pack_fp8_f16_pad_pace2": lambda: fp8_f16_code(pad=True, lag=2),
 }
+
+
+@cache
+def _code(name: str) -> R.Code:
+    """The generated worker body `name` (for its issue counts)."""
+    return CODES[name]()
 
 
 def library_asm(sram_base: int = 0x4C000) -> str:
     """The pack workers plus rowwise's supervisor and workers (the supervisor is shared)."""
     return R.library_asm(sram_base) + "\n" + "\n".join(fn().text() for fn in CODES.values())
+
+
+def _pace_lag(
+    s0, d0, blocks: int, steps: tuple[int, int], pieces: tuple[int, int], jumps: tuple[int, int]
+) -> int:
+    """The lag of a pace path (`Chunks.lag`) for rows starting at s0 / d0 (source / destination, int64 arrays) of
+    `blocks` pieces each (piece p at + p * steps[i], pieces[i] bytes long), chunk jumps `jumps` (atoms); 0: none."""
+    if blocks > 1 and not all(-PACE_FIELD <= j < PACE_FIELD for j in jumps):
+        return 0
+    lo, hi = [], []
+    for start, step, piece in ((s0, steps[0], pieces[0]), (d0, steps[1], pieces[1])):
+        ext = (blocks - 1) * step
+        lo.append(int(start.min()) + min(0, ext))
+        hi.append(int(start.max()) + max(0, ext) + piece - 1)
+    r1 = Target.region1_base
+    s_r1, d_r1 = lo[0] >= r1, lo[1] >= r1
+    if s_r1 != (hi[0] >= r1) or d_r1 != (hi[1] >= r1):
+        return 0  # an operand across the region boundary
+    if s_r1 != d_r1:
+        return 1
+    e = Target.region1_element_bytes if s_r1 else Target.region0_element_bytes
+    if hi[0] // e < lo[1] // e or hi[1] // e < lo[0] // e:
+        return 1  # no element in common
+    if not s_r1 or (blocks > 1 and (steps[0] % 16 or steps[1] % 16)):
+        return 0
+    rel = ((s0 ^ d0) >> 3) & 1
+    if (rel != rel[0]).any():
+        return 0
+    return 2 if rel[0] else 1
 
 
 @dataclass(frozen=True)
@@ -324,11 +507,47 @@ class Chunks:
     def kernel(self) -> str:
         return "pack_chunks" if self.piece == 32 else "pack_chunks16"
 
+    @cached_property
+    def lag(self) -> int:
+        """The pace variant's lag (1 or 2: `chunks_pace_code`), or 0: the plain loop (`chunks_code`). Pace when no
+        bundle's load and store can hit one bank (the simulator's rule: two region-0 addresses in one 16 KiB
+        element, or two region-1 addresses in one 32 KiB element with equal bit 3) and the chunk jumps fit the
+        stride fields: source and destination in different regions or in disjoint elements (lag 1), or both in
+        region 1 with the atoms' bit 3 in the same relation on every row (chunk steps multiples of 16 bytes):
+        equal -> lag 1, opposite -> lag 2. Both in region 0 in shared elements: the plain loop."""
+        r = np.arange(self.rows, dtype=np.int64)
+        return _pace_lag(
+            self.src + r * self.src_row, self.dst + self._dst_rows(r), self.blocks, (self.src_blk, self.dst_blk),
+            (self.piece, self.piece), self._jumps(),
+        )  # fmt: skip
+
+    def _jumps(self) -> tuple[int, int]:
+        """The pace jumps (atoms) from a chunk's last atom to the next chunk's first: load, store."""
+        back = self.piece // 8 - 1
+        return self.src_blk // 8 - back, self.dst_blk // 8 - back
+
+    def _dst_rows(self, r: np.ndarray) -> np.ndarray:
+        if self.shift:
+            return (r >> self.shift) * self.dst_group + (r & ((1 << self.shift) - 1)) * self.dst_row
+        return r * self.dst_row
+
+    @property
+    def code(self) -> str:
+        """The worker body this call runs (its frame's ENTRY)."""
+        return f"{self.kernel}_pace{self.lag}" if self.lag else self.kernel
+
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(R.FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[R.CNT + w], f[R.FIRST + w] = cnt, first
-        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], self.blocks
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.code], self.blocks
+        if self.lag:
+            n, lj, sj = self.piece // 8, *self._jumps()
+            if self.blocks == 1:  # no jump between chunks (the last chunk's jumps precede no access)
+                lj = sj = 0
+            f[PACE] = (lj & 0x3FF) | ((sj & 0x3FF) << 10)
+            primed = sum(8 if j % n != n - 1 else self.src_blk - 8 * (n - 1) for j in range(self.lag))
+            f[PSTEP], f[PREPS] = (self.src_row - primed) & 0xFFFFFFFF, self.blocks - 1
         f[R.ISTRIDE], f[R.OSTRIDE] = self.src_row, self.dst_row
         # Step of the last access of a chunk, in atoms (the others step by one atom).
         back = self.piece // 8 - 1
@@ -354,7 +573,9 @@ class Chunks:
         return out
 
     def cycles(self) -> int:
-        return _cycles(CODES[self.kernel](), self.rows, self.blocks)
+        if self.lag:
+            return _cycles(_code(self.code), self.rows, self.blocks - 1)
+        return _cycles(_code(self.kernel), self.rows, self.blocks)
 
 
 def to_panels(m: int, row_bytes: int, src: int, dst: int) -> Chunks:
@@ -418,6 +639,26 @@ class FP8ToF16:
     def kernel(self) -> str:
         return "pack_fp8_f16_pad" if self.zero_rows else "pack_fp8_f16"
 
+    @cached_property
+    def lag(self) -> int:
+        """The pace variant's lag (1, 2; 0: the plain loop), by `Chunks.lag`'s rule over the conversion rows; the
+        plain loop when it is not slower (a row of one or two pieces: the pace row's priming costs more)."""
+        r = np.arange(self.rows, dtype=np.int64)
+        lag = _pace_lag(
+            self.src + r * self.src_row, self.dst + (r >> 4) * self.dst_group + (r & 15) * self.dst_row,
+            self.blocks, (self.src_blk, self.dst_blk), (16, 32), self._jumps(),
+        )  # fmt: skip
+        return lag if lag and self._cycles(lag) < self._cycles(0) else 0
+
+    def _jumps(self) -> tuple[int, int]:
+        """The pace jumps (atoms): a piece's second load to the next piece's first, its last store likewise."""
+        return self.src_blk // 8 - 1, self.dst_blk // 8 - 3
+
+    @property
+    def code(self) -> str:
+        """The worker body this call runs (its frame's ENTRY)."""
+        return f"{self.kernel}_pace{self.lag}" if self.lag else self.kernel
+
     def _split(self) -> list[tuple[int, int, int, int]]:
         """(first row, rows, first zero row, zero rows) per worker: rows split as `split`, zero rows in reverse
         worker order (the workers with one row fewer take the extra zero rows)."""
@@ -428,8 +669,13 @@ class FP8ToF16:
         f = np.zeros(FP8_FRAME_WORDS, np.uint32)
         for w, (first, cnt, zfirst, zcnt) in enumerate(self._split()):
             f[R.CNT + w], f[R.FIRST + w], f[ZCNT + w], f[ZFIRST + w] = cnt, first, zcnt, zfirst
-        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.kernel], self.blocks
+        f[R.IN0], f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.src, self.dst, labels[self.code], self.blocks
         f[R.ISTRIDE], f[R.OSTRIDE] = self.src_row, self.dst_row
+        if self.lag:
+            lj, sj = self._jumps() if self.blocks > 1 else (0, 0)
+            f[FP8_PACE] = (lj & 0x3FF) | ((sj & 0x3FF) << 10)
+            primed = 8 if self.lag == 1 else self.src_blk  # the priming loads' source advance
+            f[FP8_PSTEP], f[FP8_PREPS] = (self.src_row - primed) & 0xFFFFFFFF, self.blocks - 1
         # Steps of a piece's last load / store, in atoms (the others step by one atom).
         f[SRC_BLK], f[DST_BLK] = (self.src_blk // 8 - 1) & 0xFFFFFFFF, (self.dst_blk // 8 - 3) & 0xFFFFFFFF
         f[DST_GROUP] = self.dst_group
@@ -453,16 +699,22 @@ class FP8ToF16:
         return out
 
     def cycles(self) -> int:
+        return self._cycles(self.lag)
+
+    def _cycles(self, lag: int) -> int:
+        """The estimate on the path of this lag (0: the plain loop)."""
+        code = f"{self.kernel}_pace{lag}" if lag else self.kernel
+        inner = self.blocks - 1 if lag else self.blocks  # rpt repetitions per conversion row
         if not self.zero_rows:
-            return _cycles(fp8_f16_code(), self.rows, self.blocks)
-        n = fp8_f16_code(pad=True).count
+            return _cycles(_code(code), self.rows, inner)
+        n = _code(code).count
 
         def worker(c, z):
             if c == 0 and z == 0:
                 return 7  # get, shl, two ld32, or, brz, exitz
             t = n["head"] + n["zero"] + n["tail"]
             if c:
-                t += n["rows"] + c * (n["row"] + self.blocks * n["chunk"])
+                t += n["rows"] + c * (n["row"] + inner * n["chunk"])
             if z:
                 t += n["zeros"] + z * (n["zrow"] + self.blocks * n["zchunk"])
             return t

@@ -4,6 +4,8 @@ estimates exact; shapes with remainder rows, idle workers (fewer rows than worke
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,103 @@ def test_weights_fp8_transpose(k, n):
 def test_weights_fp8_rejects_partial_blocks():
     with pytest.raises(ValueError):
         P.WeightsFP8(48, 16, SRC, DST)
+
+
+# Source / destination placements for the pace paths (`Chunks.lag`): name -> (src, dst, lag of a call whose strides
+# are multiples of 16 bytes). Region 1 starts at 0x80000 (32 KiB interleaved elements, bank = bit 3 inside one);
+# region 0 has 16 KiB elements.
+PLACES = {
+    "r1 same element, equal bit 3": (0x90000, 0x94000, 1),
+    "r1 same element, opposite bit 3": (0x90000, 0x94008, 2),
+    "r1 same element, opposite bit 3 (source odd)": (0x94008, 0x90000, 2),
+    "r1 different elements": (0x90008, 0xA0000, 1),
+    "r0 -> r1": (0x60000, 0x90008, 1),
+    "r1 -> r0": (0x90008, 0x60000, 1),
+    "r0 -> r0 different elements": (0x60008, 0x70000, 1),
+    "r0 -> r0 same element": (0x60000, 0x62000, 0),
+}
+
+
+def _run_at(call, src_at: int, dst_at: int, src: np.ndarray, nbytes: int) -> np.ndarray:
+    """Run `call` with `src` at src_at and a sentinel destination of nbytes at dst_at; checks the simulator against
+    `semantics` (every written byte, nothing else) and the estimate; returns the destination bytes."""
+    sim = Simulator(TARGET)
+    init = np.full(nbytes, 0xA5, np.uint8)
+    cyc, _ = run_call(sim, LIB, FRAME, call.frame, call.entry, {src_at: src, dst_at: init})
+    got = sim.read(dst_at, nbytes, np.uint8, tiles=[0]).reshape(-1)
+    np.testing.assert_array_equal(got, call.semantics(src.view(np.uint8).reshape(-1), src_at, init, dst_at))
+    assert call.cycles() == cyc, (call.cycles(), cyc)
+    return got
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("prec,k,n", [("f16", 96, 24), ("fp8", 64, 7), ("f16", 16, 13)])
+def test_weights_from_bt_placements(place, prec, k, n):
+    """weights_from_bt (a K slice of longer rows) in every bank relation: bit-exact, estimate exact, the expected
+    path; the pace paths take fewer cycles than the plain loop."""
+    src_at, dst_at, lag = PLACES[place]
+    rng = np.random.default_rng(k + n)
+    esz = 2 if prec == "f16" else 1
+    row = k * esz + 32  # K columns of rows 32 bytes longer
+    bt = rng.integers(0, 256, (n, row), dtype=np.uint8)
+    b = np.ascontiguousarray(bt[:, : k * esz]).view(np.float16 if prec == "f16" else np.uint8).T
+    want = G.pack_weights(np.pad(b, ((0, 0), (0, -n % 16))), prec)
+    call = P.weights_from_bt(n, k, prec, src_at, dst_at, src_row=row)
+    assert call.lag == lag
+    got = _run_at(call, src_at, dst_at, bt, want.size)
+    written = np.arange(want.size).reshape(-1, k // G.KBLOCK[prec], 16, 32)  # [nb][kb][slot row][bytes]
+    mask = np.zeros(want.size, bool)
+    for r in range(n):
+        mask[written[r // 16, :, r % 16].reshape(-1)] = True
+    np.testing.assert_array_equal(got[mask], want[mask])
+    assert (got[~mask] == 0xA5).all()
+    if lag:
+        plain = replace(call, src=0x60000, dst=0x61000)
+        assert plain.lag == 0 and call.cycles() < plain.cycles()
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("m,kbytes", [(1, 32), (7, 96), (13, 160)])
+def test_panels_placements(place, m, kbytes):
+    """to_panels / from_panels in every bank relation."""
+    src_at, dst_at, lag = PLACES[place]
+    a = np.random.default_rng(m * kbytes).integers(0, 256, (m, kbytes), dtype=np.uint8)
+    call = P.to_panels(m, kbytes, src_at, dst_at)
+    assert call.lag == lag
+    want = a.reshape(m, kbytes // 32, 32).transpose(1, 0, 2).reshape(-1)
+    np.testing.assert_array_equal(_run_at(call, src_at, dst_at, a, a.size), want)
+    back = P.from_panels(m, kbytes, src_at, dst_at)
+    assert back.lag == lag
+    np.testing.assert_array_equal(_run_at(back, src_at, dst_at, want, a.size), a.reshape(-1))
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("piece", [32, 16])
+def test_chunks_placements(place, piece):
+    """Both piece sizes with panel-order strides (g = 4, a K slice of longer rows) and zero fills (src_row =
+    src_blk = 0) in every bank relation."""
+    src_at, dst_at, lag = PLACES[place]
+    rows, blocks = 21, 5
+    src = np.random.default_rng(piece).integers(0, 256, rows * (blocks * piece + 16), dtype=np.uint8)
+    blk = 16 * piece
+    call = P.Chunks(
+        rows, blocks, src_at, dst_at, src_row=blocks * piece + 16, src_blk=piece, dst_row=piece, dst_blk=blk,
+        shift=4, dst_group=blocks * blk, piece=piece,
+    )  # fmt: skip
+    assert call.lag == lag
+    _run_at(call, src_at, dst_at, src, 2 * blocks * blk)
+    zero = P.Chunks(
+        rows - 3, blocks, src_at, dst_at + 3 * piece, src_row=0, src_blk=0, dst_row=piece, dst_blk=blk, shift=4,
+        dst_group=blocks * blk, piece=piece,
+    )  # fmt: skip
+    assert zero.lag == lag
+    _run_at(zero, src_at, dst_at, src[:piece], 2 * blocks * blk)
+
+
+def test_chunks_mixed_row_parity_takes_plain_loop():
+    """Rows whose source and destination bit-3 relation changes from row to row (a source row stride of 8 mod 16)
+    in one region-1 element: the plain loop."""
+    call = P.weights_from_bt(13, 32, "f16", 0x90000, 0x94000, src_row=72)
+    assert call.lag == 0
+    src = np.random.default_rng(3).integers(0, 256, 13 * 72, dtype=np.uint8)
+    _run_at(call, 0x90000, 0x94000, src, 16 * 2 * 512)

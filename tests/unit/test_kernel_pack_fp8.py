@@ -125,3 +125,51 @@ def test_fused_cycles_report(n, k):
     _, old = _two_pass(n, k, rows, fp8.F143, -4)
     assert cyc == call.cycles()
     assert cyc < 0.6 * old, (cyc, old)
+
+
+PLACES = {  # name -> (src, dst, lag): the bank relations of the pace paths (`FP8ToF16.lag`)
+    "r1 same element, equal bit 3": (0x90000, 0x94000, 1),
+    "r1 same element, opposite bit 3": (0x90008, 0x94000, 2),
+    "r1 different elements": (0x90008, 0xA0000, 1),
+    "r0 -> r1": (0x60008, 0x90000, 1),
+    "r1 -> r0": (0x90000, 0x60008, 1),
+    "r0 -> r0 different elements": (0x60008, 0x70000, 1),
+    "r0 -> r0 same element": (0x60000, 0x62000, 0),
+}
+
+
+@pytest.mark.parametrize("place", list(PLACES))
+@pytest.mark.parametrize("n,k,src_row,pad", [(20, 48, 64, True), (7, 64, 80, True), (33, 80, 96, False)])
+def test_fused_placements(place, n, k, src_row, pad):
+    """Every bank relation of source and destination: the expected path, bit-exact (semantics and pack_weights),
+    estimate exact, every panel byte written; the pace paths beat the plain loop."""
+    src_at, dst_at, lag = PLACES[place]
+    fmt, scale = fp8.F143, -3
+    rows = _rows(n, src_row, n + k)
+    npad = -(-n // 16) * 16
+    call = P.fp8_to_f16_panels(n, k, src_at, dst_at, fmt=fmt, scale=scale, src_row=src_row, pad=pad)
+    assert call.lag == lag
+    init = np.full(npad * k * 2, SENTINEL, np.uint8)
+    got, cyc = _run(PACK_LIB, call, {src_at: rows, dst_at: init}, dst_at, init.size)
+    np.testing.assert_array_equal(got, call.semantics(rows.reshape(-1), src_at, init, dst_at))
+    assert call.cycles() == cyc, (call.cycles(), cyc)
+    want = _want(n, k, rows, fmt, scale)
+    if pad:
+        np.testing.assert_array_equal(got, want)
+    if lag:
+        plain = P.fp8_to_f16_panels(n, k, 0x60000, 0x61000, fmt=fmt, scale=scale, src_row=src_row, pad=pad)
+        assert plain.lag == 0 and cyc < plain.cycles()
+
+
+def test_fused_plain_loop_when_pace_is_not_cheaper():
+    """One piece per row (the pace row's priming costs more), or rows whose bit-3 relation changes (a source row
+    stride of 8 mod 16 in one region-1 element): the plain loop, still exact."""
+    assert P.fp8_to_f16_panels(7, 16, 0x90000, 0xA0000).lag == 0
+    n, k, src_row = 20, 48, 56
+    call = P.fp8_to_f16_panels(n, k, 0x90000, 0x94000, src_row=src_row)
+    assert call.lag == 0
+    rows = _rows(n, src_row, 5)
+    init = np.full(32 * k * 2, SENTINEL, np.uint8)
+    got, cyc = _run(PACK_LIB, call, {0x90000: rows, 0x94000: init}, 0x94000, init.size)
+    np.testing.assert_array_equal(got, _want(n, k, rows, fp8.F143, 0))
+    assert call.cycles() == cyc
