@@ -21,7 +21,8 @@ Options:
   scale (default -4): the power-of-two scale of every weight cast, in the QUARTER metadata range [-32, 31].
       Logical value = decode(bits) * 2^scale, so -4 gives resolution for the small magnitudes of ViT weights.
   activations (default "f16"): "f16" also casts each rewritten linear's f32 input to f16 (the AMP's other
-      operand format); "none" leaves inputs alone.
+      operand format; one cast per input and block, shared by the linears that read it); "none" leaves inputs
+      alone.
   keep_f16 (default none): parameter-name substrings (comma-separated list); a linear whose weight comes from a
       parameter whose name contains one of them gets F16 weights (`nn.cast` to f16) instead of FP8. The
       precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
@@ -92,6 +93,9 @@ class NNQuantizeWeightsPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fp8 = FP8_FORMATS[self.format]
         provenance: dict = {}  # memo for is_param_derived, shared across linears
+        # One f16 cast per activation and block: linears reading the same input (q, k and v) share it, so the
+        # tile level gathers it once when their GEMMs take it in the same layout.
+        act_casts: dict = {}
         for linear in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
             wt = linear.weight.type
             if not (isinstance(wt, TensorType) and isinstance(wt.element_type, Float32Type)):
@@ -112,8 +116,11 @@ class NNQuantizeWeightsPass(ModulePass):
                 and isinstance(xt, TensorType)
                 and isinstance(xt.element_type, Float32Type)
             ):
-                x16 = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
-                block.insert_op_before(x16, linear)
+                key = (linear.input, id(block))
+                x16 = act_casts.get(key)
+                if x16 is None:
+                    x16 = act_casts[key] = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
+                    block.insert_op_before(x16, linear)
                 linear.operands[0] = x16.result
         if self.attention_f16:
             for att in [o for o in op.walk() if isinstance(o, nn.AttentionOp)]:

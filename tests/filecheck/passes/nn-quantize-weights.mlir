@@ -1,4 +1,5 @@
-// Parameter weights of nn.linear get an FP8 cast; activations an f16 cast; biases and results stay f32.
+// Parameter weights of nn.linear get an FP8 cast; activations an f16 cast (one per input: %y and %z share it);
+// biases and results stay f32.
 
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{format="f152" scale=-6 activations="none"})' | filecheck %s --check-prefix=F152
@@ -33,8 +34,7 @@ func.func @weights() {
 // CHECK-NEXT:    %k = nn.param "embeddings.patch_embedding.weight"
 // CHECK-NEXT:    %kr = nn.reshape %k
 // CHECK-NEXT:    %[[K8:[^ ]+]] = nn.cast %kr {scale = -4 : i64} : tensor<8x8xf32> -> tensor<8x8xf8E4M3FNUZ>
-// CHECK-NEXT:    %[[X16B:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
-// CHECK-NEXT:    %z = nn.linear %[[X16B]], %[[K8]] : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ> -> tensor<4x8xf32>
+// CHECK-NEXT:    %z = nn.linear %[[X16]], %[[K8]] : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ> -> tensor<4x8xf32>
 // CHECK-NEXT:    %act = nn.reshape %x
 // CHECK-NEXT:    %u = nn.linear %x, %act : tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x4xf32>
 
@@ -53,8 +53,8 @@ func.func @weights() {
 // keep_f16: linears whose weight comes from a parameter named with one of the substrings get F16 weights.
 // KEEP-LABEL: func.func @weights()
 // KEEP:          nn.cast %w {scale = -4 : i64} : tensor<16x8xf32> -> tensor<16x8xf8E4M3FNUZ>
-// KEEP:          %[[K16:[^ ]+]] = nn.cast %kr : tensor<8x8xf32> -> tensor<8x8xf16>
 // KEEP-NEXT:     %[[X16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// KEEP:          %[[K16:[^ ]+]] = nn.cast %kr : tensor<8x8xf32> -> tensor<8x8xf16>
 // KEEP-NEXT:     %z = nn.linear %[[X16]], %[[K16]] : tensor<4x8xf16>, tensor<8x8xf16> -> tensor<4x8xf32>
 
 // -----
