@@ -784,6 +784,7 @@ class Lowering(NnOps):
         # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
         # instead of 64).
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        padded_kw = None  # the chunk size whose F16 panels have zero N padding rows
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
             if kpad != k:
@@ -807,7 +808,9 @@ class Lowering(NnOps):
                     return pk.weights_from_bt(nc, kw, "f16", src, panels, src_row=row)
 
                 self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
-                self.kcall(f"{tag}: weight panels N padding", zero_pad_rows(kw, panels, 32))
+                if kw != padded_kw:  # the N padding rows sit at the same places for chunks of one size
+                    self.kcall(f"{tag}: weight panels N padding", zero_pad_rows(kw, panels, 32))
+                    padded_kw = kw
             else:
                 # One pass: FP8 rows -> F16 AMP weight panels (converted as `cast_fp8_f16`), N padding rows zeroed.
                 def fp8_panels(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
