@@ -236,6 +236,7 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
 # block in the first phase (all intermediate blocks in parallel) and one round per intermediate block in the second.
 GATHER_MIN_PIECES = 16  # direct pieces per consumer block below which the gather stays direct
 GATHER_GAIN = 2  # ... and the two stages must need at most 1 / GATHER_GAIN of its rounds
+GATHER_MID_BYTES = 16 * 1024  # intermediate blocks shorter than the consumer's: at most this many bytes
 
 
 def gather_mid(
@@ -246,11 +247,13 @@ def gather_mid(
 
     Handled: 2-D, same dtype, unstacked; `have` row-major with one replica and blocks (hr, hc); `want` with
     blocks (wr, wc), wc a multiple of hc, stored as column panels of hc (`cols{hc}`) or row-major single rows
-    (wr = 1). The intermediate has `want`'s row blocks and g producer column blocks per block (wr, g * hc), in
-    `want`'s storage order, so that every transfer of both stages is one contiguous range on both sides: a
-    producer block's rows into one panel (or one row), whole intermediate panels (or a row range) into `want`.
-    g minimises the rounds of both stages: n_r * g + ceil(n_c / g) against n_r * n_c direct (n_r producer row
-    blocks meet a `want` row block, n_c = wc / hc). The intermediate blocks are spread evenly over the tiles
+    (wr = 1). The intermediate has blocks (mr, g * hc) of g producer column blocks, in `want`'s storage order,
+    so that every transfer of both stages is one contiguous range on both sides: a producer block's rows into
+    one panel (or one row), whole intermediate panels (or a row range) into `want`; mr = wr, or with g = 1 a
+    part of wr (intermediate blocks of at most GATHER_MID_BYTES: less memory beside the consumer's blocks, and
+    fewer first-stage pieces). (mr, g) minimise the rounds of both stages, n_r(mr) * g + ceil(wr / mr) *
+    ceil(n_c / g), against n_r(wr) * n_c direct (n_r(h): producer row blocks meeting h rows; n_c = wc / hc).
+    The intermediate blocks are spread evenly over the tiles
     (rotated by `salt`, so that gathers planned one after the other use different tiles): on a tile of `want`
     they would live beside the block they feed."""
     if len(have.shape_) != 2 or have.shape_ != want.shape_ or have.dtype != want.dtype:
@@ -261,18 +264,39 @@ def gather_mid(
     panels = tl.col_panel_width(want)
     if (wc % hc and wc < cols) or not (panels == hc or (want.order.data == "row_major" and wr == 1)):
         return None  # (a block over all columns may end in a narrower producer block)
-    starts = np.arange(0, rows, wr)
-    n_r = int((((np.minimum(starts + wr, rows) - 1) // hr) - starts // hr + 1).max())
+
+    def producer_rows(mr: int) -> int:  # most producer row blocks meeting one block of mr rows
+        starts = np.arange(0, rows, mr)
+        return int((((np.minimum(starts + mr, rows) - 1) // hr) - starts // hr + 1).max())
+
     n_c = -(-min(wc, cols) // hc)
-    direct = n_r * n_c
-    g = min(range(1, n_c + 1), key=lambda g: n_r * g + -(-n_c // g))
-    if direct < GATHER_MIN_PIECES or GATHER_GAIN * (n_r * g + -(-n_c // g)) > direct:
+    direct = producer_rows(wr) * n_c
+    if direct < GATHER_MIN_PIECES:
         return None
+    esize = tl.element_bytes(want.dtype)
+    best = None  # (rounds of both stages, bytes of an intermediate block, rows, g)
+    for g in range(1, n_c + 1):
+        # Fewer rows than a `want` block only with one panel per block (a row range of several panels is not
+        # contiguous), and dividing the `want` rows so that no intermediate block feeds two `want` row blocks.
+        heights = {wr}
+        if g == 1 and wr > hr:
+            heights |= {-(-wr // s) for s in range(2, wr // hr + 1)}
+        for mr in heights:
+            if mr < wr and wr < rows and wr % mr:
+                continue
+            nbytes = mr * g * hc * esize
+            if mr < wr and nbytes > GATHER_MID_BYTES:
+                continue
+            rounds = producer_rows(mr) * g + -(-wr // mr) * -(-n_c // g)
+            if best is None or (rounds, nbytes) < best[:2]:
+                best = (rounds, nbytes, mr, g)
+    if best is None or GATHER_GAIN * best[0] > direct:
+        return None
+    _, _, mr, g = best
     mc = g * hc
-    grid_r, grid_c = -(-rows // wr), -(-cols // mc)
-    n = grid_r * grid_c
+    n = -(-rows // mr) * -(-cols // mc)
     tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
-    return tl.make_layout((rows, cols), (wr, mc), tiles, want.dtype, want.order.data, want.scale.data)
+    return tl.make_layout((rows, cols), (mr, mc), tiles, want.dtype, want.order.data, want.scale.data)
 
 
 def one_replica(layout: tl.LayoutAttr) -> tl.LayoutAttr:

@@ -251,7 +251,8 @@ def test_random_vit_on_random_target(seed):
 
 def test_gather_mid_for_so400m_attention_and_map_rows():
     """The two-stage gather's intermediate layouts at So400m size: K from 25 x 24 GEMM blocks into whole-head
-    column panels (90 pieces per head) goes through one 729 x 24 panel per producer column block (30 + 3 rounds);
+    column panels (90 pieces per head) goes through 243 x 24 panels (a third of a head's rows, 11.7 KB; 11 + 9
+    rounds);
     a [1, 2160] row from 16-column blocks (135 pieces) through 9-block groups (9 + 15 rounds); a gather of few
     pieces stays direct."""
     from ipu.passes.tile_plan import gather_mid
@@ -261,8 +262,8 @@ def test_gather_mid_for_so400m_attention_and_map_rows():
     heads = np.arange(16 * 92, dtype=np.int32).reshape(16, 92)
     want = tl.make_layout((729, 1152), (729, 72), heads, f16, "cols24")
     mid = gather_mid(k, want, 1472)
-    assert mid is not None and mid.block_ == (729, 24) and mid.order.data == "cols24"
-    assert mid.num_blocks == 48 and len(set(mid.table()[:, 0].tolist())) == 48
+    assert mid is not None and mid.block_ == (243, 24) and mid.order.data == "cols24"  # 11 + 3 * 3 rounds
+    assert mid.num_blocks == 144 and len(set(mid.table()[:, 0].tolist())) == 144
     row = tl.make_layout((1, 2160), (1, 16), np.arange(135, dtype=np.int32)[:, None], f16)
     whole = tl.make_layout((1, 2160), (1, 2160), np.arange(72, dtype=np.int32)[None, :], f16)
     mid = gather_mid(row, whole, 1472)
