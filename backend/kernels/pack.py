@@ -3,7 +3,7 @@
 Calling convention: `$m0` = frame, `call $lr, rows_sup` (the supervisor of `rowwise`; include
 `rowwise.library_asm` in the program). Frames are `rowwise` frames (same per-worker row split).
 
-Four kernels:
+Five kernels:
 
 - `chunks` (`Chunks`, also in a 16-byte-piece variant `pack_chunks16`): moves 32-byte chunks. Source row r, chunk b is at `src + r * src_row + b * src_blk`;
   destination at `dst_row(r) + b * dst_blk` with `dst_row(r) = dst + (r >> g) * dst_group + (r & (2^g - 1)) *
@@ -39,6 +39,11 @@ Four kernels:
 - `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
   per 4-column group and K block, 16 rows x 4 columns are loaded (16 ld64) and transposed in registers with
   sort4x16lo/hi (32 sorts) into 4 slots-columns of 32 bytes (16 st64): 44 thread cycles per 128 bytes.
+
+- `transpose_f16` (`TransposeF16`): B^T rows from row-major B [K, N] f16 (e.g. V^T for O^T = V^T P^T): the
+  same loads and sorts as `weights_f16`, the 4 columns of a group stored as 4 rows `dst_row` bytes apart (K
+  halves contiguous), so the stores step by register-held strides (dst_row, back to the next 4 halves of the first
+  row); 44 thread cycles per 128 bytes, 4 issues per column group.
 
 - `weights_fp8` (`WeightsFP8`): FP8 AMP weight panels from row-major B [K, N] bytes (e.g. V for P @ V in FP8), a
   byte transpose without byte copies: per 4-column group and 4 rows, 4 ld32 (one word per row), two passes of
@@ -349,6 +354,25 @@ def fp8_f16_code(pad: bool = False, lag: int = 0) -> R.Code:
     return c
 
 
+def _transpose_4x16(*steps: str) -> list[tuple[str, str]]:
+    """Four rows of 4 halves at $m3 (stepping by the B row stride $m8) transposed in registers (sort4x16lo/hi)
+    into 4 columns of 4 halves, stored at $m2 stepping by `steps` (atoms or a register) after each column."""
+    ld = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, $m8") for i in range(4)]
+    return [
+        ld[0],
+        ld[1],
+        R._b(ld[2][0], "sort4x16lo $a8, $a0, $a2"),
+        R._b(ld[3][0], "sort4x16hi $a10, $a0, $a2"),
+        R._b("nop", "sort4x16lo $a9, $a4, $a6"),
+        R._b(f"st64step $a8:9, $mzero, $m2+=, {steps[0]}", "sort4x16hi $a11, $a4, $a6"),
+        R._b(f"st64step $a10:11, $mzero, $m2+=, {steps[1]}", "sort4x16lo $a12, $a1, $a3"),
+        R._b("nop", "sort4x16lo $a13, $a5, $a7"),
+        R._b(f"st64step $a12:13, $mzero, $m2+=, {steps[2]}", "sort4x16hi $a8, $a1, $a3"),
+        R._b("nop", "sort4x16hi $a9, $a5, $a7"),
+        R._b(f"st64step $a8:9, $mzero, $m2+=, {steps[3]}"),
+    ]
+
+
 def weights_f16_code() -> R.Code:
     """Rows = 4-column groups (N / 4); inner rpt over K blocks. $m8 = B row stride in atoms (load step)."""
     c = R.Code("pack_weights_f16")
@@ -357,27 +381,37 @@ def weights_f16_code() -> R.Code:
     c.label(f".L{c.name}_row")
     _dst_row(c)
     c.one("add $m3, $m1, 0")
+    # The store after each slot column: the next one (4 atoms on), or from the fourth to the next K block.
     body = []
     for p in range(4):
-        last = 64 - 15 if p == 3 else -11  # next slot column: p + 1, or the next K block (512 bytes on)
-        ld = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, $m8") for i in range(4)]
-        body += [
-            ld[0],
-            ld[1],
-            R._b(ld[2][0], "sort4x16lo $a8, $a0, $a2"),
-            R._b(ld[3][0], "sort4x16hi $a10, $a0, $a2"),
-            R._b("nop", "sort4x16lo $a9, $a4, $a6"),
-            R._b("st64step $a8:9, $mzero, $m2+=, 4", "sort4x16hi $a11, $a4, $a6"),
-            R._b("st64step $a10:11, $mzero, $m2+=, 4", "sort4x16lo $a12, $a1, $a3"),
-            R._b("nop", "sort4x16lo $a13, $a5, $a7"),
-            R._b("st64step $a12:13, $mzero, $m2+=, 4", "sort4x16hi $a8, $a1, $a3"),
-            R._b("nop", "sort4x16hi $a9, $a5, $a7"),
-            R._b(f"st64step $a8:9, $mzero, $m2+=, {last}"),
-        ]
+        body += _transpose_4x16("4", "4", "4", str(64 - 15 if p == 3 else -11))
     c.rpt("$m4", body, "chunk")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
     c.one("add $m1, $m1, $m3")
     c.one("add $m6, $m6, 1")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.exit_and_idle()
+    return c
+
+
+def transpose_f16_code() -> R.Code:
+    """Rows = 4-column groups (N / 4); inner rpt over K blocks (16 rows of B = 32 bytes of each B^T row).
+    $m1 = the group's source, $m2 = its first B^T row (advanced by the K blocks' stores, then by $m11 to the next
+    group's), $m8 = B row stride (atoms, load step), $m9 = dst_row (atoms: the next column's row), $m10 = 1 - 3 *
+    dst_row (atoms: from column 3 back to column 0, 8 bytes on), $m11 = 4 * dst_row - 2K (bytes)."""
+    c = R.Code("pack_transpose_f16")
+    _common_head(c)  # $m9 = DST_BLK
+    c.one(f"ld32 $m10, $mvertex_base, $mzero, {SHIFT}")
+    c.one(f"ld32 $m11, $mvertex_base, $mzero, {DST_GROUP}")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    c.one("add $m3, $m1, 0")
+    body = []
+    for _ in range(4):
+        body += _transpose_4x16("$m9", "$m9", "$m9", "$m10")
+    c.rpt("$m4", body, "chunk")
+    c.one("add $m1, $m1, 8")
+    c.one("add $m2, $m2, $m11")
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.exit_and_idle()
     return c
@@ -435,6 +469,7 @@ CODES = {
     "pack_chunks16_pace2": lambda: chunks_pace_code(16, 2),
     "pack_weights_f16": weights_f16_code,
     "pack_weights_fp8": weights_fp8_code,
+    "pack_transpose_f16": transpose_f16_code,
     "pack_fp8_f16": fp8_f16_code,
     "pack_fp8_f16_pad": lambda: fp8_f16_code(pad=True),
     "pack_fp8_f16_pace1": lambda: fp8_f16_code(lag=1),
@@ -800,6 +835,75 @@ class WeightsF16:
 
     def cycles(self) -> int:
         return _cycles(weights_f16_code(), self.n // 4, self.k // 16)
+
+
+@dataclass(frozen=True)
+class TransposeF16:
+    """B^T rows from row-major B [K, N] f16: column c = 4 * group0 + j (j < n) of B becomes the row at
+    `dst + c * dst_row` (default 2K: B^T row-major), its K halves contiguous.
+
+    The source holds n columns (4-column groups group0 .. group0 + n/4, as `WeightsF16`) with row stride `src_row`
+    bytes (default 2n; 0 repeats one row: zero rows from a zero constant of 2n bytes). K % 16 == 0, n % 4 == 0;
+    src, src_row, dst and dst_row multiples of 8 bytes, dst_row >= 2K (rows do not overlap). Column groups are split
+    over the six workers."""
+
+    k: int
+    n: int
+    src: int
+    dst: int
+    src_row: int | None = None
+    group0: int = 0
+    dst_row: int | None = None
+
+    kernel = "pack_transpose_f16"
+    entry = "rows_sup"
+
+    def __post_init__(self):
+        if self.k % KBLOCK["f16"] or self.k <= 0 or self.n % 4 or self.n <= 0:
+            raise ValueError(f"transpose needs K % 16 == 0 and N % 4 == 0, got {self.k}, {self.n}")
+        for name in ("src", "dst", "src_row", "dst_row"):
+            v = getattr(self, name)
+            if v is not None and (v % 8 or v < 0):
+                raise ValueError(f"{name} must be a non-negative multiple of 8 bytes, got {v}")
+        if self.group0 < 0:
+            raise ValueError(f"first column group {self.group0} out of range")
+        if self.drow < 2 * self.k:
+            raise ValueError(f"B^T rows of {2 * self.k} B overlap at a row stride of {self.drow} B")
+
+    @property
+    def srow(self) -> int:
+        return self.n * 2 if self.src_row is None else self.src_row
+
+    @property
+    def drow(self) -> int:
+        return self.k * 2 if self.dst_row is None else self.dst_row
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(R.FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.n // 4)):
+            f[R.CNT + w], f[R.FIRST + w] = cnt, first + self.group0
+        # A worker's source = IN0 + FIRST * 8 (IN0 moved back by group0 groups); its first row OUT + FIRST * OSTRIDE.
+        f[R.IN0] = (self.src - 8 * self.group0) & 0xFFFFFFFF
+        f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.dst, labels[self.kernel], self.k // 16
+        f[R.ISTRIDE], f[R.OSTRIDE] = 8, 4 * self.drow
+        s = self.drow // 8
+        f[SRC_BLK], f[DST_BLK] = self.srow // 8, s
+        f[SHIFT], f[DST_GROUP] = (1 - 3 * s) & 0xFFFFFFFF, (4 * self.drow - 2 * self.k) & 0xFFFFFFFF
+        return f
+
+    def semantics(self, mem: np.ndarray, src_base: int, out: np.ndarray, dst_base: int) -> np.ndarray:
+        """On byte arrays: mem holds the source at src_base; returns out (holding dst_base) updated."""
+        out = out.copy()
+        r = np.arange(self.k)
+        s = self.src - src_base + r[:, None] * self.srow + 2 * np.arange(self.n)  # [k, n] byte offsets
+        vals = mem[s[..., None] + np.arange(2)]  # [k, n, 2]
+        c = 4 * self.group0 + np.arange(self.n)
+        d = self.dst - dst_base + c[:, None] * self.drow + 2 * r  # [n, k]
+        out[d[..., None] + np.arange(2)] = vals.transpose(1, 0, 2)
+        return out
+
+    def cycles(self) -> int:
+        return _cycles(_code(self.kernel), self.n // 4, self.k // 16)
 
 
 @dataclass(frozen=True)

@@ -22,15 +22,21 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
-    per key chunk: V rows -> f16 (zero columns, zero rows: 0 * 0 adds nothing) -> panels (`WeightsF16`; f16 V in
-    column panels and whole K blocks of keys: each panel straight into its column groups, no rows) ->
-    O (=|+=) P[:, chunk] V[chunk] (F16 GEMM, init then acc: the same f16 rounding per 16-row inner block as one
-    GEMM over all keys); O's first d columns -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
-  Scratch: C holds S [mpad, spad] (or S^T [spad, 16]) f16, then O and a chunk's V rows; A holds Q and a chunk's
-  K rows, then P; aux a chunk's weight panels (or Q^T's and S's panels). Chunks are as large as the elements
-  allow (`attention_sizes`: So400m's 8 x 72 blocks over 729 keys take 176 keys per chunk, S^T path); blocks that
-  do not fit raise a LoweringError naming the op, the tile and the sizes. Every byte a kernel reads was written
-  by this sequence (the padding included).
+    then the output, per key chunk (V rows: f16, zero columns, zero rows: 0 * 0 adds nothing), either
+    * (S^T path: the default, `PV_TRANSPOSED`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
+      GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as one column block of
+      weight panels, `weights_from_bt` from P's m rows, query rows m..16 zero once); V^T's rows by `TransposeF16`
+      straight from f16 V's column panels (whole K blocks of keys; zero rows d..dpad once per chunk size) or from
+      the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
+    * or O (=|+=) P[:, chunk] V[chunk] with V's weight panels (`WeightsF16`; f16 V in column panels and whole K
+      blocks: each panel straight into its column groups), the GEMM over the block's mpad rows;
+    the same f16 rounding per 16-key inner block either way (and as one GEMM over all keys); O's first d columns
+    -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
+  Scratch: C holds S [mpad, spad] (or S^T [spad, 16]) f16, then O (or O^T) and a chunk's V rows; A holds Q and a
+  chunk's K rows, then P (and P^T's panels after it; O's rows at the end); aux a chunk's weight panels or V^T
+  rows (or Q^T's and S's panels). Chunks are as large as the elements allow (`attention_sizes`: So400m's 8 x 72
+  blocks over 729 keys take 176 keys per chunk, S^T path); blocks that do not fit raise a LoweringError naming the
+  op, the tile and the sizes. Every byte a kernel reads was written by this sequence (the padding included).
 """
 
 from __future__ import annotations
@@ -53,9 +59,12 @@ from ipu.dialects import tile as tl
 MAX_KEY_CHUNK: int | None = None
 # Scores as S^T = K Q^T (None: when the scratch holds it; False: always S = Q K^T). Tests switch it.
 SCORES_TRANSPOSED: bool | None = None
+# On the S^T path, the output as O^T = V^T P^T (V^T rows as the GEMM's A, M = dpad); False: O = P V with V's weight
+# panels (M = the block's rows). Tests switch it.
+PV_TRANSPOSED: bool = True
 
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
-for _k in (rw.Rows, pk.Chunks, pk.WeightsF16):
+for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
 
 
@@ -329,7 +338,9 @@ def attention_sizes(
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
     rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels).
-    transposed (default: when it fits, `SCORES_TRANSPOSED`): S^T [spad, 16] in C, Q^T and S's panels in aux."""
+    transposed (default: when it fits, `SCORES_TRANSPOSED`): S^T [spad, 16] in C, Q^T and S's panels in aux; a
+    chunk's P^T weight panels (32 B per key) in A after P's rows, its V^T rows (the O^T GEMM's A, row stride
+    2 * chunk <= 4112 B) in aux."""
     e = element_bytes
     if max_chunk is None:
         max_chunk = MAX_KEY_CHUNK
@@ -341,7 +352,10 @@ def attention_sizes(
     if transposed is None:
         transposed = fits_t if SCORES_TRANSPOSED is None else SCORES_TRANSPOSED and fits_t
     qo = -(-(16 if transposed else mpad) * dpad * 2 // 64) * 64
-    kc = min((e - qo) // (2 * dpad), e // (2 * dpad)) // 16 * 16
+    kc = min((e - qo) // (2 * dpad), e // (2 * dpad))
+    if transposed:  # O^T = V^T P^T: P^T's weight panels after P in A; V^T rows (the GEMM's A) of <= 4112 B
+        kc = min(kc, (e - -(-mpad * spad * 2 // 64) * 64) // 32, 8 * 514 // 2)
+    kc = kc // 16 * 16
     if max_chunk is not None:
         kc = min(kc, max_chunk)
     kc = min(kc, spad)
@@ -369,6 +383,7 @@ def attention_program(
     2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
+    pv_t = sz.transposed and PV_TRANSPOSED  # O^T = V^T P^T (else O = P V)
     several = len(sz.chunks) > 1
     prog: list[tuple[str, object]] = []
 
@@ -464,14 +479,12 @@ def attention_program(
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
         prog.append(("S panels", pk.WeightsF16(spad, 16, c_area, s_panels)))
-        prog.append(
-            (
-                "S rows",
-                pk.Chunks(
-                    mpad, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2, dst_blk=32
-                ),
-            )
-        )
+        # P's rows m..mpad feed only O = P V's padding rows (O^T = V^T P^T takes P's m rows).
+        s_rows = pk.Chunks(
+            m if pv_t else mpad, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2,
+            dst_blk=32,
+        )  # fmt: skip
+        prog.append(("S rows", s_rows))
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
@@ -492,7 +505,7 @@ def attention_program(
     # rows is lower (mpad, not m: the same choice on every tile of the call, one kernel entry per call site).
     # Its partials (rows * 96 B) go to `panels` (aux): nothing there is live during the softmax (Q^T's and S's
     # panels, or the last chunk's K^T panels, were consumed by the S GEMMs / the S rows copy before it; the first
-    # V panels are written after it), and the softmax itself touches only S (A or C) and P (A).
+    # V panels or V^T rows are written after it), and the softmax itself touches only S (A or C) and P (A).
     fits = rw.SMS_PART * mpad <= sz.chunk * dpad * 2 and panels % 8 == 0  # within the aux bytes panels use
     if sz.seq >= rw.SMS_MIN_VALID and fits:
         whole = rw.cycles(rw.Rows("softmax", mpad, spad, **kw))
@@ -500,36 +513,85 @@ def attention_program(
             softmax_op, kw = "softmax_split", dict(kw, st0=panels)
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     vp = panels_of[2]
-    zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)
-    v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
-    for c, (k0, nk) in enumerate(sz.chunks):
-        if vp is not None and esizes[2] == 2 and nk % 16 == 0 and zeros is not None:
-            # f16 V in column panels, whole K blocks: each panel's rows straight into its column groups of the
-            # weight panels (no row-major copy); the zero columns d..dpad once per chunk size (nothing else
-            # writes those slots between chunks of one size).
-            pre = f"keys {k0}..{k0 + nk}: " if several else ""
-            nkp = nk
-            for j in range(d // vp):
-                src = va + (j * vp * sz.seq + k0 * vp) * 2
-                call = pk.WeightsF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
-                prog.append((f"{pre}V panels, columns {j * vp}..{j * vp + vp}", call))
-            if dpad > d and zeroed_kblocks != nk // 16:
-                call = pk.WeightsF16(nk, dpad - d, zeros, panels, src_row=0, group0=d // 4)
-                prog.append((f"{pre}V panels, zero columns", call))
-                zeroed_kblocks = nk // 16
-        else:
-            pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
-            prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
-            zeroed_kblocks, v_rows_copied = None, True
-        o_gemm = gm.Gemm(
-            mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
-            a_row_stride=spad * 2, weights=panels, c=c_area,
-        )  # fmt: skip
-        prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
+    if pv_t:
+        # O^T [dpad, 16] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M = dpad:
+        # all six workers busy), P^T [keys, 16 queries] its weights (one column block), accumulated in C (row
+        # stride 32); per 16 keys the same products into the same f16 partials as O = P V.
+        from ipu.backend.target import Target
+
+        pt = a_area + -(-mpad * spad * 2 // 64) * 64  # P^T's weight panels, after P's rows
+        coef = "ld128" if pt >= Target.region1_base and pt % 16 == 0 else "ld64"
+        kb0 = -(-sz.chunks[0][1] // 16)  # the first (largest) chunk's K blocks
+        if m < 16:  # the weights' query rows m..16 (O^T's dropped columns), zero once for every chunk
+            prog.append(
+                (
+                    "P^T zero rows",
+                    rw.Rows("pad_f16", kb0, (16 - m) * 16, out=pt + m * 32, out_stride=512, valid=0),
+                )
+            )
+        zeroed = None  # the chunk size whose V^T zero rows d..dpad are in place (direct chunks)
+        v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
+        for c, (k0, nk) in enumerate(sz.chunks):
+            if vp is not None and esizes[2] == 2 and nk % 16 == 0:
+                # f16 V in column panels, whole K blocks: each panel's rows straight into its V^T rows; the zero
+                # rows d..dpad once per chunk size (nothing else writes them between such chunks).
+                pre = f"keys {k0}..{k0 + nk}: " if several else ""
+                nkp = nk
+                for j in range(d // vp):
+                    src = va + (j * vp * sz.seq + k0 * vp) * 2
+                    call = pk.TransposeF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
+                    prog.append((f"{pre}V^T rows from V columns {j * vp}..{j * vp + vp}", call))
+                if dpad > d and zeroed != nk:
+                    call = rw.Rows("pad_f16", dpad - d, nk, out=panels + d * nk * 2, valid=0)
+                    prog.append((f"{pre}V^T zero rows", call))
+                    zeroed = nk
+            else:
+                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
+                prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dpad, vrows, panels)))
+                zeroed, v_rows_copied = None, True
+            prog.append(
+                (f"{pre}P^T panels", pk.weights_from_bt(m, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2))
+            )
+            o_gemm = gm.Gemm(
+                dpad, nkp, 16, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
+                a_row_stride=nkp * 2, weights=pt, c=c_area,
+            )  # fmt: skip
+            prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
+        # O's m rows (dpad halves apart) from O^T into A (P is dead), then as O's rows below.
+        prog.append(("O rows from O^T", pk.TransposeF16(dpad, -(-m // 4) * 4, c_area, a_area, src_row=32)))
+        o_rows = a_area
+    else:
+        zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)
+        v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
+        for c, (k0, nk) in enumerate(sz.chunks):
+            if vp is not None and esizes[2] == 2 and nk % 16 == 0 and zeros is not None:
+                # f16 V in column panels, whole K blocks: each panel's rows straight into its column groups of the
+                # weight panels (no row-major copy); the zero columns d..dpad once per chunk size (nothing else
+                # writes those slots between chunks of one size).
+                pre = f"keys {k0}..{k0 + nk}: " if several else ""
+                nkp = nk
+                for j in range(d // vp):
+                    src = va + (j * vp * sz.seq + k0 * vp) * 2
+                    call = pk.WeightsF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
+                    prog.append((f"{pre}V panels, columns {j * vp}..{j * vp + vp}", call))
+                if dpad > d and zeroed_kblocks != nk // 16:
+                    call = pk.WeightsF16(nk, dpad - d, zeros, panels, src_row=0, group0=d // 4)
+                    prog.append((f"{pre}V panels, zero columns", call))
+                    zeroed_kblocks = nk // 16
+            else:
+                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
+                prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
+                zeroed_kblocks, v_rows_copied = None, True
+            o_gemm = gm.Gemm(
+                mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
+                a_row_stride=spad * 2, weights=panels, c=c_area,
+            )  # fmt: skip
+            prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
+        o_rows = c_area
     if esizes[3] == 4:
-        prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
+        prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=o_rows, out=out, in_stride=dpad * 2)))
     else:  # f16 result: O's first d columns
-        prog.append(("O rows", rw.Rows("pad_f16", m, d, in0=c_area, out=out, in_stride=dpad * 2)))
+        prog.append(("O rows", rw.Rows("pad_f16", m, d, in0=o_rows, out=out, in_stride=dpad * 2)))
     return prog
 
 

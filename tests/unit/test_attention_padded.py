@@ -151,7 +151,8 @@ def test_so400m_blocks_fit_the_scratch():
         assert sz.spad * 32 <= e and sz.dpad * 32 + sz.spad * 32 <= e  # S^T in C; Q^T and S panels in aux
         assert sz.mpad * sz.spad * 2 <= e  # S in C, P in A
         assert sz.qo + sz.chunk * sz.dpad * 2 <= e  # K rows after Q in A, V rows after O in C
-        assert sz.chunk * sz.dpad * 2 <= e  # a chunk's panels in aux
+        assert sz.chunk * sz.dpad * 2 <= e  # a chunk's panels (or V^T rows) in aux
+        assert -(-sz.mpad * sz.spad * 2 // 64) * 64 + sz.chunk * 32 <= e  # P^T's panels after P in A
         assert sum(nk for _, nk in sz.chunks) == seq
         prog = nnops.attention_program(sz, 0, 0, 0, m, 0, d**-0.5, 0x80000, 0x88000, 0x60000)
         assert sum(nnops.kernel_cycles(k) for _, k in prog) > 0
@@ -287,13 +288,13 @@ def test_attention_kv_in_column_panels(dtype):
             nnops.MAX_KEY_CHUNK = saved
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]
         # The operands are f16 either way (the default policy's attention_f16): Q one conversion per panel; K one
-        # `panels_f16` call per chunk; V of whole-16 key chunks straight into the weight panels, one call per panel
-        # and the zero columns once.
+        # `panels_f16` call per chunk; V of whole-16 key chunks straight into V^T's rows (O^T = V^T P^T), one call
+        # per panel and the zero rows once.
         marks = {"Q": "columns 20..40", "K": "rows from 2 column panels", "V": "columns 20..40"}
         for name, mark in marks.items():
             panels = any(w.startswith("nn.attention") and f"{name} " in w and mark in w for w in whats)
             assert panels == (width == 20), (name, width)
-        assert any("V panels, zero columns" in w for w in whats) == (width == 20)
+        assert any("V^T zero rows" in w for w in whats) == (width == 20)
         outs.append(Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64))
     np.testing.assert_array_equal(outs[0], outs[1])
     q, k, v = (x[f"{n}1"].astype(np.float64) + x[f"{n}2"] for n in "qkv")
@@ -331,3 +332,50 @@ def test_two_stage_gather_gives_the_same_bits(monkeypatch):
     assert phases[1] > phases[0], phases
     np.testing.assert_array_equal(outs[0], outs[1])
     assert tile_plan.gather_mid(kv_layout, kv_layout, 32) is None  # nothing to gather
+
+
+@pytest.mark.parametrize("t,m", [(64, 8), (1, 1)])
+def test_output_transposed_gives_the_same_bits(monkeypatch, t, m):
+    """O^T = V^T P^T (V^T rows as the GEMM's A, P^T's weight panels, O's rows transposed back at the end) against
+    O = P V (`PV_TRANSPOSED = False`: V's weight panels, P's rows as A) on the S^T path: blocks of m query rows (8,
+    and 1: GEMM rows padded to 3 for P V, P^T's query rows 1..16 zero), f16 Q, K, V in column panels (20 of a 40
+    head, padded to 48: V^T's zero rows), 50 keys in chunks of 32 (the tail of 18 keys through f16 V rows with zero
+    rows): per 16 keys the AMP adds the same products into the same f16 partials, so the outputs are equal bit for
+    bit."""
+    from ipu.dialects import tile as tl
+
+    s, c, heads = 50, 80, 2
+    rng = np.random.default_rng(13 + m)
+    names = (("q1", t), ("q2", t), ("k1", s), ("k2", s), ("v1", s), ("v2", s))
+    x = {n: rng.standard_normal((r, c)).astype(np.float16).astype(np.float32) for n, r in names}
+    kv_layout = tl.make_layout((s, c), (25, 20), np.arange(8, dtype=np.int32)[:, None], f16)
+    nq = -(-t // 16) * 4  # Q blocks of 16 rows (or fewer) x 20 columns
+    q_layout = tl.make_layout(
+        (t, c), (min(t, 16), 20), np.arange(8, 8 + nq, dtype=np.int32)[:, None] % 16, f16
+    )
+    ms = []
+    program = nnops.attention_program
+
+    def recording(sz, qa, ka, va, rows, *args, **kw):  # args: out, scale, C, A, aux, esizes, panels_of, zeros
+        ms.append((rows, sz.transposed, len(sz.chunks), args[6]))
+        return program(sz, qa, ka, va, rows, *args, **kw)
+
+    monkeypatch.setattr(nnops, "attention_program", recording)
+    monkeypatch.setattr(nnops, "MAX_KEY_CHUNK", 32)
+    outs = []
+    for pv_t in (True, False):
+        monkeypatch.setattr(nnops, "PV_TRANSPOSED", pv_t)
+        ms.clear()
+        pkg = compile_model(
+            sum_attention_module(t, s, c, heads, f16, q_layout, kv_layout), Target.small(16, sram_kib=624)
+        )
+        assert ms and {r[:3] for r in ms} == {(m, True, 2)} and all(r[3][2] == 20 for r in ms), ms
+        whats = [site["what"] for site in pkg.metadata["profile_sites"]]
+        assert any("O^T += V^T P^T" in w for w in whats) == pv_t
+        assert any("O += P V" in w for w in whats) == (not pv_t)
+        assert any("V^T rows from V columns 20..40" in w for w in whats) == pv_t
+        outs.append(Session(pkg).run(x).outputs["o"].reshape(t, c))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    q, k, v = (x[f"{n}1"].astype(np.float64) + x[f"{n}2"] for n in "qkv")
+    for g, w in zip(outs[0].astype(np.float64), attention64(q, k, v, heads)):
+        assert cosine(g, w) >= 0.9999, cosine(g, w)

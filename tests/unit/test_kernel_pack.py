@@ -209,3 +209,111 @@ def test_chunks_mixed_row_parity_takes_plain_loop():
     assert call.lag == 0
     src = np.random.default_rng(3).integers(0, 256, 13 * 72, dtype=np.uint8)
     _run_at(call, 0x90000, 0x94000, src, 16 * 2 * 512)
+
+
+def _run_transposes(calls, mem: dict, dst_at: int, nbytes: int, frame_of=None) -> np.ndarray:
+    """Run `calls` in turn on one simulator (mem staged before the first; a 0xA5 sentinel destination of nbytes at
+    dst_at); each estimate exact. frame_of: a replacement frame function (mutation checks). Returns the bytes."""
+    sim = Simulator(TARGET)
+    mem = {**mem, dst_at: np.full(nbytes, 0xA5, np.uint8)}
+    for call in calls:
+        cyc, _ = run_call(sim, LIB, FRAME, frame_of(call) if frame_of else call.frame, call.entry, mem)
+        assert cyc == call.cycles(), (cyc, call.cycles())
+        mem = {}
+    return sim.read(dst_at, nbytes, np.uint8, tiles=[0]).reshape(-1)
+
+
+# (k, n, group0, src_row, dst_row): B^T row-major (defaults); a slice of longer source rows into a longer-strided
+# destination from group 2 on; one group; dst_row not a multiple of 16 bytes; 7 groups (one worker
+# takes two); the So400m shapes (O^T [80][16] -> O rows; a 176-key V panel of 24 columns into V^T rows of 176).
+TRANSPOSES = [
+    (16, 4, 0, None, None),
+    (32, 16, 0, None, None),
+    (48, 12, 2, 40, 112),
+    (16, 4, 5, 8, 32),
+    (64, 16, 0, 32, 144),
+    (32, 28, 0, None, 72),
+    (80, 8, 0, 32, 160),
+    (176, 24, 6, 48, 352),
+]
+
+
+@pytest.mark.parametrize("k,n,group0,src_row,dst_row", TRANSPOSES)
+def test_transpose_f16(k, n, group0, src_row, dst_row):
+    """TransposeF16: column 4 * group0 + j of B [k, n] (source row stride src_row) -> the row at dst + (4 * group0
+    + j) * dst_row; bit-exact against numpy, nothing else written, estimate exact."""
+    srow = src_row or 2 * n
+    src = np.random.default_rng(k + n + group0).integers(0, 256, (k, srow), dtype=np.uint8)
+    src[:, : 2 * n] = np.random.default_rng(k).standard_normal((k, n)).astype(np.float16).view(np.uint8)
+    call = P.TransposeF16(k, n, SRC, DST, src_row=src_row, group0=group0, dst_row=dst_row)
+    drow = dst_row or 2 * k
+    nbytes = (4 * group0 + n) * drow + 64
+    got = _run_transposes([call], {SRC: src}, DST, nbytes)
+    bt = np.ascontiguousarray(np.ascontiguousarray(src[:, : 2 * n]).view(np.float16).T)  # [n, k]
+    want = np.full(nbytes, 0xA5, np.uint8)
+    for j in range(n):
+        at = (4 * group0 + j) * drow
+        want[at : at + 2 * k] = bt[j].view(np.uint8)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(
+        call.semantics(src.reshape(-1), SRC, np.full(nbytes, 0xA5, np.uint8), DST), want
+    )
+
+
+@pytest.mark.parametrize(
+    "k,p,d,dpad", [(16, 24, 72, 80), (176, 24, 72, 80), (32, 36, 72, 80), (48, 16, 32, 48)]
+)
+def test_transpose_f16_from_column_panels(k, p, d, dpad):
+    """B [k, d] stored as column panels [d/p][rows][p] (rows = k + 5 > k: a key slice of longer panels, from row 3):
+    one call per panel plus the zero rows d..dpad from a zero constant (src_row 0) give B^T padded with zero rows
+    [dpad][k] (the attention's V^T chunk), every byte written."""
+    rows, first = k + 5, 3
+    b = np.random.default_rng(k + p + d).standard_normal((rows, d)).astype(np.float16)
+    store = np.concatenate([b[:, j : j + p].reshape(-1) for j in range(0, d, p)])
+    zeros_at = store.size * 2 + 64
+    src = np.zeros(zeros_at + 2 * (dpad - d), np.uint8)
+    src[: store.size * 2] = store.view(np.uint8)
+    calls = [
+        P.TransposeF16(k, p, SRC + (j * rows + first) * p * 2, DST, src_row=2 * p, group0=j * p // 4)
+        for j in range(d // p)
+    ]
+    calls.append(P.TransposeF16(k, dpad - d, SRC + zeros_at, DST, src_row=0, group0=d // 4))
+    want = np.pad(b[first : first + k], ((0, 0), (0, dpad - d))).T.copy().view(np.uint8).reshape(-1)
+    got = _run_transposes(calls, {SRC: src}, DST, want.size)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("word", ["row step", "back step", "group step", "first group"])
+def test_transpose_f16_mutations_are_caught(word):
+    """The comparison is not vacuous: each frame word that places the stores, off by one atom (the B^T row stride
+    $m9, the step from column 3 back to column 0 $m10, the step to the next group's rows $m11) or the workers'
+    first groups without group0 (a read before the source: the simulator's poison check), writes other bytes than
+    numpy's transpose or fails. 7 groups: worker 0 takes two (the group step is used)."""
+    from ipu.backend.kernels import rowwise as R
+    from ipu.runtime.errors import SimError
+
+    k, n, group0, drow = 48, 28, 1, 112
+    src = np.random.default_rng(7).standard_normal((k, n)).astype(np.float16)
+    call = P.TransposeF16(k, n, SRC, DST, group0=group0, dst_row=drow)
+    nbytes = (4 * group0 + n) * drow + 64
+    want = call.semantics(src.view(np.uint8).reshape(-1), SRC, np.full(nbytes, 0xA5, np.uint8), DST)
+    np.testing.assert_array_equal(_run_transposes([call], {SRC: src}, DST, nbytes), want)
+
+    def mutated(c):
+        def frame(labels):
+            f = c.frame(labels)
+            if word == "first group":
+                f[R.FIRST : R.FIRST + 6] -= group0
+            else:
+                at = {"row step": P.DST_BLK, "back step": P.SHIFT, "group step": P.DST_GROUP}[word]
+                f[at] += 8 if word == "group step" else 1
+            return f
+
+        return frame
+
+    try:
+        got = _run_transposes([call], {SRC: src}, DST, nbytes, frame_of=mutated)
+    except SimError:
+        assert word == "first group"
+        return
+    assert not np.array_equal(got, want)
