@@ -555,19 +555,8 @@ def _pf_kernel() -> Code:
     rows)."""
     c = Code("rows_panels_f16")
     n = c.name
-    c.one("get $m0, $WSR")
-    c.one("shl $m7, $m0, 2")
-    c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
-    c.one(f"brz $m5, .L{n}_idle")
-    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
-    for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
-        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
-        c.one(f"mul {reg}, {reg}, $m6")
-        c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
-        c.one(f"add {reg}, {reg}, $m3")
-    c.one("add $m6, $m5, 0")  # rows
-    c.one("sub $m5, $m5, 1")
-    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    _head(c)
+    c.one("add $m6, $m5, 1")  # rows
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {PF_PANELS}")
     c.one(f"ld32 $m0, $mvertex_base, $mzero, {PF_SAFE}")
     c.one(f"brnz $m0, .L{n}_safe")
