@@ -38,12 +38,14 @@ Five kernels:
 
 - `weights_f16` (`WeightsF16`): F16 AMP weight panels from row-major B [K, N] (e.g. V for P @ V), a transpose:
   per 4-column group and K block, 16 rows x 4 columns are loaded (16 ld64) and transposed in registers with
-  sort4x16lo/hi (32 sorts) into 4 slots-columns of 32 bytes (16 st64): 44 thread cycles per 128 bytes.
+  sort4x16lo/hi (32 sorts) into 4 slots-columns of 32 bytes (16 st64), software-pipelined (`_transpose_pipeline`:
+  the next quarter's loads beside this one's sorts and stores, a load or a store in every bundle): 32 thread
+  cycles per 128 bytes (44 unpipelined), plus a prologue / epilogue per column group (no loads past B's rows).
 
 - `transpose_f16` (`TransposeF16`): B^T rows from row-major B [K, N] f16 (e.g. V^T for O^T = V^T P^T): the
   same loads and sorts as `weights_f16`, the 4 columns of a group stored as 4 rows `dst_row` bytes apart (K
   halves contiguous), so the stores step by register-held strides (dst_row, back to the next 4 halves of the first
-  row); 44 thread cycles per 128 bytes, 4 issues per column group.
+  row); 32 thread cycles per 128 bytes (the same pipeline), 8 issues per column group beyond them.
 
 - `weights_fp8` (`WeightsFP8`): FP8 AMP weight panels from row-major B [K, N] bytes (e.g. V for P @ V in FP8), a
   byte transpose without byte copies: per 4-column group and 4 rows, 4 ld32 (one word per row), two passes of
@@ -86,8 +88,9 @@ PACE_FIELD = R.PACE_FIELD
 FP8_PACE, FP8_PSTEP, FP8_PREPS = R.ST2, R.ZATOMS, R.CONST  # pace stride fields: signed 10-bit atom counts
 
 
-def _dst_row(c: R.Code) -> None:
-    """$m2 = dst + (row >> g) * group + (row & (2^g - 1)) * dst_row, for row $m6."""
+def _dst_row(c: R.Code, out: bool = True) -> None:
+    """$m2 = dst + (row >> g) * group + (row & (2^g - 1)) * dst_row, for row $m6 (out=False: without dst, added
+    by the caller)."""
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {SHIFT}")
     c.one("shr $m2, $m6, $m3")
     c.one("shl $m7, $m2, $m3")
@@ -97,8 +100,9 @@ def _dst_row(c: R.Code) -> None:
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.OSTRIDE}")
     c.one("mul $m7, $m7, $m3")
     c.one("add $m2, $m2, $m7")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.OUT}")
-    c.one("add $m2, $m2, $m3")
+    if out:
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.OUT}")
+        c.one("add $m2, $m2, $m3")
 
 
 def _common_head(c: R.Code) -> None:
@@ -354,63 +358,132 @@ def fp8_f16_code(pad: bool = False, lag: int = 0) -> R.Code:
     return c
 
 
-def _transpose_4x16(*steps: str) -> list[tuple[str, str]]:
-    """Four rows of 4 halves at $m3 (stepping by the B row stride $m8) transposed in registers (sort4x16lo/hi)
-    into 4 columns of 4 halves, stored at $m2 stepping by `steps` (atoms or a register) after each column."""
-    ld = [R._b(f"ld64step $a{2 * i}:{2 * i + 1}, $mzero, $m3+=, $m8") for i in range(4)]
-    return [
-        ld[0],
-        ld[1],
-        R._b(ld[2][0], "sort4x16lo $a8, $a0, $a2"),
-        R._b(ld[3][0], "sort4x16hi $a10, $a0, $a2"),
-        R._b("nop", "sort4x16lo $a9, $a4, $a6"),
-        R._b(f"st64step $a8:9, $mzero, $m2+=, {steps[0]}", "sort4x16hi $a11, $a4, $a6"),
-        R._b(f"st64step $a10:11, $mzero, $m2+=, {steps[1]}", "sort4x16lo $a12, $a1, $a3"),
-        R._b("nop", "sort4x16lo $a13, $a5, $a7"),
-        R._b(f"st64step $a12:13, $mzero, $m2+=, {steps[2]}", "sort4x16hi $a8, $a1, $a3"),
-        R._b("nop", "sort4x16hi $a9, $a5, $a7"),
-        R._b(f"st64step $a8:9, $mzero, $m2+=, {steps[3]}"),
-    ]
+# `_transpose_pipeline`: one quarter (4 rows of B x 4 columns) at quarter-relative bundle times. Loads L0..L3
+# (rows 0..3) at 0..3, sorts at 3..10 (one per bundle, AUX), stores of columns 0..3 at 6, 7, 12, 13: the memory
+# slot's times mod 8 are 0..7 and the AUX slot's 3..10 mod 8 likewise, so quarters 8 bundles apart never meet.
+# Registers: L0 alternates between $a0:1 (even quarters) and $a8:9 (odd ones), column 0's sorts between $a8:9 and
+# $a0:1 (L0's odd half is read at 9, after the next quarter's L0 at 8; column 0 dies at 6); L1..L3 = $a2:3,
+# $a4:5, $a6:7 (read until 4 / 9, 6 / 10: the next quarter reloads them at 9, 10, 11, where a bundle's AUX reads
+# the old registers); columns 1 and 2 share $a10:11 (column 1 stored at 7, column 2 sorted from 7), column 3
+# $a12:13. $a14 (half of $azeros) and $a15 are not touched.
+_QUARTER = 8
+_LOADS = (0, 1, 2, 3)
+_SORTS = (  # (time, op, destination: column and half, source pair: L0/L1 rows or L2/L3 rows, source half)
+    (3, "lo", 0, 0, 0, 0),
+    (4, "hi", 1, 0, 0, 0),
+    (5, "lo", 0, 1, 1, 0),
+    (6, "hi", 1, 1, 1, 0),
+    (7, "lo", 2, 0, 0, 1),
+    (8, "lo", 2, 1, 1, 1),
+    (9, "hi", 3, 0, 0, 1),
+    (10, "hi", 3, 1, 1, 1),
+)
+_STORES = (6, 7, 12, 13)
+_LEAD = _STORES[0]  # the prologue: the first quarter's bundles before its first store
+_ROTATE = ((0, 8), (8, 0))  # (L0's pair, column 0's pair) in even / odd quarters
+
+
+def _transpose_pipeline(steps) -> tuple[list, list, list]:
+    """The software-pipelined transpose of a column group's K blocks (16 rows of B each, 4 quarters of 4 rows):
+    rows at $m3 stepping by the B row stride $m8; quarter p (of a K block) sorted with sort4x16lo/hi into 4 columns
+    of 4 halves, stored at $m2 stepping by `steps(p)` (4 atoms or registers) after each column.
+
+    Returns (prologue, body, epilogue) bundles: the body (an rpt over K blocks - 1) stores K block b's 16 columns
+    and loads K block b + 1's first quarter; the epilogue stores the last K block (no loads past it: nothing
+    outside the source is read; bundles left empty are dropped). 32 bundles per K block (4 x 8: every bundle a
+    load or a store), plus _LEAD (6) per group."""
+
+    def flat(quarters: int) -> dict[int, list[str]]:
+        at: dict[int, list[str]] = {}
+
+        def put(t: int, slot: int, text: str) -> None:
+            b = at.setdefault(t, ["nop", "fnop"])
+            assert b[slot] in ("nop", "fnop"), (t, slot, b, text)
+            b[slot] = text
+
+        for q in range(quarters):
+            t0, (l0, c0) = _QUARTER * q, _ROTATE[q % 2]
+            load = (l0, 2, 4, 6)
+            col = (c0, 10, 10, 12)
+            for i, t in enumerate(_LOADS):
+                put(t0 + t, 0, f"ld64step $a{load[i]}:{load[i] + 1}, $mzero, $m3+=, $m8")
+            for t, op, c, half, rows, h in _SORTS:
+                a, b = load[2 * rows] + h, load[2 * rows + 1] + h
+                put(t0 + t, 1, f"sort4x16{op} $a{col[c] + half}, $a{a}, $a{b}")
+            for c, t in enumerate(_STORES):
+                put(t0 + t, 0, f"st64step $a{col[c]}:{col[c] + 1}, $mzero, $m2+=, {steps(q % 4)[c]}")
+        return at
+
+    blk = 4 * _QUARTER
+    at = flat(8)  # two K blocks: the body is the first one's window, the epilogue the second's
+    prologue = [tuple(at.get(t, ("nop", "fnop"))) for t in range(_LEAD)]
+    body = [tuple(at.get(t, ("nop", "fnop"))) for t in range(_LEAD, _LEAD + blk)]
+    epilogue = [tuple(at[t]) for t in range(_LEAD + blk, max(at) + 1) if t in at]
+    return prologue, body, epilogue
+
+
+def _emit_pipeline(c: R.Code, steps, fill: tuple[str, ...] = (), pre: tuple[str, ...] = ()) -> None:
+    """Prologue, rpt over $m4 = K blocks - 1 (tag "chunk"), epilogue (`_transpose_pipeline`); `fill`: the row's
+    next-row instructions, in order, in the epilogue's empty MAIN slots after its last load ($m3 is free); `pre`:
+    instructions for the prologue's empty MAIN slots (before the first store)."""
+    prologue, body, epilogue = _transpose_pipeline(steps)
+    todo = list(pre)
+    for main, aux in prologue:
+        if todo and main == "nop":
+            main = todo.pop(0)
+        c.bundle(main, aux)
+    assert not todo, todo
+    c.rpt("$m4", [R._b(main, aux) for main, aux in body], "chunk")
+    last_load = max(i for i, (main, _) in enumerate(epilogue) if main.startswith("ld"))
+    todo = list(fill)
+    for i, (main, aux) in enumerate(epilogue):
+        if todo and i > last_load and main == "nop":
+            main = todo.pop(0)
+        c.bundle(main, aux)
+    assert not todo, todo
 
 
 def weights_f16_code() -> R.Code:
-    """Rows = 4-column groups (N / 4); inner rpt over K blocks. $m8 = B row stride in atoms (load step)."""
+    """Rows = 4-column groups (N / 4); K blocks software-pipelined (`_transpose_pipeline`: prologue, rpt over K
+    blocks - 1, epilogue). $m8 = B row stride in atoms (load step), $m4 = K blocks - 1."""
     c = R.Code("pack_weights_f16")
     _common_head(c)
+    c.one("sub $m4, $m4, 1")
     c.tag = "row"
     c.label(f".L{c.name}_row")
-    _dst_row(c)
+    _dst_row(c, out=False)  # dst added in the prologue
     c.one("add $m3, $m1, 0")
     # The store after each slot column: the next one (4 atoms on), or from the fourth to the next K block.
-    body = []
-    for p in range(4):
-        body += _transpose_4x16("4", "4", "4", str(64 - 15 if p == 3 else -11))
-    c.rpt("$m4", body, "chunk")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {R.ISTRIDE}")
-    c.one("add $m1, $m1, $m3")
-    c.one("add $m6, $m6, 1")
+    # The next group: 4 halves on in B (the frame's ISTRIDE, 8 bytes).
+    _emit_pipeline(
+        c,
+        lambda p: ("4", "4", "4", str(64 - 15 if p == 3 else -11)),
+        ("add $m1, $m1, 8", "add $m6, $m6, 1"),
+        (f"ld32 $m7, $mvertex_base, $mzero, {R.OUT}", "add $m2, $m2, $m7"),
+    )
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.exit_and_idle()
     return c
 
 
 def transpose_f16_code() -> R.Code:
-    """Rows = 4-column groups (N / 4); inner rpt over K blocks (16 rows of B = 32 bytes of each B^T row).
-    $m1 = the group's source, $m2 = its first B^T row (advanced by the K blocks' stores, then by $m11 to the next
-    group's), $m8 = B row stride (atoms, load step), $m9 = dst_row (atoms: the next column's row), $m10 = 1 - 3 *
-    dst_row (atoms: from column 3 back to column 0, 8 bytes on), $m11 = 4 * dst_row - 2K (bytes)."""
+    """Rows = 4-column groups (N / 4); K blocks (16 rows of B = 32 bytes of each B^T row) software-pipelined
+    (`_transpose_pipeline`). $m1 = the group's source, $m2 = its first B^T row (advanced by the K blocks' stores,
+    then by $m11 to the next group's), $m4 = K blocks - 1, $m8 = B row stride (atoms, load step), $m9 = dst_row
+    (atoms: the next column's row), $m10 = 1 - 3 * dst_row (atoms: from column 3 back to column 0, 8 bytes on),
+    $m11 = 4 * dst_row - 2K (bytes)."""
     c = R.Code("pack_transpose_f16")
     _common_head(c)  # $m9 = DST_BLK
     c.one(f"ld32 $m10, $mvertex_base, $mzero, {SHIFT}")
     c.one(f"ld32 $m11, $mvertex_base, $mzero, {DST_GROUP}")
+    c.one("sub $m4, $m4, 1")
+    c.one("add $m3, $m1, 0")
+    if c.words % 2:
+        c.one("nop")  # the row's bundles aligned without a nop per row
     c.tag = "row"
     c.label(f".L{c.name}_row")
-    c.one("add $m3, $m1, 0")
-    body = []
-    for _ in range(4):
-        body += _transpose_4x16("$m9", "$m9", "$m9", "$m10")
-    c.rpt("$m4", body, "chunk")
-    c.one("add $m1, $m1, 8")
+    # The next group's source ($m1, and $m3 from it) in the epilogue; its rows after the last store.
+    _emit_pipeline(c, lambda p: ("$m9", "$m9", "$m9", "$m10"), ("add $m1, $m1, 8", "add $m3, $m1, 0"))
     c.one("add $m2, $m2, $m11")
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.exit_and_idle()
@@ -834,7 +907,7 @@ class WeightsF16:
         return f
 
     def cycles(self) -> int:
-        return _cycles(weights_f16_code(), self.n // 4, self.k // 16)
+        return _cycles(_code(self.kernel), self.n // 4, self.k // 16 - 1)
 
 
 @dataclass(frozen=True)
@@ -903,7 +976,7 @@ class TransposeF16:
         return out
 
     def cycles(self) -> int:
-        return _cycles(_code(self.kernel), self.n // 4, self.k // 16)
+        return _cycles(_code(self.kernel), self.n // 4, self.k // 16 - 1)
 
 
 @dataclass(frozen=True)

@@ -317,3 +317,45 @@ def test_transpose_f16_mutations_are_caught(word):
         assert word == "first group"
         return
     assert not np.array_equal(got, want)
+
+
+def test_transpose_pipeline_issues():
+    """The software-pipelined transposes: one K block (16 rows x 4 columns: 16 loads, 32 sorts, 16 stores) is 32
+    issues of the rpt body (a load or a store in every bundle; 44 unpipelined), read off the codes' tag counts."""
+    for name in ("pack_weights_f16", "pack_transpose_f16"):
+        n = P._code(name).count
+        assert n["chunk"] == 32 < 44, (name, dict(n))
+
+
+@pytest.mark.parametrize("mutation", ["no rotation", "one more body pass"])
+def test_transpose_pipeline_mutations_are_caught(monkeypatch, mutation):
+    """The pipeline's checks are not vacuous: without the rotation of L0 / column 0 between $a0:1 and $a8:9 (the
+    next quarter's first load overwrites columns 2-3's source halves before their last sorts) the bytes differ;
+    with one more pass of the rpt body (K blocks instead of K blocks - 1: loads one K block past B's last row) the
+    simulator flags the read of never-written memory (or other bytes are written)."""
+    from ipu.backend.kernels import rowwise as R
+    from ipu.runtime.errors import SimError
+
+    k, n = 48, 28
+    src = np.random.default_rng(11).standard_normal((k, n)).astype(np.float16)
+    call = P.TransposeF16(k, n, SRC, DST)
+    nbytes = n * 2 * k + 64
+    want = call.semantics(src.view(np.uint8).reshape(-1), SRC, np.full(nbytes, 0xA5, np.uint8), DST)
+    frame = call.frame
+    if mutation == "no rotation":
+        monkeypatch.setattr(P, "_ROTATE", ((0, 8), (0, 8)))
+    else:
+
+        def frame(labels):
+            f = call.frame(labels)
+            f[R.ATOMS] += 1
+            return f
+
+    sim = Simulator(TARGET)
+    mem = {SRC: src, DST: np.full(nbytes, 0xA5, np.uint8)}
+    try:
+        run_call(sim, P.library_asm(TARGET.sram_base), FRAME, frame, call.entry, mem)
+    except SimError:
+        assert mutation == "one more body pass"
+        return
+    assert not np.array_equal(sim.read(DST, nbytes, np.uint8, tiles=[0]).reshape(-1), want)
