@@ -51,6 +51,7 @@ from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower.bindings import device_dtype
+from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 
@@ -306,7 +307,9 @@ class NnOps:
         for i, jobs in enumerate(rounds):
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
             progs = {
-                t: attention_program(sz, *job, scale, *areas, esizes, panels_of, zeros)
+                t: attention_program(
+                    sz, *job, scale, *areas, esizes, panels_of, zeros, self.target.region1[0]
+                )
                 for t, job in jobs.items()
             }
             labels = [label for label, _ in next(iter(progs.values()))]
@@ -375,12 +378,14 @@ def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
+    region1: int = IPU21.region1[0],
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
     and A elements, `panels` (aux). panels_of: Q's, K's and V's column panel widths when they are stored as
     column panels of their head blocks (`colsP`: [d / P][rows][P]), else None. zeros: the address of at least
-    2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there)."""
+    2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there).
+    region1: the target's first interleaved address (weight panels there load two slots per instruction)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     pv_t = sz.transposed and PV_TRANSPOSED  # O^T = V^T P^T (else O = P V)
@@ -517,10 +522,8 @@ def attention_program(
         # O^T [dpad, 16] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M = dpad:
         # all six workers busy), P^T [keys, 16 queries] its weights (one column block), accumulated in C (row
         # stride 32); per 16 keys the same products into the same f16 partials as O = P V.
-        from ipu.backend.target import Target
-
         pt = a_area + -(-mpad * spad * 2 // 64) * 64  # P^T's weight panels, after P's rows
-        coef = "ld128" if pt >= Target.region1_base and pt % 16 == 0 else "ld64"
+        coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
         kb0 = -(-sz.chunks[0][1] // 16)  # the first (largest) chunk's K blocks
         if m < 16:  # the weights' query rows m..16 (O^T's dropped columns), zero once for every chunk
             prog.append(
