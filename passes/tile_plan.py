@@ -229,8 +229,8 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
     )  # fmt: skip
 
 
-# Two-stage gathers: an exchange round costs a fixed ~250 cycles (the round table walk, the sends' setup, the
-# internal sync) besides its data, and a tile hears one sender per round. A consumer block assembled from many
+# Two-stage gathers: an exchange round costs a few hundred cycles (the round table walk, the sends' setup, the
+# 150-cycle internal sync) besides its data, and a tile hears one sender per round. A consumer block assembled from many
 # small producer blocks (attention K/V from 25 x 24 GEMM blocks: 90 pieces; a M = 1 row from 135 16-column blocks)
 # pays one round per piece. Through an intermediate layout (`gather_mid`) it pays the pieces of one intermediate
 # block in the first phase (all intermediate blocks in parallel) and one round per intermediate block in the second.
@@ -253,9 +253,8 @@ def gather_mid(
     part of wr (intermediate blocks of at most GATHER_MID_BYTES: less memory beside the consumer's blocks, and
     fewer first-stage pieces). (mr, g) minimise the rounds of both stages, n_r(mr) * g + ceil(wr / mr) *
     ceil(n_c / g), against n_r(wr) * n_c direct (n_r(h): producer row blocks meeting h rows; n_c = wc / hc).
-    The intermediate blocks are spread evenly over the tiles
-    (rotated by `salt`, so that gathers planned one after the other use different tiles): on a tile of `want`
-    they would live beside the block they feed."""
+    The intermediate blocks are spread evenly over the tiles (rotated by `salt`, so that gathers planned one
+    after the other use different tiles): on a tile of `want` they would live beside the block they feed."""
     if len(have.shape_) != 2 or have.shape_ != want.shape_ or have.dtype != want.dtype:
         return None
     if have.stack.data or want.stack.data or have.order.data != "row_major" or have.replicas.data != 1:
