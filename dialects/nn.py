@@ -295,6 +295,78 @@ class MatmulOp(IRDLOperation):
         require_result_shape(self, self.result, (*ls[:-1], n))
 
 
+@irdl_op_definition
+class LinearPartialsOp(IRDLOperation):
+    """The partial products of a linear whose contraction is split into chunks: x [M, K], weight [N, K] ->
+    [G, M, N] with result[g] = x[:, Kg] @ weight[:, Kg]^T over Kg = [g * k_chunk, min(K, (g + 1) * k_chunk)),
+    G = ceil(K / k_chunk). `nn.reduce_sum` of the result is x @ weight^T. No bias (add it after the sum).
+
+    Why: a GEMM with few rows (the MAP head's M = 1) costs its tile per 16 x 16 weight block whatever M is; with K
+    split, the blocks spread over G times more tiles, each keeping its weight slice where it computes
+    (`nn-split-k`)."""
+
+    name = "nn.linear_partials"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    k_chunk = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = (
+        "$input `,` $weight `k_chunk` `` `=` `` $k_chunk attr-dict `:` type($input) `,` type($weight) `->` "
+        "type($result)"
+    )
+    traits = traits_def(Pure())
+
+    def __init__(self, x: SSAValue, weight: SSAValue, k_chunk: int, result_type: TensorType):
+        super().__init__(
+            operands=[x, weight],
+            properties={"k_chunk": IntegerAttr(k_chunk, i64)},
+            result_types=[result_type],
+        )
+
+    @property
+    def chunk(self) -> int:
+        return self.k_chunk.value.data
+
+    def verify_(self) -> None:
+        xs = shape_of(self.input, self, "operand 'input'")
+        ws = shape_of(self.weight, self, "operand 'weight'")
+        if len(xs) != 2 or len(ws) != 2:
+            raise VerifyException(
+                f"nn.linear_partials: operands must be [M, K] and [N, K], got {shape_str(xs)} and {shape_str(ws)}"
+            )
+        if ws[1] != xs[1]:
+            raise VerifyException(
+                f"nn.linear_partials: operand 'weight' has shape {shape_str(ws)} but operand 'input' has shape "
+                f"{shape_str(xs)}: their K differ"
+            )
+        kc = self.chunk
+        if kc <= 0:
+            raise VerifyException(f"nn.linear_partials: k_chunk must be positive, got {kc}")
+        require_result_shape(self, self.result, (-(-xs[1] // kc), xs[0], ws[0]))
+        require_compute_result(self)
+
+
+@irdl_op_definition
+class ReduceSumOp(IRDLOperation):
+    """Sum over the leading dimension: [G, ...] -> [...] (the partial products of `nn.linear_partials`)."""
+
+    name = "nn.reduce_sum"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, x: SSAValue, result_type: TensorType):
+        super().__init__(operands=[x], result_types=[result_type])
+
+    def verify_(self) -> None:
+        xs = shape_of(self.input, self, "operand 'input'")
+        if len(xs) < 2:
+            raise VerifyException(f"nn.reduce_sum: operand 'input' must have rank >= 2, got {shape_str(xs)}")
+        require_result_shape(self, self.result, xs[1:])
+        require_compute_result(self)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Element-wise and normalisation
 
@@ -823,6 +895,8 @@ NN = Dialect(
         ParamOp,
         OutputOp,
         LinearOp,
+        LinearPartialsOp,
+        ReduceSumOp,
         MatmulOp,
         AddOp,
         MulOp,

@@ -519,6 +519,10 @@ class GemmPlanAttr(_KVAttr):
     the [pm, pn] output block from x's row panel i ([pm, K], replicated over the gn tiles of row i) and w's
     column panel j ([K, pn], replicated over the gm tiles of column j). No K split (simplification: gk = 1).
 
+    On `nn.linear_partials` (a K split made explicit by `nn-split-k`) the grid is [G K chunks, gn] and the panel
+    [M, kc, pn]: tile base + g * gn + j computes partial g of column panel j from the whole x (replicated on
+    every tile of the grid) and its own [pn, kc] weight block (one replica).
+
     precision: AMP input precision ("f16", "fp8": fp8 weights x f16 activations, "f32");
     cast: "early" when the operands arrive already in that precision (an nn.cast planned at the producer, so
     the exchange moves the narrow type), "late" when the tile converts after receiving.
@@ -586,14 +590,15 @@ class AttentionPlanAttr(_KVAttr):
             raise VerifyException(f"#tile.attention: kind '{self.kind.data}' not in {ATTENTION_KINDS}")
 
 
-MAP_KINDS = ("elementwise", "rows", "view", "host")
+MAP_KINDS = ("elementwise", "rows", "view", "host", "reduce")
 
 
 @irdl_attr_definition
 class MapPlanAttr(_KVAttr):
     """Tile-local work in the result's layout: "elementwise" (every operand in the result layout, a broadcast
     operand replicated to match), "rows" (layer norm / softmax: blocks hold whole rows), "view" (a reshape that
-    only inserts or drops unit dimensions: the same blocks on the same tiles, no work) or "host" (computed once
+    only inserts or drops unit dimensions: the same blocks on the same tiles, no work), "reduce" (`nn.reduce_sum`:
+    each result block's partial blocks stacked on its tile, summed there) or "host" (computed once
     by the host from parameters / inputs when it uploads them: weight casts to FP8, slices and reshapes of
     parameters, the image's patchify; its operands live on the host, it costs no device cycles)."""
 

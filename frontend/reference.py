@@ -26,7 +26,7 @@ Modes
            result type if that is f16 or FP8.
          - Any op whose result type is f16 computes in float32 from its (already rounded) operands and rounds
            the result once to float16. This covers `nn.input` and `nn.param` typed f16 (rounded where used).
-         - `nn.linear` / `nn.matmul`: operands hold exactly their f16/FP8 values, so the float32 products are
+         - `nn.linear` / `nn.matmul` / `nn.linear_partials`: operands hold exactly their f16/FP8 values, so the float32 products are
            exact; the sum is accumulated in float32 (BLAS sgemm), the bias added in float32, and the result
            rounded to the result type. (The IPU's FP8 AMP accumulates in half partials; this model does not.)
          - `nn.softmax`, `nn.layer_norm`, `nn.gelu`, `nn.attention` compute entirely in float32 (for attention:
@@ -233,6 +233,15 @@ def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
+def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: np.ndarray):
+    kc = op.chunk
+    return np.stack([x[:, k0 : k0 + kc] @ w[:, k0 : k0 + kc].T for k0 in range(0, x.shape[1], kc)])
+
+
+def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray):
+    return x.sum(axis=0, dtype=x.dtype)
+
+
 def _matmul(ev: _Evaluator, op: nn.MatmulOp, lhs: np.ndarray, rhs: np.ndarray):
     return np.matmul(lhs, np.swapaxes(rhs, -1, -2) if op.rhs_transposed else rhs)
 
@@ -348,6 +357,8 @@ OpFunction = Callable[..., np.ndarray]
 # the environment and are handled by the evaluator itself.
 OPS: dict[type[Operation], OpFunction] = {
     nn.LinearOp: _linear,
+    nn.LinearPartialsOp: _linear_partials,
+    nn.ReduceSumOp: _reduce_sum,
     nn.MatmulOp: _matmul,
     nn.AddOp: _add,
     nn.MulOp: _mul,

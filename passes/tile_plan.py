@@ -365,6 +365,45 @@ def gemm_layouts(op: nn.LinearOp, plan: tl.GemmPlanAttr, num_tiles: int):
     return operands, res
 
 
+def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """(operand layouts, result layout) of `nn.linear_partials` under a GEMM plan whose grid is [G K chunks, gn
+    column panels] and panel [M, kc, pn]: tile base + g * gn + j computes partial g of column panel j from its
+    own [pn, kc] weight block (one replica: the weights stay where they are used) and the whole x (one block,
+    replicated on every tile: one multicast instead of a piece per chunk)."""
+    g, gn = plan.get("grid")
+    m, kc, pn = plan.get("panel")
+    base = plan.get("base")
+    (mx, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    if g * gn > num_tiles or -(-k // kc) != g or -(-n // pn) != gn or m != mx or base + g * gn > num_tiles:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: partials plan grid {g}x{gn} with panels [{m}, {kc}, {pn}] at base {base} does "
+            f"not cover [{mx}, {k}] x [{n}, {k}] on {num_tiles} tiles"
+        )
+    tiles = base + np.arange(g * gn, dtype=np.int32)  # tile of (chunk c, panel j) at c * gn + j
+    x = tl.make_layout((m, k), (m, k), tiles[None, :], op.input.type.element_type)
+    w_tab = tiles.reshape(g, gn).T.reshape(-1, 1)  # weight blocks in (panel j, chunk c) order
+    w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
+                       order=plan.get("worder"))  # fmt: skip
+    res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
+    return [x, w], res
+
+
+def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
+    """The operand layout `nn.reduce_sum` needs for `result`: each result block's `count` partial blocks
+    stacked on its tile."""
+    return tl.LayoutAttr(
+        (count, *result.shape_), (count, *result.block_), result.table(), result.dtype, "row_major", 0, 0
+    )
+
+
+def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute) -> tl.LayoutAttr:
+    """`nn.reduce_sum`'s result from its operand's layout: the blocks of the first leading index, on their tiles
+    (there one of the partial blocks is already local)."""
+    rest = math.prod(have.grid[1:])
+    table = np.ascontiguousarray(have.table()[:rest, :1])
+    return tl.LayoutAttr(have.shape_[1:], have.block_[1:], table, dtype, "row_major", 0, 0)
+
+
 def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles: int):
     nq, h = plan.get("grid")
     qb, base = plan.get("qblock"), plan.get("base")
@@ -381,6 +420,8 @@ def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles:
 
 def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_tiles: int):
     """Operand layouts an op's plan needs, given its result layout (None: no requirement)."""
+    if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.LinearPartialsOp):
+        return partials_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.GemmPlanAttr):
         return gemm_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.AttentionPlanAttr):
@@ -393,6 +434,9 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
             return [None] * len(op.operands)
         if plan.get("kind") == "view":
             return [view_layout(result, op.operands[0].type.get_shape())]
+        if plan.get("kind") == "reduce":
+            return [with_dtype(reduce_layouts(result, op.operands[0].type.get_shape()[0]),
+                               op.operands[0].type.element_type)]  # fmt: skip
         if plan.get("kind") == "rows":
             x = op.operands[0]
             rest = [
@@ -405,6 +449,8 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
 
 
 def result_layout_of_plan(op: Operation, plan: Attribute, num_tiles: int) -> tl.LayoutAttr | None:
+    if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.LinearPartialsOp):
+        return partials_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.GemmPlanAttr):
         return gemm_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.AttentionPlanAttr):
@@ -795,6 +841,32 @@ class _Planner:
                 )
             self.last_gemm = (op.input, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.LinearPartialsOp):
+            (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+            g, gn, kc = op.result.type.get_shape()[0], -(-n // 16), op.chunk
+            used = g * gn
+            if used > t.num_tiles:
+                raise PassFailedException(
+                    f"tile-plan: {label(op)}: {g} K chunks x {gn} column panels need {used} tiles, the target has "
+                    f"{t.num_tiles}"
+                )
+            # Like the few-row GEMMs: start where the previous one ended, so the weight slices spread.
+            base = self.gemm_base % (t.num_tiles - used + 1)
+            self.gemm_base += used
+            wdt = tl.dtype_name(op.weight.type.element_type)
+            wbytes = tl.element_bytes(op.weight.type.element_type)
+            cycles = cm.gemm_kernel_cycles(m, kc, 16, wbytes) + cm.weight_prep_cycles(16, kc, wdt, t)
+            prec = precision_of(op.input.type, op.weight.type)
+            plan = gemm_plan(g, gn, m, kc, 16, base, prec, "early", self.weights_order, cycles)
+            return plan, partials_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.ReduceSumOp):
+            have = tl.layout_of(op.input)
+            if have is None or have.stack.data:
+                raise PassFailedException(f"tile-plan: {label(op)}: its operand has no (unstacked) layout")
+            res = reduce_result_layout(have, op.result.type.element_type)
+            count = op.input.type.get_shape()[0]
+            n = busiest_elems(res) * max(count - 1, 1)
+            return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res
         if isinstance(op, nn.AttentionOp):
             plan = choose_attention(op, t, self.attention)
             if plan.get("kind") != "materialized":

@@ -221,6 +221,12 @@ class Lowering(NnOps):
             if isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr):
                 self.linear(op, plan)
                 continue
+            if isinstance(op, nn.LinearPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
+                self.linear_partials(op, plan)
+                continue
+            if isinstance(op, nn.ReduceSumOp) and kind == "reduce":
+                self.reduce_sum(op)
+                continue
             if isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
                 self.elementwise(op)
                 continue
@@ -1143,6 +1149,7 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
       attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
+    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
     - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
       and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
       with `scratch=False`: per-op debug values are kept above the plan too)."""
@@ -1169,7 +1176,10 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
         # (RESIDENT_ALLOWANCE).
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
-    return f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}nn-to-exchange-pipeline{xopts},memory-plan{mem}"
+    split_k = f"nn-split-k{{tiles={target.num_tiles}}}"
+    return (
+        f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
+    )
 
 
 def compile_model(

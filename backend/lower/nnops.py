@@ -54,6 +54,7 @@ from ipu.backend.lower.bindings import device_dtype
 from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+from ipu.runtime import fp8
 
 # Keys per K/V packing step of attention at most (None: as many as the scratch holds). Tests lower it to run
 # several chunks at small sizes.
@@ -67,6 +68,7 @@ PV_TRANSPOSED: bool = True
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
+ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
 
 
 class NnOps:
@@ -209,6 +211,145 @@ class NnOps:
         )
 
     # -- slices on one tile -----------------------------------------------------------------------------------
+    def linear_partials(self, op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr) -> None:
+        """Per tile (K chunk g, column panel j; `tile_plan.partials_layouts`): the chunk's [M, kc] A rows from the
+        replicated x into the A scratch, zero rows up to the kernel's minimum -> its own [pn, kc] weight block
+        into F16 AMP weight panels (FP8: converted in the same pass) -> one F16 GEMM (init) into C -> the M rows
+        cast to f32 into its [1, M, pn] result block."""
+        from ipu.backend.lower.lowering import ZEROS_BYTES  # lazy: lowering imports this module
+
+        x, w = op.operands
+        what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g, table = lay.geometry(), lay.table()
+        (m, k), kc = x.type.get_shape(), op.chunk
+        xl, wl = tl.layout_of(x), tl.layout_of(w)
+        wdt = device_dtype(wl.dtype)
+        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major" or wl.order.data != "row_major":
+            raise self.error(f"{what}: x must arrive as row-major f16 and the weight as row-major blocks")
+        if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
+            raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
+        if k % 16 or kc % 16 or 2 * kc > 4112:
+            raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
+        c_area, a_area, zeros = self.scratch()
+        panels = self.aux()
+        mpad = max(m, gm.MIN_ROWS)
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}  # tile -> (first K column, chunk width, panel columns, x, weight block, result block)
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (c0, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            k0 = c0 * kc
+            kw = min(kc, k - k0)
+            if nc % 16:
+                raise self.error(f"{what}: tile {t}: a {nc}-column panel (the kernel needs multiples of 16)")
+            xa = self._panel_addr(x, t, (0,), (m,), what)
+            wa = self._block_addr(w, t, (n0, k0), what)
+            jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
+        if self.target.region1_element_bytes < max(j[1] * j[2] * 2 for j in jobs.values()):
+            raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
+        rows = {}
+        for t, (k0, kw, _nc, xa, _wa, _ra) in jobs.items():
+            rows[t] = [(xa + (r * k + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
+            for off in range(m * kw * 2, mpad * kw * 2, ZEROS_BYTES):  # rows up to the kernel's minimum
+                rows[t].append((zeros, a_area + off, min(ZEROS_BYTES, mpad * kw * 2 - off)))
+        self.copy_call(rows, f"{what}: A rows")
+        if wdt == "f16":
+            prep = {
+                t: pk.weights_from_bt(j[2], j[1], "f16", j[4], panels, src_row=j[1] * 2)
+                for t, j in jobs.items()
+            }
+        else:
+            fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+            prep = {
+                t: pk.fp8_to_f16_panels(j[2], j[1], j[4], panels, src_row=j[1], **fmt)
+                for t, j in jobs.items()
+            }
+        self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
+        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        self.kcall(
+            f"{what}: GEMM",
+            {
+                t: gm.Gemm(
+                    mpad,
+                    kw,
+                    nc,
+                    prec=gm.F16,
+                    mode="init",
+                    coef=coef,
+                    a=a_area,
+                    weights=panels,
+                    c=c_area,
+                    a_row_stride=kw * 2,
+                )  # fmt: skip
+                for t, (_k0, kw, nc, *_) in jobs.items()
+            },
+        )
+        self.kcall(
+            f"{what}: to f32",
+            {t: ew.Elementwise("cast_f16_f32", m * j[2] // 4, in0=c_area, out=j[5]) for t, j in jobs.items()},
+        )
+
+    def _block_addr(self, v, t: int, origin: tuple[int, ...], what: str) -> int:
+        """Address on tile t of the block of v's layout that starts at `origin`."""
+        lay = tl.layout_of(v)
+        g, table = lay.geometry(), lay.table()
+        for b in np.nonzero((g.block_origin == np.array(origin)).all(1))[0]:
+            rs = np.nonzero(table[b] == t)[0]
+            if rs.size:
+                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
+        raise self.error(f"{what}: tile {t} holds no block of its operand at {list(origin)}")
+
+    def reduce_sum(self, op: nn.ReduceSumOp) -> None:
+        """Per tile: its result block's G partial blocks (stacked by the exchange, [G, block]) summed pairwise in
+        f32 (`add_f32` over half the remaining blocks per call; the aux scratch holds the running sums), the last
+        call writing the result block."""
+        x = op.operands[0]
+        what = f"nn.reduce_sum ({op.results[0].name_hint or 'unnamed'})"
+        lay, xl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(x)
+        if device_dtype(lay.dtype) != "f32" or device_dtype(xl.dtype) != "f32":
+            raise self.error(f"{what}: f32 operand and result only")
+        count = x.type.get_shape()[0]
+        g, table = lay.geometry(), lay.table()
+        res = self.addrs.of(op.results[0]).addr
+        work = self.aux()
+        blocks = {}  # tile -> (partials, result block, elements per block)
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            n = int(g.block_dims[b].prod())
+            if n % 2:
+                raise self.error(f"{what}: tile {t}: a block of {n} f32 (add_f32 takes pairs)")
+            src = self._block_addr(x, t, (0, *(int(v) for v in g.block_origin[b])), what)
+            blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * 4, n)
+        if count == 1:
+            self.copy_call({t: [(s, d, n * 4)] for t, (s, d, n) in blocks.items()}, f"{what}: copy")
+            return
+        # Pairwise: h = live // 2 blocks get their partner (live - h on) added; an odd one out stays at h.
+        live, src_of = count, {t: s for t, (s, _, _) in blocks.items()}
+        while live > 1:
+            h = live // 2
+            last = live - h == 1
+            calls = {}
+            for t, (_s, d, n) in blocks.items():
+                base = src_of[t]
+                out = d if last else work
+                calls[t] = ew.Elementwise(
+                    "add_f32", h * n // 2, in0=base, in1=base + (live - h) * n * 4, out=out
+                )
+            self.kcall(f"{what}: sum {live} -> {live - h}", calls)
+            if (
+                not last and live - h > h and src_of[next(iter(blocks))] != work
+            ):  # the odd block, into the work area
+                self.copy_call(
+                    {
+                        t: [(src_of[t] + h * n * 4, work + h * n * 4, n * 4)]
+                        for t, (s, d, n) in blocks.items()
+                    },
+                    f"{what}: odd block",
+                )
+            src_of = {t: work for t in blocks}
+            live -= h
+
     def slice_single(self, op: nn.SliceOp) -> None:
         x = op.operands[0]
         what = f"nn.slice ({op.results[0].name_hint or 'unnamed'})"

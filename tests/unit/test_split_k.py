@@ -1,0 +1,117 @@
+"""K-split linears: `nn.linear_partials` + `nn.reduce_sum` (the ops, their reference semantics), the `nn-split-k`
+pass's choice, tile-plan's layouts and the lowering on the simulator against the reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.dialects.builtin import Float32Type, TensorType, f32
+from xdsl.utils.exceptions import VerifyException
+
+from ipu.backend.lower import lower_to_package
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.frontend.reference import evaluate
+from ipu.passes.nn_split_k import NNSplitKPass, choose_chunk
+from ipu.runtime.host import Session
+from tests.unit.test_lower_linear import data, linear_model, run_passes
+
+
+def split_model(m, k, n, kc, bias=True, quantize="nn-quantize-weights"):
+    """The linear model, quantized, with its linear split into chunks of kc."""
+    mod = run_passes(linear_model(m, k, n, bias), quantize)
+    (lin,) = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    NNSplitKPass.split(lin, kc)
+    mod.verify()
+    return mod
+
+
+def test_reference_partials_sum_to_the_linear():
+    """Ragged last chunk (K = 80 in chunks of 32: 32 + 32 + 16): the partials are the chunks' products and their sum
+    is the linear's result."""
+    m, k, n = 3, 80, 16
+    x, w, b = data(m, k, n)
+    mod = split_model(m, k, n, 32, quantize="nn-canonicalize")  # not quantized: the fp32 model
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert parts.result.type.get_shape() == (3, m, n)
+    got = evaluate(mod, {"x": x}, {"w": w, "b": b}, mode="fp32", capture=True)
+    p = got.get(parts.result)
+    for g, k0 in enumerate((0, 32, 64)):
+        np.testing.assert_allclose(p[g], x[:, k0 : k0 + 32] @ w[:, k0 : k0 + 32].T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got.outputs["y"], x @ w.T + b, rtol=1e-5, atol=1e-5)
+
+
+def test_verifier_names_the_shapes():
+    x = nn.InputOp("x", TensorType(f32, [2, 64]))
+    w = nn.ParamOp("w", TensorType(f32, [16, 64]))
+    bad = nn.LinearPartialsOp(x.result, w.result, 16, TensorType(Float32Type(), (3, 2, 16)))
+    with pytest.raises(VerifyException, match="result has shape 3x2x16 but the operands imply 4x2x16"):
+        bad.verify()
+    s = nn.ReduceSumOp(bad.result, TensorType(Float32Type(), (2, 8)))
+    with pytest.raises(VerifyException, match="nn.reduce_sum: result has shape"):
+        s.verify()
+
+
+def test_choice_splits_the_map_head_on_1472_tiles_only():
+    # So400m's MAP head: q / out_proj [1, 1152] x [1152, 1152], fc2 parts [1, 2160] x [1152, 2160]
+    for k, n in ((1152, 1152), (2160, 1152), (1152, 2160)):
+        kc = choose_chunk(1, k, n, 2, "f16", 1472)
+        assert kc is not None and kc % 16 == 0 and -(-k // kc) * -(-n // 16) <= 1472
+        assert choose_chunk(1, k, n, 2, "f16", 72) is None  # no tiles beyond one per column panel
+    # A tiny GEMM has nothing to gain: one weight block per tile already.
+    assert choose_chunk(1, 16, 16, 2, "f16", 1472) is None
+
+
+def test_tile_plan_keeps_each_weight_slice_on_its_tile():
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(split_model(1, 256, 64, 64), f"nn-to-exchange-pipeline{opts}")
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    (red,) = [op for op in mod.walk() if isinstance(op, nn.ReduceSumOp)]
+    plan = parts.attributes[tl.PLAN_ATTR]
+    assert list(plan.get("grid")) == [4, 4] and list(plan.get("panel")) == [1, 64, 16]
+    res = parts.attributes[tl.LAYOUT_ATTR]
+    tiles = res.table()[:, 0]
+    assert len(set(tiles.tolist())) == 16  # one partial block per tile
+    w = tl.layout_of(parts.operands[1])
+    assert w.replicas.data == 1 and w.block_ == (16, 64)
+    # The weight block of (column panel j, chunk c) sits on the tile that computes partial c of panel j.
+    wt = w.table()[:, 0].reshape(4, 4)  # [panel j, chunk c]
+    assert (wt.T.reshape(-1) == tiles).all()
+    # The sum's blocks are on the first chunk's tiles, its operand stacks the 4 partials there.
+    r = red.attributes[tl.LAYOUT_ATTR]
+    assert (r.table()[:, 0] == tiles[:4]).all()
+    assert tl.layout_of(red.operands[0]).block_ == (4, 1, 16)
+
+
+@pytest.mark.parametrize(
+    "m, k, n, kc, quantize",
+    [
+        (1, 256, 64, 64, "nn-quantize-weights"),
+        (2, 272, 32, 96, "nn-quantize-weights"),
+        (1, 2160, 32, 144, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+    ],
+    ids=[
+        "one row, FP8 weights, 4 chunks",
+        "two rows, ragged last chunk (80)",
+        "K > 2056, f16 weights, 15 chunks",
+    ],
+)
+def test_split_linear_matches_reference(m, k, n, kc, quantize, tmp_path):
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(
+        split_model(m, k, n, kc, quantize=quantize), f"nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    )
+    assert any(isinstance(op, nn.LinearPartialsOp) for op in mod.walk())
+    pkg = lower_to_package(mod)
+    x, w, b = data(m, k, n)
+    session = Session(pkg)
+    session.upload_parameters({"w": w, "b": b})
+    got = session.run({"x": x}).outputs["y"]
+    ref = evaluate(run_passes(linear_model(m, k, n), quantize), {"x": x}, {"w": w, "b": b}, mode="device")
+    want = ref.outputs["y"]
+    # Each chunk's partial is rounded to f16 per 16-deep block (the AMP's C), then summed in f32.
+    tol = 4 * np.abs(want).max() * 2.0**-11 * max(1.0, np.sqrt(kc / 256))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
+    again = session.run({"x": x}).outputs["y"]
+    assert np.array_equal(again, got)
