@@ -3,7 +3,8 @@ and the MAP head, compiled for the full IPU21 (1472 tiles x 624 KiB) and run on 
 
 Two processes per run, so that each peak RSS is its own: `compile` (weights -> package file: compile time and
 peak RSS) and `run` (package -> one parameter upload, three inferences on the simulator: cycles, wall time, peak
-RSS, per-embedding accuracy against the fp32 reference evaluator, SRAM never written per tile).
+RSS, per-embedding accuracy against the fp32 reference evaluator and against the device-precision reference of the
+quantized model, SRAM never written per tile).
 
     python -m bench.bench_full                       # one layer + head, random perturbed-init weights
     python -m bench.bench_full --layers 2            # two layers as one Repeat body
@@ -195,6 +196,23 @@ def phase_run(args) -> dict:
     for k, want in ref.items():
         cos, rel, _ = per_embedding(results[0].outputs[k], want)
         acc[k] = {"min_cos": cos, "max_rel_l2": rel}
+    # The same against the device-precision reference of the model the device computes (weights as the precision
+    # policy stores them, f16 activations): the compiler's own error, apart from the policy's.
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
+    from ipu.passes.registry import all_passes
+
+    quantized = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), f"nn-split-mlp,{DEFAULT_SPEC}").apply(Context(), quantized)
+    dref = evaluate(quantized, {"pixel_values": x}, w, mode="device").outputs
+    acc_device = {}
+    for k, want in dref.items():
+        cos, rel, _ = per_embedding(results[0].outputs[k], want)
+        acc_device[k] = {"min_cos": cos, "max_rel_l2": rel}
+        cos, rel, _ = per_embedding(want, ref[k])
+        acc_device[k] |= {"reference_vs_fp32_min_cos": cos, "reference_vs_fp32_max_rel_l2": rel}
     written = (session.device.wstate != 0).sum(axis=0) * 8  # bytes of each tile written since load
     free = pkg.target.sram_bytes - written
     return {
@@ -203,6 +221,7 @@ def phase_run(args) -> dict:
         "run_rss_mib": peak_rss_mib(),
         "identical": bool(identical),
         "accuracy": acc,
+        "accuracy_vs_device_reference": acc_device,
         "never_written_min": int(free.min()),
         "never_written_median": int(np.median(free)),
         **breakdown,
