@@ -89,11 +89,13 @@ def test_tile_plan_keeps_each_weight_slice_on_its_tile():
         (1, 256, 64, 64, "nn-quantize-weights"),
         (2, 272, 32, 96, "nn-quantize-weights"),
         (1, 2160, 32, 144, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+        (1, 64, 32, 64, "nn-quantize-weights"),
     ],
     ids=[
         "one row, FP8 weights, 4 chunks",
         "two rows, ragged last chunk (80)",
         "K > 2056, f16 weights, 15 chunks",
+        "one chunk: the sum is a copy",
     ],
 )
 def test_split_linear_matches_reference(m, k, n, kc, quantize, tmp_path):
