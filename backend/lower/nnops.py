@@ -210,7 +210,7 @@ class NnOps:
             {t: [(aux, dst, nb)] for t, (_, dst, nb) in ragged.items()}, f"{what}: ragged shards out"
         )
 
-    # -- slices on one tile -----------------------------------------------------------------------------------
+    # -- K-split linears (`nn-split-k`) ------------------------------------------------------------------------
     def linear_partials(self, op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr) -> None:
         """Per tile (K chunk g, column panel j; `tile_plan.partials_layouts`): the chunk's [M, kc] A rows from the
         replicated x into the A scratch, zero rows up to the kernel's minimum -> its own [pn, kc] weight block
@@ -350,6 +350,7 @@ class NnOps:
             src_of = {t: work for t in blocks}
             live -= h
 
+    # -- slices on one tile -----------------------------------------------------------------------------------
     def slice_single(self, op: nn.SliceOp) -> None:
         x = op.operands[0]
         what = f"nn.slice ({op.results[0].name_hint or 'unnamed'})"

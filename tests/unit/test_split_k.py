@@ -117,3 +117,40 @@ def test_split_linear_matches_reference(m, k, n, kc, quantize, tmp_path):
     assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
     again = session.run({"x": x}).outputs["y"]
     assert np.array_equal(again, got)
+
+
+def test_split_linear_inside_the_layer_loop():
+    """Tiny SigLIP with its fc2 (M = 16, inside `tile.repeat`, stacked FP8 weights) split by hand: each iteration's
+    chunks must read that layer's weight slices (the device matches its device-precision reference)."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.frontend.siglip import PRESETS, build_vision_model
+    from ipu.frontend.weights import random_weights
+    from ipu.passes.registry import all_passes
+    from ipu.passes.tile_plan import target_for
+    from ipu.tools.ipu_run import per_embedding
+
+    cfg = PRESETS["siglip-tiny"]
+    target = target_for(16, 624)
+    head, tail = pipeline_spec(target, True).split(",nn-split-k")
+    mod = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
+    fc2 = [
+        o
+        for o in mod.walk()
+        if isinstance(o, nn.LinearOp) and o.parent_op().name == "nn.repeat" and o.weight.type.get_shape()[1] == 128
+    ]
+    assert len(fc2) == 1
+    NNSplitKPass.split(fc2[0], 32)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    w = random_weights(cfg, 0)
+    want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
+    PassPipeline.parse_spec(dict(all_passes()), "nn-split-k" + tail).apply(Context(), mod)
+    session = Session(lower_to_package(mod, target))
+    session.upload_parameters(w)
+    got = session.run({"pixel_values": x}).outputs
+    for k in want:
+        cos, rel, _ = per_embedding(got[k], want[k])
+        assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
