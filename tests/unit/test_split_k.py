@@ -140,7 +140,9 @@ def test_split_linear_inside_the_layer_loop():
     fc2 = [
         o
         for o in mod.walk()
-        if isinstance(o, nn.LinearOp) and o.parent_op().name == "nn.repeat" and o.weight.type.get_shape()[1] == 128
+        if isinstance(o, nn.LinearOp)
+        and o.parent_op().name == "nn.repeat"
+        and o.weight.type.get_shape()[1] == 128
     ]
     assert len(fc2) == 1
     NNSplitKPass.split(fc2[0], 32)
