@@ -20,6 +20,8 @@ slices of parameters, done once by the host (tile-plan folds them), not per infe
 Options:
   max_k (default 2304): the hidden dimension is split into the fewest parts of at most max_k each, every part but
       the last a multiple of 16 (the AMP's K block). An MLP with F <= max_k is left alone.
+  min_rows (default 16): MLPs over fewer rows (tokens) are left alone: their operands are a few KB per tile, and
+      their GEMMs are the few-row ones that `nn-split-k` spreads over the tiles instead (the MAP head's M = 1).
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class NNSplitMLPPass(ModulePass):
     name = "nn-split-mlp"
 
     max_k: int = 2304
+    min_rows: int = 16
 
     def __post_init__(self) -> None:
         if self.max_k < 16:
@@ -86,7 +89,8 @@ class NNSplitMLPPass(ModulePass):
                 continue
             gelu, fc2 = chain
             f = fc1.results[0].type.get_shape()[-1]
-            if f <= self.max_k:
+            rows = fc1.input.type.get_shape()[0]
+            if f <= self.max_k or rows < self.min_rows:
                 continue
             try:
                 sizes = split_sizes(f, self.max_k)

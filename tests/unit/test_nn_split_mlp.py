@@ -36,7 +36,16 @@ def test_split_is_exact(spec):
         if isinstance(op, nn.LinearOp) and isinstance(op.input.owner, nn.GeluOp)
     ]
     limit = int(spec.split("max_k=")[1].rstrip("}"))
-    assert len(fc2_ks) >= 3 and max(fc2_ks) <= limit, (fc2_ks, ks)  # the MLPs (and the head's) were split
+    rows = [
+        op.input.type.get_shape()[0]
+        for op in m.walk()
+        if isinstance(op, nn.LinearOp) and isinstance(op.input.owner, nn.GeluOp)
+    ]
+    enc = [k for k, r in zip(fc2_ks, rows) if r > 1]
+    assert len(enc) >= 3 and max(enc) <= limit, (fc2_ks, ks)  # the encoder MLPs were split
+    assert [k for k, r in zip(fc2_ks, rows) if r == 1] == [
+        PRESETS["tiny"].intermediate_size
+    ]  # the head's one row: whole (min_rows)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-9, atol=1e-9)
 

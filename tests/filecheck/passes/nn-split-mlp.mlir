@@ -1,9 +1,11 @@
 // nn-split-mlp: fc1 -> gelu -> fc2 split along the hidden dimension into parts of at most max_k (multiples of 16
-// but the last), the partial fc2 results added; the bias of fc2 goes to part 0. A hidden size <= max_k is kept.
+// but the last), the partial fc2 results added; the bias of fc2 goes to part 0. A hidden size <= max_k is kept,
+// and so is an MLP over fewer than min_rows rows (here 4 < 16 by default).
 
-// RUN: ipu-opt %s -p 'nn-split-mlp{max_k=32}' | filecheck %s
+// RUN: ipu-opt %s -p 'nn-split-mlp{max_k=32 min_rows=1}' | filecheck %s
+// RUN: ipu-opt %s -p 'nn-split-mlp{max_k=32}' | filecheck %s --check-prefix=KEEP
 // RUN: ipu-opt %s -p 'nn-split-mlp' | filecheck %s --check-prefix=KEEP
-// RUN: ipu-opt %s -p 'nn-split-mlp{max_k=32}' | ipu-opt | filecheck %s
+// RUN: ipu-opt %s -p 'nn-split-mlp{max_k=32 min_rows=1}' | ipu-opt | filecheck %s
 
 func.func @mlp() {
   %x = nn.input "x" : tensor<4x8xf32>
