@@ -227,3 +227,32 @@ func.func @fp8_arith() {
   func.return
 }
 // CHECK: nn.gelu: result element type f8E4M3FNUZ is not allowed; arithmetic results are f32 or f16 (produce FP8 with nn.cast, which carries the scale)
+
+// -----
+
+func.func @linear_partials_chunks() {
+  %x = nn.input "x" : tensor<2x64xf16>
+  %w = nn.param "w" : tensor<16x64xf16>
+  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<2x64xf16>, tensor<16x64xf16> -> tensor<3x2x16xf32>
+  func.return
+}
+// CHECK: nn.linear_partials: result has shape 3x2x16 but the operands imply 4x2x16
+
+// -----
+
+func.func @linear_partials_k() {
+  %x = nn.input "x" : tensor<2x64xf16>
+  %w = nn.param "w" : tensor<16x48xf16>
+  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<2x64xf16>, tensor<16x48xf16> -> tensor<4x2x16xf32>
+  func.return
+}
+// CHECK: nn.linear_partials: operand 'weight' has shape 16x48 but operand 'input' has shape 2x64: their K differ
+
+// -----
+
+func.func @reduce_sum_shape() {
+  %x = nn.input "x" : tensor<4x2x16xf32>
+  %s = nn.reduce_sum %x : tensor<4x2x16xf32> -> tensor<4x16xf32>
+  func.return
+}
+// CHECK: nn.reduce_sum: result has shape 4x16 but the operands imply 2x16

@@ -32,3 +32,23 @@ func.func @foreign_op() {
   func.return
 }
 // CHECK: tile-plan: test.op (%y): cannot plan an op of dialect 'test'
+
+// -----
+
+func.func @partials_need_more_tiles() {
+  %x = nn.input "x" : tensor<1x64xf16>
+  %w = nn.param "w" : tensor<32x64xf16>
+  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<1x64xf16>, tensor<32x64xf16> -> tensor<4x1x32xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear_partials (%p): 4 K chunks x 2 column panels need 8 tiles, the target has 4
+
+// -----
+
+func.func @partials_plan_does_not_cover() {
+  %x = nn.input "x" : tensor<1x64xf16>
+  %w = nn.param "w" : tensor<32x64xf16>
+  %p = nn.linear_partials %x, %w k_chunk=32 {tile.plan = #tile.gemm<grid = [2, 1], panel = [1, 32, 16], base = 0, precision = "f16", cast = "early", worder = "row_major", cycles = 0>} : tensor<1x64xf16>, tensor<32x64xf16> -> tensor<2x1x32xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear_partials (%p): partials plan grid 2x1 with panels [1, 32, 16] at base 0 does not cover [1, 64] x [32, 64] on 4 tiles
