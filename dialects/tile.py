@@ -562,7 +562,9 @@ ATTENTION_KINDS = ("materialized", "flash")
 @irdl_attr_definition
 class AttentionPlanAttr(_KVAttr):
     """Multi-head attention over a grid [nq, heads] of tiles from tile `base`: tile (i, h) holds query rows block
-    i of head h ([qblock, D]) and all keys and values of head h (replicated over the nq query blocks).
+    i of head h ([qblock, D]) and all keys and values of head h (replicated over the nq query blocks). A grid
+    [nq, heads, vs] splits each head's value columns over vs tiles: tile (i, h, j) holds Q's block and all of K's
+    head as before, V's column slice j ([S, D / vs]) and computes those columns of the result.
 
     kind: "materialized" (whole score rows [qblock, S] on the tile) or "flash" (64-key blocks with an online
     softmax merge). Only "materialized" is implemented by the lower levels; kblock records the flash block."""

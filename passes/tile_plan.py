@@ -405,17 +405,29 @@ def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute) -> tl.LayoutAttr
 
 
 def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles: int):
-    nq, h = plan.get("grid")
+    """Tile base + (i * heads + h) * vs + j (mod the tiles) computes value columns j * D / vs.. of head h for query
+    block i: it holds that block of Q's head h, all of K's head h and V's column slice j of it (vs = 1 unless the
+    grid has a third entry)."""
+    nq, h, *rest = plan.get("grid")
+    vs = rest[0] if rest else 1
     qb, base = plan.get("qblock"), plan.get("base")
     t, c = op.query.type.get_shape()
     s = op.key.type.get_shape()[0]
     d = c // h
-    q_tab = (tl.AffineTilesAttr(base, 1, 0).table(nq * h, 1)) % num_tiles
-    kv_tab = (tl.AffineTilesAttr(base, 1, h).table(h, nq)) % num_tiles
-    q = tl.make_layout((t, c), (qb, d), q_tab, op.query.type.element_type)
-    k = tl.make_layout((s, c), (s, d), kv_tab, op.key.type.element_type)
-    v = tl.make_layout((s, c), (s, d), kv_tab, op.value.type.element_type)
-    return [q, k, v], with_dtype(q, op.result.type.element_type)
+    cells = base + np.arange(nq * h * vs, dtype=np.int64).reshape(nq, h, vs)  # (query block, head, slice)
+    q_tab = cells.reshape(nq * h, vs) % num_tiles
+    k_tab = cells.transpose(1, 0, 2).reshape(h, nq * vs) % num_tiles
+    v_tab = cells.transpose(1, 2, 0).reshape(h * vs, nq) % num_tiles
+    q = tl.make_layout((t, c), (qb, d), q_tab.astype(np.int32), op.query.type.element_type)
+    k = tl.make_layout((s, c), (s, d), k_tab.astype(np.int32), op.key.type.element_type)
+    v = tl.make_layout((s, c), (s, d // vs), v_tab.astype(np.int32), op.value.type.element_type)
+    res = tl.make_layout(
+        (t, c),
+        (qb, d // vs),
+        (cells.reshape(-1, 1) % num_tiles).astype(np.int32),
+        op.result.type.element_type,
+    )
+    return [q, k, v], res
 
 
 def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_tiles: int):
@@ -637,6 +649,11 @@ def gemm_plan(gm, gn, pm, k, pn, base, prec, cast, worder, cycles) -> tl.GemmPla
     )
 
 
+# Value-column slices per head of an attention with few query rows (see `choose_attention`): 3 gives So400m's
+# 72-wide heads 24-column slices (the V producer's panels).
+VALUE_SPLIT = 3
+
+
 def choose_attention(op: nn.AttentionOp, target: Target, kind: str) -> tl.AttentionPlanAttr:
     h = op.num_heads
     t, c = op.query.type.get_shape()
@@ -647,9 +664,16 @@ def choose_attention(op: nn.AttentionOp, target: Target, kind: str) -> tl.Attent
     nq = math.ceil(t / qb)
     prec = precision_of(op.query.type, op.key.type)
     cycles = cm.attention_cycles(qb, s, d, prec, target) * max(1, math.ceil(h / target.num_tiles))
+    # Few query rows (the MAP head's one probe row: 16 tiles busy of 1472): each head's value columns split over
+    # VALUE_SPLIT tiles, so that each receives and transposes a third of V (Q and K stay whole on each).
+    vs = (
+        VALUE_SPLIT
+        if qb <= 16 and nq * h * VALUE_SPLIT <= target.num_tiles and d % (8 * VALUE_SPLIT) == 0
+        else 1
+    )
     return tl.AttentionPlanAttr(
         tl.StringAttr(kind),
-        tl._int_array((nq, h)),
+        tl._int_array((nq, h, vs) if vs > 1 else (nq, h)),
         tl.IntAttr(qb),
         tl.IntAttr(64 if kind == "flash" else 0),
         tl.IntAttr(0),

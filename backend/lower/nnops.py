@@ -418,18 +418,23 @@ class NnOps:
         g, table = lay.geometry(), lay.table()
         out = self.addrs.of(op.results[0]).addr
         rounds: list[dict[int, tuple]] = []
+        dv = int(
+            g.block_dims[0][1]
+        )  # value columns per block: the head, or a slice of it (`AttentionPlanAttr`)
         for blk in range(lay.num_blocks):
             (r0, c0), (mr, nc) = (int(x) for x in g.block_origin[blk]), (int(x) for x in g.block_dims[blk])
-            if nc != d or c0 % d:
+            if nc != dv or d % dv or c0 % dv or dv % 4:
                 raise self.error(
-                    f"{what}: result blocks must be one head wide ({d} columns), got {nc} at {c0}"
+                    f"{what}: result blocks must be one head ({d} columns) or an equal slice of one (a multiple of "
+                    f"4), got {nc} at {c0}"
                 )
+            h0 = c0 // d * d  # the head's first column: Q and K blocks are whole heads
             for rep in range(table.shape[1]):
                 t = int(table[blk, rep])
                 job = (
-                    self._panel_addr(q, t, (r0, c0), (mr, d), what),
-                    self._panel_addr(k, t, (0, c0), (seq, d), what),
-                    self._panel_addr(v, t, (0, c0), (seq, d), what),
+                    self._panel_addr(q, t, (r0, h0), (mr, d), what),
+                    self._panel_addr(k, t, (0, h0), (seq, d), what),
+                    self._panel_addr(v, t, (0, c0), (seq, dv), what),
                     mr,
                     int(out[t]) + int(g.offset[blk, rep]) * esizes[3],
                 )
@@ -450,7 +455,7 @@ class NnOps:
             tag = f"{what} [{i}]" if len(rounds) > 1 else what
             progs = {
                 t: attention_program(
-                    sz, *job, scale, *areas, esizes, panels_of, zeros, self.target.region1[0]
+                    sz, *job, scale, *areas, esizes, panels_of, zeros, self.target.region1[0], dv=dv
                 )
                 for t, job in jobs.items()
             }
@@ -520,24 +525,30 @@ def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
-    region1: int = IPU21.region1[0],
+    region1: int = IPU21.region1[0], dv: int | None = None,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
     and A elements, `panels` (aux). panels_of: Q's, K's and V's column panel widths when they are stored as
     column panels of their head blocks (`colsP`: [d / P][rows][P]), else None. zeros: the address of at least
     2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there).
-    region1: the target's first interleaved address (weight panels there load two slots per instruction)."""
+    region1: the target's first interleaved address (weight panels there load two slots per instruction).
+    dv: V's and the result's columns when the block computes a slice of the head's value columns (default d; V's
+    rows at va are then dv wide, or its column panels cover those dv columns)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
+    dv = d if dv is None else dv
+    dvpad = -(-dv // 16) * 16
     krows, vrows = a_area + sz.qo, c_area + sz.qo
     pv_t = sz.transposed and PV_TRANSPOSED  # O^T = V^T P^T (else O = P V)
     several = len(sz.chunks) > 1
     prog: list[tuple[str, object]] = []
 
-    def panel_rows(label, kind, rows, p, src, block_rows, first, esize, dst, out_esize, out_stride, **kw):
-        # A head block stored as column panels [d / p][block_rows][p]: rows first.. of each panel into its
-        # columns of the rows at dst (one `Rows` per panel).
-        for j in range(d // p):
+    def panel_rows(
+        label, kind, rows, p, src, block_rows, first, esize, dst, out_esize, out_stride, w=d, **kw
+    ):
+        # A head block (w columns) stored as column panels [w / p][block_rows][p]: rows first.. of each panel
+        # into its columns of the rows at dst (one `Rows` per panel).
+        for j in range(w // p):
             in0 = src + (j * p * block_rows + first * p) * esize
             call = rw.Rows(
                 kind,
@@ -551,10 +562,10 @@ def attention_program(
             )
             prog.append((f"{label}, columns {j * p}..{j * p + p}", call))
 
-    def zero_columns(label, rows, dst):  # columns d..dpad of dpad-wide f16 rows
-        if dpad > d:
+    def zero_columns(label, rows, dst, w=d, wpad=dpad):  # columns w..wpad of wpad-wide f16 rows
+        if wpad > w:
             prog.append(
-                (label, rw.Rows("pad_f16", rows, dpad - d, out=dst + d * 2, out_stride=dpad * 2, valid=0))
+                (label, rw.Rows("pad_f16", rows, wpad - w, out=dst + w * 2, out_stride=wpad * 2, valid=0))
             )
 
     qp = panels_of[0]
@@ -578,36 +589,38 @@ def attention_program(
     qrows = 16 if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
-    def rows_of(name, src, esize, k0, nk, dst, p=None, first=None):
-        # f16 rows of dpad (zero columns d..dpad), then zero rows up to the chunk's multiple of 16 (zero keys:
-        # finite logits, masked by the softmax; zero values: no contribution).
+    def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad):
+        # f16 rows of wpad (zero columns w..wpad; w = d, or V's dv), then zero rows up to the chunk's multiple of
+        # 16 (zero keys: finite logits, masked by the softmax; zero values: no contribution).
         pre = f"keys {k0}..{k0 + nk}: " if several else ""
         kind, verb = ("cast_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
         if p is None:
             prog.append(
-                (f"{pre}{name} {verb}", rw.Rows(kind, nk, dpad, in0=src + k0 * d * esize, out=dst, valid=d))
+                (f"{pre}{name} {verb}", rw.Rows(kind, nk, wpad, in0=src + k0 * w * esize, out=dst, valid=w))
             )
         elif esize == 2:
-            # f16 column panels [d / p][seq][p]: one call copies every panel's rows into their columns of the
-            # dpad-wide rows and zeroes the columns d..dpad.
+            # f16 column panels [w / p][seq][p]: one call copies every panel's rows into their columns of the
+            # wpad-wide rows and zeroes the columns w..wpad.
             call = rw.Rows(
-                "panels_f16", nk, dpad, in0=src + k0 * p * 2, out=dst, panels=d // p, panel_width=p,
-                panel_step=sz.seq * p * 2, out_stride=dpad * 2,
+                "panels_f16", nk, wpad, in0=src + k0 * p * 2, out=dst, panels=w // p, panel_width=p,
+                panel_step=sz.seq * p * 2, out_stride=wpad * 2,
             )  # fmt: skip
-            prog.append((f"{pre}{name} rows from {d // p} column panels", call))
+            prog.append((f"{pre}{name} rows from {w // p} column panels", call))
         else:
-            # Column panels [d / p][seq][p]: each panel's rows into its columns of the dpad-wide rows; the zero
-            # columns d..dpad once, by the first chunk copied (chunks after it are no larger and rewrite columns < d
+            # Column panels [w / p][seq][p]: each panel's rows into its columns of the wpad-wide rows; the zero
+            # columns w..wpad once, by the first chunk copied (chunks after it are no larger and rewrite columns < w
             # only).
-            panel_rows(f"{pre}{name} {verb}", kind, nk, p, src, sz.seq, k0, esize, dst, 2, dpad * 2, valid=p)
+            panel_rows(
+                f"{pre}{name} {verb}", kind, nk, p, src, sz.seq, k0, esize, dst, 2, wpad * 2, w=w, valid=p
+            )
             if (k0 == 0) if first is None else first:
-                zero_columns(f"{pre}{name} zero columns", nk, dst)
+                zero_columns(f"{pre}{name} zero columns", nk, dst, w, wpad)
         nkp = -(-nk // 16) * 16
         if nkp > nk:
             prog.append(
                 (
                     f"{pre}{name} zero rows",
-                    rw.Rows("pad_f16", nkp - nk, dpad, out=dst + nk * dpad * 2, valid=0),
+                    rw.Rows("pad_f16", nkp - nk, wpad, out=dst + nk * wpad * 2, valid=0),
                 )
             )
         return pre, nkp
@@ -674,36 +687,36 @@ def attention_program(
                     rw.Rows("pad_f16", kb0, (16 - m) * 16, out=pt + m * 32, out_stride=512, valid=0),
                 )
             )
-        zeroed = None  # the chunk size whose V^T zero rows d..dpad are in place (direct chunks)
+        zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
         for c, (k0, nk) in enumerate(sz.chunks):
             if vp is not None and esizes[2] == 2 and nk % 16 == 0:
                 # f16 V in column panels, whole K blocks: each panel's rows straight into its V^T rows; the zero
-                # rows d..dpad once per chunk size (nothing else writes them between such chunks).
+                # rows dv..dvpad once per chunk size (nothing else writes them between such chunks).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
                 nkp = nk
-                for j in range(d // vp):
+                for j in range(dv // vp):
                     src = va + (j * vp * sz.seq + k0 * vp) * 2
                     call = pk.TransposeF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
                     prog.append((f"{pre}V^T rows from V columns {j * vp}..{j * vp + vp}", call))
-                if dpad > d and zeroed != nk:
-                    call = rw.Rows("pad_f16", dpad - d, nk, out=panels + d * nk * 2, valid=0)
+                if dvpad > dv and zeroed != nk:
+                    call = rw.Rows("pad_f16", dvpad - dv, nk, out=panels + dv * nk * 2, valid=0)
                     prog.append((f"{pre}V^T zero rows", call))
                     zeroed = nk
             else:
-                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
-                prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dpad, vrows, panels)))
+                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, not v_rows_copied, dv, dvpad)
+                prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dvpad, vrows, panels)))
                 zeroed, v_rows_copied = None, True
             prog.append(
                 (f"{pre}P^T panels", pk.weights_from_bt(m, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2))
             )
             o_gemm = gm.Gemm(
-                dpad, nkp, 16, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
+                dvpad, nkp, 16, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
                 a_row_stride=nkp * 2, weights=pt, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
-        # O's m rows (dpad halves apart) from O^T into A (P is dead), then as O's rows below.
-        prog.append(("O rows from O^T", pk.TransposeF16(dpad, -(-m // 4) * 4, c_area, a_area, src_row=32)))
+        # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below.
+        prog.append(("O rows from O^T", pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=32)))
         o_rows = a_area
     else:
         zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)
@@ -711,32 +724,32 @@ def attention_program(
         for c, (k0, nk) in enumerate(sz.chunks):
             if vp is not None and esizes[2] == 2 and nk % 16 == 0 and zeros is not None:
                 # f16 V in column panels, whole K blocks: each panel's rows straight into its column groups of the
-                # weight panels (no row-major copy); the zero columns d..dpad once per chunk size (nothing else
+                # weight panels (no row-major copy); the zero columns dv..dvpad once per chunk size (nothing else
                 # writes those slots between chunks of one size).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
                 nkp = nk
-                for j in range(d // vp):
+                for j in range(dv // vp):
                     src = va + (j * vp * sz.seq + k0 * vp) * 2
                     call = pk.WeightsF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
                     prog.append((f"{pre}V panels, columns {j * vp}..{j * vp + vp}", call))
-                if dpad > d and zeroed_kblocks != nk // 16:
-                    call = pk.WeightsF16(nk, dpad - d, zeros, panels, src_row=0, group0=d // 4)
+                if dvpad > dv and zeroed_kblocks != nk // 16:
+                    call = pk.WeightsF16(nk, dvpad - dv, zeros, panels, src_row=0, group0=dv // 4)
                     prog.append((f"{pre}V panels, zero columns", call))
                     zeroed_kblocks = nk // 16
             else:
-                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, first=not v_rows_copied)
-                prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dpad, vrows, panels)))
+                pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, not v_rows_copied, dv, dvpad)
+                prog.append((f"{pre}V panels", pk.WeightsF16(nkp, dvpad, vrows, panels)))
                 zeroed_kblocks, v_rows_copied = None, True
             o_gemm = gm.Gemm(
-                mpad, nkp, dpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
+                mpad, nkp, dvpad, prec=gm.F16, mode="init" if c == 0 else "acc", coef="ld64", a=a_area + k0 * 2,
                 a_row_stride=spad * 2, weights=panels, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
     if esizes[3] == 4:
-        prog.append(("O to f32", rw.Rows("to_f32", m, d, in0=o_rows, out=out, in_stride=dpad * 2)))
-    else:  # f16 result: O's first d columns
-        prog.append(("O rows", rw.Rows("pad_f16", m, d, in0=o_rows, out=out, in_stride=dpad * 2)))
+        prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, in_stride=dvpad * 2)))
+    else:  # f16 result: O's first dv columns
+        prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, in_stride=dvpad * 2)))
     return prog
 
 
