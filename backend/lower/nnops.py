@@ -688,17 +688,19 @@ def attention_program(
                 )
             )
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
+        vt = vp if vp is not None else dv  # V's panel width for the direct V^T rows
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
         for c, (k0, nk) in enumerate(sz.chunks):
-            if vp is not None and esizes[2] == 2 and nk % 16 == 0:
-                # f16 V in column panels, whole K blocks: each panel's rows straight into its V^T rows; the zero
-                # rows dv..dvpad once per chunk size (nothing else writes them between such chunks).
+            if vt is not None and esizes[2] == 2 and nk % 16 == 0:
+                # f16 V in column panels (a row-major block: one panel of dv), whole K blocks: each panel's rows
+                # straight into its V^T rows; the zero rows dv..dvpad once per chunk size (nothing else writes
+                # them between such chunks).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
                 nkp = nk
-                for j in range(dv // vp):
-                    src = va + (j * vp * sz.seq + k0 * vp) * 2
-                    call = pk.TransposeF16(nk, vp, src, panels, src_row=vp * 2, group0=j * vp // 4)
-                    prog.append((f"{pre}V^T rows from V columns {j * vp}..{j * vp + vp}", call))
+                for j in range(dv // vt):
+                    src = va + (j * vt * sz.seq + k0 * vt) * 2
+                    call = pk.TransposeF16(nk, vt, src, panels, src_row=vt * 2, group0=j * vt // 4)
+                    prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
                 if dvpad > dv and zeroed != nk:
                     call = rw.Rows("pad_f16", dvpad - dv, nk, out=panels + dv * nk * 2, valid=0)
                     prog.append((f"{pre}V^T zero rows", call))
