@@ -9,7 +9,10 @@ For each operator, in program order:
   (`compile_model` sets it from what region 1 keeps besides the lowering's scratch) and the panel-width rules
   (MIN_WIDE_PANEL, MIN_PANEL_TILES). Big GEMMs end up on (nearly) all tiles.
 - `nn.attention`: materialized attention over a [query blocks, heads] grid (keys/values of a head replicated over
-  its query blocks), as many query blocks as tiles allow.
+  its query blocks), as many query blocks as tiles allow; with few query rows (the MAP head's probe) each head's
+  value columns are split over VALUE_SPLIT tiles too (grid [query blocks, heads, 3]).
+- `nn.linear_partials` (`nn-split-k`'s K split): a [K chunks, column panels] grid, each tile keeping its weight
+  slice; `nn.reduce_sum` stacks each output block's partials on the first chunk's tile (`#tile.map<reduce>`).
 - element-wise ops (add, mul, scale, gelu, cast): in the layout of their first operand (no data movement);
   a broadcast operand (bias, position embedding) is replicated to match.
 - `nn.layer_norm`, `nn.softmax` over the last axis: whole rows per block (the input's layout when it has whole
