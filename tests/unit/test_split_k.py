@@ -3,6 +3,9 @@ pass's choice, tile-plan's layouts and the lowering on the simulator against the
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from xdsl.dialects.builtin import Float32Type, TensorType, f32
@@ -14,7 +17,9 @@ from ipu.dialects import tile as tl
 from ipu.frontend.reference import evaluate
 from ipu.passes.nn_split_k import NNSplitKPass, choose_chunk
 from ipu.runtime.host import Session
-from tests.unit.test_lower_linear import data, linear_model, run_passes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_lower_linear import data, linear_model, run_passes  # noqa: E402  (the sibling test's model builders)
 
 
 def split_model(m, k, n, kc, bias=True, quantize="nn-quantize-weights"):
