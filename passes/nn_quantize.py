@@ -30,7 +30,8 @@ Options:
       most accuracy (BENCHMARKS.md, "FP8 precision policy").
   attention_f16 (default false): also casts the f32 query, key and value operands of every `nn.attention` to f16
       (the attention's GEMMs run on the F16 AMP anyway): keys and values then travel and sit on the attention's
-      tiles at half the bytes.
+      tiles at half the bytes. An operand that is an `nn.linear` result read only there becomes that linear's f16
+      result instead (the same values: both round the linear's f32 sum once).
 """
 
 from __future__ import annotations
@@ -125,8 +126,26 @@ class NNQuantizeWeightsPass(ModulePass):
         if self.attention_f16:
             for att in [o for o in op.walk() if isinstance(o, nn.AttentionOp)]:
                 for i in range(3):
-                    t = att.operands[i].type
-                    if isinstance(t, TensorType) and isinstance(t.element_type, Float32Type):
-                        x16 = nn.CastOp(att.operands[i], TensorType(f16, t.get_shape()))
-                        att.parent_block().insert_op_before(x16, att)
-                        att.operands[i] = x16.result
+                    v = att.operands[i]
+                    t = v.type
+                    if not (isinstance(t, TensorType) and isinstance(t.element_type, Float32Type)):
+                        continue
+                    owner = v.owner
+                    if isinstance(owner, nn.LinearOp) and len(list(v.uses)) == 1:
+                        # A linear read only here produces f16 itself: the same values as f32 then a cast (both
+                        # round its f32 sum once), without the f32 result and the cast pass over it.
+                        lin = nn.LinearOp(
+                            owner.operands[0],
+                            owner.operands[1],
+                            owner.operands[2] if len(owner.operands) > 2 else None,
+                            TensorType(f16, t.get_shape()),
+                        )
+                        owner.parent_block().insert_op_before(lin, owner)
+                        lin.result.name_hint = v.name_hint
+                        att.operands[i] = lin.result
+                        owner.detach()
+                        owner.erase()
+                        continue
+                    x16 = nn.CastOp(v, TensorType(f16, t.get_shape()))
+                    att.parent_block().insert_op_before(x16, att)
+                    att.operands[i] = x16.result

@@ -106,3 +106,28 @@ func.func @attention() {
 // CHECK-LABEL: func.func @attention()
 // CHECK-NOT:     nn.cast
 // CHECK:         %o = nn.attention %q, %k, %v
+
+// -----
+
+// attention_f16 with linear operands read only by the attention: the linears produce f16 themselves (no cast); a
+// linear result with another use keeps f32 and gets the cast.
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights{attention_f16=true})' | filecheck %s --check-prefix=FUSE
+func.func @attention_of_linears() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %wq = nn.param "wq" : tensor<8x8xf32>
+  %wk = nn.param "wk" : tensor<8x8xf32>
+  %bk = nn.param "bk" : tensor<8xf32>
+  %q = nn.linear %x, %wq : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+  %k = nn.linear %x, %wk, %bk : tensor<4x8xf32>, tensor<8x8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %o = nn.attention %q, %k, %x heads=2 scale=0.5 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<4x8xf32>
+  nn.output "o" %o : tensor<4x8xf32>
+  nn.output "k" %k : tensor<4x8xf32>
+  func.return
+}
+// TWICE-LABEL: func.func @attention_of_linears()
+// FUSE-LABEL: func.func @attention_of_linears()
+// FUSE:         %q = nn.linear %{{[^ ]+}}, %{{[^ ]+}} : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ> -> tensor<4x8xf16>
+// FUSE:         %k = nn.linear %{{[^ ]+}}, %{{[^ ]+}}, %bk : tensor<4x8xf16>, tensor<8x8xf8E4M3FNUZ>, tensor<8xf32> -> tensor<4x8xf32>
+// FUSE-NEXT:    %[[K16:[^ ]+]] = nn.cast %k : tensor<4x8xf32> -> tensor<4x8xf16>
+// FUSE-NEXT:    %[[V16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
+// FUSE-NEXT:    %o = nn.attention %q, %[[K16]], %[[V16]]
