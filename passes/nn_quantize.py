@@ -22,7 +22,9 @@ Options:
       Logical value = decode(bits) * 2^scale, so -4 gives resolution for the small magnitudes of ViT weights.
   activations (default "f16"): "f16" also casts each rewritten linear's f32 input to f16 (the AMP's other
       operand format; one cast per input and block, shared by the linears that read it); "none" leaves inputs
-      alone.
+      alone. An input that is gelu(linear(...)) with one use each (an MLP's hidden activation) is not cast: the
+      linear and the GELU produce f16 themselves (the same values: f16 C -> f32 -> f16 is exact, and the GELU
+      rounds its f32 result once either way).
   keep_f16 (default none): parameter-name substrings (comma-separated list); a linear whose weight comes from a
       parameter whose name contains one of them gets F16 weights (`nn.cast` to f16) instead of FP8. The
       precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
@@ -60,6 +62,37 @@ SCALE_RANGE = (-32, 31)
 KEEP_F16_DEFAULT = ("patch_embedding", "q_proj", "k_proj", "head")
 # The pass with the default precision policy, as used by compile_model and ipu-run.
 DEFAULT_SPEC = f"nn-quantize-weights{{format=f143 scale=-4 activations=f16 keep_f16={','.join(KEEP_F16_DEFAULT)} attention_f16=true}}"  # the signed 6-bit scale field of the IPU's FP8 metadata
+
+
+def _f16_gelu_of_linear(v):
+    """For v = gelu(linear(...)) in f32 where each of the two results has one use (an MLP's hidden activation
+    about to be cast to f16 for the next GEMM): the same two ops producing f16 instead (the linear's f16 result is
+    what its f32 result held, the GELU rounds once either way), returning the f16 GELU result; else None."""
+    gelu = v.owner
+    if not isinstance(gelu, nn.GeluOp) or len(list(v.uses)) != 1:
+        return None
+    h = gelu.operands[0]
+    lin = h.owner
+    if not isinstance(lin, nn.LinearOp) or len(list(h.uses)) != 1:
+        return None
+    if not all(isinstance(t.element_type, Float32Type) for t in (h.type, v.type)):
+        return None
+    lin16 = nn.LinearOp(
+        lin.operands[0],
+        lin.operands[1],
+        lin.operands[2] if len(lin.operands) > 2 else None,
+        TensorType(f16, h.type.get_shape()),
+    )
+    gelu16 = nn.GeluOp(lin16.result, gelu.approximate.data, TensorType(f16, v.type.get_shape()))
+    block = lin.parent_block()
+    block.insert_op_before(lin16, lin)
+    gelu.parent_block().insert_op_before(gelu16, gelu)
+    lin16.result.name_hint, gelu16.results[0].name_hint = h.name_hint, v.name_hint
+    v.replace_all_uses_with(gelu16.results[0])
+    for op in (gelu, lin):
+        op.detach()
+        op.erase()
+    return gelu16.results[0]
 
 
 @dataclass(frozen=True)
@@ -119,6 +152,9 @@ class NNQuantizeWeightsPass(ModulePass):
             ):
                 key = (linear.input, id(block))
                 x16 = act_casts.get(key)
+                if x16 is None and (g16 := _f16_gelu_of_linear(linear.input)) is not None:
+                    linear.operands[0] = g16
+                    continue
                 if x16 is None:
                     x16 = act_casts[key] = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
                     block.insert_op_before(x16, linear)

@@ -108,15 +108,19 @@ class NnOps:
 
         self.call(entry, words, build, all_active=len(per_tile) == self.n, what=what)
 
-    def _same_layout(self, op: Operation, x, what: str):
+    def _same_layout(self, op: Operation, x, what: str, f16_too: bool = False):
+        """The result's layout, which the operand's must equal: f32 (f16_too: or both f16)."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         xl = tl.layout_of(x)
         if xl is None or xl.block_ != lay.block_ or xl.shape_ != lay.shape_ or xl.order != lay.order:
             raise self.error(f"{what}: operand layout differs from the result's")
         if not np.array_equal(xl.table(), lay.table()):
             raise self.error(f"{what}: operand blocks live on other tiles than the result's")
-        if device_dtype(lay.dtype) != "f32" or device_dtype(xl.dtype) != "f32":
-            raise self.error(f"{what}: f32 operand and result expected")
+        dts = {device_dtype(lay.dtype), device_dtype(xl.dtype)}
+        if dts != {"f32"} and not (f16_too and dts == {"f16"}):
+            raise self.error(
+                f"{what}: f32 operand and result expected" + (" (or both f16)" if f16_too else "")
+            )
         return lay
 
     def error(self, msg: str):
@@ -179,35 +183,44 @@ class NnOps:
     def gelu(self, op: nn.GeluOp) -> None:
         x = op.operands[0]
         what = f"nn.gelu ({op.results[0].name_hint or 'unnamed'})"
-        lay = self._same_layout(op, x, what)
+        lay = self._same_layout(op, x, what, f16_too=True)
         shard = lay.geometry().shard_elems
         tiles = [int(t) for t in np.unique(lay.table())]
         self._check_fits(int(shard.max() + 4) * 4, what)
         c_area, a_area, _ = self.scratch()
         aux = self.aux()
         xa, out = self.addrs.of(x).addr.copy(), self.addrs.of(op.results[0]).addr.copy()
+        esize = tl.element_bytes(lay.dtype)
         units = {t: -(-int(shard[t]) // 4) for t in tiles}
         # Shards that are not whole 4-element units (many tiles, small tensors) are staged in the aux scratch:
         # the kernels have no tails, and must not write past the result's buffer.
-        ragged = {t: (int(xa[t]), int(out[t]), int(shard[t]) * 4) for t in tiles if shard[t] % 4}
+        ragged = {t: (int(xa[t]), int(out[t]), int(shard[t]) * esize) for t in tiles if shard[t] % 4}
         self.copy_call(
             {t: [(src, aux, nb)] for t, (src, _, nb) in ragged.items()}, f"{what}: ragged shards in"
         )
         for t in ragged:
             xa[t] = out[t] = aux
-        self.kcall(
-            f"{what}: to f16",
-            {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
-        )
-        self.kcall(
-            f"{what}: tanh GELU", {t: rw.Rows("gelu", units[t], in0=a_area, out=c_area) for t in tiles}
-        )
-        self.kcall(
-            f"{what}: to f32",
-            {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
-        )
+        if esize == 2:  # f16 in and out: the kernel alone (a ragged shard's result through C, not in place)
+            for t in ragged:
+                out[t] = c_area
+            self.kcall(
+                f"{what}: tanh GELU",
+                {t: rw.Rows("gelu", units[t], in0=int(xa[t]), out=int(out[t])) for t in tiles},
+            )
+        else:
+            self.kcall(
+                f"{what}: to f16",
+                {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
+            )
+            self.kcall(
+                f"{what}: tanh GELU", {t: rw.Rows("gelu", units[t], in0=a_area, out=c_area) for t in tiles}
+            )
+            self.kcall(
+                f"{what}: to f32",
+                {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
+            )
         self.copy_call(
-            {t: [(aux, dst, nb)] for t, (_, dst, nb) in ragged.items()}, f"{what}: ragged shards out"
+            {t: [(int(out[t]), dst, nb)] for t, (_, dst, nb) in ragged.items()}, f"{what}: ragged shards out"
         )
 
     # -- K-split linears (`nn-split-k`) ------------------------------------------------------------------------

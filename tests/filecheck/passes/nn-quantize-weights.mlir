@@ -131,3 +131,25 @@ func.func @attention_of_linears() {
 // FUSE-NEXT:    %[[K16:[^ ]+]] = nn.cast %k : tensor<4x8xf32> -> tensor<4x8xf16>
 // FUSE-NEXT:    %[[V16:[^ ]+]] = nn.cast %x : tensor<4x8xf32> -> tensor<4x8xf16>
 // FUSE-NEXT:    %o = nn.attention %q, %[[K16]], %[[V16]]
+
+// -----
+
+// An MLP's hidden activation read only by the next linear: fc1 and the GELU produce f16 (the values the f32 pair
+// then a cast to f16 gives), fc2 reads it without a cast.
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s --check-prefix=MLP
+func.func @mlp() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %w1 = nn.param "w1" : tensor<16x8xf32>
+  %w2 = nn.param "w2" : tensor<8x16xf32>
+  %h = nn.linear %x, %w1 : tensor<4x8xf32>, tensor<16x8xf32> -> tensor<4x16xf32>
+  %g = nn.gelu %h "tanh" : tensor<4x16xf32> -> tensor<4x16xf32>
+  %y = nn.linear %g, %w2 : tensor<4x16xf32>, tensor<8x16xf32> -> tensor<4x8xf32>
+  nn.output "y" %y : tensor<4x8xf32>
+  func.return
+}
+// TWICE-LABEL: func.func @mlp()
+// MLP-LABEL: func.func @mlp()
+// MLP:         %h = nn.linear %{{[^ ]+}}, %{{[^ ]+}} : tensor<4x8xf16>, tensor<16x8xf8E4M3FNUZ> -> tensor<4x16xf16>
+// MLP-NEXT:    %g = nn.gelu %h "tanh" : tensor<4x16xf16> -> tensor<4x16xf16>
+// MLP-NEXT:    %[[W2:[^ ]+]] = nn.cast %w2 {scale = -4 : i64}
+// MLP-NEXT:    %y = nn.linear %g, %[[W2]] : tensor<4x16xf16>, tensor<8x16xf8E4M3FNUZ> -> tensor<4x8xf32>
