@@ -24,7 +24,7 @@ Options:
       operand format; one cast per input and block, shared by the linears that read it); "none" leaves inputs
       alone. An input that is gelu(linear(...)) with one use each (an MLP's hidden activation) is not cast: the
       linear and the GELU produce f16 themselves (the same values: f16 C -> f32 -> f16 is exact, and the GELU
-      rounds its f32 result once either way).
+      rounds its f32 result once either way); nor is a layer norm read only as linears' inputs (it produces f16).
   keep_f16 (default none): parameter-name substrings (comma-separated list); a linear whose weight comes from a
       parameter whose name contains one of them gets F16 weights (`nn.cast` to f16) instead of FP8. The
       precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
@@ -95,6 +95,24 @@ def _f16_gelu_of_linear(v):
     return gelu16.results[0]
 
 
+def _f16_layer_norm(v):
+    """For an f32 layer-norm result v read only as linears' inputs (q, k, v of attention; fc1): the layer norm
+    producing f16 instead (it rounds its f32 result once either way), returning that result; else None."""
+    ln = v.owner
+    uses = list(v.uses)
+    if not isinstance(ln, nn.LayerNormOp) or not uses or not isinstance(v.type.element_type, Float32Type):
+        return None
+    if not all(isinstance(u.operation, nn.LinearOp) and u.index == 0 for u in uses):
+        return None
+    ln16 = nn.LayerNormOp(*ln.operands, ln.eps.value.data, TensorType(f16, v.type.get_shape()))
+    ln.parent_block().insert_op_before(ln16, ln)
+    ln16.results[0].name_hint = v.name_hint
+    v.replace_all_uses_with(ln16.results[0])
+    ln.detach()
+    ln.erase()
+    return ln16.results[0]
+
+
 @dataclass(frozen=True)
 class NNQuantizeWeightsPass(ModulePass):
     """Casts the parameter weights of every `nn.linear` to FP8 with a fixed power-of-two scale."""
@@ -154,6 +172,9 @@ class NNQuantizeWeightsPass(ModulePass):
                 x16 = act_casts.get(key)
                 if x16 is None and (g16 := _f16_gelu_of_linear(linear.input)) is not None:
                     linear.operands[0] = g16
+                    continue
+                if x16 is None and (n16 := _f16_layer_norm(linear.input)) is not None:
+                    linear.operands[0] = n16
                     continue
                 if x16 is None:
                     x16 = act_casts[key] = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))

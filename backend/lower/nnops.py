@@ -108,8 +108,9 @@ class NnOps:
 
         self.call(entry, words, build, all_active=len(per_tile) == self.n, what=what)
 
-    def _same_layout(self, op: Operation, x, what: str, f16_too: bool = False):
-        """The result's layout, which the operand's must equal: f32 (f16_too: or both f16)."""
+    def _same_layout(self, op: Operation, x, what: str, f16_too: bool = False, f16_result: bool = False):
+        """The result's layout, which the operand's must equal: f32 (f16_too: or both f16; f16_result: an f16
+        result of an f32 operand)."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         xl = tl.layout_of(x)
         if xl is None or xl.block_ != lay.block_ or xl.shape_ != lay.shape_ or xl.order != lay.order:
@@ -117,7 +118,8 @@ class NnOps:
         if not np.array_equal(xl.table(), lay.table()):
             raise self.error(f"{what}: operand blocks live on other tiles than the result's")
         dts = {device_dtype(lay.dtype), device_dtype(xl.dtype)}
-        if dts != {"f32"} and not (f16_too and dts == {"f16"}):
+        mixed = f16_result and device_dtype(lay.dtype) == "f16" and device_dtype(xl.dtype) == "f32"
+        if dts != {"f32"} and not (f16_too and dts == {"f16"}) and not mixed:
             raise self.error(
                 f"{what}: f32 operand and result expected" + (" (or both f16)" if f16_too else "")
             )
@@ -136,7 +138,8 @@ class NnOps:
     def layer_norm(self, op: nn.LayerNormOp) -> None:
         x, w, b = op.operands
         what = f"nn.layer_norm ({op.results[0].name_hint or 'unnamed'})"
-        lay = self._same_layout(op, x, what)
+        lay = self._same_layout(op, x, what, f16_result=True)
+        f16_out = device_dtype(lay.dtype) == "f16"  # the kernel writes the f16 result rows itself
         n = lay.shape_[-1]
         if lay.block_[-1] != n or n % 4:
             raise self.error(f"{what}: blocks must be whole rows of n % 4 == 0 elements")
@@ -165,20 +168,28 @@ class NnOps:
         eps = float(op.eps.value.data) if hasattr(op.eps, "value") else float(op.eps)
         rows = {t: int(shard[t]) // n for t in tiles}
         kw = dict(in0=a_area, in1=w16, in2=b16, out=c_area, eps=eps)
-        calls = {t: rw.Rows("layernorm", rows[t], n, **kw) for t in tiles}
+        calls = {t: rw.Rows("layernorm", rows[t], n, **(kw | self._ln_out(f16_out, out, t))) for t in tiles}
         # Few rows per tile: every row split across the six workers (`layernorm_split`, partials in aux after
         # the f16 bias) when its estimate on the slowest tile is lower (one kernel per call site).
         parts = b16 + (n * 2 + 7) // 8 * 8
         fits = parts - aux + rw.LNS_PART * max(rows.values()) <= self.target.region1_element_bytes
         if n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits:
-            split = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw) for t in tiles}
+            split = {
+                t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **(kw | self._ln_out(f16_out, out, t)))
+                for t in tiles
+            }
             if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
                 calls = split
         self.kcall(f"{what}: rows", calls)
-        self.kcall(
-            f"{what}: to f32",
-            {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
-        )
+        if not f16_out:
+            self.kcall(
+                f"{what}: to f32",
+                {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
+            )
+
+    @staticmethod
+    def _ln_out(f16_out: bool, out, t: int) -> dict:
+        return {"out": int(out[t])} if f16_out else {}
 
     def gelu(self, op: nn.GeluOp) -> None:
         x = op.operands[0]

@@ -153,3 +153,34 @@ func.func @mlp() {
 // MLP-NEXT:    %g = nn.gelu %h "tanh" : tensor<4x16xf16> -> tensor<4x16xf16>
 // MLP-NEXT:    %[[W2:[^ ]+]] = nn.cast %w2 {scale = -4 : i64}
 // MLP-NEXT:    %y = nn.linear %g, %[[W2]] : tensor<4x16xf16>, tensor<8x16xf8E4M3FNUZ> -> tensor<4x8xf32>
+
+// -----
+
+// A layer norm read only as linears' inputs produces f16 itself (one rounding of its f32 result either way); one
+// with another use (an output) keeps f32 and gets the shared cast.
+// RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s --check-prefix=LN
+func.func @layer_norms() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  %g = nn.param "g" : tensor<8xf32>
+  %b = nn.param "b" : tensor<8xf32>
+  %wq = nn.param "wq" : tensor<8x8xf32>
+  %wk = nn.param "wk" : tensor<8x8xf32>
+  %n1 = nn.layer_norm %x, %g, %b eps=1.0e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %q = nn.linear %n1, %wq : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+  %k = nn.linear %n1, %wk : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+  %n2 = nn.layer_norm %q, %g, %b eps=1.0e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+  %y = nn.linear %n2, %wk : tensor<4x8xf32>, tensor<8x8xf32> -> tensor<4x8xf32>
+  nn.output "n2" %n2 : tensor<4x8xf32>
+  nn.output "k" %k : tensor<4x8xf32>
+  nn.output "y" %y : tensor<4x8xf32>
+  func.return
+}
+// TWICE-LABEL: func.func @layer_norms()
+// LN-LABEL: func.func @layer_norms()
+// LN:         %n1 = nn.layer_norm %x, %g, %b eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf16>
+// LN-NEXT:    %[[WQ:[^ ]+]] = nn.cast %wq
+// LN-NEXT:    %q = nn.linear %n1, %[[WQ]] : tensor<4x8xf16>
+// LN:         %k = nn.linear %n1,
+// LN:         %n2 = nn.layer_norm %q, %g, %b eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+// LN:         %[[N16:[^ ]+]] = nn.cast %n2 : tensor<4x8xf32> -> tensor<4x8xf16>
+// LN-NEXT:    %y = nn.linear %[[N16]],
