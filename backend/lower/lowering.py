@@ -46,7 +46,7 @@ from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
-from ipu.backend.lower.nnops import NnOps
+from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, zero_copies
 from ipu.backend.lower.placement import Addresses, DataImage, Placed
 from ipu.backend.lower.sites import label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
@@ -59,7 +59,6 @@ from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
-ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands)
 SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
 # ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
 # (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
@@ -738,8 +737,7 @@ class Lowering(NnOps):
                         rows.append((zeros, a_area + r * kpad * 2 + k * 2, (kpad - k) * 2))
                 # Rows up to the kernel's minimum: zeros (their results are dropped, but leftovers in the scratch
                 # can be Inf/NaN patterns).
-                for off in range(mr * kpad * 2, mpad * kpad * 2, ZEROS_BYTES):
-                    rows.append((zeros, a_area + off, min(ZEROS_BYTES, mpad * kpad * 2 - off)))
+                rows += zero_copies(zeros, a_area + mr * kpad * 2, (mpad - mr) * kpad * 2)
                 a_copies[t] = rows
             if (mpad, npad) != (mr, nc):
                 src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
@@ -923,10 +921,8 @@ class Lowering(NnOps):
                 src = a + (panel * p * mr + r * width + c - panel * p) * 2
                 rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
                 c = end
-            for off in range((hi - k0) * 2, kw * 2, ZEROS_BYTES):
-                rows.append((zeros, dst + r * kw * 2 + off, min(ZEROS_BYTES, kw * 2 - off)))
-        for off in range(mr * kw * 2, mpad * kw * 2, ZEROS_BYTES):
-            rows.append((zeros, dst + off, min(ZEROS_BYTES, mpad * kw * 2 - off)))
+            rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
+        rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
         return rows
 
     def elementwise(self, op: Operation) -> None:

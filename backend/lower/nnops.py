@@ -65,6 +65,14 @@ SCORES_TRANSPOSED: bool | None = None
 # panels (M = the block's rows). Tests switch it.
 PV_TRANSPOSED: bool = True
 
+ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands, padding rows)
+
+
+def zero_copies(zeros: int, dst: int, nbytes: int) -> list[tuple[int, int, int]]:
+    """Copies (source, destination, bytes) writing nbytes of zeros at dst from the zero constant at `zeros`."""
+    return [(zeros, dst + off, min(ZEROS_BYTES, nbytes - off)) for off in range(0, nbytes, ZEROS_BYTES)]
+
+
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
@@ -240,8 +248,6 @@ class NnOps:
         replicated x into the A scratch, zero rows up to the kernel's minimum -> its own [pn, kc] weight block
         into F16 AMP weight panels (FP8: converted in the same pass) -> one F16 GEMM (init) into C -> the M rows
         cast to f32 into its [1, M, pn] result block."""
-        from ipu.backend.lower.lowering import ZEROS_BYTES  # lazy: lowering imports this module
-
         x, w = op.operands
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -268,15 +274,16 @@ class NnOps:
             if nc % 16:
                 raise self.error(f"{what}: tile {t}: a {nc}-column panel (the kernel needs multiples of 16)")
             xa = self._panel_addr(x, t, (0,), (m,), what)
-            wa = self._block_addr(w, t, (n0, k0), what)
+            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
             jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
         if self.target.region1_element_bytes < max(j[1] * j[2] * 2 for j in jobs.values()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
         rows = {}
         for t, (k0, kw, _nc, xa, _wa, _ra) in jobs.items():
             rows[t] = [(xa + (r * k + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
-            for off in range(m * kw * 2, mpad * kw * 2, ZEROS_BYTES):  # rows up to the kernel's minimum
-                rows[t].append((zeros, a_area + off, min(ZEROS_BYTES, mpad * kw * 2 - off)))
+            rows[t] += zero_copies(
+                zeros, a_area + m * kw * 2, (mpad - m) * kw * 2
+            )  # up to the kernel's minimum
         self.copy_call(rows, f"{what}: A rows")
         if wdt == "f16":
             prep = {
@@ -314,16 +321,6 @@ class NnOps:
             {t: ew.Elementwise("cast_f16_f32", m * j[2] // 4, in0=c_area, out=j[5]) for t, j in jobs.items()},
         )
 
-    def _block_addr(self, v, t: int, origin: tuple[int, ...], what: str) -> int:
-        """Address on tile t of the block of v's layout that starts at `origin`."""
-        lay = tl.layout_of(v)
-        g, table = lay.geometry(), lay.table()
-        for b in np.nonzero((g.block_origin == np.array(origin)).all(1))[0]:
-            rs = np.nonzero(table[b] == t)[0]
-            if rs.size:
-                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
-        raise self.error(f"{what}: tile {t} holds no block of its operand at {list(origin)}")
-
     def reduce_sum(self, op: nn.ReduceSumOp) -> None:
         """Per tile: its result block's G partial blocks (stacked by the exchange, [G, block]) summed pairwise in
         f32 (`add_f32` over half the remaining blocks per call; the aux scratch holds the running sums), the last
@@ -343,7 +340,8 @@ class NnOps:
             n = int(g.block_dims[b].prod())
             if n % 2:
                 raise self.error(f"{what}: tile {t}: a block of {n} f32 (add_f32 takes pairs)")
-            src = self._block_addr(x, t, (0, *(int(v) for v in g.block_origin[b])), what)
+            origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * 4, n)
         if count == 1:
             self.copy_call({t: [(s, d, n * 4)] for t, (s, d, n) in blocks.items()}, f"{what}: copy")
