@@ -49,7 +49,7 @@ from xdsl.dialects.builtin import (
     TensorType,
     f16,
 )
-from xdsl.ir import Attribute
+from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
 
 from ipu.dialects import nn
@@ -62,6 +62,23 @@ SCALE_RANGE = (-32, 31)
 KEEP_F16_DEFAULT = ("patch_embedding", "q_proj", "k_proj", "head")
 # The pass with the default precision policy, as used by compile_model and ipu-run.
 DEFAULT_SPEC = f"nn-quantize-weights{{format=f143 scale=-4 activations=f16 keep_f16={','.join(KEEP_F16_DEFAULT)} attention_f16=true}}"  # the signed 6-bit scale field of the IPU's FP8 metadata
+
+
+def _as_f16(op: Operation) -> SSAValue:
+    """Replaces single-result `op` (f32 result) by the same op with an f16 result; returns that result."""
+    res = op.results[0]
+    new = type(op).create(
+        operands=list(op.operands),
+        result_types=[TensorType(f16, res.type.get_shape())],
+        properties=dict(op.properties),
+        attributes=dict(op.attributes),
+    )
+    op.parent_block().insert_op_before(new, op)
+    new.results[0].name_hint = res.name_hint
+    res.replace_all_uses_with(new.results[0])
+    op.detach()
+    op.erase()
+    return new.results[0]
 
 
 def _f16_gelu_of_linear(v):
@@ -77,22 +94,8 @@ def _f16_gelu_of_linear(v):
         return None
     if not all(isinstance(t.element_type, Float32Type) for t in (h.type, v.type)):
         return None
-    lin16 = nn.LinearOp(
-        lin.operands[0],
-        lin.operands[1],
-        lin.operands[2] if len(lin.operands) > 2 else None,
-        TensorType(f16, h.type.get_shape()),
-    )
-    gelu16 = nn.GeluOp(lin16.result, gelu.approximate.data, TensorType(f16, v.type.get_shape()))
-    block = lin.parent_block()
-    block.insert_op_before(lin16, lin)
-    gelu.parent_block().insert_op_before(gelu16, gelu)
-    lin16.result.name_hint, gelu16.results[0].name_hint = h.name_hint, v.name_hint
-    v.replace_all_uses_with(gelu16.results[0])
-    for op in (gelu, lin):
-        op.detach()
-        op.erase()
-    return gelu16.results[0]
+    _as_f16(lin)
+    return _as_f16(gelu)
 
 
 def _f16_layer_norm(v):
@@ -104,13 +107,7 @@ def _f16_layer_norm(v):
         return None
     if not all(isinstance(u.operation, nn.LinearOp) and u.index == 0 for u in uses):
         return None
-    ln16 = nn.LayerNormOp(*ln.operands, ln.eps.value.data, TensorType(f16, v.type.get_shape()))
-    ln.parent_block().insert_op_before(ln16, ln)
-    ln16.results[0].name_hint = v.name_hint
-    v.replace_all_uses_with(ln16.results[0])
-    ln.detach()
-    ln.erase()
-    return ln16.results[0]
+    return _as_f16(ln)
 
 
 @dataclass(frozen=True)
@@ -191,17 +188,7 @@ class NNQuantizeWeightsPass(ModulePass):
                     if isinstance(owner, nn.LinearOp) and len(list(v.uses)) == 1:
                         # A linear read only here produces f16 itself: the same values as f32 then a cast (both
                         # round its f32 sum once), without the f32 result and the cast pass over it.
-                        lin = nn.LinearOp(
-                            owner.operands[0],
-                            owner.operands[1],
-                            owner.operands[2] if len(owner.operands) > 2 else None,
-                            TensorType(f16, t.get_shape()),
-                        )
-                        owner.parent_block().insert_op_before(lin, owner)
-                        lin.result.name_hint = v.name_hint
-                        att.operands[i] = lin.result
-                        owner.detach()
-                        owner.erase()
+                        _as_f16(owner)
                         continue
                     x16 = nn.CastOp(v, TensorType(f16, t.get_shape()))
                     att.parent_block().insert_op_before(x16, att)
