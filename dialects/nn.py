@@ -299,26 +299,36 @@ class MatmulOp(IRDLOperation):
 class LinearPartialsOp(IRDLOperation):
     """The partial products of a linear whose contraction is split into chunks: x [M, K], weight [N, K] ->
     [G, M, N] with result[g] = x[:, Kg] @ weight[:, Kg]^T over Kg = [g * k_chunk, min(K, (g + 1) * k_chunk)),
-    G = ceil(K / k_chunk). `nn.reduce_sum` of the result is x @ weight^T. No bias (add it after the sum).
+    G = ceil(K / k_chunk). An optional bias [N] is added to partial 0 only, so that `nn.reduce_sum` of the result
+    is x @ weight^T (+ bias).
 
-    Why: a GEMM with few rows (the MAP head's M = 1) costs its tile per 16 x 16 weight block whatever M is; with K
-    split, the blocks spread over G times more tiles, each keeping its weight slice where it computes
+    Why: the AMP kernel costs its tile per 16 x 16 weight block almost whatever the rows; with K split, a tile's
+    block has G times more rows or columns for the same MACs (few-row linears: the blocks spread over G times
+    more tiles, each keeping its weight slice where it computes; many-row linears: more rows per weight block)
     (`nn-split-k`)."""
 
     name = "nn.linear_partials"
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
     k_chunk = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
     assembly_format = (
-        "$input `,` $weight `k_chunk` `` `=` `` $k_chunk attr-dict `:` type($input) `,` type($weight) `->` "
+        "$input `,` $weight (`,` $bias^)? `k_chunk` `` `=` `` $k_chunk attr-dict `:` type(operands) `->` "
         "type($result)"
     )
     traits = traits_def(Pure())
 
-    def __init__(self, x: SSAValue, weight: SSAValue, k_chunk: int, result_type: TensorType):
+    def __init__(
+        self,
+        x: SSAValue,
+        weight: SSAValue,
+        k_chunk: int,
+        result_type: TensorType,
+        bias: SSAValue | None = None,
+    ):
         super().__init__(
-            operands=[x, weight],
+            operands=[x, weight, [bias] if bias is not None else []],
             properties={"k_chunk": IntegerAttr(k_chunk, i64)},
             result_types=[result_type],
         )
@@ -338,6 +348,10 @@ class LinearPartialsOp(IRDLOperation):
             raise VerifyException(
                 f"nn.linear_partials: operand 'weight' has shape {shape_str(ws)} but operand 'input' has shape "
                 f"{shape_str(xs)}: their K differ"
+            )
+        if self.bias is not None and (bs := shape_of(self.bias, self, "operand 'bias'")) != (ws[0],):
+            raise VerifyException(
+                f"nn.linear_partials: operand 'bias' has shape {shape_str(bs)}, expected [{ws[0]}] (the weight's N)"
             )
         kc = self.chunk
         if kc <= 0:

@@ -521,7 +521,8 @@ class GemmPlanAttr(_KVAttr):
 
     On `nn.linear_partials` (a K split made explicit by `nn-split-k`) the grid is [G K chunks, gn] and the panel
     [M, kc, pn]: tile base + g * gn + j computes partial g of column panel j from the whole x (replicated on
-    every tile of the grid) and its own [pn, kc] weight block (one replica).
+    every tile of the grid) and its own [pn, kc] weight block (one replica). With many rows the grid is [G, gm,
+    gn] and the panel [pm, kc, pn]: tile base + (g * gm + i) * gn + j computes partial g of output block (i, j).
 
     precision: AMP input precision ("f16", "fp8": fp8 weights x f16 activations, "f32");
     cast: "early" when the operands arrive already in that precision (an nn.cast planned at the producer, so
@@ -552,8 +553,8 @@ class GemmPlanAttr(_KVAttr):
             raise VerifyException(f"#tile.gemm: precision '{self.precision.data}' not in {PRECISIONS}")
         if self.cast.data not in ("early", "late"):
             raise VerifyException(f'#tile.gemm: cast must be "early" or "late", got \'{self.cast.data}\'')
-        if len(self.grid.data) != 2 or len(self.panel.data) != 3:
-            raise VerifyException("#tile.gemm: grid is [gm, gn] and panel is [pm, k, pn]")
+        if len(self.grid.data) not in (2, 3) or len(self.panel.data) != 3:
+            raise VerifyException("#tile.gemm: grid is [gm, gn] (or [G, gm, gn]) and panel is [pm, k, pn]")
 
 
 ATTENTION_KINDS = ("materialized", "flash")

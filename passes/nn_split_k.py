@@ -21,9 +21,19 @@ partial gathered, with G * N / 16 <= tiles; the linear is split only when that b
 same terms over all of K, N / 16 / tiles column blocks per tile). Run after `nn-quantize-weights` (the operands
 are then f16 activations and f16 / FP8 weights).
 
+Many rows (option many_rows): the same split with the bias on partial 0 (`nn.linear_partials`' optional operand),
+
+    %p = nn.linear_partials %x, %w, %b k_chunk = kc   // [G, M, N]
+    %y = nn.reduce_sum %p
+
+planned on a [G, gm, gn] grid (`rows_grid`): for the same MACs a tile's weight block meets G times more rows,
+so the per-block cost is spread over more of them (So400m's [729, 1152] x [1152, 1152]: ~42 k instead of ~58 k
+cycles by the estimate).
+
 Options:
   tiles (default 1472): the tiles the plan may use;
-  max_rows (default 8): linears with more rows are left alone (their tiles have row panels to amortize a block).
+  max_rows (default 8): linears with more rows are left alone (their tiles have row panels to amortize a block)
+    unless many_rows (default false) is set.
 """
 
 from __future__ import annotations
@@ -46,6 +56,17 @@ ROUND_CYCLES = 300
 # sum's add calls (~170-240 each, ceil(log2 G) + 1 for an odd count) and the bias add (~170), as simulated for
 # So400m's MAP head.
 SPLIT_OVERHEAD_CYCLES = 1600
+
+
+# Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
+FEW_ROWS = 8
+# Many-row split (`rows_split`): the sum's fixed cost per tile (the partial's cast to f32, the adds' calls, the
+# cast of the sum) besides its data, and the margin the split's estimate must win by (the unsplit GEMM's plan is
+# tile-plan's `choose_gemm`, costed a little differently).
+ROWS_SPLIT_FIXED_CYCLES = 1500
+ROWS_SPLIT_MARGIN = 0.85
+# Column panel widths of a many-row split (multiples of 16: the kernel's N block, no padding).
+ROWS_SPLIT_PANELS = (16, 32, 48, 64)
 
 
 def split_cost(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int) -> int | None:
@@ -81,6 +102,66 @@ def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> i
     return best[1]
 
 
+def rows_grid(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True):
+    """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc: G = ceil(k / kc) chunks x gm row
+    panels of pm rows (a multiple of G: the sum gives each of a block's G tiles pm / G of its rows) x gn column
+    panels of pn, G * gm * gn <= tiles. The busiest tile: its GEMM (`cost_model.gemm_kernel_cycles`), weight
+    preparation, the receipt of its x and weight blocks at the exchange's rate, and the sum's share (G - 1 pieces
+    of pm / G rows, one round each, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
+    one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it."""
+    g = -(-k // kc)
+    best = None
+    for pn in ROWS_SPLIT_PANELS:
+        gn = -(-n // pn)
+        if gn * g > tiles or (one_chunk and len(cm.gemm_k_chunks(kc, pn, wbytes)) != 1):
+            continue
+        gm = tiles // (g * gn)
+        rows = -(-m // gm)  # rows per panel, rounded up to a multiple of G below
+        pm = g * -(-rows // g)
+        gm = -(-m // pm)
+        if m - (gm - 1) * pm < cm.GEMM_MIN_ROWS or pm < 4 * g:
+            # The last row panel under the kernel's minimum (the x block is the GEMM's A in place); the sum's
+            # pieces under 4 rows: with 1-row pieces the tiny SigLIP on 1472 tiles failed on the simulator
+            # (`xch_half` read a never-written destination word, docs/lowering.md).
+            continue
+        if pm * pn * 6 > IPU21.region1_element_bytes:
+            continue  # the lowering's C scratch (f16 + f32 staging)
+        c = (
+            cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
+            + cm.weight_prep_cycles(pn, kc, wdt, IPU21)
+            + cm.exchange_cycles(pm * kc * 2 + pn * kc * wbytes)
+        )
+        if g > 1:
+            c += (
+                cm.exchange_cycles((g - 1) * (pm // g) * pn * 4)
+                + (g - 1) * ROUND_CYCLES
+                + cm.elementwise_cycles((g - 1) * (pm // g) * pn, "add", "f32")
+                + ROWS_SPLIT_FIXED_CYCLES
+            )
+        if best is None or c < best[0]:
+            best = (c, gm, pm, pn)
+    return best
+
+
+def choose_rows_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> int | None:
+    """k_chunk of a many-row split (G = 2..8 chunks of whole 16-blocks, each one weight chunk of the kernels and
+    an in-place A row), or None when the unsplit estimate (`rows_grid` over all of K) is not beaten by
+    ROWS_SPLIT_MARGIN."""
+    blocks = k // 16
+    unsplit = rows_grid(m, k, n, k, wbytes, wdt, tiles, one_chunk=False)
+    best = None
+    for g in range(2, 9):
+        kc = 16 * -(-blocks // g)
+        if -(-k // kc) != g or 2 * kc > cm.GEMM_MAX_A_ROW_BYTES:
+            continue
+        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles)
+        if c is not None and (best is None or c[0] < best[0]):
+            best = (c[0], kc)
+    if best is None or (unsplit is not None and best[0] >= ROWS_SPLIT_MARGIN * unsplit[0]):
+        return None
+    return best[1]
+
+
 @dataclass(frozen=True)
 class NNSplitKPass(ModulePass):
     """Splits few-row linears along K (see the module docstring)."""
@@ -88,7 +169,11 @@ class NNSplitKPass(ModulePass):
     name = "nn-split-k"
 
     tiles: int = 1472
-    max_rows: int = 8
+    max_rows: int = FEW_ROWS
+    many_rows: bool = False
+    """Also split linears with more rows when `rows_grid`'s estimate wins (bias on partial 0, the sum scattered
+    over each block's G tiles). Off by default: at So400m size the tall [pm, kc] x blocks and the scattered sums
+    fragment the exchanges around them (see docs/lowering.md)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -97,26 +182,33 @@ class NNSplitKPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
             xs, ws = lin.input.type.get_shape(), lin.weight.type.get_shape()
-            if len(xs) != 2 or xs[0] > self.max_rows or xs[1] % 16 or ws[0] % 16:
+            few = xs[0] <= self.max_rows
+            if len(xs) != 2 or not (few or self.many_rows) or xs[1] % 16 or ws[0] % 16:
                 continue
             if tl.element_bytes(lin.input.type.element_type) != 2:
                 continue  # the kernels take f16 activations (run nn-quantize-weights first)
             wbytes = tl.element_bytes(lin.weight.type.element_type)
             if wbytes not in (1, 2):
                 continue
-            kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, "f16" if wbytes == 2 else "f8", self.tiles)
-            if kc is not None:
-                self.split(lin, kc)
+            wdt = "f16" if wbytes == 2 else "f8"
+            if few:
+                kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)
+                if kc is not None:
+                    self.split(lin, kc)
+            elif (kc := choose_rows_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)) is not None:
+                self.split(lin, kc, bias_on_partial=True)
 
     @staticmethod
-    def split(lin: nn.LinearOp, kc: int) -> None:
+    def split(lin: nn.LinearOp, kc: int, bias_on_partial: bool = False) -> None:
         (m, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
         rt = lin.results[0].type
-        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(Float32Type(), (-(-k // kc), m, n)))
+        bias = lin.operands[2] if len(lin.operands) > 2 and bias_on_partial else None
+        ptype = TensorType(Float32Type(), (-(-k // kc), m, n))
+        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, ptype, bias)
         total = nn.ReduceSumOp(parts.result, TensorType(Float32Type(), (m, n)))
         new = [parts, total]
         y = total.result
-        if len(lin.operands) > 2:
+        if len(lin.operands) > 2 and bias is None:
             # The bias as [M, N] rows (a reshape / concat of a parameter: the host does it at upload), so the add
             # is element-wise in the sum's layout.
             bias = lin.operands[2]

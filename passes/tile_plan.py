@@ -64,6 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
+from ipu.passes.nn_split_k import FEW_ROWS, rows_grid
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -373,6 +374,8 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     column panels] and panel [M, kc, pn]: tile base + g * gn + j computes partial g of column panel j from its
     own [pn, kc] weight block (one replica: the weights stay where they are used) and the whole x (one block,
     replicated on every tile: one multicast instead of a piece per chunk)."""
+    if len(plan.get("grid")) == 3:
+        return partials_rows_layouts(op, plan, num_tiles)
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -391,6 +394,34 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     return [x, w], res
 
 
+def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """`nn.linear_partials` of many rows: grid [G K chunks, gm row panels, gn column panels], panel [pm, kc, pn];
+    tile base + (c * gm + i) * gn + j computes partial c of output block (i, j) from x's [pm, kc] block (i, c)
+    (replicated over the gn tiles of (c, i)) and the weight's [pn, kc] block (j, c) (replicated over the gm tiles
+    of (c, j)); the bias's [pn] block j goes to the chunk-0 tiles of column j (partial 0 carries it)."""
+    g, gm, gn = plan.get("grid")
+    pm, kc, pn = plan.get("panel")
+    base = plan.get("base")
+    (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    if base + g * gm * gn > num_tiles or -(-k // kc) != g or -(-m // pm) != gm or -(-n // pn) != gn:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: partials plan grid {g}x{gm}x{gn} with panels [{pm}, {kc}, {pn}] at base "
+            f"{base} does not cover [{m}, {k}] x [{n}, {k}] on {num_tiles} tiles"
+        )
+    t = base + np.arange(g * gm * gn, dtype=np.int32).reshape(g, gm, gn)
+    x_tab = t.transpose(1, 0, 2).reshape(gm * g, gn)  # x block (i, c) -> the gn tiles of (c, i)
+    w_tab = t.transpose(2, 0, 1).reshape(gn * g, gm)  # weight block (j, c) -> the gm tiles of (c, j)
+    x = tl.make_layout((m, k), (pm, kc), np.ascontiguousarray(x_tab), op.input.type.element_type)
+    w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
+                       order=plan.get("worder"))  # fmt: skip
+    operands = [x, w]
+    if op.bias is not None:
+        b_tab = np.ascontiguousarray(t[0].T)  # bias block j -> the chunk-0 tiles of column j
+        operands.append(tl.make_layout((n,), (pn,), b_tab, op.bias.type.element_type))
+    res = tl.make_layout((g, m, n), (1, pm, pn), t.reshape(-1, 1), op.result.type.element_type)
+    return operands, res
+
+
 def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
     """The operand layout `nn.reduce_sum` needs for `result`: each result block's `count` partial blocks
     stacked on its tile."""
@@ -401,7 +432,19 @@ def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
 
 def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute) -> tl.LayoutAttr:
     """`nn.reduce_sum`'s result from its operand's layout: the blocks of the first leading index, on their tiles
-    (there one of the partial blocks is already local)."""
+    (there one of the partial blocks is already local). Partials of a 2-D result whose blocks' rows are a
+    multiple of G (a many-row `nn.linear_partials`): each block's rows are scattered over its G tiles instead,
+    pm / G rows each, so that every tile receives G - 1 small pieces rather than one tile G - 1 whole blocks."""
+    count = have.shape_[0]
+    if len(have.shape_) == 3 and have.block_[0] == 1 and have.block_[1] > 1 and have.block_[1] % count == 0:
+        _, gm, gn = have.grid
+        pr = have.block_[1] // count
+        m = have.shape_[1]
+        t = have.table()[:, 0].reshape(count, gm, gn)
+        r = np.arange(-(-m // pr))
+        table = t[r % count, r // count, :].reshape(-1, 1)
+        return tl.LayoutAttr(have.shape_[1:], (pr, have.block_[2]), np.ascontiguousarray(table), dtype,
+                             "row_major", 0, 0)  # fmt: skip
     rest = math.prod(have.grid[1:])
     table = np.ascontiguousarray(have.table()[:rest, :1])
     return tl.LayoutAttr(have.shape_[1:], have.block_[1:], table, dtype, "row_major", 0, 0)
@@ -868,6 +911,24 @@ class _Planner:
                 )
             self.last_gemm = (op.input, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS:
+            (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+            wdt = tl.dtype_name(op.weight.type.element_type)
+            wbytes = tl.element_bytes(op.weight.type.element_type)
+            g, kc = op.result.type.get_shape()[0], op.chunk
+            best = rows_grid(m, k, n, kc, wbytes, "f16" if wbytes == 2 else "f8", t.num_tiles)
+            if best is None:
+                raise PassFailedException(
+                    f"tile-plan: {label(op)}: no [K chunks, row panels, column panels] grid of {g} chunks fits "
+                    f"{t.num_tiles} tiles"
+                )
+            cycles, gm, pm, pn = best
+            prec = precision_of(op.input.type, op.weight.type)
+            plan = tl.GemmPlanAttr(
+                tl._int_array((g, gm, -(-n // pn))), tl._int_array((pm, kc, pn)), tl.IntAttr(0),
+                tl.StringAttr(prec), tl.StringAttr("early"), tl.StringAttr(self.weights_order), tl.IntAttr(cycles),
+            )  # fmt: skip
+            return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):
             (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
             g, gn, kc = op.result.type.get_shape()[0], -(-n // 16), op.chunk

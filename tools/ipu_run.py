@@ -223,7 +223,7 @@ def compile_and_run(args) -> int:
     params, cfg = _weights_and_config(args)
     target = Target.ipu21() if args.tiles in (None, 1472) else Target.small(tiles=args.tiles, sram_kib=624)
     t0 = time.perf_counter()
-    pkg = compile_model(cfg, target, weights=params, debug_values=args.per_op)
+    pkg = compile_model(cfg, target, weights=params, debug_values=args.per_op, split_rows=args.split_rows)
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
         f"tokens) for {target.name} ({target.num_tiles} tiles) in {time.perf_counter() - t0:.2f} s; "
@@ -325,6 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--profile-merge-rounds",
         action="store_true",
         help="--profile: one exchange and one sync step per exchange phase (rounds summed) instead of per round",
+    )
+    p.add_argument(
+        "--split-rows",
+        action="store_true",
+        help="--model: split many-row linears along K too (nn-split-k{many_rows=true}; off by default: at So400m "
+        "size its exchanges do not fit)",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)

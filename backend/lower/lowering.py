@@ -1134,7 +1134,9 @@ def lower_to_package(
     return pkg
 
 
-def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = True) -> str:
+def pipeline_spec(
+    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = False
+) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
     - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
@@ -1145,7 +1147,8 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
       attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
-    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
+    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed
+      (with split_rows, many-row linears too where its estimate wins: `nn-split-k{many_rows=true}`);
     - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
       and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
       with `scratch=False`: per-op debug values are kept above the plan too)."""
@@ -1172,7 +1175,7 @@ def pipeline_spec(target: Target, outline_repeat: bool = False, scratch: bool = 
         # (RESIDENT_ALLOWANCE).
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
-    split_k = f"nn-split-k{{tiles={target.num_tiles}}}"
+    split_k = f"nn-split-k{{tiles={target.num_tiles}{' many_rows=true' if split_rows else ''}}}"
     return (
         f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
     )
@@ -1184,13 +1187,15 @@ def compile_model(
     weights=None,
     debug_values: bool = False,
     repeat: bool | None = None,
+    split_rows: bool = False,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
     given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`; a layer
     loop's stacked parameters are named `encoder.layers.*.<suffix>`: give a `WeightStore`, which resolves them).
     `repeat` (default: on unless debug_values): outline the layers into one `tile.repeat` (`nn-outline-repeat`),
-    lowered as a loop over one copy of the layer's code; False: layers unrolled."""
+    lowered as a loop over one copy of the layer's code; False: layers unrolled. `split_rows`: many-row linears
+    split along K too (`pipeline_spec`)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1211,12 +1216,13 @@ def compile_model(
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(pipeline_spec(target, repeat, scratch=False))
+        head, tail = nn_passes(pipeline_spec(target, repeat, scratch=False, split_rows=split_rows))
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
-        PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, repeat)).apply(Context(), module)
+        spec = pipeline_spec(target, repeat, split_rows=split_rows)
+        PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
     pkg = lower_to_package(module, target, debug_values)
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it

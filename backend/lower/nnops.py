@@ -248,6 +248,9 @@ class NnOps:
         replicated x into the A scratch, zero rows up to the kernel's minimum -> its own [pn, kc] weight block
         into F16 AMP weight panels (FP8: converted in the same pass) -> one F16 GEMM (init) into C -> the M rows
         cast to f32 into its [1, M, pn] result block."""
+        if len(plan.get("grid")) == 3:
+            self.linear_partials_rows(op)
+            return
         x, w = op.operands
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -319,6 +322,107 @@ class NnOps:
         self.kcall(
             f"{what}: to f32",
             {t: ew.Elementwise("cast_f16_f32", m * j[2] // 4, in0=c_area, out=j[5]) for t, j in jobs.items()},
+        )
+
+    def linear_partials_rows(self, op: nn.LinearPartialsOp) -> None:
+        """A many-row K split (`tile_plan.partials_rows_layouts`), per tile (chunk c, output block (i, j)): its own
+        [pm, kw] x block is the GEMM's A in place (row stride kw) -> its [pn, kw] weight block into F16 AMP
+        weight panels (FP8: converted in the same pass) -> one F16 GEMM (init) into C -> on chunk 0 the bias
+        (f16, as `nn.linear` adds it) -> the rows cast to f32 into its [1, pm, pn] result block."""
+        x, w = op.operands[0], op.operands[1]
+        bias = op.operands[2] if len(op.operands) > 2 else None
+        what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g, table = lay.geometry(), lay.table()
+        xl, wl = tl.layout_of(x), tl.layout_of(w)
+        wdt = device_dtype(wl.dtype)
+        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major" or wl.order.data != "row_major":
+            raise self.error(
+                f"{what}: x must arrive as row-major f16 blocks and the weight as row-major blocks"
+            )
+        if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
+            raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
+        k, kc = x.type.get_shape()[1], op.chunk
+        if k % 16 or kc % 16 or 2 * kc > 4112:
+            raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
+        c_area, _a_area, _zeros = self.scratch()
+        panels = self.aux()
+        e = self.target.region1_element_bytes
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}  # tile -> (chunk, first K column, chunk width, rows, panel columns, x, weight, result block)
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            k0 = c * kc
+            kw = min(kc, k - k0)
+            if nc % 16 or mr < gm.MIN_ROWS:
+                raise self.error(
+                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows and columns in "
+                    "multiples of 16)"
+                )
+            xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
+            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
+            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
+        if max(j[2] * j[4] * 2 for j in jobs.values()) > e or max(j[3] * j[4] * 6 for j in jobs.values()) > e:
+            raise self.error(
+                f"{what}: a tile's F16 weight panels or C block exceed the {e}-byte scratch elements"
+            )
+        if wdt == "f16":
+            prep = {
+                t: pk.weights_from_bt(j[4], j[2], "f16", j[6], panels, src_row=j[2] * 2)
+                for t, j in jobs.items()
+            }
+        else:
+            fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+            prep = {
+                t: pk.fp8_to_f16_panels(j[4], j[2], j[6], panels, src_row=j[2], **fmt)
+                for t, j in jobs.items()
+            }
+        self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
+        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        self.kcall(
+            f"{what}: GEMM",
+            {
+                t: gm.Gemm(
+                    j[3],
+                    j[2],
+                    j[4],
+                    prec=gm.F16,
+                    mode="init",
+                    coef=coef,
+                    a=j[5],
+                    weights=panels,
+                    c=c_area,
+                    a_row_stride=j[2] * 2,
+                )  # fmt: skip
+                for t, j in jobs.items()
+            },
+        )
+        if bias is not None:
+            nmax = max(j[4] for j in jobs.values())
+            bp = self.layer_alloc(nmax * 2, 8)
+            self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
+            first = {t: j for t, j in jobs.items() if j[0] == 0}
+            n0 = {
+                t: int(g.block_origin[b][2])
+                for b in range(lay.num_blocks)
+                if (t := int(table[b, 0])) in first
+            }
+            chunks = np.array([[t, bp, n0[t], j[4], 1] for t, j in first.items()], np.int64)
+            self._bind_operand(bias, chunks, "f16", what)
+            self.kcall(
+                f"{what}: bias",
+                {
+                    t: ew.Elementwise("bias_f16", j[3], in0=c_area, in1=bp, out=c_area, row=j[4])
+                    for t, j in first.items()
+                },
+            )
+        self.kcall(
+            f"{what}: to f32",
+            {
+                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7])
+                for t, j in jobs.items()
+            },
         )
 
     def reduce_sum(self, op: nn.ReduceSumOp) -> None:

@@ -161,3 +161,123 @@ def test_split_linear_inside_the_layer_loop():
     for k in want:
         cos, rel, _ = per_embedding(got[k], want[k])
         assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
+
+
+# -- many rows (`nn-split-k{many_rows=true}`) ------------------------------------------------------------------
+
+
+def rows_split_model(m, k, n, kc, quantize="nn-quantize-weights"):
+    """The linear model, quantized, split into chunks of kc with the bias on partial 0."""
+    mod = run_passes(linear_model(m, k, n, True), quantize)
+    (lin,) = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    NNSplitKPass.split(lin, kc, bias_on_partial=True)
+    mod.verify()
+    return mod
+
+
+def test_many_rows_choice_and_ir():
+    from ipu.passes.nn_split_k import choose_rows_chunk, rows_grid
+
+    # So400m's [729, 1152] x [1152, 1152] FP8 on 1472 tiles: split; G chunks x row panels x column panels fit.
+    kc = choose_rows_chunk(729, 1152, 1152, 1, "f8", 1472)
+    assert kc is not None and kc % 16 == 0
+    g = -(-1152 // kc)
+    cycles, gm, pm, pn = rows_grid(729, 1152, 1152, kc, 1, "f8", 1472)
+    assert g > 1 and pm % g == 0 and g * gm * -(-1152 // pn) <= 1472 and gm * pm >= 729
+    # The estimate beats the unsplit one over all of K.
+    assert cycles < rows_grid(729, 1152, 1152, 1152, 1, "f8", 1472, one_chunk=False)[0]
+    # Few tiles: one weight block per tile is not reachable, the split does not pay.
+    assert choose_rows_chunk(729, 1152, 1152, 1, "f8", 16) is None
+    mod = rows_split_model(40, 256, 32, 64)
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert len(parts.operands) == 3 and not any(isinstance(op, nn.AddOp) for op in mod.walk())
+
+
+def test_many_rows_tile_plan_scatters_the_sum():
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(rows_split_model(196, 256, 64, 64), f"nn-to-exchange-pipeline{opts}")
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    (red,) = [op for op in mod.walk() if isinstance(op, nn.ReduceSumOp)]
+    plan = parts.attributes[tl.PLAN_ATTR]
+    g, gm, gn = plan.get("grid")
+    pm, kc, pn = plan.get("panel")
+    assert g == 4 and kc == 64 and pm % g == 0 and g * gm * gn <= 64
+    t = parts.attributes[tl.LAYOUT_ATTR].table()[:, 0].reshape(g, gm, gn)
+    assert len(set(t.reshape(-1).tolist())) == g * gm * gn  # one partial block per tile
+    x = tl.layout_of(parts.operands[0])
+    assert x.block_[0] == pm and x.block_[1] in (kc, 256) or x.order.data.startswith("cols")
+    b = tl.layout_of(parts.operands[2])
+    assert set(b.table().reshape(-1).tolist()) == set(t[0].reshape(-1).tolist())  # the bias: chunk-0 tiles
+    # The sum: pm / G rows of every block on each of its G tiles.
+    r = red.attributes[tl.LAYOUT_ATTR]
+    assert r.block_ == (pm // g, pn)
+    rt = r.table()[:, 0].reshape(-1, gn)
+    for row in range(rt.shape[0]):
+        assert (rt[row] == t[row % g, row // g]).all()
+
+
+@pytest.mark.parametrize(
+    "m, k, n, kc, quantize",
+    [
+        (196, 256, 64, 64, "nn-quantize-weights"),
+        (120, 272, 32, 96, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+    ],
+    ids=["FP8 weights, 4 chunks", "f16 weights, ragged last chunk (80)"],
+)
+def test_many_rows_split_matches_reference(m, k, n, kc, quantize):
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(
+        rows_split_model(m, k, n, kc, quantize=quantize), f"nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    )
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert len(parts.attributes[tl.PLAN_ATTR].get("grid")) == 3
+    pkg = lower_to_package(mod)
+    x, w, b = data(m, k, n)
+    session = Session(pkg)
+    session.upload_parameters({"w": w, "b": b})
+    got = session.run({"x": x}).outputs["y"]
+    ref = evaluate(run_passes(linear_model(m, k, n), quantize), {"x": x}, {"w": w, "b": b}, mode="device")
+    want = ref.outputs["y"]
+    tol = 4 * np.abs(want).max() * 2.0**-11 * max(1.0, np.sqrt(kc / 256))
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    # The bias is in once: without it the result is far off.
+    assert np.abs(got - want).max() < 0.1 * np.abs(b).max()
+    assert np.array_equal(session.run({"x": x}).outputs["y"], got)
+
+
+def test_many_rows_split_in_the_tiny_siglip_layer_loop():
+    """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with `nn-split-k{many_rows=true}`: a many-row
+    linear splits on a [G, gm, gn] grid; the device matches the device-precision reference."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.frontend.siglip import PRESETS, build_vision_model
+    from ipu.frontend.weights import random_weights
+    from ipu.passes.registry import all_passes
+    from ipu.passes.tile_plan import target_for
+    from ipu.tools.ipu_run import per_embedding
+
+    cfg = PRESETS["siglip-tiny"]
+    target = target_for(16, 624)
+    spec = pipeline_spec(target, True, split_rows=True)
+    assert "many_rows=true" in spec
+    head, tail = spec.split(",nn-split-k")
+    mod = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
+    x = np.random.default_rng(2).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    w = random_weights(cfg, 0)
+    want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
+    PassPipeline.parse_spec(dict(all_passes()), "nn-split-k" + tail).apply(Context(), mod)
+    rows = [
+        op
+        for op in mod.walk()
+        if isinstance(op, nn.LinearPartialsOp) and len(op.attributes[tl.PLAN_ATTR].get("grid")) == 3
+    ]
+    assert rows
+    session = Session(lower_to_package(mod, target))
+    session.upload_parameters(w)
+    got = session.run({"pixel_values": x}).outputs
+    for k in want:
+        cos, rel, _ = per_embedding(got[k], want[k])
+        assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
