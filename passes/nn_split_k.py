@@ -21,19 +21,20 @@ partial gathered, with G * N / 16 <= tiles; the linear is split only when that b
 same terms over all of K, N / 16 / tiles column blocks per tile). Run after `nn-quantize-weights` (the operands
 are then f16 activations and f16 / FP8 weights).
 
-Many rows (option many_rows): the same split with the bias on partial 0 (`nn.linear_partials`' optional operand),
+Many rows (option many_rows) whose x is a layer norm's result: the same split with the bias on partial 0
+(`nn.linear_partials`' optional operand),
 
     %p = nn.linear_partials %x, %w, %b k_chunk = kc   // [G, M, N]
     %y = nn.reduce_sum %p
 
 planned on a [G, gm, gn] grid (`rows_grid`): for the same MACs a tile's weight block meets G times more rows,
-so the per-block cost is spread over more of them (So400m's [729, 1152] x [1152, 1152]: ~42 k instead of ~58 k
-cycles by the estimate).
+so the per-block cost is spread over more of them, and a tile receives less (x and weight blocks of K / G
+columns). So400m's q / k / v projections: ~30 k instead of ~51 k cycles each, their x gathers 28 k + 4 k + 23 k
+instead of 42 k + 21 k + 14 k, + ~10 k per sum (simulated).
 
 Options:
   tiles (default 1472): the tiles the plan may use;
-  max_rows (default 8): linears with more rows are left alone (their tiles have row panels to amortize a block)
-    unless many_rows (default false) is set.
+  max_rows (default 8): linears with more rows are split only with many_rows (default true).
 """
 
 from __future__ import annotations
@@ -102,18 +103,35 @@ def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> i
     return best[1]
 
 
-def rows_grid(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True):
+def x_rounds(pm: int, kc: int, k: int) -> int:
+    """Exchange rounds to gather a tile's [pm, kc] x block from a layer norm's rows (one row per tile): pm with
+    whole rows (kc = k: each row one piece); a K part of the rows goes through intermediate [mr, kc] blocks
+    (`tile_plan.gather_mid`), mr + pm / mr rounds."""
+    if kc >= k:
+        return pm
+    from ipu.passes.tile_plan import GATHER_MID_BYTES
+
+    two = [mr + pm // mr for mr in range(2, pm) if pm % mr == 0 and mr * kc * 2 <= GATHER_MID_BYTES]
+    return min([pm, *two])
+
+
+def rows_grid(
+    m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True,
+    panels: tuple[int, ...] = ROWS_SPLIT_PANELS,
+):  # fmt: skip
     """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc: G = ceil(k / kc) chunks x gm row
     panels of pm rows (a multiple of G: the sum gives each of a block's G tiles pm / G of its rows) x gn column
-    panels of pn, G * gm * gn <= tiles. The busiest tile: its GEMM (`cost_model.gemm_kernel_cycles`), weight
-    preparation, the receipt of its x and weight blocks at the exchange's rate, and the sum's share (G - 1 pieces
+    panels of pn (one of `panels`; the kernel pads it to 16), G * gm * gn <= tiles. The busiest tile: its GEMM
+    (`cost_model.gemm_kernel_cycles`), weight preparation, the receipt of its x and weight blocks at the
+    exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds`), and the sum's share (G - 1 pieces
     of pm / G rows, one round each, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
     one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it."""
     g = -(-k // kc)
     best = None
-    for pn in ROWS_SPLIT_PANELS:
+    for pn in panels:
         gn = -(-n // pn)
-        if gn * g > tiles or (one_chunk and len(cm.gemm_k_chunks(kc, pn, wbytes)) != 1):
+        npad = -(-pn // 16) * 16
+        if gn * g > tiles or (one_chunk and len(cm.gemm_k_chunks(kc, npad, wbytes)) != 1):
             continue
         gm = tiles // (g * gn)
         rows = -(-m // gm)  # rows per panel, rounded up to a multiple of G below
@@ -124,12 +142,13 @@ def rows_grid(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int
             # pieces under 4 rows: with 1-row pieces the tiny SigLIP on 1472 tiles failed on the simulator
             # (`xch_half` read a never-written destination word, docs/lowering.md).
             continue
-        if pm * pn * 6 > IPU21.region1_element_bytes:
+        if pm * npad * 6 > IPU21.region1_element_bytes:
             continue  # the lowering's C scratch (f16 + f32 staging)
         c = (
             cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
             + cm.weight_prep_cycles(pn, kc, wdt, IPU21)
             + cm.exchange_cycles(pm * kc * 2 + pn * kc * wbytes)
+            + x_rounds(pm, kc, k) * ROUND_CYCLES
         )
         if g > 1:
             c += (
@@ -143,23 +162,45 @@ def rows_grid(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int
     return best
 
 
-def choose_rows_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> int | None:
+def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
+    """Column panel widths for a many-row split of `lin`: ROWS_SPLIT_PANELS, or when its result is an attention
+    operand the widths that divide the head and the head itself (the attention gathers whole heads: other widths
+    cut every head row into pieces)."""
+    from ipu.passes.tile_plan import attention_head_dim, head_divisors
+
+    d = attention_head_dim(lin)
+    return (*head_divisors(d), d) if d else ROWS_SPLIT_PANELS
+
+
+def choose_rows_chunk(
+    m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int, panels: tuple[int, ...] = ROWS_SPLIT_PANELS
+) -> int | None:
     """k_chunk of a many-row split (G = 2..8 chunks of whole 16-blocks, each one weight chunk of the kernels and
     an in-place A row), or None when the unsplit estimate (`rows_grid` over all of K) is not beaten by
     ROWS_SPLIT_MARGIN."""
     blocks = k // 16
-    unsplit = rows_grid(m, k, n, k, wbytes, wdt, tiles, one_chunk=False)
+    unsplit = rows_grid(m, k, n, k, wbytes, wdt, tiles, one_chunk=False, panels=panels)
     best = None
     for g in range(2, 9):
         kc = 16 * -(-blocks // g)
         if -(-k // kc) != g or 2 * kc > cm.GEMM_MAX_A_ROW_BYTES:
             continue
-        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles)
+        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles, panels=panels)
         if c is not None and (best is None or c[0] < best[0]):
             best = (c[0], kc)
     if best is None or (unsplit is not None and best[0] >= ROWS_SPLIT_MARGIN * unsplit[0]):
         return None
     return best[1]
+
+
+def rows_input(lin: nn.LinearOp) -> bool:
+    """Whether x is a layer norm's result (through casts): whole rows, which a K part gathers in two stages.
+    Other producers (a GEMM's column panels, attention's head blocks) cut the [pm, kc] x blocks into a piece
+    per row and panel: So400m's fc2 and out_proj then took 1,373 and 313 exchange rounds."""
+    v = lin.input
+    while isinstance(v.owner, nn.CastOp):
+        v = v.owner.operands[0]
+    return isinstance(v.owner, nn.LayerNormOp)
 
 
 @dataclass(frozen=True)
@@ -170,10 +211,9 @@ class NNSplitKPass(ModulePass):
 
     tiles: int = 1472
     max_rows: int = FEW_ROWS
-    many_rows: bool = False
-    """Also split linears with more rows when `rows_grid`'s estimate wins (bias on partial 0, the sum scattered
-    over each block's G tiles). Off by default: at So400m size the tall [pm, kc] x blocks and the scattered sums
-    fragment the exchanges around them (see docs/lowering.md)."""
+    many_rows: bool = True
+    """Also split linears with more rows whose x is a layer norm's result (`rows_input`) when `rows_grid`'s
+    estimate wins (bias on partial 0, the sum scattered over each block's G tiles)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -195,7 +235,9 @@ class NNSplitKPass(ModulePass):
                 kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)
                 if kc is not None:
                     self.split(lin, kc)
-            elif (kc := choose_rows_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)) is not None:
+            elif rows_input(lin) and (
+                kc := choose_rows_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin))
+            ):
                 self.split(lin, kc, bias_on_partial=True)
 
     @staticmethod

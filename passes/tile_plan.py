@@ -64,7 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_split_k import FEW_ROWS, rows_grid
+from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -265,6 +265,8 @@ def gather_mid(
         return None
     (rows, cols), (hr, hc), (wr, wc) = have.shape_, have.block_, want.block_
     panels = tl.col_panel_width(want)
+    if want.order.data == "row_major" and wr > 1 and wc < hc and hc % wc == 0:
+        return _column_part_mid(have, want, num_tiles, salt)
     if (wc % hc and wc < cols) or not (panels == hc or (want.order.data == "row_major" and wr == 1)):
         return None  # (a block over all columns may end in a narrower producer block)
 
@@ -300,6 +302,33 @@ def gather_mid(
     n = -(-rows // mr) * -(-cols // mc)
     tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
     return tl.make_layout((rows, cols), (mr, mc), tiles, want.dtype, want.order.data, want.scale.data)
+
+
+def _column_part_mid(
+    have: tl.LayoutAttr, want: tl.LayoutAttr, num_tiles: int, salt: int
+) -> tl.LayoutAttr | None:
+    """`gather_mid` for row-major `want` blocks (wr, wc) that are a column part of the producer's wider blocks
+    (wc < hc, e.g. a K chunk of a layer norm's whole rows for `nn.linear_partials`): every row of a `want` block
+    is its own piece (a producer block's rows are not contiguous in that column part), wr rounds direct. Through
+    (mr, wc) intermediate blocks, mr dividing wr: mr pieces in the first stage, wr / mr contiguous row ranges in
+    the second."""
+    (rows, cols), (wr, wc) = have.shape_, want.block_
+    if wr < GATHER_MIN_PIECES:
+        return None
+    esize = tl.element_bytes(want.dtype)
+    best = None  # (rounds of both stages, rows of an intermediate block)
+    for mr in range(2, wr):
+        if wr % mr or mr * wc * esize > GATHER_MID_BYTES:
+            continue
+        rounds = mr + wr // mr
+        if best is None or rounds < best[0]:
+            best = (rounds, mr)
+    if best is None or GATHER_GAIN * best[0] > wr:
+        return None
+    mr = best[1]
+    n = -(-rows // mr) * -(-cols // wc)
+    tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
+    return tl.make_layout((rows, cols), (mr, wc), tiles, want.dtype, "row_major", want.scale.data)
 
 
 def one_replica(layout: tl.LayoutAttr) -> tl.LayoutAttr:
@@ -668,9 +697,9 @@ def a_padded(m: int, k: int) -> bool:
     return m < cm.GEMM_MIN_ROWS or k % 16 != 0
 
 
-def attention_head_dim(op: nn.LinearOp) -> int:
-    """The head dimension if the linear's result (possibly through casts and relayouts) is an attention operand,
-    else 0."""
+def attention_head_dim(op: nn.LinearOp | nn.LinearPartialsOp) -> int:
+    """The head dimension if the linear's result (possibly through casts, relayouts and the sum of K-split
+    partials) is an attention operand, else 0."""
     frontier = [op.result]
     while frontier:
         v = frontier.pop()
@@ -678,7 +707,7 @@ def attention_head_dim(op: nn.LinearOp) -> int:
             user = use.operation
             if isinstance(user, nn.AttentionOp):
                 return user.query.type.get_shape()[1] // user.num_heads
-            if isinstance(user, nn.CastOp | tl.RelayoutOp):
+            if isinstance(user, nn.CastOp | tl.RelayoutOp | nn.ReduceSumOp):
                 frontier.append(user.results[0])
     return 0
 
@@ -916,7 +945,9 @@ class _Planner:
             wdt = tl.dtype_name(op.weight.type.element_type)
             wbytes = tl.element_bytes(op.weight.type.element_type)
             g, kc = op.result.type.get_shape()[0], op.chunk
-            best = rows_grid(m, k, n, kc, wbytes, "f16" if wbytes == 2 else "f8", t.num_tiles)
+            best = rows_grid(
+                m, k, n, kc, wbytes, "f16" if wbytes == 2 else "f8", t.num_tiles, panels=rows_panels(op)
+            )
             if best is None:
                 raise PassFailedException(
                     f"tile-plan: {label(op)}: no [K chunks, row panels, column panels] grid of {g} chunks fits "

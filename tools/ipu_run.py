@@ -327,10 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="--profile: one exchange and one sync step per exchange phase (rounds summed) instead of per round",
     )
     p.add_argument(
-        "--split-rows",
-        action="store_true",
-        help="--model: split many-row linears along K too (nn-split-k{many_rows=true}; off by default: at So400m "
-        "size its exchanges do not fit)",
+        "--no-split-rows",
+        dest="split_rows",
+        action="store_false",
+        help="--model: split only few-row linears along K (nn-split-k{many_rows=false}); by default many-row "
+        "linears fed by a layer norm are split too where the estimate wins",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)

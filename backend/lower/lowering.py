@@ -46,7 +46,7 @@ from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
-from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, zero_copies
+from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, n_padding_zeros, zero_copies
 from ipu.backend.lower.placement import Addresses, DataImage, Placed
 from ipu.backend.lower.sites import label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
@@ -765,26 +765,6 @@ class Lowering(NnOps):
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         ragged = {t: j for t, j in jobs.items() if j[3] % 16}  # tiles whose panels have N padding rows
 
-        def zero_pad_rows(kw: int, area: int, piece: int):
-            """Chunks writing zeros into the N padding rows [nc, npad) of a chunk's panel-order area."""
-            blk = 16 * piece  # bytes of one 16-row K block of the area
-            return {
-                t: pk.Chunks(
-                    j[5] - j[3],
-                    kw // 16,
-                    zeros,
-                    area + (j[3] >> 4) * (kw // 16) * blk + (j[3] & 15) * piece,
-                    src_row=0,
-                    src_blk=0,
-                    dst_row=piece,
-                    dst_blk=blk,
-                    shift=4,
-                    dst_group=(kw // 16) * blk,
-                    piece=piece,
-                )  # fmt: skip
-                for t, j in ragged.items()
-            }
-
         # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
         # instead of 64).
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
@@ -813,7 +793,8 @@ class Lowering(NnOps):
 
                 self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
                 if kw != padded_kw:  # the N padding rows sit at the same places for chunks of one size
-                    self.kcall(f"{tag}: weight panels N padding", zero_pad_rows(kw, panels, 32))
+                    pads = {t: (j[3], j[5]) for t, j in ragged.items()}
+                    self.kcall(f"{tag}: weight panels N padding", n_padding_zeros(pads, kw, panels, zeros))
                     padded_kw = kw
             else:
                 # One pass: FP8 rows -> F16 AMP weight panels (converted as `cast_fp8_f16`), N padding rows zeroed.
@@ -1135,7 +1116,7 @@ def lower_to_package(
 
 
 def pipeline_spec(
-    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = False
+    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = True
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -1147,8 +1128,9 @@ def pipeline_spec(
       attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
-    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed
-      (with split_rows, many-row linears too where its estimate wins: `nn-split-k{many_rows=true}`);
+    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
+      with split_rows (default) many-row linears fed by a layer norm too, where its estimate wins (not:
+      `nn-split-k{many_rows=false}`);
     - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
       and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
       with `scratch=False`: per-op debug values are kept above the plan too)."""
@@ -1175,7 +1157,7 @@ def pipeline_spec(
         # (RESIDENT_ALLOWANCE).
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
-    split_k = f"nn-split-k{{tiles={target.num_tiles}{' many_rows=true' if split_rows else ''}}}"
+    split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
     return (
         f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
     )
@@ -1187,15 +1169,15 @@ def compile_model(
     weights=None,
     debug_values: bool = False,
     repeat: bool | None = None,
-    split_rows: bool = False,
+    split_rows: bool = True,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
     given, are checked against the package's parameters (they are uploaded by `Session.upload_parameters`; a layer
     loop's stacked parameters are named `encoder.layers.*.<suffix>`: give a `WeightStore`, which resolves them).
     `repeat` (default: on unless debug_values): outline the layers into one `tile.repeat` (`nn-outline-repeat`),
-    lowered as a loop over one copy of the layer's code; False: layers unrolled. `split_rows`: many-row linears
-    split along K too (`pipeline_spec`)."""
+    lowered as a loop over one copy of the layer's code; False: layers unrolled. `split_rows` (default): many-row
+    linears split along K too (`pipeline_spec`)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 

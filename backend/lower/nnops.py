@@ -73,6 +73,29 @@ def zero_copies(zeros: int, dst: int, nbytes: int) -> list[tuple[int, int, int]]
     return [(zeros, dst + off, min(ZEROS_BYTES, nbytes - off)) for off in range(0, nbytes, ZEROS_BYTES)]
 
 
+def n_padding_zeros(pads: dict[int, tuple[int, int]], kw: int, area: int, zeros: int, piece: int = 32):
+    """Per tile t with pads[t] = (n, npad): the chunk writing zeros into the N padding rows [n, npad) of F16 AMP
+    weight panels of kw K columns at `area` (`gemm.pack_weights` order: 16-row K blocks of `piece`-byte rows)."""
+    blk = 16 * piece  # bytes of one 16-row K block of the area
+    return {
+        t: pk.Chunks(
+            npad - n,
+            kw // 16,
+            zeros,
+            area + (n >> 4) * (kw // 16) * blk + (n & 15) * piece,
+            src_row=0,
+            src_blk=0,
+            dst_row=piece,
+            dst_blk=blk,
+            shift=4,
+            dst_group=(kw // 16) * blk,
+            piece=piece,
+        )  # fmt: skip
+        for t, (n, npad) in pads.items()
+        if npad > n
+    }
+
+
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
@@ -345,7 +368,7 @@ class NnOps:
         k, kc = x.type.get_shape()[1], op.chunk
         if k % 16 or kc % 16 or 2 * kc > 4112:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
-        c_area, _a_area, _zeros = self.scratch()
+        c_area, _a_area, zeros = self.scratch()
         panels = self.aux()
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
@@ -355,15 +378,19 @@ class NnOps:
             (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             k0 = c * kc
             kw = min(kc, k - k0)
-            if nc % 16 or mr < gm.MIN_ROWS:
+            if nc % 4 or mr < gm.MIN_ROWS:
                 raise self.error(
-                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows and columns in "
-                    "multiples of 16)"
+                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
+                    "of whole 4-element atoms)"
                 )
             xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
             jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
-        if max(j[2] * j[4] * 2 for j in jobs.values()) > e or max(j[3] * j[4] * 6 for j in jobs.values()) > e:
+        npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}  # the kernel's N: whole 16-column blocks
+        if (
+            max(j[2] * npad[t] * 2 for t, j in jobs.items()) > e
+            or max(j[3] * npad[t] * 6 for t, j in jobs.items()) > e
+        ):
             raise self.error(
                 f"{what}: a tile's F16 weight panels or C block exceed the {e}-byte scratch elements"
             )
@@ -372,13 +399,19 @@ class NnOps:
                 t: pk.weights_from_bt(j[4], j[2], "f16", j[6], panels, src_row=j[2] * 2)
                 for t, j in jobs.items()
             }
+            self.kcall(f"{what}: weight panels", prep)
+            for kw in sorted(
+                {j[2] for j in jobs.values()}
+            ):  # N padding rows: zeros (FP8's one pass zeroes them)
+                pads = {t: (j[4], npad[t]) for t, j in jobs.items() if j[2] == kw}
+                self.kcall(f"{what}: weight panels N padding", n_padding_zeros(pads, kw, panels, zeros))
         else:
             fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
             prep = {
                 t: pk.fp8_to_f16_panels(j[4], j[2], j[6], panels, src_row=j[2], **fmt)
                 for t, j in jobs.items()
             }
-        self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
+            self.kcall(f"{what}: weight panels {wdt} -> f16", prep)
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         self.kcall(
             f"{what}: GEMM",
@@ -386,7 +419,7 @@ class NnOps:
                 t: gm.Gemm(
                     j[3],
                     j[2],
-                    j[4],
+                    npad[t],
                     prec=gm.F16,
                     mode="init",
                     coef=coef,
@@ -399,7 +432,7 @@ class NnOps:
             },
         )
         if bias is not None:
-            nmax = max(j[4] for j in jobs.values())
+            nmax = max(npad.values())
             bp = self.layer_alloc(nmax * 2, 8)
             self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
             first = {t: j for t, j in jobs.items() if j[0] == 0}
@@ -413,15 +446,25 @@ class NnOps:
             self.kcall(
                 f"{what}: bias",
                 {
-                    t: ew.Elementwise("bias_f16", j[3], in0=c_area, in1=bp, out=c_area, row=j[4])
+                    t: ew.Elementwise("bias_f16", j[3], in0=c_area, in1=bp, out=c_area, row=npad[t])
                     for t, j in first.items()
                 },
             )
+        # C's rows -> the result block's f32 rows: one flat cast, or row by row past C's N padding.
+        flat = {t: j for t, j in jobs.items() if npad[t] == j[4]}
         self.kcall(
             f"{what}: to f32",
             {
                 t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7])
+                for t, j in flat.items()
+            },
+        )
+        self.kcall(
+            f"{what}: to f32 rows",
+            {
+                t: rw.Rows("to_f32", j[3], j[4], in0=c_area, out=j[7], in_stride=npad[t] * 2)
                 for t, j in jobs.items()
+                if t not in flat
             },
         )
 

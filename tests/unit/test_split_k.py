@@ -163,7 +163,7 @@ def test_split_linear_inside_the_layer_loop():
         assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
 
 
-# -- many rows (`nn-split-k{many_rows=true}`) ------------------------------------------------------------------
+# -- many rows (`nn-split-k{many_rows}`, the default) --------------------------------------------------------------
 
 
 def rows_split_model(m, k, n, kc, quantize="nn-quantize-weights"):
@@ -246,25 +246,38 @@ def test_many_rows_split_matches_reference(m, k, n, kc, quantize):
 
 
 def test_many_rows_split_in_the_tiny_siglip_layer_loop():
-    """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with `nn-split-k{many_rows=true}`: a many-row
-    linear splits on a [G, gm, gn] grid; the device matches the device-precision reference."""
+    """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with its first MLP linear (fc1, x from a layer
+    norm, stacked FP8 weights) split by hand along K with the bias on partial 0: planned on a [G, gm, gn] grid
+    inside the loop body; the device matches the device-precision reference."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
     from ipu.backend.lower.lowering import pipeline_spec
     from ipu.frontend.siglip import PRESETS, build_vision_model
     from ipu.frontend.weights import random_weights
+    from ipu.passes.nn_split_k import rows_input
     from ipu.passes.registry import all_passes
     from ipu.passes.tile_plan import target_for
     from ipu.tools.ipu_run import per_embedding
 
     cfg = PRESETS["siglip-tiny"]
     target = target_for(16, 624)
-    spec = pipeline_spec(target, True, split_rows=True)
-    assert "many_rows=true" in spec
+    spec = pipeline_spec(target, True)
+    assert "many_rows=false" not in spec and "many_rows=false" in pipeline_spec(
+        target, True, split_rows=False
+    )
     head, tail = spec.split(",nn-split-k")
     mod = build_vision_model(cfg)
     PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
+    fc1 = [
+        o
+        for o in mod.walk()
+        if isinstance(o, nn.LinearOp)
+        and o.parent_op().name == "nn.repeat"
+        and o.weight.type.get_shape()[0] == 128
+    ]
+    assert len(fc1) == 1 and rows_input(fc1[0])
+    NNSplitKPass.split(fc1[0], 32, bias_on_partial=True)
     x = np.random.default_rng(2).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     w = random_weights(cfg, 0)
     want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
@@ -274,10 +287,47 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
         for op in mod.walk()
         if isinstance(op, nn.LinearPartialsOp) and len(op.attributes[tl.PLAN_ATTR].get("grid")) == 3
     ]
-    assert rows
+    assert len(rows) == 1 and rows[0].parent_op().name == "tile.repeat"
     session = Session(lower_to_package(mod, target))
     session.upload_parameters(w)
     got = session.run({"pixel_values": x}).outputs
     for k in want:
         cos, rel, _ = per_embedding(got[k], want[k])
         assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
+
+
+def test_many_rows_panels_follow_the_attention_heads():
+    """A linear whose result (through the sum of its partials and a cast) is an attention operand gets column
+    panels that divide the head or are the head (72: 24, 36, 72), so that the attention gathers whole heads in a
+    piece per block; other linears the plain 16-multiples. Only a layer norm's result is split (`rows_input`)."""
+    from xdsl.context import Context
+    from xdsl.parser import Parser
+
+    from ipu.dialects.registry import all_dialects
+    from ipu.passes.nn_split_k import ROWS_SPLIT_PANELS, rows_input, rows_panels
+
+    text = """
+    func.func @f() {
+      %e = nn.input "e" : tensor<729x144xf32>
+      %g = nn.param "g" : tensor<144xf32>
+      %x = nn.layer_norm %e, %g, %g eps=1.0e-06 : tensor<729x144xf32>, tensor<144xf32>, tensor<144xf32> -> tensor<729x144xf16>
+      %w = nn.param "w" : tensor<144x144xf16>
+      %q = nn.linear %x, %w : tensor<729x144xf16>, tensor<144x144xf16> -> tensor<729x144xf16>
+      %a = nn.attention %q, %q, %q heads=2 scale=0.5 : tensor<729x144xf16>, tensor<729x144xf16>, tensor<729x144xf16> -> tensor<729x144xf32>
+      %y = nn.linear %x, %w : tensor<729x144xf16>, tensor<144x144xf16> -> tensor<729x144xf32>
+      %z = nn.linear %a, %w : tensor<729x144xf32>, tensor<144x144xf16> -> tensor<729x144xf32>
+      nn.output "y" %y : tensor<729x144xf32>
+      nn.output "z" %z : tensor<729x144xf32>
+      func.return
+    }
+    """
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    mod = Parser(ctx, text).parse_module()
+    q, y, z = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    assert rows_panels(q) == (24, 36, 72) and rows_panels(y) == ROWS_SPLIT_PANELS
+    assert rows_input(q) and rows_input(y) and not rows_input(z)
+    NNSplitKPass.split(q, 48)
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert rows_panels(parts) == (24, 36, 72)  # through nn.reduce_sum and the cast to f16

@@ -1,15 +1,15 @@
 // nn-split-k: a linear with few rows becomes partial products over K chunks, their sum and the bias added as
 // [M, N] rows (a reshape, for M > 1 a concat, of the bias parameter: host-folded later). The chunk is the
 // cheapest by the cost model when the split beats the unsplit GEMM on the given tiles; f32 activations (not
-// quantized), rows over max_rows and too few tiles are left alone. With many_rows=true a many-row linear is split
-// too, its bias carried by partial 0 (no add).
+// quantized), rows over max_rows and too few tiles are left alone. A many-row linear whose x is a layer norm's
+// result is split too (many_rows, default on), its bias carried by partial 0 (no add); other producers' results
+// are not (x5).
 
 // RUN: ipu-opt %s -p 'nn-split-k' | filecheck %s
 // RUN: ipu-opt %s -p 'nn-split-k{tiles=16}' | filecheck %s --check-prefix=KEEP
-// RUN: ipu-opt %s -p 'nn-split-k{max_rows=1}' | filecheck %s --check-prefix=ROWS
+// RUN: ipu-opt %s -p 'nn-split-k{max_rows=1 many_rows=false}' | filecheck %s --check-prefix=ROWS
 // RUN: ipu-opt %s -p 'nn-split-k' | ipu-opt | filecheck %s
-// RUN: ipu-opt %s -p 'nn-split-k{many_rows=true}' | filecheck %s --check-prefix=MANY
-// RUN: ipu-opt %s -p 'nn-split-k{many_rows=true}' | ipu-opt | filecheck %s --check-prefix=MANY
+// RUN: ipu-opt %s -p 'nn-split-k{many_rows=false}' | filecheck %s --check-prefix=FEW
 
 func.func @head() {
   %x = nn.input "x" : tensor<1x1152xf16>
@@ -25,10 +25,15 @@ func.func @head() {
   %x3 = nn.input "x3" : tensor<1x1152xf32>
   %y3 = nn.linear %x3, %w : tensor<1x1152xf32>, tensor<1152x1152xf16> -> tensor<1x1152xf32>
   nn.output "y3" %y3 : tensor<1x1152xf32>
-  %x4 = nn.input "x4" : tensor<729x1152xf16>
+  %e4 = nn.input "e4" : tensor<729x1152xf32>
+  %g4 = nn.param "g4" : tensor<1152xf32>
+  %x4 = nn.layer_norm %e4, %g4, %b2 eps=1.0e-06 : tensor<729x1152xf32>, tensor<1152xf32>, tensor<1152xf32> -> tensor<729x1152xf16>
   %w4 = nn.param "w4" : tensor<1152x1152xf8E4M3FNUZ>
   %y4 = nn.linear %x4, %w4, %b2 : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<729x1152xf16>
   nn.output "y4" %y4 : tensor<729x1152xf16>
+  %x5 = nn.input "x5" : tensor<729x1152xf16>
+  %y5 = nn.linear %x5, %w4, %b2 : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<729x1152xf16>
+  nn.output "y5" %y5 : tensor<729x1152xf16>
   func.return
 }
 
@@ -45,13 +50,14 @@ func.func @head() {
 // CHECK-NEXT:    %[[A2:[^ ]+]] = nn.add %[[S2]], %[[C2]] : tensor<2x1152xf32>, tensor<2x1152xf32> -> tensor<2x1152xf32>
 // CHECK-NEXT:    %y2 = nn.cast %[[A2]] : tensor<2x1152xf32> -> tensor<2x1152xf16>
 // CHECK:         %y3 = nn.linear %x3, %w
-// CHECK:         %y4 = nn.linear %x4, %w4, %b2
+// CHECK:         %[[P4:[^ ]+]] = nn.linear_partials %x4, %w4, %b2 k_chunk={{[0-9]+}} : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<{{[0-9]+}}x729x1152xf32>
+// CHECK-NEXT:    %[[S4:[^ ]+]] = nn.reduce_sum %[[P4]] : tensor<{{[0-9]+}}x729x1152xf32> -> tensor<729x1152xf32>
+// CHECK-NEXT:    %y4 = nn.cast %[[S4]] : tensor<729x1152xf32> -> tensor<729x1152xf16>
+// CHECK:         %y5 = nn.linear %x5, %w4, %b2
 
-// MANY-LABEL: func.func @head
-// MANY:         %y3 = nn.linear %x3, %w
-// MANY:         %[[P4:[^ ]+]] = nn.linear_partials %x4, %w4, %b2 k_chunk=288 : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<4x729x1152xf32>
-// MANY-NEXT:    %[[S4:[^ ]+]] = nn.reduce_sum %[[P4]] : tensor<4x729x1152xf32> -> tensor<729x1152xf32>
-// MANY-NEXT:    %y4 = nn.cast %[[S4]] : tensor<729x1152xf32> -> tensor<729x1152xf16>
+// FEW-LABEL: func.func @head
+// FEW:         %y3 = nn.linear %x3, %w
+// FEW:         %y4 = nn.linear %x4, %w4, %b2
 
 // KEEP-LABEL: func.func @head
 // KEEP-NOT:     nn.linear_partials
