@@ -21,7 +21,8 @@ partial gathered, with G * N / 16 <= tiles; the linear is split only when that b
 same terms over all of K, N / 16 / tiles column blocks per tile). Run after `nn-quantize-weights` (the operands
 are then f16 activations and f16 / FP8 weights).
 
-Many rows (option many_rows) whose x is a layer norm's result: the same split with the bias on partial 0
+Many rows (option many_rows) whose x is a layer norm's or a GEMM's result: the same split with the bias on
+partial 0
 (`nn.linear_partials`' optional operand),
 
     %p = nn.linear_partials %x, %w, %b k_chunk = kc   // [G, M, N]
@@ -39,6 +40,7 @@ Options:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -103,10 +105,26 @@ def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> i
     return best[1]
 
 
-def x_rounds(pm: int, kc: int, k: int) -> int:
-    """Exchange rounds to gather a tile's [pm, kc] x block from a layer norm's rows (one row per tile): pm with
-    whole rows (kc = k: each row one piece); a K part of the rows goes through intermediate [mr, kc] blocks
-    (`tile_plan.gather_mid`), mr + pm / mr rounds."""
+# A GEMM-produced x (`x_source` "panels"): the producer's blocks assumed PRODUCER_ROWS x PRODUCER_PANEL (So400m's
+# split fc1: [35, 32]) for the rounds of the x gather.
+PRODUCER_ROWS = 32
+PRODUCER_PANEL = 32
+
+
+# Attention's output blocks (`x_source` "heads"): HEAD_BLOCK_ROWS query rows of one head (So400m's: 8 x 72).
+HEAD_BLOCK_ROWS = 8
+
+
+def x_rounds(pm: int, kc: int, k: int, source: str = "rows", width: int = PRODUCER_PANEL) -> int:
+    """Exchange rounds to gather a tile's [pm, kc] x block. From a layer norm's rows (one row per tile, `source`
+    "rows"): pm with whole rows (kc = k: each row one piece); a K part of the rows goes through intermediate
+    [mr, kc] blocks (`tile_plan.gather_mid`), mr + pm / mr rounds. From a GEMM's column blocks ("panels", x in
+    column panels of theirs) or attention's head blocks ("heads", `width` = the head): one per overlapping
+    producer block."""
+    if source == "panels":
+        return (-(-pm // PRODUCER_ROWS) + 1) * -(-kc // PRODUCER_PANEL)
+    if source == "heads":
+        return (-(-pm // HEAD_BLOCK_ROWS) + 1) * -(-kc // width)
     if kc >= k:
         return pm
     from ipu.passes.tile_plan import GATHER_MID_BYTES
@@ -117,13 +135,13 @@ def x_rounds(pm: int, kc: int, k: int) -> int:
 
 def rows_grid(
     m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True,
-    panels: tuple[int, ...] = ROWS_SPLIT_PANELS,
+    panels: tuple[int, ...] = ROWS_SPLIT_PANELS, source: str = "rows", width: int = PRODUCER_PANEL,
 ):  # fmt: skip
     """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc: G = ceil(k / kc) chunks x gm row
     panels of pm rows (a multiple of G: the sum gives each of a block's G tiles pm / G of its rows) x gn column
     panels of pn (one of `panels`; the kernel pads it to 16), G * gm * gn <= tiles. The busiest tile: its GEMM
     (`cost_model.gemm_kernel_cycles`), weight preparation, the receipt of its x and weight blocks at the
-    exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds`), and the sum's share (G - 1 pieces
+    exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds` from `source`), and the sum's share (G - 1 pieces
     of pm / G rows, one round each, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
     one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it."""
     g = -(-k // kc)
@@ -144,11 +162,13 @@ def rows_grid(
             continue
         if pm * npad * 6 > IPU21.region1_element_bytes:
             continue  # the lowering's C scratch (f16 + f32 staging)
+        if source == "heads" and pm * kc * 2 > IPU21.region1_element_bytes:
+            continue  # x's rows gathered from the head panels into the A scratch
         c = (
             cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
             + cm.weight_prep_cycles(pn, kc, wdt, IPU21)
             + cm.exchange_cycles(pm * kc * 2 + pn * kc * wbytes)
-            + x_rounds(pm, kc, k) * ROUND_CYCLES
+            + x_rounds(pm, kc, k, source, width) * ROUND_CYCLES
         )
         if g > 1:
             c += (
@@ -173,19 +193,26 @@ def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
 
 
 def choose_rows_chunk(
-    m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int, panels: tuple[int, ...] = ROWS_SPLIT_PANELS
-) -> int | None:
+    m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int, panels: tuple[int, ...] = ROWS_SPLIT_PANELS,
+    source: str = "rows", width: int = PRODUCER_PANEL,
+) -> int | None:  # fmt: skip
     """k_chunk of a many-row split (G = 2..8 chunks of whole 16-blocks, each one weight chunk of the kernels and
     an in-place A row), or None when the unsplit estimate (`rows_grid` over all of K) is not beaten by
-    ROWS_SPLIT_MARGIN."""
-    blocks = k // 16
-    unsplit = rows_grid(m, k, n, k, wbytes, wdt, tiles, one_chunk=False, panels=panels)
+    ROWS_SPLIT_MARGIN. x from column blocks ("panels", "heads"): chunks of whole producer blocks (a multiple of
+    `width` too): a chunk boundary inside a producer block would cut that block's rows into a piece each (So400m's
+    fc2 in chunks of 272 of fc1's 32-column blocks: 777 k cycles of exchange instead of ~35 k)."""
+    step = math.lcm(16, width) if source in ("panels", "heads") else 16
+    # Unsplit, the GEMM's A row panels arrive as column panels of the producer's blocks (`gathered_rows_layout`).
+    unsplit = rows_grid(
+        m, k, n, k, wbytes, wdt, tiles, one_chunk=False, panels=panels,
+        source="panels" if source == "heads" else source,
+    )  # fmt: skip
     best = None
     for g in range(2, 9):
-        kc = 16 * -(-blocks // g)
+        kc = step * -(-k // step // g)
         if -(-k // kc) != g or 2 * kc > cm.GEMM_MAX_A_ROW_BYTES:
             continue
-        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles, panels=panels)
+        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles, panels=panels, source=source, width=width)
         if c is not None and (best is None or c[0] < best[0]):
             best = (c[0], kc)
     if best is None or (unsplit is not None and best[0] >= ROWS_SPLIT_MARGIN * unsplit[0]):
@@ -193,14 +220,31 @@ def choose_rows_chunk(
     return best[1]
 
 
-def rows_input(lin: nn.LinearOp) -> bool:
-    """Whether x is a layer norm's result (through casts): whole rows, which a K part gathers in two stages.
-    Other producers (a GEMM's column panels, attention's head blocks) cut the [pm, kc] x blocks into a piece
-    per row and panel: So400m's fc2 and out_proj then took 1,373 and 313 exchange rounds."""
+def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
+    """Where x comes from, for a many-row split, and the producer's block width: ("rows", 0) for a layer norm's
+    result (whole rows, whose K part tile-plan gathers in two stages); ("panels", pn) for the sum of a many-row
+    split's partials, through a GELU or casts (its column blocks of pn, as `rows_grid` plans them: x's [pm, kc]
+    blocks receive them as column panels, which the kernel reads in place: `tile_plan.gathered_chunk_layout`);
+    ("heads", d) for attention's output (head blocks of d columns, received as column panels whose rows the
+    lowering gathers into the A scratch); else None (an unsplit GEMM's panel width is tile-plan's choice)."""
     v = lin.input
-    while isinstance(v.owner, nn.CastOp):
+    while isinstance(v.owner, nn.CastOp | nn.GeluOp):
         v = v.owner.operands[0]
-    return isinstance(v.owner, nn.LayerNormOp)
+    owner = v.owner
+    if isinstance(owner, nn.LayerNormOp):
+        return "rows", 0
+    if isinstance(owner, nn.ReduceSumOp) and isinstance(parts := owner.input.owner, nn.LinearPartialsOp):
+        (m, k), n = parts.input.type.get_shape(), parts.weight.type.get_shape()[0]
+        if m <= FEW_ROWS:
+            return None
+        wbytes = tl.element_bytes(parts.weight.type.element_type)
+        plan = rows_grid(
+            m, k, n, parts.chunk, wbytes, "f16" if wbytes == 2 else "f8", tiles, panels=rows_panels(parts)
+        )
+        return ("panels", plan[3]) if plan is not None else None
+    if isinstance(owner, nn.AttentionOp):
+        return "heads", owner.query.type.get_shape()[1] // owner.num_heads
+    return None
 
 
 @dataclass(frozen=True)
@@ -212,8 +256,8 @@ class NNSplitKPass(ModulePass):
     tiles: int = 1472
     max_rows: int = FEW_ROWS
     many_rows: bool = True
-    """Also split linears with more rows whose x is a layer norm's result (`rows_input`) when `rows_grid`'s
-    estimate wins (bias on partial 0, the sum scattered over each block's G tiles)."""
+    """Also split linears with more rows whose x is a layer norm's or a GEMM's result (`x_source`) when
+    `rows_grid`'s estimate wins (bias on partial 0, the sum scattered over each block's G tiles)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -235,8 +279,10 @@ class NNSplitKPass(ModulePass):
                 kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)
                 if kc is not None:
                     self.split(lin, kc)
-            elif rows_input(lin) and (
-                kc := choose_rows_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin))
+            elif (source := x_source(lin, self.tiles)) and (
+                kc := choose_rows_chunk(
+                    xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin), *source
+                )
             ):
                 self.split(lin, kc, bias_on_partial=True)
 

@@ -170,6 +170,18 @@ def gathered_rows_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.
     return with_order(want, f"cols{p}")
 
 
+def gathered_chunk_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
+    """The layout in which a many-row `nn.linear_partials`' x blocks (`want`, row-major [pm, kc]) should arrive
+    from a producer in column blocks of P < kc (a GEMM's, through a GELU or cast; attention's heads): column
+    panels of P, one receive per overlapping producer block instead of one per row piece. P of whole 16-column K
+    blocks the GEMM reads in place (row stride 2P); others (72-wide heads) the lowering gathers into row-major A
+    (`nnops.linear_partials_rows`)."""
+    p = producer_panel_width(have)
+    if p is None or p >= want.block_[1] or p % 4 or 2 * p > cm.GEMM_MAX_A_ROW_BYTES or want.block_[0] < 2:
+        return want
+    return with_order(want, f"cols{p}")
+
+
 def gathered_head_layout(have: tl.LayoutAttr | None, want: tl.LayoutAttr) -> tl.LayoutAttr:
     """The layout in which attention's Q, K or V head blocks (`want`: [rows, d] per head) should arrive from a
     producer whose column blocks divide the head (P | d, e.g. 24 of 72): column panels of P (`colsP`), one
@@ -893,6 +905,8 @@ class _Planner:
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
             if isinstance(op, nn.LinearOp) and i == 0 and want is not None:
                 want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
+            if isinstance(op, nn.LinearPartialsOp) and i == 0 and len(plan.get("grid")) == 3:
+                want = gathered_chunk_layout(tl.layout_of(op.operands[0]), want)
             if isinstance(op, nn.AttentionOp) and want is not None:
                 want = gathered_head_layout(tl.layout_of(op.operands[i]), want)
             if want is not None:

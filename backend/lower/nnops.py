@@ -359,16 +359,24 @@ class NnOps:
         g, table = lay.geometry(), lay.table()
         xl, wl = tl.layout_of(x), tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
-        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major" or wl.order.data != "row_major":
+        a_cols = tl.col_panel_width(
+            xl
+        )  # x blocks stored as column panels of a_cols (`colsP`), else row-major
+        if (
+            device_dtype(xl.dtype) != "f16"
+            or (xl.order.data != "row_major" and (a_cols is None or a_cols % 4))
+            or wl.order.data != "row_major"
+        ):
             raise self.error(
-                f"{what}: x must arrive as row-major f16 blocks and the weight as row-major blocks"
+                f"{what}: x must arrive as row-major f16 blocks (or column panels of whole atoms) and the weight as "
+                "row-major blocks"
             )
         if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
         k, kc = x.type.get_shape()[1], op.chunk
         if k % 16 or kc % 16 or 2 * kc > 4112:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
-        c_area, _a_area, zeros = self.scratch()
+        c_area, a_area, zeros = self.scratch()
         panels = self.aux()
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
@@ -394,43 +402,73 @@ class NnOps:
             raise self.error(
                 f"{what}: a tile's F16 weight panels or C block exceed the {e}-byte scratch elements"
             )
-        if wdt == "f16":
-            prep = {
-                t: pk.weights_from_bt(j[4], j[2], "f16", j[6], panels, src_row=j[2] * 2)
-                for t, j in jobs.items()
-            }
-            self.kcall(f"{what}: weight panels", prep)
-            for kw in sorted(
-                {j[2] for j in jobs.values()}
-            ):  # N padding rows: zeros (FP8's one pass zeroes them)
-                pads = {t: (j[4], npad[t]) for t, j in jobs.items() if j[2] == kw}
-                self.kcall(f"{what}: weight panels N padding", n_padding_zeros(pads, kw, panels, zeros))
-        else:
-            fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
-            prep = {
-                t: pk.fp8_to_f16_panels(j[4], j[2], j[6], panels, src_row=j[2], **fmt)
-                for t, j in jobs.items()
-            }
-            self.kcall(f"{what}: weight panels {wdt} -> f16", prep)
+        # K parts of a tile's chunk: (first column, width, A address, A row stride, weight panels area). Column
+        # panels: the whole panels in one GEMM call (panel jumps), a narrower last panel in a second one (its row
+        # stride differs), each from its own weight panels.
+        parts = {}
+        gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
+        for t, j in jobs.items():
+            kw, mr, xa = j[2], j[3], j[5]
+            if a_cols is not None and a_cols % 16:
+                if mr * kw * 2 > e:
+                    raise self.error(
+                        f"{what}: tile {t}: a {mr} x {kw} x block exceeds the {e}-byte A scratch"
+                    )
+                gathers[t] = [
+                    (
+                        xa + (p0 * mr + r * min(a_cols, kw - p0)) * 2,
+                        a_area + (r * kw + p0) * 2,
+                        min(a_cols, kw - p0) * 2,
+                    )
+                    for r in range(mr)
+                    for p0 in range(0, kw, a_cols)
+                ]
+                parts[t] = [(0, kw, a_area, kw * 2, panels)]
+                continue
+            if a_cols is None or kw <= a_cols:
+                parts[t] = [(0, kw, xa, kw * 2, panels)]
+                continue
+            nfull = kw // a_cols * a_cols
+            parts[t] = [(0, nfull, xa, a_cols * 2, panels)]
+            if kw > nfull:
+                parts[t].append(
+                    (nfull, kw - nfull, xa + nfull * mr * 2, (kw - nfull) * 2, panels + npad[t] * nfull * 2)
+                )
+        fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        for p in range(max(len(v) for v in parts.values())):
+            sel = {t: (jobs[t], parts[t][p]) for t in jobs if p < len(parts[t])}
+            tag = f"{what}: weight panels" + (" (last panel)" if p else "")
+            if wdt == "f16":
+                prep = {
+                    t: pk.weights_from_bt(j[4], w, "f16", j[6] + k1 * 2, area, src_row=j[2] * 2)
+                    for t, (j, (k1, w, _a, _r, area)) in sel.items()
+                }
+                self.kcall(tag, prep)
+                for w, area in sorted({(q[1], q[4]) for _, q in sel.values()}):  # N padding rows: zeros
+                    pads = {t: (j[4], npad[t]) for t, (j, q) in sel.items() if (q[1], q[4]) == (w, area)}
+                    self.kcall(f"{tag} N padding", n_padding_zeros(pads, w, area, zeros))
+            else:  # FP8: converted, N padding zeroed, in one pass
+                prep = {
+                    t: pk.fp8_to_f16_panels(j[4], w, j[6] + k1, area, src_row=j[2], **fmt)
+                    for t, (j, (k1, w, _a, _r, area)) in sel.items()
+                }
+                self.kcall(f"{tag} {wdt} -> f16", prep)
+        self.copy_call(gathers, f"{what}: x rows from column panels")
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
-        self.kcall(
-            f"{what}: GEMM",
-            {
-                t: gm.Gemm(
-                    j[3],
-                    j[2],
-                    npad[t],
-                    prec=gm.F16,
-                    mode="init",
-                    coef=coef,
-                    a=j[5],
-                    weights=panels,
-                    c=c_area,
-                    a_row_stride=j[2] * 2,
-                )  # fmt: skip
-                for t, j in jobs.items()
-            },
-        )
+        for p in range(max(len(v) for v in parts.values())):
+            calls = {}
+            for t, j in jobs.items():
+                if p >= len(parts[t]):
+                    continue
+                _k1, w, a, row, area = parts[t][p]
+                panel = (
+                    dict(a_panel_blocks=a_cols // 16, a_panel_step=a_cols * j[3] * 2)
+                    if a_cols is not None and row == 2 * a_cols and w > a_cols
+                    else {}
+                )
+                calls[t] = gm.Gemm(j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc", coef=coef, a=a,
+                                   weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
+            self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
         if bias is not None:
             nmax = max(npad.values())
             bp = self.layer_alloc(nmax * 2, 8)

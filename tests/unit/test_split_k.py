@@ -255,7 +255,7 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
     from ipu.backend.lower.lowering import pipeline_spec
     from ipu.frontend.siglip import PRESETS, build_vision_model
     from ipu.frontend.weights import random_weights
-    from ipu.passes.nn_split_k import rows_input
+    from ipu.passes.nn_split_k import x_source
     from ipu.passes.registry import all_passes
     from ipu.passes.tile_plan import target_for
     from ipu.tools.ipu_run import per_embedding
@@ -276,7 +276,7 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
         and o.parent_op().name == "nn.repeat"
         and o.weight.type.get_shape()[0] == 128
     ]
-    assert len(fc1) == 1 and rows_input(fc1[0])
+    assert len(fc1) == 1 and x_source(fc1[0]) == ("rows", 0)
     NNSplitKPass.split(fc1[0], 32, bias_on_partial=True)
     x = np.random.default_rng(2).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     w = random_weights(cfg, 0)
@@ -287,7 +287,7 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
         for op in mod.walk()
         if isinstance(op, nn.LinearPartialsOp) and len(op.attributes[tl.PLAN_ATTR].get("grid")) == 3
     ]
-    assert len(rows) == 1 and rows[0].parent_op().name == "tile.repeat"
+    assert any(op.parent_op().name == "tile.repeat" and op.bias is not None for op in rows)
     session = Session(lower_to_package(mod, target))
     session.upload_parameters(w)
     got = session.run({"pixel_values": x}).outputs
@@ -299,12 +299,13 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
 def test_many_rows_panels_follow_the_attention_heads():
     """A linear whose result (through the sum of its partials and a cast) is an attention operand gets column
     panels that divide the head or are the head (72: 24, 36, 72), so that the attention gathers whole heads in a
-    piece per block; other linears the plain 16-multiples. Only a layer norm's result is split (`rows_input`)."""
+    piece per block; other linears the plain 16-multiples. `x_source` tells a layer norm's rows from attention's
+    72-wide head blocks."""
     from xdsl.context import Context
     from xdsl.parser import Parser
 
     from ipu.dialects.registry import all_dialects
-    from ipu.passes.nn_split_k import ROWS_SPLIT_PANELS, rows_input, rows_panels
+    from ipu.passes.nn_split_k import ROWS_SPLIT_PANELS, rows_panels, x_source
 
     text = """
     func.func @f() {
@@ -327,7 +328,73 @@ def test_many_rows_panels_follow_the_attention_heads():
     mod = Parser(ctx, text).parse_module()
     q, y, z = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
     assert rows_panels(q) == (24, 36, 72) and rows_panels(y) == ROWS_SPLIT_PANELS
-    assert rows_input(q) and rows_input(y) and not rows_input(z)
+    assert x_source(q) == x_source(y) == ("rows", 0) and x_source(z) == ("heads", 72)
     NNSplitKPass.split(q, 48)
     (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
     assert rows_panels(parts) == (24, 36, 72)  # through nn.reduce_sum and the cast to f16
+
+
+def two_linears_model(m, k, n1, n2):
+    """x [m, k] -> a = linear(x) [m, n1] -> y = linear(a) [m, n2] (f32, biases)."""
+    from xdsl.builder import Builder
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+    from xdsl.ir import Block, Region
+    from xdsl.rewriter import InsertPoint
+
+    block = Block()
+    b = Builder(InsertPoint.at_end(block))
+    x = b.insert(nn.InputOp("x", TensorType(f32, [m, k]))).result
+    w1 = b.insert(nn.ParamOp("w1", TensorType(f32, [n1, k]))).result
+    b1 = b.insert(nn.ParamOp("b1", TensorType(f32, [n1]))).result
+    w2 = b.insert(nn.ParamOp("w2", TensorType(f32, [n2, n1]))).result
+    b2 = b.insert(nn.ParamOp("b2", TensorType(f32, [n2]))).result
+    a = b.insert(nn.LinearOp(x, w1, b1, TensorType(f32, [m, n1]))).result
+    y = b.insert(nn.LinearOp(a, w2, b2, TensorType(f32, [m, n2]))).result
+    b.insert(nn.OutputOp("y", y))
+    b.insert(func.ReturnOp())
+    return ModuleOp([func.FuncOp("two", ((), ()), Region(block))])
+
+
+@pytest.mark.parametrize("p", [32, 24], ids=["32-column panels, read in place", "24-column panels, gathered"])
+def test_many_rows_split_reads_x_column_panels(p):
+    """The second of two linears split along K (K = 96 in chunks of 80 and 16) with its x from the first's
+    p-column GEMM panels: x arrives in column panels of p (`gathered_chunk_layout`). p = 32: the GEMM reads chunk
+    0's two whole panels in place (a panel jump) and its narrower last one (16 of the 80 columns) in a second
+    call, chunk 1's 16 columns in one; p = 24 (not whole K blocks, like attention's 72-wide heads): the rows are
+    gathered into the A scratch first. The device matches the reference."""
+    from ipu.passes.tile_plan import gathered_chunk_layout
+
+    m, k, n1, n2, kc = 192, 64, 96, 32, 80
+    mod = run_passes(two_linears_model(m, k, n1, n2), "nn-quantize-weights")
+    first, second = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    NNSplitKPass.split(second, kc, bias_on_partial=True)
+    # The first linear on a fixed [6, 96 / p] grid of [32, 64] x [64, p] blocks: p-column panels.
+    first.attributes[tl.PLAN_ATTR] = tl.GemmPlanAttr(
+        tl._int_array((6, n1 // p)), tl._int_array((32, k, p)), tl.IntAttr(0), tl.StringAttr("fp8"),
+        tl.StringAttr("late"), tl.StringAttr("row_major"), tl.IntAttr(0),
+    )  # fmt: skip
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(mod, f"nn-to-exchange-pipeline{opts},memory-plan{opts}")
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert len(parts.attributes[tl.PLAN_ATTR].get("grid")) == 3
+    assert tl.layout_of(parts.operands[0]).order.data == f"cols{p}"
+    assert (
+        gathered_chunk_layout(None, tl.layout_of(parts.operands[0])).order.data == f"cols{p}"
+    )  # no producer
+    pkg = lower_to_package(mod)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = {
+        "w1": (rng.standard_normal((n1, k)) * 0.2).astype(np.float32),
+        "b1": rng.standard_normal(n1).astype(np.float32),
+        "w2": (rng.standard_normal((n2, n1)) * 0.2).astype(np.float32),
+        "b2": rng.standard_normal(n2).astype(np.float32),
+    }
+    session = Session(pkg)
+    session.upload_parameters(w)
+    got = session.run({"x": x}).outputs["y"]
+    want = evaluate(
+        run_passes(two_linears_model(m, k, n1, n2), "nn-quantize-weights"), {"x": x}, w, mode="device"
+    ).outputs["y"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.abs(want).max() * 2.0**-11)
