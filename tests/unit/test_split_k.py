@@ -19,7 +19,8 @@ from ipu.passes.nn_split_k import NNSplitKPass, choose_chunk
 from ipu.runtime.host import Session
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_lower_linear import data, linear_model, run_passes  # noqa: E402  (the sibling test's model builders)
+from test_lower_chain import chain_model  # noqa: E402  (the sibling tests' model builders)
+from test_lower_linear import data, linear_model, run_passes  # noqa: E402
 
 
 def split_model(m, k, n, kc, bias=True, quantize="nn-quantize-weights"):
@@ -109,24 +110,30 @@ def test_split_linear_matches_reference(m, k, n, kc, quantize, tmp_path):
         split_model(m, k, n, kc, quantize=quantize), f"nn-to-exchange-pipeline{opts},memory-plan{opts}"
     )
     assert any(isinstance(op, nn.LinearPartialsOp) for op in mod.walk())
-    pkg = lower_to_package(mod)
+    got, want, _ = run_against_reference(mod, m, k, n, kc, quantize)
+    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
+
+
+def run_against_reference(mod, m, k, n, kc, quantize):
+    """The placed linear model on the simulator (twice: the same bits) and its device-precision reference:
+    (device y, reference y, bias). Each chunk's partial is rounded to f16 per 16-deep block (the AMP's C), then
+    summed in f32: the tolerance grows with the chunk."""
     x, w, b = data(m, k, n)
-    session = Session(pkg)
+    session = Session(lower_to_package(mod))
     session.upload_parameters({"w": w, "b": b})
     got = session.run({"x": x}).outputs["y"]
     ref = evaluate(run_passes(linear_model(m, k, n), quantize), {"x": x}, {"w": w, "b": b}, mode="device")
     want = ref.outputs["y"]
-    # Each chunk's partial is rounded to f16 per 16-deep block (the AMP's C), then summed in f32.
     tol = 4 * np.abs(want).max() * 2.0**-11 * max(1.0, np.sqrt(kc / 256))
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
-    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
-    again = session.run({"x": x}).outputs["y"]
-    assert np.array_equal(again, got)
+    assert np.array_equal(session.run({"x": x}).outputs["y"], got)
+    return got, want, b
 
 
-def test_split_linear_inside_the_layer_loop():
-    """Tiny SigLIP with its fc2 (M = 16, inside `tile.repeat`, stacked FP8 weights) split by hand: each iteration's
-    chunks must read that layer's weight slices (the device matches its device-precision reference)."""
+def tiny_loop_split(pick, kc: int, bias_on_partial: bool = False, seed: int = 1):
+    """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with the loop body's linear chosen by `pick`
+    (weight shape -> bool) split by hand along K, then the default pipeline; the device must match the
+    device-precision reference of the split model. Returns the placed module."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -142,16 +149,15 @@ def test_split_linear_inside_the_layer_loop():
     head, tail = pipeline_spec(target, True).split(",nn-split-k")
     mod = build_vision_model(cfg)
     PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
-    fc2 = [
+    (lin,) = [
         o
         for o in mod.walk()
         if isinstance(o, nn.LinearOp)
         and o.parent_op().name == "nn.repeat"
-        and o.weight.type.get_shape()[1] == 128
+        and pick(o.weight.type.get_shape())
     ]
-    assert len(fc2) == 1
-    NNSplitKPass.split(fc2[0], 32)
-    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    NNSplitKPass.split(lin, kc, bias_on_partial)
+    x = np.random.default_rng(seed).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     w = random_weights(cfg, 0)
     want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
     PassPipeline.parse_spec(dict(all_passes()), "nn-split-k" + tail).apply(Context(), mod)
@@ -161,6 +167,13 @@ def test_split_linear_inside_the_layer_loop():
     for k in want:
         cos, rel, _ = per_embedding(got[k], want[k])
         assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
+    return mod
+
+
+def test_split_linear_inside_the_layer_loop():
+    """Tiny SigLIP with its fc2 (M = 16, inside `tile.repeat`, stacked FP8 weights) split by hand: each iteration's
+    chunks must read that layer's weight slices (the device matches its device-precision reference)."""
+    tiny_loop_split(lambda shape: shape[1] == 128, 32)
 
 
 # -- many rows (`nn-split-k{many_rows}`, the default) --------------------------------------------------------------
@@ -231,69 +244,28 @@ def test_many_rows_split_matches_reference(m, k, n, kc, quantize):
     )
     (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
     assert len(parts.attributes[tl.PLAN_ATTR].get("grid")) == 3
-    pkg = lower_to_package(mod)
-    x, w, b = data(m, k, n)
-    session = Session(pkg)
-    session.upload_parameters({"w": w, "b": b})
-    got = session.run({"x": x}).outputs["y"]
-    ref = evaluate(run_passes(linear_model(m, k, n), quantize), {"x": x}, {"w": w, "b": b}, mode="device")
-    want = ref.outputs["y"]
-    tol = 4 * np.abs(want).max() * 2.0**-11 * max(1.0, np.sqrt(kc / 256))
-    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    got, want, b = run_against_reference(mod, m, k, n, kc, quantize)
     # The bias is in once: without it the result is far off.
     assert np.abs(got - want).max() < 0.1 * np.abs(b).max()
-    assert np.array_equal(session.run({"x": x}).outputs["y"], got)
 
 
 def test_many_rows_split_in_the_tiny_siglip_layer_loop():
     """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with its first MLP linear (fc1, x from a layer
     norm, stacked FP8 weights) split by hand along K with the bias on partial 0: planned on a [G, gm, gn] grid
     inside the loop body; the device matches the device-precision reference."""
-    from xdsl.context import Context
-    from xdsl.passes import PassPipeline
-
     from ipu.backend.lower.lowering import pipeline_spec
-    from ipu.frontend.siglip import PRESETS, build_vision_model
-    from ipu.frontend.weights import random_weights
-    from ipu.passes.nn_split_k import x_source
-    from ipu.passes.registry import all_passes
     from ipu.passes.tile_plan import target_for
-    from ipu.tools.ipu_run import per_embedding
 
-    cfg = PRESETS["siglip-tiny"]
-    target = target_for(16, 624)
-    spec = pipeline_spec(target, True)
-    assert "many_rows=false" not in spec and "many_rows=false" in pipeline_spec(
-        target, True, split_rows=False
-    )
-    head, tail = spec.split(",nn-split-k")
-    mod = build_vision_model(cfg)
-    PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
-    fc1 = [
-        o
-        for o in mod.walk()
-        if isinstance(o, nn.LinearOp)
-        and o.parent_op().name == "nn.repeat"
-        and o.weight.type.get_shape()[0] == 128
-    ]
-    assert len(fc1) == 1 and x_source(fc1[0]) == ("rows", 0)
-    NNSplitKPass.split(fc1[0], 32, bias_on_partial=True)
-    x = np.random.default_rng(2).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
-    w = random_weights(cfg, 0)
-    want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
-    PassPipeline.parse_spec(dict(all_passes()), "nn-split-k" + tail).apply(Context(), mod)
+    spec = pipeline_spec(target_for(16, 624), True)
+    assert "many_rows=false" not in spec
+    assert "many_rows=false" in pipeline_spec(target_for(16, 624), True, split_rows=False)
+    mod = tiny_loop_split(lambda shape: shape[0] == 128, 32, bias_on_partial=True, seed=2)
     rows = [
         op
         for op in mod.walk()
         if isinstance(op, nn.LinearPartialsOp) and len(op.attributes[tl.PLAN_ATTR].get("grid")) == 3
     ]
     assert any(op.parent_op().name == "tile.repeat" and op.bias is not None for op in rows)
-    session = Session(lower_to_package(mod, target))
-    session.upload_parameters(w)
-    got = session.run({"pixel_values": x}).outputs
-    for k in want:
-        cos, rel, _ = per_embedding(got[k], want[k])
-        assert cos > 0.9999 and rel < 0.01, (k, cos, rel)
 
 
 def test_many_rows_panels_follow_the_attention_heads():
@@ -334,28 +306,6 @@ def test_many_rows_panels_follow_the_attention_heads():
     assert rows_panels(parts) == (24, 36, 72)  # through nn.reduce_sum and the cast to f16
 
 
-def two_linears_model(m, k, n1, n2):
-    """x [m, k] -> a = linear(x) [m, n1] -> y = linear(a) [m, n2] (f32, biases)."""
-    from xdsl.builder import Builder
-    from xdsl.dialects import func
-    from xdsl.dialects.builtin import ModuleOp
-    from xdsl.ir import Block, Region
-    from xdsl.rewriter import InsertPoint
-
-    block = Block()
-    b = Builder(InsertPoint.at_end(block))
-    x = b.insert(nn.InputOp("x", TensorType(f32, [m, k]))).result
-    w1 = b.insert(nn.ParamOp("w1", TensorType(f32, [n1, k]))).result
-    b1 = b.insert(nn.ParamOp("b1", TensorType(f32, [n1]))).result
-    w2 = b.insert(nn.ParamOp("w2", TensorType(f32, [n2, n1]))).result
-    b2 = b.insert(nn.ParamOp("b2", TensorType(f32, [n2]))).result
-    a = b.insert(nn.LinearOp(x, w1, b1, TensorType(f32, [m, n1]))).result
-    y = b.insert(nn.LinearOp(a, w2, b2, TensorType(f32, [m, n2]))).result
-    b.insert(nn.OutputOp("y", y))
-    b.insert(func.ReturnOp())
-    return ModuleOp([func.FuncOp("two", ((), ()), Region(block))])
-
-
 @pytest.mark.parametrize("p", [32, 24], ids=["32-column panels, read in place", "24-column panels, gathered"])
 def test_many_rows_split_reads_x_column_panels(p):
     """The second of two linears split along K (K = 96 in chunks of 80 and 16) with its x from the first's
@@ -366,7 +316,7 @@ def test_many_rows_split_reads_x_column_panels(p):
     from ipu.passes.tile_plan import gathered_chunk_layout
 
     m, k, n1, n2, kc = 192, 64, 96, 32, 80
-    mod = run_passes(two_linears_model(m, k, n1, n2), "nn-quantize-weights")
+    mod = run_passes(chain_model(m, k, n1, n2), "nn-quantize-weights")
     first, second = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
     NNSplitKPass.split(second, kc, bias_on_partial=True)
     # The first linear on a fixed [6, 96 / p] grid of [32, 64] x [64, p] blocks: p-column panels.
@@ -395,6 +345,6 @@ def test_many_rows_split_reads_x_column_panels(p):
     session.upload_parameters(w)
     got = session.run({"x": x}).outputs["y"]
     want = evaluate(
-        run_passes(two_linears_model(m, k, n1, n2), "nn-quantize-weights"), {"x": x}, w, mode="device"
+        run_passes(chain_model(m, k, n1, n2), "nn-quantize-weights"), {"x": x}, w, mode="device"
     ).outputs["y"]
     np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.abs(want).max() * 2.0**-11)
