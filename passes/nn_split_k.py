@@ -44,7 +44,7 @@ import math
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Float32Type, ModuleOp, TensorType
+from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, TensorType
 from xdsl.passes import ModulePass
 
 from ipu.backend.target import IPU21
@@ -291,9 +291,14 @@ class NNSplitKPass(ModulePass):
         (m, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
         rt = lin.results[0].type
         bias = lin.operands[2] if len(lin.operands) > 2 and bias_on_partial else None
-        ptype = TensorType(Float32Type(), (-(-k // kc), m, n))
-        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, ptype, bias)
-        total = nn.ReduceSumOp(parts.result, TensorType(Float32Type(), (m, n)))
+        # Many rows: f16 partials (the AMP's C as it is: no cast pass, half the sum's exchange), summed into the
+        # linear's own type (f16 for attention operands and GELU inputs); few rows: f32 partials and sum.
+        pdt = Float16Type() if bias_on_partial else Float32Type()
+        sdt = (
+            rt.element_type if bias_on_partial and isinstance(rt.element_type, Float16Type) else Float32Type()
+        )
+        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(pdt, (-(-k // kc), m, n)), bias)
+        total = nn.ReduceSumOp(parts.result, TensorType(sdt, (m, n)))
         new = [parts, total]
         y = total.result
         if len(lin.operands) > 2 and bias is None:
@@ -310,7 +315,7 @@ class NNSplitKPass(ModulePass):
             add = nn.AddOp(y, rows, TensorType(Float32Type(), (m, n)))
             new.append(add)
             y = add.result
-        if not isinstance(rt.element_type, Float32Type):
+        if y.type != rt:
             cast = nn.CastOp(y, rt)
             new.append(cast)
             y = cast.result

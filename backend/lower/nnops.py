@@ -371,8 +371,12 @@ class NnOps:
                 f"{what}: x must arrive as row-major f16 blocks (or column panels of whole atoms) and the weight as "
                 "row-major blocks"
             )
-        if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
-            raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
+        rdt = device_dtype(lay.dtype)
+        if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or rdt not in ("f32", "f16"):
+            raise self.error(
+                f"{what}: f16 / FP8 weights and an f32 or f16 result only (got {wdt}, {lay.dtype})"
+            )
+        rsize = 4 if rdt == "f32" else 2
         k, kc = x.type.get_shape()[1], op.chunk
         if k % 16 or kc % 16 or 2 * kc > 4112:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
@@ -393,7 +397,7 @@ class NnOps:
                 )
             xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
-            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
+            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * rsize)
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}  # the kernel's N: whole 16-column blocks
         if (
             max(j[2] * npad[t] * 2 for t, j in jobs.items()) > e
@@ -488,6 +492,17 @@ class NnOps:
                     for t, j in first.items()
                 },
             )
+        if rdt == "f16":  # C's rows are the result's: one copy, or row by row past C's N padding
+            self.copy_call(
+                {
+                    t: [(c_area, j[7], j[3] * j[4] * 2)]
+                    if npad[t] == j[4]
+                    else [(c_area + r * npad[t] * 2, j[7] + r * j[4] * 2, j[4] * 2) for r in range(j[3])]
+                    for t, j in jobs.items()
+                },
+                f"{what}: result rows",
+            )
+            return
         # C's rows -> the result block's f32 rows: one flat cast, or row by row past C's N padding.
         flat = {t: j for t, j in jobs.items() if npad[t] == j[4]}
         self.kcall(
@@ -508,13 +523,20 @@ class NnOps:
 
     def reduce_sum(self, op: nn.ReduceSumOp) -> None:
         """Per tile: its result block's G partial blocks (stacked by the exchange, [G, block]) summed pairwise in
-        f32 (`add_f32` over half the remaining blocks per call; the aux scratch holds the running sums), the last
-        call writing the result block."""
+        the operand's type (f32 `add_f32` / f16 `add_f16` over half the remaining blocks per call; the aux scratch
+        holds the running sums), the last call writing the result block; f16 partials with an f32 result: the last
+        sum into the aux scratch, then cast."""
         x = op.operands[0]
         what = f"nn.reduce_sum ({op.results[0].name_hint or 'unnamed'})"
         lay, xl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(x)
-        if device_dtype(lay.dtype) != "f32" or device_dtype(xl.dtype) != "f32":
-            raise self.error(f"{what}: f32 operand and result only")
+        xdt, rdt = device_dtype(xl.dtype), device_dtype(lay.dtype)
+        if xdt not in ("f32", "f16") or rdt not in ("f32", xdt):
+            raise self.error(
+                f"{what}: f32 or f16 partials summed into their type or f32 only (got {xdt} -> {rdt})"
+            )
+        xs, rs = tl.element_bytes(xl.dtype), tl.element_bytes(lay.dtype)
+        per_unit = 8 // xs  # elements per add unit: 2 f32 / 4 f16
+        add = f"add_{xdt}"
         count = x.type.get_shape()[0]
         g, table = lay.geometry(), lay.table()
         res = self.addrs.of(op.results[0]).addr
@@ -523,25 +545,26 @@ class NnOps:
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             n = int(g.block_dims[b].prod())
-            if n % 2:
-                raise self.error(f"{what}: tile {t}: a block of {n} f32 (add_f32 takes pairs)")
+            if n % per_unit:
+                raise self.error(f"{what}: tile {t}: a block of {n} {xdt} ({add} takes units of {per_unit})")
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
-            blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * 4, n)
+            blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
+        # The last sum's destination: the result block, or (f16 -> f32) the work area, cast after.
+        final = {t: (d if rdt == xdt else work) for t, (_s, d, _n) in blocks.items()}
         if count == 1:
-            self.copy_call({t: [(s, d, n * 4)] for t, (s, d, n) in blocks.items()}, f"{what}: copy")
-            return
+            self.copy_call({t: [(s, final[t], n * xs)] for t, (s, _d, n) in blocks.items()}, f"{what}: copy")
         # Pairwise: h = live // 2 blocks get their partner (live - h on) added; an odd one out stays at h.
         live, src_of = count, {t: s for t, (s, _, _) in blocks.items()}
         while live > 1:
             h = live // 2
             last = live - h == 1
             calls = {}
-            for t, (_s, d, n) in blocks.items():
+            for t, (_s, _d, n) in blocks.items():
                 base = src_of[t]
-                out = d if last else work
+                out = final[t] if last else work
                 calls[t] = ew.Elementwise(
-                    "add_f32", h * n // 2, in0=base, in1=base + (live - h) * n * 4, out=out
+                    add, h * n // per_unit, in0=base, in1=base + (live - h) * n * xs, out=out
                 )
             self.kcall(f"{what}: sum {live} -> {live - h}", calls)
             if (
@@ -549,13 +572,21 @@ class NnOps:
             ):  # the odd block, into the work area
                 self.copy_call(
                     {
-                        t: [(src_of[t] + h * n * 4, work + h * n * 4, n * 4)]
+                        t: [(src_of[t] + h * n * xs, work + h * n * xs, n * xs)]
                         for t, (s, d, n) in blocks.items()
                     },
                     f"{what}: odd block",
                 )
             src_of = {t: work for t in blocks}
             live -= h
+        if rdt != xdt:
+            self.kcall(
+                f"{what}: to f32",
+                {
+                    t: ew.Elementwise("cast_f16_f32", n // 4, in0=work, out=d)
+                    for t, (_s, d, n) in blocks.items()
+                },
+            )
 
     # -- slices on one tile -----------------------------------------------------------------------------------
     def slice_single(self, op: nn.SliceOp) -> None:
