@@ -299,8 +299,7 @@ class MatmulOp(IRDLOperation):
 class LinearPartialsOp(IRDLOperation):
     """The partial products of a linear whose contraction is split into chunks: x [M, K], weight [N, K] ->
     [G, M, N] with result[g] = x[:, Kg] @ weight[:, Kg]^T over Kg = [g * k_chunk, min(K, (g + 1) * k_chunk)),
-    G = ceil(K / k_chunk). An optional bias [N] is added to partial 0 only, so that `nn.reduce_sum` of the result
-    is x @ weight^T (+ bias).
+    G = ceil(K / k_chunk). `nn.reduce_sum` of the result is x @ weight^T (the bias goes on the sum).
 
     Why: the AMP kernel costs its tile per 16 x 16 weight block almost whatever the rows; with K split, a tile's
     block has G times more rows or columns for the same MACs (few-row linears: the blocks spread over G times
@@ -310,25 +309,16 @@ class LinearPartialsOp(IRDLOperation):
     name = "nn.linear_partials"
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
-    bias = opt_operand_def(TensorType)
     k_chunk = prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
     assembly_format = (
-        "$input `,` $weight (`,` $bias^)? `k_chunk` `` `=` `` $k_chunk attr-dict `:` type(operands) `->` "
-        "type($result)"
+        "$input `,` $weight `k_chunk` `` `=` `` $k_chunk attr-dict `:` type(operands) `->` type($result)"
     )
     traits = traits_def(Pure())
 
-    def __init__(
-        self,
-        x: SSAValue,
-        weight: SSAValue,
-        k_chunk: int,
-        result_type: TensorType,
-        bias: SSAValue | None = None,
-    ):
+    def __init__(self, x: SSAValue, weight: SSAValue, k_chunk: int, result_type: TensorType):
         super().__init__(
-            operands=[x, weight, [bias] if bias is not None else []],
+            operands=[x, weight],
             properties={"k_chunk": IntegerAttr(k_chunk, i64)},
             result_types=[result_type],
         )
@@ -349,10 +339,6 @@ class LinearPartialsOp(IRDLOperation):
                 f"nn.linear_partials: operand 'weight' has shape {shape_str(ws)} but operand 'input' has shape "
                 f"{shape_str(xs)}: their K differ"
             )
-        if self.bias is not None and (bs := shape_of(self.bias, self, "operand 'bias'")) != (ws[0],):
-            raise VerifyException(
-                f"nn.linear_partials: operand 'bias' has shape {shape_str(bs)}, expected [{ws[0]}] (the weight's N)"
-            )
         kc = self.chunk
         if kc <= 0:
             raise VerifyException(f"nn.linear_partials: k_chunk must be positive, got {kc}")
@@ -362,21 +348,27 @@ class LinearPartialsOp(IRDLOperation):
 
 @irdl_op_definition
 class ReduceSumOp(IRDLOperation):
-    """Sum over the leading dimension: [G, ...] -> [...] (the partial products of `nn.linear_partials`)."""
+    """Sum over the leading dimension: [G, ...] -> [...] (the partial products of `nn.linear_partials`), plus an
+    optional bias over the last dimension (a linear's, added once to the sum)."""
 
     name = "nn.reduce_sum"
     input = operand_def(TensorType)
+    bias = opt_operand_def(TensorType)
     result = result_def(TensorType)
-    assembly_format = "$input attr-dict `:` type($input) `->` type($result)"
+    assembly_format = "$input (`,` $bias^)? attr-dict `:` type(operands) `->` type($result)"
     traits = traits_def(Pure())
 
-    def __init__(self, x: SSAValue, result_type: TensorType):
-        super().__init__(operands=[x], result_types=[result_type])
+    def __init__(self, x: SSAValue, result_type: TensorType, bias: SSAValue | None = None):
+        super().__init__(operands=[x, [bias] if bias is not None else []], result_types=[result_type])
 
     def verify_(self) -> None:
         xs = shape_of(self.input, self, "operand 'input'")
         if len(xs) < 2:
             raise VerifyException(f"nn.reduce_sum: operand 'input' must have rank >= 2, got {shape_str(xs)}")
+        if self.bias is not None and (bs := shape_of(self.bias, self, "operand 'bias'")) != xs[-1:]:
+            raise VerifyException(
+                f"nn.reduce_sum: operand 'bias' has shape {shape_str(bs)}, expected [{xs[-1]}] (the last dimension)"
+            )
         require_result_shape(self, self.result, xs[1:])
         require_compute_result(self)
 

@@ -233,18 +233,14 @@ def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np
     return y.reshape(*x.shape[:-1], w.shape[0])
 
 
-def _linear_partials(
-    ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
-):
+def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: np.ndarray):
     kc = op.chunk
-    y = np.stack([x[:, k0 : k0 + kc] @ w[:, k0 : k0 + kc].T for k0 in range(0, x.shape[1], kc)])
-    if b is not None:
-        y[0] += b  # the bias rides on partial 0 (the sum then holds it once)
-    return y
+    return np.stack([x[:, k0 : k0 + kc] @ w[:, k0 : k0 + kc].T for k0 in range(0, x.shape[1], kc)])
 
 
-def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray):
-    return x.sum(axis=0, dtype=x.dtype)
+def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):
+    y = x.sum(axis=0, dtype=x.dtype)
+    return y if b is None else y + b
 
 
 def _matmul(ev: _Evaluator, op: nn.MatmulOp, lhs: np.ndarray, rhs: np.ndarray):

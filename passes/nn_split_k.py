@@ -21,17 +21,16 @@ partial gathered, with G * N / 16 <= tiles; the linear is split only when that b
 same terms over all of K, N / 16 / tiles column blocks per tile). Run after `nn-quantize-weights` (the operands
 are then f16 activations and f16 / FP8 weights).
 
-Many rows (option many_rows) whose x is a layer norm's or a GEMM's result: the same split with the bias on
-partial 0
-(`nn.linear_partials`' optional operand),
+Many rows (option many_rows) whose x is a layer norm's result, another split's sum or attention's output
+(`x_source`): f16 partials, summed with the bias (`nn.reduce_sum`'s optional operand) into the linear's type,
 
-    %p = nn.linear_partials %x, %w, %b k_chunk = kc   // [G, M, N]
-    %y = nn.reduce_sum %p
+    %p = nn.linear_partials %x, %w k_chunk = kc   // [G, M, N] f16
+    %y = nn.reduce_sum %p, %b                     // [M, N], f16 or f32
 
 planned on a [G, gm, gn] grid (`rows_grid`): for the same MACs a tile's weight block meets G times more rows,
 so the per-block cost is spread over more of them, and a tile receives less (x and weight blocks of K / G
-columns). So400m's q / k / v projections: ~30 k instead of ~51 k cycles each, their x gathers 28 k + 4 k + 23 k
-instead of 42 k + 21 k + 14 k, + ~10 k per sum (simulated).
+columns). So400m's q / k / v projections: ~29 k instead of ~51 k cycles each, their x gathers 28 k + 4 k + 23 k
+instead of 42 k + 21 k + 14 k, + a few k per sum (simulated).
 
 Options:
   tiles (default 1472): the tiles the plan may use;
@@ -257,7 +256,7 @@ class NNSplitKPass(ModulePass):
     max_rows: int = FEW_ROWS
     many_rows: bool = True
     """Also split linears with more rows whose x is a layer norm's or a GEMM's result (`x_source`) when
-    `rows_grid`'s estimate wins (bias on partial 0, the sum scattered over each block's G tiles)."""
+    `rows_grid`'s estimate wins (f16 partials, the sum scattered over each block's G tiles with the bias)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -284,24 +283,23 @@ class NNSplitKPass(ModulePass):
                     xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin), *source
                 )
             ):
-                self.split(lin, kc, bias_on_partial=True)
+                self.split(lin, kc, many_rows=True)
 
     @staticmethod
-    def split(lin: nn.LinearOp, kc: int, bias_on_partial: bool = False) -> None:
+    def split(lin: nn.LinearOp, kc: int, many_rows: bool = False) -> None:
         (m, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
         rt = lin.results[0].type
-        bias = lin.operands[2] if len(lin.operands) > 2 and bias_on_partial else None
-        # Many rows: f16 partials (the AMP's C as it is: no cast pass, half the sum's exchange), summed into the
-        # linear's own type (f16 for attention operands and GELU inputs); few rows: f32 partials and sum.
-        pdt = Float16Type() if bias_on_partial else Float32Type()
-        sdt = (
-            rt.element_type if bias_on_partial and isinstance(rt.element_type, Float16Type) else Float32Type()
-        )
-        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(pdt, (-(-k // kc), m, n)), bias)
-        total = nn.ReduceSumOp(parts.result, TensorType(sdt, (m, n)))
+        bias = lin.operands[2] if len(lin.operands) > 2 and many_rows else None
+        # Many rows: f16 partials (the AMP's C as it is: no cast pass, half the sum's exchange), summed with the
+        # bias (on the sum's pm / G rows per tile, not on a whole partial block) into the linear's own type (f16
+        # for attention operands and GELU inputs); few rows: f32 partials and sum, the bias added after.
+        pdt = Float16Type() if many_rows else Float32Type()
+        sdt = rt.element_type if many_rows and isinstance(rt.element_type, Float16Type) else Float32Type()
+        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(pdt, (-(-k // kc), m, n)))
+        total = nn.ReduceSumOp(parts.result, TensorType(sdt, (m, n)), bias)
         new = [parts, total]
         y = total.result
-        if len(lin.operands) > 2 and bias is None:
+        if len(lin.operands) > 2 and not many_rows:
             # The bias as [M, N] rows (a reshape / concat of a parameter: the host does it at upload), so the add
             # is element-wise in the sum's layout.
             bias = lin.operands[2]

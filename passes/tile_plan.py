@@ -439,7 +439,7 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     """`nn.linear_partials` of many rows: grid [G K chunks, gm row panels, gn column panels], panel [pm, kc, pn];
     tile base + (c * gm + i) * gn + j computes partial c of output block (i, j) from x's [pm, kc] block (i, c)
     (replicated over the gn tiles of (c, i)) and the weight's [pn, kc] block (j, c) (replicated over the gm tiles
-    of (c, j)); the bias's [pn] block j goes to the chunk-0 tiles of column j (partial 0 carries it)."""
+    of (c, j))."""
     g, gm, gn = plan.get("grid")
     pm, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -456,9 +456,6 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
     operands = [x, w]
-    if op.bias is not None:
-        b_tab = np.ascontiguousarray(t[0].T)  # bias block j -> the chunk-0 tiles of column j
-        operands.append(tl.make_layout((n,), (pn,), b_tab, op.bias.type.element_type))
     res = tl.make_layout((g, m, n), (1, pm, pn), t.reshape(-1, 1), op.result.type.element_type)
     return operands, res
 
@@ -534,8 +531,11 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
         if plan.get("kind") == "view":
             return [view_layout(result, op.operands[0].type.get_shape())]
         if plan.get("kind") == "reduce":
-            return [with_dtype(reduce_layouts(result, op.operands[0].type.get_shape()[0]),
-                               op.operands[0].type.element_type)]  # fmt: skip
+            stacked = with_dtype(reduce_layouts(result, op.operands[0].type.get_shape()[0]),
+                                 op.operands[0].type.element_type)  # fmt: skip
+            return [stacked] + [
+                broadcast_to(result, v.type.get_shape(), v.type.element_type) for v in op.operands[1:]
+            ]
         if plan.get("kind") == "rows":
             x = op.operands[0]
             rest = [

@@ -349,11 +349,11 @@ class NnOps:
 
     def linear_partials_rows(self, op: nn.LinearPartialsOp) -> None:
         """A many-row K split (`tile_plan.partials_rows_layouts`), per tile (chunk c, output block (i, j)): its own
-        [pm, kw] x block is the GEMM's A in place (row stride kw) -> its [pn, kw] weight block into F16 AMP
-        weight panels (FP8: converted in the same pass) -> one F16 GEMM (init) into C -> on chunk 0 the bias
-        (f16, as `nn.linear` adds it) -> the rows cast to f32 into its [1, pm, pn] result block."""
+        [pm, kw] x block is the GEMM's A (in place: row-major, or column panels of whole K blocks; else its rows
+        gathered into the A scratch) -> its [pn, kw] weight block into F16 AMP weight panels (FP8: converted in
+        the same pass; N padded to 16) -> F16 GEMM calls (init, then acc for a narrower last x panel) into C ->
+        C's rows into its [1, pm, pn] result block (f16: copied; f32: cast)."""
         x, w = op.operands[0], op.operands[1]
-        bias = op.operands[2] if len(op.operands) > 2 else None
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
         g, table = lay.geometry(), lay.table()
@@ -473,25 +473,6 @@ class NnOps:
                 calls[t] = gm.Gemm(j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc", coef=coef, a=a,
                                    weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
-        if bias is not None:
-            nmax = max(npad.values())
-            bp = self.layer_alloc(nmax * 2, 8)
-            self.image.put("bias padding", bp, np.zeros(nmax * 2, np.uint8))
-            first = {t: j for t, j in jobs.items() if j[0] == 0}
-            n0 = {
-                t: int(g.block_origin[b][2])
-                for b in range(lay.num_blocks)
-                if (t := int(table[b, 0])) in first
-            }
-            chunks = np.array([[t, bp, n0[t], j[4], 1] for t, j in first.items()], np.int64)
-            self._bind_operand(bias, chunks, "f16", what)
-            self.kcall(
-                f"{what}: bias",
-                {
-                    t: ew.Elementwise("bias_f16", j[3], in0=c_area, in1=bp, out=c_area, row=npad[t])
-                    for t, j in first.items()
-                },
-            )
         if rdt == "f16":  # C's rows are the result's: one copy, or row by row past C's N padding
             self.copy_call(
                 {
@@ -579,6 +560,30 @@ class NnOps:
                 )
             src_of = {t: work for t in blocks}
             live -= h
+        if op.bias is not None:
+            # The bias (host-bound f16, `_bind_operand`) on this tile's rows of the sum, in f16.
+            if xdt != "f16":
+                raise self.error(f"{what}: a bias on an f32 sum is not lowered (f16 partials only)")
+            cols, first = {}, {}
+            for b in range(lay.num_blocks):
+                t = int(table[b, 0])
+                cols[t], first[t] = int(g.block_dims[b][-1]), int(g.block_origin[b][-1])
+            if any(c % 4 for c in cols.values()):
+                raise self.error(f"{what}: bias rows of whole 4-half atoms only")
+            nmax = max(cols.values())
+            bp = self.layer_alloc(nmax * 2, 8)
+            self.image.put("bias", bp, np.zeros(nmax * 2, np.uint8))
+            chunks = np.array([[t, bp, first[t], cols[t], 1] for t in blocks], np.int64)
+            self._bind_operand(op.bias, chunks, "f16", what)
+            self.kcall(
+                f"{what}: bias",
+                {
+                    t: ew.Elementwise(
+                        "bias_f16", n // cols[t], in0=final[t], in1=bp, out=final[t], row=cols[t]
+                    )
+                    for t, (_s, _d, n) in blocks.items()
+                },
+            )
         if rdt != xdt:
             self.kcall(
                 f"{what}: to f32",

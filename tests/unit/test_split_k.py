@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from xdsl.dialects.builtin import Float32Type, TensorType, f32
+from xdsl.dialects.builtin import Float16Type, Float32Type, TensorType, f32
 from xdsl.utils.exceptions import VerifyException
 
 from ipu.backend.lower import lower_to_package
@@ -130,7 +130,7 @@ def run_against_reference(mod, m, k, n, kc, quantize):
     return got, want, b
 
 
-def tiny_loop_split(pick, kc: int, bias_on_partial: bool = False, seed: int = 1):
+def tiny_loop_split(pick, kc: int, many_rows: bool = False, seed: int = 1):
     """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with the loop body's linear chosen by `pick`
     (weight shape -> bool) split by hand along K, then the default pipeline; the device must match the
     device-precision reference of the split model. Returns the placed module."""
@@ -156,7 +156,7 @@ def tiny_loop_split(pick, kc: int, bias_on_partial: bool = False, seed: int = 1)
         and o.parent_op().name == "nn.repeat"
         and pick(o.weight.type.get_shape())
     ]
-    NNSplitKPass.split(lin, kc, bias_on_partial)
+    NNSplitKPass.split(lin, kc, many_rows)
     x = np.random.default_rng(seed).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     w = random_weights(cfg, 0)
     want = evaluate(mod, {"pixel_values": x}, w, mode="device").outputs
@@ -180,10 +180,11 @@ def test_split_linear_inside_the_layer_loop():
 
 
 def rows_split_model(m, k, n, kc, quantize="nn-quantize-weights"):
-    """The linear model, quantized, split into chunks of kc with the bias on partial 0."""
+    """The linear model, quantized, split into chunks of kc as many-row linears are (f16 partials, the bias on
+    the sum)."""
     mod = run_passes(linear_model(m, k, n, True), quantize)
     (lin,) = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
-    NNSplitKPass.split(lin, kc, bias_on_partial=True)
+    NNSplitKPass.split(lin, kc, many_rows=True)
     mod.verify()
     return mod
 
@@ -203,7 +204,10 @@ def test_many_rows_choice_and_ir():
     assert choose_rows_chunk(729, 1152, 1152, 1, "f8", 16) is None
     mod = rows_split_model(40, 256, 32, 64)
     (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
-    assert len(parts.operands) == 3 and not any(isinstance(op, nn.AddOp) for op in mod.walk())
+    (red,) = [op for op in mod.walk() if isinstance(op, nn.ReduceSumOp)]
+    # f16 partials without the bias; the sum carries it (no add).
+    assert len(parts.operands) == 2 and isinstance(parts.result.type.element_type, Float16Type)
+    assert red.bias is not None and not any(isinstance(op, nn.AddOp) for op in mod.walk())
 
 
 def test_many_rows_tile_plan_scatters_the_sum():
@@ -219,11 +223,11 @@ def test_many_rows_tile_plan_scatters_the_sum():
     assert len(set(t.reshape(-1).tolist())) == g * gm * gn  # one partial block per tile
     x = tl.layout_of(parts.operands[0])
     assert x.block_[0] == pm and x.block_[1] in (kc, 256) or x.order.data.startswith("cols")
-    b = tl.layout_of(parts.operands[2])
-    assert set(b.table().reshape(-1).tolist()) == set(t[0].reshape(-1).tolist())  # the bias: chunk-0 tiles
-    # The sum: pm / G rows of every block on each of its G tiles.
+    # The sum: pm / G rows of every block on each of its G tiles; its bias's column blocks on those tiles.
     r = red.attributes[tl.LAYOUT_ATTR]
     assert r.block_ == (pm // g, pn)
+    b = tl.layout_of(red.operands[1])
+    assert b.block_ == (pn,) and set(b.table().reshape(-1).tolist()) == set(r.table().reshape(-1).tolist())
     rt = r.table()[:, 0].reshape(-1, gn)
     for row in range(rt.shape[0]):
         assert (rt[row] == t[row % g, row // g]).all()
@@ -251,7 +255,7 @@ def test_many_rows_split_matches_reference(m, k, n, kc, quantize):
 
 def test_many_rows_split_in_the_tiny_siglip_layer_loop():
     """The tiny SigLIP (layers as one `tile.repeat`) on 16 tiles with its first MLP linear (fc1, x from a layer
-    norm, stacked FP8 weights) split by hand along K with the bias on partial 0: planned on a [G, gm, gn] grid
+    norm, stacked FP8 weights) split by hand along K with the bias on the sum: planned on a [G, gm, gn] grid
     inside the loop body; the device matches the device-precision reference."""
     from ipu.backend.lower.lowering import pipeline_spec
     from ipu.passes.tile_plan import target_for
@@ -259,13 +263,18 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
     spec = pipeline_spec(target_for(16, 624), True)
     assert "many_rows=false" not in spec
     assert "many_rows=false" in pipeline_spec(target_for(16, 624), True, split_rows=False)
-    mod = tiny_loop_split(lambda shape: shape[0] == 128, 32, bias_on_partial=True, seed=2)
+    mod = tiny_loop_split(lambda shape: shape[0] == 128, 32, many_rows=True, seed=2)
     rows = [
         op
         for op in mod.walk()
         if isinstance(op, nn.LinearPartialsOp) and len(op.attributes[tl.PLAN_ATTR].get("grid")) == 3
     ]
-    assert any(op.parent_op().name == "tile.repeat" and op.bias is not None for op in rows)
+    assert any(op.parent_op().name == "tile.repeat" for op in rows)
+    assert any(
+        op.parent_op().name == "tile.repeat" and op.bias is not None
+        for op in mod.walk()
+        if isinstance(op, nn.ReduceSumOp)
+    )
 
 
 def test_many_rows_panels_follow_the_attention_heads():
@@ -318,7 +327,7 @@ def test_many_rows_split_reads_x_column_panels(p):
     m, k, n1, n2, kc = 192, 64, 96, 32, 80
     mod = run_passes(chain_model(m, k, n1, n2), "nn-quantize-weights")
     first, second = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
-    NNSplitKPass.split(second, kc, bias_on_partial=True)
+    NNSplitKPass.split(second, kc, many_rows=True)
     # The first linear on a fixed [6, 96 / p] grid of [32, 64] x [64, p] blocks: p-column panels.
     first.attributes[tl.PLAN_ATTR] = tl.GemmPlanAttr(
         tl._int_array((6, n1 // p)), tl._int_array((32, k, p)), tl.IntAttr(0), tl.StringAttr("fp8"),

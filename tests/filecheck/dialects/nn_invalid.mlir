@@ -256,3 +256,13 @@ func.func @reduce_sum_shape() {
   func.return
 }
 // CHECK: nn.reduce_sum: result has shape 4x16 but the operands imply 2x16
+
+// -----
+
+func.func @reduce_sum_bias() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %b = nn.param "b" : tensor<2xf32>
+  %s = nn.reduce_sum %x, %b : tensor<4x2x16xf16>, tensor<2xf32> -> tensor<2x16xf16>
+  func.return
+}
+// CHECK: nn.reduce_sum: operand 'bias' has shape 2, expected [16] (the last dimension)

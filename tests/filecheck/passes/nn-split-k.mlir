@@ -2,8 +2,8 @@
 // [M, N] rows (a reshape, for M > 1 a concat, of the bias parameter: host-folded later). The chunk is the
 // cheapest by the cost model when the split beats the unsplit GEMM on the given tiles; f32 activations (not
 // quantized), rows over max_rows and too few tiles are left alone. A many-row linear whose x is a layer norm's
-// result is split too (many_rows, default on): f16 partials, its bias carried by partial 0 (no add), summed into
-// its own f16; an input as x is not (x5).
+// result is split too (many_rows, default on): f16 partials summed with the bias (no add) into its own f16; an
+// input as x is not (x5).
 
 // RUN: ipu-opt %s -p 'nn-split-k' | filecheck %s
 // RUN: ipu-opt %s -p 'nn-split-k{tiles=16}' | filecheck %s --check-prefix=KEEP
@@ -50,8 +50,8 @@ func.func @head() {
 // CHECK-NEXT:    %[[A2:[^ ]+]] = nn.add %[[S2]], %[[C2]] : tensor<2x1152xf32>, tensor<2x1152xf32> -> tensor<2x1152xf32>
 // CHECK-NEXT:    %y2 = nn.cast %[[A2]] : tensor<2x1152xf32> -> tensor<2x1152xf16>
 // CHECK:         %y3 = nn.linear %x3, %w
-// CHECK:         %[[P4:[^ ]+]] = nn.linear_partials %x4, %w4, %b2 k_chunk={{[0-9]+}} : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<{{[0-9]+}}x729x1152xf16>
-// CHECK-NEXT:    %y4 = nn.reduce_sum %[[P4]] : tensor<{{[0-9]+}}x729x1152xf16> -> tensor<729x1152xf16>
+// CHECK:         %[[P4:[^ ]+]] = nn.linear_partials %x4, %w4 k_chunk={{[0-9]+}} : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ> -> tensor<{{[0-9]+}}x729x1152xf16>
+// CHECK-NEXT:    %y4 = nn.reduce_sum %[[P4]], %b2 : tensor<{{[0-9]+}}x729x1152xf16>, tensor<1152xf32> -> tensor<729x1152xf16>
 // CHECK-NEXT:    nn.output "y4" %y4
 // CHECK:         %y5 = nn.linear %x5, %w4, %b2
 
