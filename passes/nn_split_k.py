@@ -29,8 +29,8 @@ Many rows (option many_rows) whose x is a layer norm's result, another split's s
 
 planned on a [G, gm, gn] grid (`rows_grid`): for the same MACs a tile's weight block meets G times more rows,
 so the per-block cost is spread over more of them, and a tile receives less (x and weight blocks of K / G
-columns). So400m's q / k / v projections: ~29 k instead of ~51 k cycles each, their x gathers 28 k + 4 k + 23 k
-instead of 42 k + 21 k + 14 k, + a few k per sum (simulated).
+columns). So400m's q / k / v projections: 25-28 k instead of ~51 k cycles each, their x gathers 28 k + 4 k +
+23 k instead of 42 k + 21 k + 14 k, + a few k per sum (simulated).
 
 Options:
   tiles (default 1472): the tiles the plan may use;
