@@ -62,9 +62,10 @@ SPLIT_OVERHEAD_CYCLES = 1600
 
 # Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
 FEW_ROWS = 8
-# Many-row split (`rows_split`): the sum's fixed cost per tile (the partial's cast to f32, the adds' calls, the
-# cast of the sum) besides its data, and the margin the split's estimate must win by (the unsplit GEMM's plan is
-# tile-plan's `choose_gemm`, costed a little differently).
+# Many-row split (`rows_grid`): the sum's fixed cost per tile (the adds' calls, the bias, a cast) besides its data,
+# and the margin the split's estimate must win by (the unsplit GEMM's plan is tile-plan's `choose_gemm`, costed a
+# little differently). Calibrated when partials and sums were f32: the estimate still counts the sum's pieces as
+# f32 bytes and f32 adds (the lowering now moves and adds f16), an overestimate kept so the choices stay measured.
 ROWS_SPLIT_FIXED_CYCLES = 1500
 ROWS_SPLIT_MARGIN = 0.85
 # Column panel widths of a many-row split (multiples of 16: the kernel's N block, no padding).
@@ -236,9 +237,9 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
         (m, k), n = parts.input.type.get_shape(), parts.weight.type.get_shape()[0]
         if m <= FEW_ROWS:
             return None
-        wbytes = tl.element_bytes(parts.weight.type.element_type)
+        wt = parts.weight.type.element_type
         plan = rows_grid(
-            m, k, n, parts.chunk, wbytes, "f16" if wbytes == 2 else "f8", tiles, panels=rows_panels(parts)
+            m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=rows_panels(parts)
         )
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):
@@ -255,8 +256,9 @@ class NNSplitKPass(ModulePass):
     tiles: int = 1472
     max_rows: int = FEW_ROWS
     many_rows: bool = True
-    """Also split linears with more rows whose x is a layer norm's or a GEMM's result (`x_source`) when
-    `rows_grid`'s estimate wins (f16 partials, the sum scattered over each block's G tiles with the bias)."""
+    """Also split linears with more rows whose x is a layer norm's result, another split's sum or attention's
+    output (`x_source`) when `rows_grid`'s estimate wins (f16 partials, the sum scattered over each block's G tiles
+    with the bias)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -273,7 +275,7 @@ class NNSplitKPass(ModulePass):
             wbytes = tl.element_bytes(lin.weight.type.element_type)
             if wbytes not in (1, 2):
                 continue
-            wdt = "f16" if wbytes == 2 else "f8"
+            wdt = tl.dtype_name(lin.weight.type.element_type)
             if few:
                 kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)
                 if kc is not None:

@@ -455,9 +455,8 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     x = tl.make_layout((m, k), (pm, kc), np.ascontiguousarray(x_tab), op.input.type.element_type)
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
-    operands = [x, w]
     res = tl.make_layout((g, m, n), (1, pm, pn), t.reshape(-1, 1), op.result.type.element_type)
-    return operands, res
+    return [x, w], res
 
 
 def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
@@ -959,9 +958,7 @@ class _Planner:
             wdt = tl.dtype_name(op.weight.type.element_type)
             wbytes = tl.element_bytes(op.weight.type.element_type)
             g, kc = op.result.type.get_shape()[0], op.chunk
-            best = rows_grid(
-                m, k, n, kc, wbytes, "f16" if wbytes == 2 else "f8", t.num_tiles, panels=rows_panels(op)
-            )
+            best = rows_grid(m, k, n, kc, wbytes, wdt, t.num_tiles, panels=rows_panels(op))
             if best is None:
                 raise PassFailedException(
                     f"tile-plan: {label(op)}: no [K chunks, row panels, column panels] grid of {g} chunks fits "

@@ -331,7 +331,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dest="split_rows",
         action="store_false",
         help="--model: split only few-row linears along K (nn-split-k{many_rows=false}); by default many-row "
-        "linears fed by a layer norm are split too where the estimate wins",
+        "linears are split too where the estimate wins",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)

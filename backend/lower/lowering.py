@@ -806,7 +806,10 @@ class Lowering(NnOps):
                 self.call("rows_sup", pk.FP8_FRAME_WORDS, frames(fp8_panels), what=what_w)
             if a_cols is not None and k0 not in in_place:
                 self.copy_call(
-                    {t: self._a_chunk_rows(j, a_cols, k, k0, kw, a_area, zeros) for t, j in jobs.items()},
+                    {
+                        t: self._a_chunk_rows(j[2], j[4], j[6], a_cols, k, k0, kw, a_area, zeros)
+                        for t, j in jobs.items()
+                    },
                     f"{tag}: A chunk rows",
                 )
             if a_panels:
@@ -885,12 +888,12 @@ class Lowering(NnOps):
 
     @staticmethod
     def _a_chunk_rows(
-        job, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+        mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
     ) -> list[tuple[int, int, int]]:
-        """Copies gathering K chunk [k0, k0 + kw) of a tile's A rows, stored as column panels of p (`colsP`),
-        into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros for the K padding
-        (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN patterns)."""
-        mr, mpad, a = job[2], job[4], job[6]
+        """Copies gathering K chunk [k0, k0 + kw) of a tile's mr A rows of k columns at `a`, stored as column
+        panels of p (`colsP`), into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros
+        for the K padding (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN
+        patterns)."""
         rows = []
         hi = min(k0 + kw, k)
         for r in range(mr):
@@ -1129,8 +1132,8 @@ def pipeline_spec(
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
     - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
-      with split_rows (default) many-row linears fed by a layer norm too, where its estimate wins (not:
-      `nn-split-k{many_rows=false}`);
+      with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
+      where its estimate wins (not: `nn-split-k{many_rows=false}`);
     - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
       and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
       with `scratch=False`: per-op debug values are kept above the plan too)."""

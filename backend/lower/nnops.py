@@ -418,15 +418,7 @@ class NnOps:
                     raise self.error(
                         f"{what}: tile {t}: a {mr} x {kw} x block exceeds the {e}-byte A scratch"
                     )
-                gathers[t] = [
-                    (
-                        xa + (p0 * mr + r * min(a_cols, kw - p0)) * 2,
-                        a_area + (r * kw + p0) * 2,
-                        min(a_cols, kw - p0) * 2,
-                    )
-                    for r in range(mr)
-                    for p0 in range(0, kw, a_cols)
-                ]
+                gathers[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, kw, a_area, zeros)
                 parts[t] = [(0, kw, a_area, kw * 2, panels)]
                 continue
             if a_cols is None or kw <= a_cols:
@@ -523,9 +515,11 @@ class NnOps:
         res = self.addrs.of(op.results[0]).addr
         work = self.aux()
         blocks = {}  # tile -> (partials, result block, elements per block)
+        cols = {}  # tile -> (first column, columns) of its block: the bias's part
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             n = int(g.block_dims[b].prod())
+            cols[t] = int(g.block_origin[b][-1]), int(g.block_dims[b][-1])
             if n % per_unit:
                 raise self.error(f"{what}: tile {t}: a block of {n} {xdt} ({add} takes units of {per_unit})")
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
@@ -564,22 +558,18 @@ class NnOps:
             # The bias (host-bound f16, `_bind_operand`) on this tile's rows of the sum, in f16.
             if xdt != "f16":
                 raise self.error(f"{what}: a bias on an f32 sum is not lowered (f16 partials only)")
-            cols, first = {}, {}
-            for b in range(lay.num_blocks):
-                t = int(table[b, 0])
-                cols[t], first[t] = int(g.block_dims[b][-1]), int(g.block_origin[b][-1])
-            if any(c % 4 for c in cols.values()):
+            if any(nc % 4 for _, nc in cols.values()):
                 raise self.error(f"{what}: bias rows of whole 4-half atoms only")
-            nmax = max(cols.values())
+            nmax = max(nc for _, nc in cols.values())
             bp = self.layer_alloc(nmax * 2, 8)
             self.image.put("bias", bp, np.zeros(nmax * 2, np.uint8))
-            chunks = np.array([[t, bp, first[t], cols[t], 1] for t in blocks], np.int64)
+            chunks = np.array([[t, bp, *cols[t], 1] for t in blocks], np.int64)
             self._bind_operand(op.bias, chunks, "f16", what)
             self.kcall(
                 f"{what}: bias",
                 {
                     t: ew.Elementwise(
-                        "bias_f16", n // cols[t], in0=final[t], in1=bp, out=final[t], row=cols[t]
+                        "bias_f16", n // cols[t][1], in0=final[t], in1=bp, out=final[t], row=cols[t][1]
                     )
                     for t, (_s, _d, n) in blocks.items()
                 },
