@@ -182,6 +182,50 @@ def rows_grid(
     return best
 
 
+def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int, ...]) -> tuple[int, ...]:
+    """The column panel width(s) `rows_grid` may take for the many-row split `parts`: `panels`, or when other
+    splits read the same x with the same shape and chunk (So400m's q, k and v projections) the one width that
+    puts them all on one grid (their A is then one layout: x is gathered once, not once per linear), chosen
+    by their summed estimates with x's receipt and gather counted once."""
+    (m, k), n, kc = parts.input.type.get_shape(), parts.weight.type.get_shape()[0], parts.chunk
+    # x as the linears read it, or (in tile-plan, after the earlier ones were planned) through a tile.relayout
+    root = parts.input
+    while isinstance(root.owner, tl.RelayoutOp):
+        root = root.owner.operands[0]
+    readers, values = [], [root]
+    while values:
+        for use in values.pop().uses:
+            if isinstance(o := use.operation, tl.RelayoutOp):
+                values.append(o.results[0])
+            else:
+                readers.append(o)
+    sibs = [
+        o
+        for o in readers
+        if isinstance(o, nn.LinearPartialsOp)
+        and o.chunk == kc
+        and o.weight.type.get_shape()[0] == n
+        and rows_panels(o) == panels
+    ]
+    if len(sibs) < 2:
+        return panels
+    weights = [
+        (tl.element_bytes(o.weight.type.element_type), tl.dtype_name(o.weight.type.element_type))
+        for o in sibs
+    ]
+    best = None
+    for pn in panels:
+        grids = [rows_grid(m, k, n, kc, wb, wdt, tiles, panels=(pn,)) for wb, wdt in weights]
+        if any(g is None for g in grids):
+            continue
+        pm = grids[0][2]
+        x_once = cm.exchange_cycles(pm * kc * 2) + x_rounds(pm, kc, k) * ROUND_CYCLES
+        total = sum(g[0] for g in grids) - (len(grids) - 1) * x_once
+        if best is None or total < best[0]:
+            best = (total, pn)
+    return panels if best is None else (best[1],)
+
+
 def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
     """Column panel widths for a many-row split of `lin`: ROWS_SPLIT_PANELS, or when its result is an attention
     operand the widths that divide the head and the head itself (the attention gathers whole heads: other widths
@@ -238,9 +282,8 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
         if m <= FEW_ROWS:
             return None
         wt = parts.weight.type.element_type
-        plan = rows_grid(
-            m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=rows_panels(parts)
-        )
+        panels = shared_rows_panels(parts, tiles, rows_panels(parts))
+        plan = rows_grid(m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels)
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):
         return "heads", owner.query.type.get_shape()[1] // owner.num_heads

@@ -64,7 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels
+from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels, shared_rows_panels
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -958,7 +958,8 @@ class _Planner:
             wdt = tl.dtype_name(op.weight.type.element_type)
             wbytes = tl.element_bytes(op.weight.type.element_type)
             g, kc = op.result.type.get_shape()[0], op.chunk
-            best = rows_grid(m, k, n, kc, wbytes, wdt, t.num_tiles, panels=rows_panels(op))
+            panels = shared_rows_panels(op, t.num_tiles, rows_panels(op))
+            best = rows_grid(m, k, n, kc, wbytes, wdt, t.num_tiles, panels=panels)
             if best is None:
                 raise PassFailedException(
                     f"tile-plan: {label(op)}: no [K chunks, row panels, column panels] grid of {g} chunks fits "

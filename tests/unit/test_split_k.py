@@ -357,3 +357,52 @@ def test_many_rows_split_reads_x_column_panels(p):
         run_passes(chain_model(m, k, n1, n2), "nn-quantize-weights"), {"x": x}, w, mode="device"
     ).outputs["y"]
     np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.abs(want).max() * 2.0**-11)
+
+
+def test_many_rows_linears_of_one_x_share_a_grid():
+    """So400m's q, k and v projections (one layer norm's rows as x, f16 q / k weights, FP8 v weights) split
+    along K: alone, v's estimate would take 36-column panels on its own grid (x gathered a second time into
+    another A layout); `shared_rows_panels` puts all three on one grid, so their A is one layout."""
+    from xdsl.context import Context
+    from xdsl.parser import Parser
+
+    from ipu.dialects.registry import all_dialects
+    from ipu.passes.nn_split_k import rows_grid, rows_panels, shared_rows_panels
+    from ipu.passes.tile_plan import TilePlanPass
+
+    f8 = "f8E4M3FNUZ"
+    text = f"""
+    func.func @f() {{
+      %e = nn.input "e" : tensor<729x1152xf32>
+      %g = nn.param "g" : tensor<1152xf32>
+      %x = nn.layer_norm %e, %g, %g eps=1.0e-06 : tensor<729x1152xf32>, tensor<1152xf32>, tensor<1152xf32> -> tensor<729x1152xf16>
+      %wq = nn.param "wq" : tensor<1152x1152xf16>
+      %wk = nn.param "wk" : tensor<1152x1152xf16>
+      %wv = nn.param "wv" : tensor<1152x1152x{f8}>
+      %q = nn.linear %x, %wq : tensor<729x1152xf16>, tensor<1152x1152xf16> -> tensor<729x1152xf16>
+      %k = nn.linear %x, %wk : tensor<729x1152xf16>, tensor<1152x1152xf16> -> tensor<729x1152xf16>
+      %v = nn.linear %x, %wv : tensor<729x1152xf16>, tensor<1152x1152x{f8}> -> tensor<729x1152xf16>
+      %a = nn.attention %q, %k, %v heads=16 scale=0.5 : tensor<729x1152xf16>, tensor<729x1152xf16>, tensor<729x1152xf16> -> tensor<729x1152xf32>
+      nn.output "a" %a : tensor<729x1152xf32>
+      func.return
+    }}
+    """
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    mod = Parser(ctx, text).parse_module()
+    for lin in [op for op in mod.walk() if isinstance(op, nn.LinearOp)]:
+        NNSplitKPass.split(lin, 192, many_rows=True)
+    parts = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    panels = rows_panels(parts[2])
+    alone = rows_grid(729, 1152, 1152, 192, 1, "f8", 1472, panels=panels)[3]
+    f16_alone = rows_grid(729, 1152, 1152, 192, 2, "f16", 1472, panels=panels)[3]
+    assert alone != f16_alone  # the FP8 weights alone would pick another panel width
+    (shared,) = shared_rows_panels(parts[2], 1472, panels)
+    assert shared in (alone, f16_alone)
+    TilePlanPass(tiles=1472, sram_kib=624).apply(ctx, mod)
+    grids = {(tuple(op.attributes[tl.PLAN_ATTR].get("grid")), tuple(op.attributes[tl.PLAN_ATTR].get("panel")))
+             for op in parts}  # fmt: skip
+    assert len(grids) == 1 and next(iter(grids))[1][2] == shared
+    # One A layout: every linear reads x in the same layout (one tile.relayout of it).
+    assert len({str(tl.layout_of(op.input)) for op in parts}) == 1
