@@ -225,9 +225,19 @@ def erf(x: np.ndarray) -> np.ndarray:
 # array (or a view of an operand: nothing mutates an operand in place).
 
 
+def _dot(ev: _Evaluator, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b; in device mode accumulated in float64 and rounded once to the evaluator's type: the products of
+    f16 / FP8 operands are exact there, so the result does not depend on BLAS's summation order (which changes
+    with the shapes: a fused q/k/v linear would otherwise differ from three separate ones in the last f32 bit,
+    and a later f16 rounding can turn that into a visible difference)."""
+    if not ev.device:
+        return np.matmul(a, b)
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(ev.dtype)
+
+
 def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None):
     k = x.shape[-1]
-    y = np.matmul(x.reshape(-1, k), w.T)  # w.T is a transposed view: BLAS reads it without a copy
+    y = _dot(ev, x.reshape(-1, k), w.T)  # w.T is a transposed view: BLAS reads it without a copy
     if b is not None:
         y += b
     return y.reshape(*x.shape[:-1], w.shape[0])
@@ -235,7 +245,7 @@ def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np
 
 def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: np.ndarray):
     kc = op.chunk
-    return np.stack([x[:, k0 : k0 + kc] @ w[:, k0 : k0 + kc].T for k0 in range(0, x.shape[1], kc)])
+    return np.stack([_dot(ev, x[:, k0 : k0 + kc], w[:, k0 : k0 + kc].T) for k0 in range(0, x.shape[1], kc)])
 
 
 def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):

@@ -25,6 +25,8 @@ Options:
       alone. An input that is gelu(linear(...)) with one use each (an MLP's hidden activation) is not cast: the
       linear and the GELU produce f16 themselves (the same values: f16 C -> f32 -> f16 is exact, and the GELU
       rounds its f32 result once either way); nor is a layer norm read only as linears' inputs (it produces f16).
+      "f16" also casts every layer norm's parameter weight and bias to f16 (the row kernel's operand format: the
+      lowering cast them on every tile at every inference before).
   keep_f16 (default none): parameter-name substrings (comma-separated list); a linear whose weight comes from a
       parameter whose name contains one of them gets F16 weights (`nn.cast` to f16) instead of FP8. The
       precision policy of `compile_model`/`ipu-run` (`ipu.passes.nn_quantize.KEEP_F16_DEFAULT`) keeps the patch
@@ -177,6 +179,24 @@ class NNQuantizeWeightsPass(ModulePass):
                     x16 = act_casts[key] = nn.CastOp(linear.input, TensorType(f16, xt.get_shape()))
                     block.insert_op_before(x16, linear)
                 linear.operands[0] = x16.result
+        if self.activations == "f16":
+            # Layer-norm weights and biases from parameters as f16 (host-folded casts): the row kernel reads
+            # them as f16, so they travel and sit at half the bytes, and no cast pass runs per inference.
+            ln_casts: dict = {}  # one cast per parameter and block
+            for ln in [o for o in op.walk() if isinstance(o, nn.LayerNormOp)]:
+                for i in (1, 2):
+                    v = ln.operands[i]
+                    t = v.type
+                    if not (isinstance(t, TensorType) and isinstance(t.element_type, Float32Type)):
+                        continue
+                    if not is_param_derived(v, provenance):
+                        continue
+                    key = (v, id(ln.parent_block()))
+                    p16 = ln_casts.get(key)
+                    if p16 is None:
+                        p16 = ln_casts[key] = nn.CastOp(v, TensorType(f16, t.get_shape()))
+                        ln.parent_block().insert_op_before(p16, ln)
+                    ln.operands[i] = p16.result
         if self.attention_f16:
             for att in [o for o in op.walk() if isinstance(o, nn.AttentionOp)]:
                 for i in range(3):

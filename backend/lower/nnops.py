@@ -188,27 +188,32 @@ class NnOps:
             f"{what}: x to f16",
             {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
         )
-        self.kcall(
-            f"{what}: weight to f16",
-            {t: ew.Elementwise("cast_f32_f16", n // 4, in0=wa[t], out=w16) for t in tiles},
-        )
-        self.kcall(
-            f"{what}: bias to f16",
-            {t: ew.Elementwise("cast_f32_f16", n // 4, in0=ba[t], out=b16) for t in tiles},
-        )
+        for name, v, src, dst in (("weight", w, wa, w16), ("bias", b, ba, b16)):
+            if device_dtype(v.type.element_type) == "f16":
+                continue  # f16 parameters (nn-quantize-weights): the kernel reads them where they are
+            self.kcall(
+                f"{what}: {name} to f16",
+                {t: ew.Elementwise("cast_f32_f16", n // 4, in0=src[t], out=dst) for t in tiles},
+            )
+        if device_dtype(w.type.element_type) == "f16":
+            w16 = wa
+        if device_dtype(b.type.element_type) == "f16":
+            b16 = ba
         eps = float(op.eps.value.data) if hasattr(op.eps, "value") else float(op.eps)
         rows = {t: int(shard[t]) // n for t in tiles}
-        kw = dict(in0=a_area, in1=w16, in2=b16, out=c_area, eps=eps)
-        calls = {t: rw.Rows("layernorm", rows[t], n, **(kw | self._ln_out(f16_out, out, t))) for t in tiles}
+
+        def kw(t):  # per tile: f16 parameters are read in place (their address may differ per tile)
+            w_t = w16[t] if isinstance(w16, dict) else w16
+            b_t = b16[t] if isinstance(b16, dict) else b16
+            return dict(in0=a_area, in1=w_t, in2=b_t, out=c_area, eps=eps) | self._ln_out(f16_out, out, t)
+
+        calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
         # Few rows per tile: every row split across the six workers (`layernorm_split`, partials in aux after
         # the f16 bias) when its estimate on the slowest tile is lower (one kernel per call site).
-        parts = b16 + (n * 2 + 7) // 8 * 8
+        parts = aux + 2 * ((n * 2 + 7) // 8 * 8)  # after the f16 weight and bias slots
         fits = parts - aux + rw.LNS_PART * max(rows.values()) <= self.target.region1_element_bytes
         if n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits:
-            split = {
-                t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **(kw | self._ln_out(f16_out, out, t)))
-                for t in tiles
-            }
+            split = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
             if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
                 calls = split
         self.kcall(f"{what}: rows", calls)

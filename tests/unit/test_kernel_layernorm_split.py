@@ -148,21 +148,30 @@ def _ln_model(rows: int, n: int) -> ModuleOp:
     return ModuleOp([func.FuncOp("ln", ((), ()), Region(block))])
 
 
+@pytest.mark.parametrize("activations", ["f16", "none"])
 @pytest.mark.parametrize("rows,n,entry", [(24, 1152, "rows_lns_sup"), (192, 64, "rows_sup")])
-def test_lowering_picks_the_cheaper_layer_norm(rows, n, entry):
+def test_lowering_picks_the_cheaper_layer_norm(rows, n, entry, activations):
     """16 tiles: 24 rows of 1152 (1-2 rows per tile) take the split kernel, 192 rows of 64 (12 per tile) whole
-    rows; both match the device-mode reference."""
+    rows; both match the device-mode reference. With nn-quantize-weights' f16 activations the weight and bias
+    are f16 parameters the kernel reads in place; otherwise the lowering casts the f32 ones per inference."""
     opts = "{tiles=16 sram_kib=624}"
-    spec = f"nn-quantize-weights,nn-to-exchange-pipeline{opts},memory-plan{opts}"
+    quantize = f"nn-quantize-weights{{activations={activations}}}"
+    spec = f"{quantize},nn-to-exchange-pipeline{opts},memory-plan{opts}"
     pkg = lower_to_package(run_passes(_ln_model(rows, n), spec))
     kernels = {s["kernel"] for s in pkg.metadata["profile_sites"] if s["what"].endswith(": rows")}
     assert kernels == {entry}
+    casts = [
+        s["what"]
+        for s in pkg.metadata["profile_sites"]
+        if s["what"].endswith(("weight to f16", "bias to f16"))
+    ]
+    assert len(casts) == (0 if activations == "f16" else 2)
     rng = np.random.default_rng(rows)
     params = {"w": rng.standard_normal(n).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32)}
     x = (rng.standard_normal((rows, n)) * 2 + 1).astype(np.float32)
     session = Session(pkg)
     session.upload_parameters(params)
     y = session.run({"x": x}).outputs["y"]
-    ref = evaluate(run_passes(_ln_model(rows, n), "nn-quantize-weights"), {"x": x}, params, mode="device")
+    ref = evaluate(run_passes(_ln_model(rows, n), quantize), {"x": x}, params, mode="device")
     ref = ref.outputs["y"]
     np.testing.assert_allclose(y, ref, rtol=0, atol=8 * np.abs(ref).max() * 2.0**-11)

@@ -116,7 +116,9 @@ func.func @two_layers() {
 // AFTER-LABEL: func.func @two_layers()
 // AFTER:         nn.repeat 2 carried(%h : tensor<4x8xf32>)
 // AFTER-NEXT:    ^{{.*}}(%[[H:[^ ,:]+]]: tensor<4x8xf32>, %[[ln1w:[^ ,:]+]]: tensor<8xf32>, %[[ln1b:[^ ,:]+]]: tensor<8xf32>, %[[wq:[^ ,:]+]]: tensor<8x8xf32>, %[[bq:[^ ,:]+]]: tensor<8xf32>, %[[wk:[^ ,:]+]]: tensor<8x8xf32>, %[[bk:[^ ,:]+]]: tensor<8xf32>, %[[wv:[^ ,:]+]]: tensor<8x8xf32>, %[[bv:[^ ,:]+]]: tensor<8xf32>, %[[wo:[^ ,:]+]]: tensor<8x8xf32>,
-// AFTER-NEXT:      %[[Y16:[^ ,:]+]] = nn.layer_norm %[[H]], %[[ln1w]], %[[ln1b]] {{.*}} -> tensor<4x8xf16>
+// AFTER-NEXT:      %[[ln1w16:[^ ,:]+]] = nn.cast %[[ln1w]] : tensor<8xf32> -> tensor<8xf16>
+// AFTER-NEXT:      %[[ln1b16:[^ ,:]+]] = nn.cast %[[ln1b]] : tensor<8xf32> -> tensor<8xf16>
+// AFTER-NEXT:      %[[Y16:[^ ,:]+]] = nn.layer_norm %[[H]], %[[ln1w16]], %[[ln1b16]] {{.*}} -> tensor<4x8xf16>
 // AFTER-NEXT:      %[[W:[^ ,:]+]] = nn.concat %[[wq]], %[[wk]], %[[wv]] axis=0 : tensor<8x8xf32>, tensor<8x8xf32>, tensor<8x8xf32> -> tensor<24x8xf32>
 // AFTER-NEXT:      %[[W8:[^ ,:]+]] = nn.cast %[[W]] {scale = -4 : i64} : tensor<24x8xf32> -> tensor<24x8xf8E4M3FNUZ>
 // AFTER-NEXT:      %[[B:[^ ,:]+]] = nn.concat %[[bq]], %[[bk]], %[[bv]] axis=0
@@ -133,7 +135,9 @@ func.func @two_layers() {
 // BEFORE-LABEL: func.func @two_layers()
 // BEFORE:         nn.repeat 2 carried(%h : tensor<4x8xf32>)
 // BEFORE-NEXT:    ^{{.*}}(%[[H:[^ ,:]+]]: tensor<4x8xf32>, %[[ln1w:[^ ,:]+]]: tensor<8xf32>, %[[ln1b:[^ ,:]+]]: tensor<8xf32>, %[[wq:[^ ,:]+]]: tensor<8x8xf32>, %[[bq:[^ ,:]+]]: tensor<8xf32>, %[[wk:[^ ,:]+]]: tensor<8x8xf32>, %[[bk:[^ ,:]+]]: tensor<8xf32>, %[[wv:[^ ,:]+]]: tensor<8x8xf32>, %[[bv:[^ ,:]+]]: tensor<8xf32>,
-// BEFORE-NEXT:      %[[Y16:[^ ,:]+]] = nn.layer_norm %[[H]], %[[ln1w]], %[[ln1b]] {{.*}} -> tensor<4x8xf16>
+// BEFORE-NEXT:      %[[ln1w16:[^ ,:]+]] = nn.cast %[[ln1w]] : tensor<8xf32> -> tensor<8xf16>
+// BEFORE-NEXT:      %[[ln1b16:[^ ,:]+]] = nn.cast %[[ln1b]] : tensor<8xf32> -> tensor<8xf16>
+// BEFORE-NEXT:      %[[Y16:[^ ,:]+]] = nn.layer_norm %[[H]], %[[ln1w16]], %[[ln1b16]] {{.*}} -> tensor<4x8xf16>
 // BEFORE-NEXT:      %[[W:[^ ,:]+]] = nn.concat %[[wq]], %[[wk]], %[[wv]] axis=0
 // BEFORE-NEXT:      %[[W8:[^ ,:]+]] = nn.cast %[[W]] {scale = -4 : i64} : tensor<24x8xf32> -> tensor<24x8xf8E4M3FNUZ>
 // BEFORE-NEXT:      %[[B:[^ ,:]+]] = nn.concat %[[bq]], %[[bk]], %[[bv]] axis=0

@@ -157,7 +157,8 @@ func.func @mlp() {
 // -----
 
 // A layer norm read only as linears' inputs produces f16 itself (one rounding of its f32 result either way); one
-// with another use (an output) keeps f32 and gets the shared cast.
+// with another use (an output) keeps f32 and gets the shared cast. Layer-norm weights and biases from parameters
+// become f16 (one cast each, shared by the layer norms that read them); with activations="none" they stay f32.
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-quantize-weights)' | filecheck %s --check-prefix=LN
 func.func @layer_norms() {
   %x = nn.input "x" : tensor<4x8xf32>
@@ -177,10 +178,12 @@ func.func @layer_norms() {
 }
 // TWICE-LABEL: func.func @layer_norms()
 // LN-LABEL: func.func @layer_norms()
-// LN:         %n1 = nn.layer_norm %x, %g, %b eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf16>
+// LN:         %[[G16:[^ ]+]] = nn.cast %g : tensor<8xf32> -> tensor<8xf16>
+// LN-NEXT:    %[[B16:[^ ]+]] = nn.cast %b : tensor<8xf32> -> tensor<8xf16>
+// LN-NEXT:    %n1 = nn.layer_norm %x, %[[G16]], %[[B16]] eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf16>, tensor<8xf16> -> tensor<4x8xf16>
 // LN-NEXT:    %[[WQ:[^ ]+]] = nn.cast %wq
 // LN-NEXT:    %q = nn.linear %n1, %[[WQ]] : tensor<4x8xf16>
 // LN:         %k = nn.linear %n1,
-// LN:         %n2 = nn.layer_norm %q, %g, %b eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf32>, tensor<8xf32> -> tensor<4x8xf32>
+// LN:         %n2 = nn.layer_norm %q, %[[G16]], %[[B16]] eps=1.000000e-06 : tensor<4x8xf32>, tensor<8xf16>, tensor<8xf16> -> tensor<4x8xf32>
 // LN:         %[[N16:[^ ]+]] = nn.cast %n2 : tensor<4x8xf32> -> tensor<4x8xf16>
 // LN-NEXT:    %y = nn.linear %[[N16]],
