@@ -438,22 +438,59 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     return [x, w], res
 
 
+def rows_plan_grid(op: nn.LinearPartialsOp, num_tiles: int):
+    """(cycles, gm, pm, pn) of a many-row `nn.linear_partials` (`nn_split_k.rows_grid`, with the panel width its
+    x siblings share: `shared_rows_panels`), or None when nothing fits."""
+    (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    et = op.weight.type.element_type
+    panels = shared_rows_panels(op, num_tiles, rows_panels(op))
+    return rows_grid(m, k, n, op.chunk, tl.element_bytes(et), tl.dtype_name(et), num_tiles, panels=panels)
+
+
+def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_tiles: int) -> int:
+    """How many column-panel tiles x's [pm, kc] blocks of the many-row split `op` are replicated over: its gn, or
+    the largest gn of the splits of the same x on the same rows and chunks (gm, pm, pn; So400m's MLP parts of
+    2160 and 2144 columns: 68 and 67 panels of 32). The grid's tiles are numbered panel-major
+    (`partials_rows_layouts`), so those splits' tiles of panel j are the same, and with one replica count their x
+    layouts are one: x is gathered once for all of them."""
+    root = op.input
+    while isinstance(root.owner, tl.RelayoutOp):
+        root = root.owner.operands[0]
+    readers, values = [], [root]
+    while values:
+        for use in values.pop().uses:
+            if isinstance(o := use.operation, tl.RelayoutOp):
+                values.append(o.results[0])
+            else:
+                readers.append(o)
+    most = gn
+    for o in readers:
+        if o is op or not isinstance(o, nn.LinearPartialsOp) or o.chunk != op.chunk:
+            continue
+        grid = rows_plan_grid(o, num_tiles)
+        if grid is not None and tuple(grid[1:]) == (gm, pm, pn):
+            most = max(most, -(-o.weight.type.get_shape()[0] // pn))
+    return most
+
+
 def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
     """`nn.linear_partials` of many rows: grid [G K chunks, gm row panels, gn column panels], panel [pm, kc, pn];
-    tile base + (c * gm + i) * gn + j computes partial c of output block (i, j) from x's [pm, kc] block (i, c)
-    (replicated over the gn tiles of (c, i)) and the weight's [pn, kc] block (j, c) (replicated over the gm tiles
-    of (c, j))."""
+    tile base + (j * G + c) * gm + i (panel-major) computes partial c of output block (i, j) from x's [pm, kc]
+    block (i, c) (replicated over the tiles of (c, i): `x_replicas` column panels) and the weight's [pn, kc] block
+    (j, c) (replicated over the gm tiles of (c, j))."""
     g, gm, gn = plan.get("grid")
     pm, kc, pn = plan.get("panel")
     base = plan.get("base")
     (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-    if base + g * gm * gn > num_tiles or -(-k // kc) != g or -(-m // pm) != gm or -(-n // pn) != gn:
+    gx = x_replicas(op, gm, pm, pn, gn, num_tiles) if base == 0 else gn
+    if base + g * gm * gx > num_tiles or -(-k // kc) != g or -(-m // pm) != gm or -(-n // pn) != gn:
         raise PassFailedException(
             f"tile-plan: {label(op)}: partials plan grid {g}x{gm}x{gn} with panels [{pm}, {kc}, {pn}] at base "
             f"{base} does not cover [{m}, {k}] x [{n}, {k}] on {num_tiles} tiles"
         )
-    t = base + np.arange(g * gm * gn, dtype=np.int32).reshape(g, gm, gn)
-    x_tab = t.transpose(1, 0, 2).reshape(gm * g, gn)  # x block (i, c) -> the gn tiles of (c, i)
+    cells = base + np.arange(gx * g * gm, dtype=np.int32).reshape(gx, g, gm).transpose(1, 2, 0)  # [c, i, j]
+    t = np.ascontiguousarray(cells[:, :, :gn])
+    x_tab = cells.transpose(1, 0, 2).reshape(gm * g, gx)  # x block (i, c) -> the tiles of (c, i)
     w_tab = t.transpose(2, 0, 1).reshape(gn * g, gm)  # weight block (j, c) -> the gm tiles of (c, j)
     x = tl.make_layout((m, k), (pm, kc), np.ascontiguousarray(x_tab), op.input.type.element_type)
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
@@ -961,8 +998,7 @@ class _Planner:
             wdt = tl.dtype_name(op.weight.type.element_type)
             wbytes = tl.element_bytes(op.weight.type.element_type)
             g, kc = op.result.type.get_shape()[0], op.chunk
-            panels = shared_rows_panels(op, t.num_tiles, rows_panels(op))
-            best = rows_grid(m, k, n, kc, wbytes, wdt, t.num_tiles, panels=panels)
+            best = rows_plan_grid(op, t.num_tiles)
             if best is None:
                 raise PassFailedException(
                     f"tile-plan: {label(op)}: no [K chunks, row panels, column panels] grid of {g} chunks fits "

@@ -406,3 +406,45 @@ def test_many_rows_linears_of_one_x_share_a_grid():
     assert len(grids) == 1 and next(iter(grids))[1][2] == shared
     # One A layout: every linear reads x in the same layout (one tile.relayout of it).
     assert len({str(tl.layout_of(op.input)) for op in parts}) == 1
+
+
+def test_many_rows_splits_of_one_x_with_more_panels_share_its_layout():
+    """So400m's two fc1 parts (2160 and 2144 columns of one layer norm's rows, chunks of 384): grids [3, 7, 68]
+    and [3, 7, 67]. Their tiles are numbered panel-major, so panel j's tiles are the same in both, and x's blocks
+    are replicated over 68 panels for both (`x_replicas`): one x layout, gathered once."""
+    from xdsl.context import Context
+    from xdsl.parser import Parser
+
+    from ipu.dialects.registry import all_dialects
+    from ipu.passes.tile_plan import TilePlanPass
+
+    f8 = "f8E4M3FNUZ"
+    text = f"""
+    func.func @f() {{
+      %e = nn.input "e" : tensor<729x1152xf32>
+      %g = nn.param "g" : tensor<1152xf32>
+      %x = nn.layer_norm %e, %g, %g eps=1.0e-06 : tensor<729x1152xf32>, tensor<1152xf32>, tensor<1152xf32> -> tensor<729x1152xf16>
+      %w1 = nn.param "w1" : tensor<2160x1152x{f8}>
+      %w2 = nn.param "w2" : tensor<2144x1152x{f8}>
+      %a = nn.linear %x, %w1 : tensor<729x1152xf16>, tensor<2160x1152x{f8}> -> tensor<729x2160xf32>
+      %b = nn.linear %x, %w2 : tensor<729x1152xf16>, tensor<2144x1152x{f8}> -> tensor<729x2144xf32>
+      nn.output "a" %a : tensor<729x2160xf32>
+      nn.output "b" %b : tensor<729x2144xf32>
+      func.return
+    }}
+    """
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    mod = Parser(ctx, text).parse_module()
+    for lin in [op for op in mod.walk() if isinstance(op, nn.LinearOp)]:
+        NNSplitKPass.split(lin, 384, many_rows=True)
+    TilePlanPass(tiles=1472, sram_kib=624).apply(ctx, mod)
+    a, b = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    ga, gb = (tuple(op.attributes[tl.PLAN_ATTR].get("grid")) for op in (a, b))
+    assert ga == (3, 7, 68) and gb == (3, 7, 67)
+    ta, tb = (op.attributes[tl.LAYOUT_ATTR].table()[:, 0].reshape(op.attributes[tl.PLAN_ATTR].get("grid"))
+              for op in (a, b))  # fmt: skip
+    assert (ta[:, :, :67] == tb).all()  # panel j on the same tiles
+    xa, xb = tl.layout_of(a.input), tl.layout_of(b.input)
+    assert xa == xb and xa.replicas.data == 68 and a.input is b.input  # one relayout of x
