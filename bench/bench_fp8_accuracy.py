@@ -5,6 +5,7 @@ precision policies. Reference evaluator only (the simulator matches device preci
     python -m bench.bench_fp8_accuracy                 # the tiny SigLIP, four seeds
     python -m bench.bench_fp8_accuracy --so400m-layers 1 --seeds 2   # So400m/14-384, one layer + MAP head
     python -m bench.bench_fp8_accuracy --so400m-layers 2 --spec 'nn-quantize-weights{...}'   # given policies
+    python -m bench.bench_fp8_accuracy --so400m-layers 2 --hf-init   # Hugging Face's init, not perturbed
 """
 
 import argparse
@@ -26,6 +27,9 @@ def main() -> None:
     p.add_argument("--so400m-layers", type=int, default=0, help="So400m with this many layers (0: tiny)")
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument(
+        "--hf-init", action="store_true", help="unperturbed weights (Hugging Face's init; default: perturbed)"
+    )
+    p.add_argument(
         "--spec", action="append", help="nn-quantize-weights spec to compare (repeatable; default: a set)"
     )
     args = p.parse_args()
@@ -43,14 +47,15 @@ def main() -> None:
     ]
     specs = args.spec or specs
     seeds = range(args.seeds)
-    print(f"model: {f'so400m x{args.so400m_layers} layers' if args.so400m_layers else 'tiny'}")
+    model = f"so400m x{args.so400m_layers} layers" if args.so400m_layers else "tiny"
+    print(f"model: {model}, weights: {'hf init' if args.hf_init else 'perturbed'} (random_weights)")
     print("| nn-quantize-weights | " + " | ".join(f"seed {s}: min cos / max rel-L2" for s in seeds) + " |")
     print("|---|" + "---:|" * len(seeds))
     refs = {}
     for spec in specs:
         cells = []
         for seed in seeds:
-            w = random_weights(cfg, seed)
+            w = random_weights(cfg, seed, perturbed=not args.hf_init)
             x = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size))
             x = x.astype(np.float32)
             if seed not in refs:

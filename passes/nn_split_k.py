@@ -64,8 +64,8 @@ SPLIT_OVERHEAD_CYCLES = 1600
 FEW_ROWS = 8
 # Many-row split (`rows_grid`): the sum's fixed cost per tile (the adds' calls, the bias, a cast) besides its data,
 # and the margin the split's estimate must win by (the unsplit GEMM's plan is tile-plan's `choose_gemm`, costed a
-# little differently). Calibrated when partials and sums were f32: the estimate still counts the sum's pieces as
-# f32 bytes and f32 adds (the lowering now moves and adds f16), an overestimate kept so the choices stay measured.
+# little differently). Calibrated when partials and sums were f32; the sum's pieces are costed as the f16 bytes and
+# f16 adds the lowering now moves and runs (no So400m or tiny-model choice changed with that).
 ROWS_SPLIT_FIXED_CYCLES = 1500
 ROWS_SPLIT_MARGIN = 0.85
 # Column panel widths of a many-row split (multiples of 16: the kernel's N block, no padding).
@@ -141,8 +141,8 @@ def rows_grid(
     panels of pm rows (a multiple of G: the sum gives each of a block's G tiles pm / G of its rows) x gn column
     panels of pn (one of `panels`; the kernel pads it to 16), G * gm * gn <= tiles. The busiest tile: its GEMM
     (`cost_model.gemm_kernel_cycles`), weight preparation, the receipt of its x and weight blocks at the
-    exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds` from `source`), and the sum's share (G - 1 pieces
-    of pm / G rows, one round each, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
+    exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds` from `source`), and the sum's share (G - 1 f16 pieces
+    of pm / G rows, one round each, f16 adds, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
     one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it."""
     g = -(-k // kc)
     best = None
@@ -172,9 +172,9 @@ def rows_grid(
         )
         if g > 1:
             c += (
-                cm.exchange_cycles((g - 1) * (pm // g) * pn * 4)
+                cm.exchange_cycles((g - 1) * (pm // g) * pn * 2)
                 + (g - 1) * ROUND_CYCLES
-                + cm.elementwise_cycles((g - 1) * (pm // g) * pn, "add", "f32")
+                + cm.elementwise_cycles((g - 1) * (pm // g) * pn, "add", "f16")
                 + ROWS_SPLIT_FIXED_CYCLES
             )
         if best is None or c < best[0]:
