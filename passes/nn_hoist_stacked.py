@@ -64,9 +64,12 @@ def hoist(rep: nn.RepeatOp) -> nn.RepeatOp:
             return rep
         op, new = found
         Rewriter.insert_op(new, InsertPoint.before(rep))
-        new.results[0].name_hint = op.results[0].name_hint
+        # The hoisted value keeps a name (the op's, else the stacked argument's: `q_proj_weight`), which the
+        # profile uses to name the operators that read it.
+        hint = op.results[0].name_hint or op.operands[0].name_hint
+        new.results[0].name_hint = hint
         arg = block.insert_arg(nn.RepeatOp.slice_type(new.results[0].type), len(block.args))
-        arg.name_hint = op.results[0].name_hint
+        arg.name_hint = hint
         op.results[0].replace_all_uses_with(arg)
         op.detach()
         op.erase()

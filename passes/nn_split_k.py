@@ -21,8 +21,9 @@ partial gathered, with G * N / 16 <= tiles; the linear is split only when that b
 same terms over all of K, N / 16 / tiles column blocks per tile). Run after `nn-quantize-weights` (the operands
 are then f16 activations and f16 / FP8 weights).
 
-Many rows (option many_rows) whose x is a layer norm's result, another split's sum or attention's output
-(`x_source`): f16 partials, summed with the bias (`nn.reduce_sum`'s optional operand) into the linear's type,
+Many rows (option many_rows) whose x is a layer norm's result, another split's sum, attention's output or made
+by the host from an input (`x_source`; K % 16 != 0 only for the last: the lowering pads its last chunk): f16
+partials, summed with the bias (`nn.reduce_sum`'s optional operand) into the linear's type,
 
     %p = nn.linear_partials %x, %w k_chunk = kc   // [G, M, N] f16
     %y = nn.reduce_sum %p, %b                     // [M, N], f16 or f32
@@ -125,6 +126,12 @@ def x_rounds(pm: int, kc: int, k: int, source: str = "rows", width: int = PRODUC
         return (-(-pm // PRODUCER_ROWS) + 1) * -(-kc // PRODUCER_PANEL)
     if source == "heads":
         return (-(-pm // HEAD_BLOCK_ROWS) + 1) * -(-kc // width)
+    if (
+        source == "host"
+    ):  # the pieces of its spread home (`tile_plan.home_of`: rows of at least HOME_PIECE_BYTES)
+        from ipu.passes.tile_plan import HOME_PIECE_BYTES
+
+        return -(-pm // max(1, -(-HOME_PIECE_BYTES // (kc * 2))))
     if kc >= k:
         return pm
     from ipu.passes.tile_plan import GATHER_MID_BYTES
@@ -287,7 +294,20 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):
         return "heads", owner.query.type.get_shape()[1] // owner.num_heads
+    if _from_input(v):
+        return "host", 0
     return None
+
+
+def _from_input(v) -> bool:
+    """x computed by the host from a model input only (the patch embedding's patches: patchify, reshape, cast):
+    tile-plan uploads it into a spread home of the split's x layout, from which the exchange broadcasts it."""
+    owner = v.owner
+    if isinstance(owner, nn.InputOp):
+        return True
+    if isinstance(owner, nn.PatchifyOp | nn.ReshapeOp | nn.CastOp | nn.SliceOp):
+        return all(_from_input(o) for o in owner.operands)
+    return False
 
 
 @dataclass(frozen=True)
@@ -311,7 +331,11 @@ class NNSplitKPass(ModulePass):
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
             xs, ws = lin.input.type.get_shape(), lin.weight.type.get_shape()
             few = xs[0] <= self.max_rows
-            if len(xs) != 2 or not (few or self.many_rows) or xs[1] % 16 or ws[0] % 16:
+            if len(xs) != 2 or not (few or self.many_rows) or ws[0] % 16:
+                continue
+            # K % 16 != 0: a many-row split from host-made x only (the lowering pads the ragged last chunk of
+            # row-major x blocks; x from other producers arrives in column panels)
+            if xs[1] % 16 and (few or x_source(lin, self.tiles) != ("host", 0)):
                 continue
             if tl.element_bytes(lin.input.type.element_type) != 2:
                 continue  # the kernels take f16 activations (run nn-quantize-weights first)

@@ -383,8 +383,11 @@ class NnOps:
             )
         rsize = 4 if rdt == "f32" else 2
         k, kc = x.type.get_shape()[1], op.chunk
-        if k % 16 or kc % 16 or 2 * kc > 4112:
-            raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
+        if (k % 16 and a_cols is not None) or kc % 16 or 2 * kc > 4112:
+            raise self.error(
+                f"{what}: k_chunk = {kc} must be a multiple of 16 (<= 2056), and K = {k} too when x arrives as "
+                "column panels"
+            )
         c_area, a_area, zeros = self.scratch()
         panels = self.aux()
         e = self.target.region1_element_bytes
@@ -416,8 +419,28 @@ class NnOps:
         # stride differs), each from its own weight panels.
         parts = {}
         gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
+        wsrc = {}  # tile -> (weight rows, their stride): the ragged last chunk's rows re-strided with zero K padding
+        esize = 1 if wdt.startswith("f8") else 2
         for t, j in jobs.items():
             kw, mr, xa = j[2], j[3], j[5]
+            if (
+                kw % 16
+            ):  # K % 16 != 0 (row-major x): the last chunk's A rows and weight rows padded with zeros
+                kp = kw + 16 - kw % 16
+                if mr * kp * 2 > e or j[4] * kp * esize > e:
+                    raise self.error(
+                        f"{what}: tile {t}: a {mr} x {kp} x block exceeds the {e}-byte A scratch"
+                    )
+                gathers[t] = self._a_chunk_rows(mr, mr, xa, kw, kw, 0, kp, a_area, zeros)
+                gathers[t] += [
+                    piece
+                    for r in range(j[4])
+                    for piece in [(j[6] + r * kw * esize, c_area + r * kp * esize, kw * esize)]
+                    + zero_copies(zeros, c_area + (r * kp + kw) * esize, (kp - kw) * esize)
+                ]
+                wsrc[t] = (c_area, kp)
+                parts[t] = [(0, kp, a_area, kp * 2, panels)]
+                continue
             if a_cols is not None and a_cols % 16:
                 if mr * kw * 2 > e:
                     raise self.error(
@@ -436,23 +459,31 @@ class NnOps:
                     (nfull, kw - nfull, xa + nfull * mr * 2, (kw - nfull) * 2, panels + npad[t] * nfull * 2)
                 )
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
+            self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
+            gathers = {}
+
+        def wrows(t, j, k1):  # (address of the chunk's weight rows from column k1, their stride in elements)
+            base, stride = wsrc.get(t, (j[6], j[2]))
+            return base + k1 * esize, stride
+
         for p in range(max(len(v) for v in parts.values())):
             sel = {t: (jobs[t], parts[t][p]) for t in jobs if p < len(parts[t])}
             tag = f"{what}: weight panels" + (" (last panel)" if p else "")
             if wdt == "f16":
-                prep = {
-                    t: pk.weights_from_bt(j[4], w, "f16", j[6] + k1 * 2, area, src_row=j[2] * 2)
-                    for t, (j, (k1, w, _a, _r, area)) in sel.items()
-                }
+                prep = {}
+                for t, (j, (k1, w, _a, _r, area)) in sel.items():
+                    src, stride = wrows(t, j, k1)
+                    prep[t] = pk.weights_from_bt(j[4], w, "f16", src, area, src_row=stride * 2)
                 self.kcall(tag, prep)
                 for w, area in sorted({(q[1], q[4]) for _, q in sel.values()}):  # N padding rows: zeros
                     pads = {t: (j[4], npad[t]) for t, (j, q) in sel.items() if (q[1], q[4]) == (w, area)}
                     self.kcall(f"{tag} N padding", n_padding_zeros(pads, w, area, zeros))
             else:  # FP8: converted, N padding zeroed, in one pass
-                prep = {
-                    t: pk.fp8_to_f16_panels(j[4], w, j[6] + k1, area, src_row=j[2], **fmt)
-                    for t, (j, (k1, w, _a, _r, area)) in sel.items()
-                }
+                prep = {}
+                for t, (j, (k1, w, _a, _r, area)) in sel.items():
+                    src, stride = wrows(t, j, k1)
+                    prep[t] = pk.fp8_to_f16_panels(j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"

@@ -148,7 +148,9 @@ def test_compute_cycles_of_a_superstep_and_a_kernel(run):
     assert sites[site]["kernel"].startswith("gemm_f16_sup_") and sites[site]["repeat"] is None
     a, b = _clocks_at(run, sites[site]["pc"], 0), _clocks_at(run, sites[site + 1]["pc"], 0)
     assert step["tile_cycles"] == (b - a).tolist()
-    assert step["cycles"] == _frontier(run, b) - _frontier(run, a) > 1000
+    assert (
+        step["cycles"] == _frontier(run, b) - _frontier(run, a) > 0
+    )  # (the patch embedding's split GEMM: ~900)
     k = step["superstep"]
     members = [s for s in doc["steps"] if s["superstep"] == k and s["kind"] != "repeat-rest"]
     comp = [s for s in members if s["kind"] == "compute"]
@@ -266,8 +268,11 @@ def test_sites_name_the_operators(run):
     for name in ("layer nn.linear q_proj", "layer nn.linear mlp_fc2", "layer nn.layer_norm layer_norm1"):
         assert all(s["repeat"] == 0 and s["role"] == "body" for s in by_op[name]), name
     assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["layer nn.linear q_proj"])
-    assert any(s["kernel"].startswith("gemm_f16_sup_") for s in by_op["nn.linear embeddings.patch_embedding"])
-    assert all(s["repeat"] is None for s in by_op["nn.linear embeddings.patch_embedding"])
+    assert any(
+        s["kernel"].startswith("gemm_f16_sup_")
+        for s in by_op["nn.linear_partials embeddings.patch_embedding"]
+    )
+    assert all(s["repeat"] is None for s in by_op["nn.linear_partials embeddings.patch_embedding"])
     assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "copy_sup"}
     assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
 

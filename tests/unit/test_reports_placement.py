@@ -151,7 +151,7 @@ def test_report_files_are_self_contained(planned, tmp_path):
 
 def test_failed_placement_writes_the_map_up_to_the_failure(tmp_path):
     spec = PLAN.format(t=TILES) + (
-        f',memory-plan{{tiles={TILES} sram_kib=80 reserve-code-bytes=16384 report-dir="{tmp_path}"}}'
+        f',memory-plan{{tiles={TILES} sram_kib=96 reserve-code-bytes=16384 report-dir="{tmp_path}"}}'
     )
     with pytest.raises(PassFailedException) as info:
         _run(spec)

@@ -238,8 +238,15 @@ def test_many_rows_tile_plan_scatters_the_sum():
     [
         (196, 256, 64, 64, "nn-quantize-weights"),
         (120, 272, 32, 96, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+        (120, 100, 32, 32, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+        (96, 200, 48, 64, "nn-quantize-weights"),
     ],
-    ids=["FP8 weights, 4 chunks", "f16 weights, ragged last chunk (80)"],
+    ids=[
+        "FP8 weights, 4 chunks",
+        "f16 weights, ragged last chunk (80)",
+        "f16 weights, K % 16 != 0 (last chunk 4, padded to 16)",
+        "FP8 weights, K % 16 != 0 (last chunk 8, padded to 16)",
+    ],
 )
 def test_many_rows_split_matches_reference(m, k, n, kc, quantize):
     opts = "{tiles=64 sram_kib=624}"
@@ -448,3 +455,22 @@ def test_many_rows_splits_of_one_x_with_more_panels_share_its_layout():
     assert (ta[:, :, :67] == tb).all()  # panel j on the same tiles
     xa, xb = tl.layout_of(a.input), tl.layout_of(b.input)
     assert xa == xb and xa.replicas.data == 68 and a.input is b.input  # one relayout of x
+
+
+def test_many_rows_split_of_host_made_x_with_ragged_k():
+    """x made by the host from an input (the patch embedding's patches: K = 588, not whole 16-blocks) is a
+    many-row split's "host" source (`x_source`): nn-split-k splits it even with K % 16 != 0 (the lowering pads the
+    last chunk's x and weight rows with zeros); a layer norm's rows with such a K are left alone."""
+    from ipu.passes.nn_split_k import x_source
+
+    mod = run_passes(linear_model(729, 588, 1152, True), "nn-quantize-weights{activations=f16 keep_f16=w}")
+    (lin,) = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    assert x_source(lin) == ("host", 0)
+    NNSplitKPass(tiles=1472).apply(None, mod)
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert parts.chunk % 16 == 0 and 588 % parts.chunk != 0
+    mod = run_passes(linear_model(729, 588, 1152, True), "nn-quantize-weights{activations=f16 keep_f16=w}")
+    (lin,) = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    assert x_source(lin, 16) == ("host", 0)
+    NNSplitKPass(tiles=16).apply(None, mod)  # 16 tiles: the split does not pay
+    assert not [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]

@@ -2,7 +2,8 @@
 // at fixed places (runtime state at the SRAM base, code and exchange tables in whole 16 KiB elements at the top
 // of region 0, the host aperture at the host events), parameters resident and host-visible, the input live from
 // event 0, the output until the last event, GEMM results interleaved (region r1, 16-byte aligned), per-class
-// address tables where tile classes differ (here the plan is uniform: one class).
+// address tables where tile classes differ (here two: the input's spread home, 4 KB in pieces of at least 2 KiB,
+// sits on tiles 0 and 1 only).
 
 // RUN: ipu-opt %s -p 'tile-plan{tiles=4 sram_kib=256},exchange-lower{tiles=4 sram_kib=256},exchange-schedule,memory-plan{tiles=4 sram_kib=256 reserve-code-bytes=16384}' | filecheck %s
 // RUN: ipu-opt %s -p 'tile-plan{tiles=4 sram_kib=256},exchange-lower{tiles=4 sram_kib=256},exchange-schedule,memory-plan{tiles=4 sram_kib=256 reserve-code-bytes=16384}' | ipu-opt | filecheck %s
@@ -24,18 +25,18 @@ func.func @mlp() {
 }
 
 // CHECK-LABEL: func.func @mlp
-// CHECK-NEXT:    memory.plan {tiles = 4 : i64, events = 7 : i64, host_events = [0 : i64, 6 : i64], sram = [311296 : i64, 524288 : i64, 573440 : i64], aperture = [327680 : i64, 360448 : i64], num_classes = 1 : i64, classes = 0 : i64, high = {{[0-9]+}} : i64}
+// CHECK-NEXT:    memory.plan {tiles = 4 : i64, events = 7 : i64, host_events = [0 : i64, 6 : i64], sram = [311296 : i64, 524288 : i64, 573440 : i64], aperture = [327680 : i64, 360448 : i64], num_classes = 2 : i64, classes = dense<[[0], [0], [1], [1]]> : tensor<4x1xi32>, high = dense<{{\[\[[0-9]+\], \[[0-9]+\]\]}}> : tensor<2x1xi32>}
 // CHECK-NEXT:    memory.reserve "runtime_state" {buffer = #memory.buffer<addr = 0x4c000, bytes = 1760, live = [0, 6], region = "r0", align = 8, resident>}
 // CHECK-NEXT:    memory.reserve "host_descriptors" {buffer = #memory.buffer<addr = 0x4c6e0, bytes = 256, live = [0, 6], region = "r0", align = 8, resident>}
 // CHECK-NEXT:    memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
 // CHECK-NEXT:    memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [0, 0], region = "r0", align = 8>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [6, 6], region = "r0", align = 8>}
-// CHECK-NEXT:    %x = nn.input "x" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 1024, live = [0, 1], region = "any", align = 8, host>]
+// CHECK-NEXT:    %x = nn.input "x" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = dense<{{\[\[}}2048], [0]]> : tensor<2x1xi32>, live = [0, 1], region = "any", align = 8, host>]
 // CHECK-NEXT:    %w1 = nn.param "fc1.weight" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 8192, live = [0, 6], region = "any", align = 8, resident, host>]
 // CHECK-NEXT:    %b1 = nn.param "fc1.bias" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 128, live = [0, 6], region = "any", align = 8, resident, host>]
 // CHECK-NEXT:    exchange.sync
-// CHECK-NEXT:    %0 = exchange.phase %x {memory.buffers = [#memory.buffer<addr = {{0x[0-9a-f]+}}, bytes = 4096, live = [1, 2], region = "any", align = 8>]
+// CHECK-NEXT:    %0 = exchange.phase %x {memory.buffers = [#memory.buffer<addr = dense<{{\[\[[0-9]+\], \[[0-9]+\]\]}}> : tensor<2x1xi32>, bytes = 4096, live = [1, 2], region = "any", align = 8>]
 // CHECK-NEXT:    %h = nn.linear %0, %w1, %b1 {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 2048, live = [2, 3], region = "r1", align = 16>]
 // CHECK-NEXT:    %g = nn.gelu %h {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 2048, live = [3, 4], region = "any", align = 8>]
 // CHECK:         %y = nn.linear {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 1024, live = [5, 6], region = "r1", align = 16, host>]
@@ -48,6 +49,6 @@ func.func @mlp() {
 
 // The plan's high-water mark does not count the reservation (0x88400 = the last GEMM result's end; the lowering's
 // data starts there).
-// SCRATCH:     memory.plan {{.*}}high = 558080 : i64}
+// SCRATCH:     memory.plan {{.*}}high = dense<{{\[\[[0-9]+\], \[}}558080]]> : tensor<2x1xi32>}
 // SCRATCH:     memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xa4ad0, bytes = 30000, live = [0, 6], region = "any"
 // SCRATCH-NOT: addr = 0xa{{[4-9a-f][0-9a-f]{3}}},

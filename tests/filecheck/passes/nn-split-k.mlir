@@ -2,8 +2,9 @@
 // [M, N] rows (a reshape, for M > 1 a concat, of the bias parameter: host-folded later). The chunk is the
 // cheapest by the cost model when the split beats the unsplit GEMM on the given tiles; f32 activations (not
 // quantized), rows over max_rows and too few tiles are left alone. A many-row linear whose x is a layer norm's
-// result is split too (many_rows, default on): f16 partials summed with the bias (no add) into its own f16; an
-// input as x is not (x5).
+// result is split too (many_rows, default on): f16 partials summed with the bias (no add) into its own f16; so is
+// one whose x the host makes from an input (x5, as the patch embedding's patches), but not one whose x another
+// op computes on the tiles (x6: its layout would be tile-plan's choice).
 
 // RUN: ipu-opt %s -p 'nn-split-k' | filecheck %s
 // RUN: ipu-opt %s -p 'nn-split-k{tiles=16}' | filecheck %s --check-prefix=KEEP
@@ -34,6 +35,9 @@ func.func @head() {
   %x5 = nn.input "x5" : tensor<729x1152xf16>
   %y5 = nn.linear %x5, %w4, %b2 : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<729x1152xf16>
   nn.output "y5" %y5 : tensor<729x1152xf16>
+  %x6 = nn.add %x5, %x5 : tensor<729x1152xf16>, tensor<729x1152xf16> -> tensor<729x1152xf16>
+  %y6 = nn.linear %x6, %w4, %b2 : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ>, tensor<1152xf32> -> tensor<729x1152xf16>
+  nn.output "y6" %y6 : tensor<729x1152xf16>
   func.return
 }
 
@@ -53,7 +57,9 @@ func.func @head() {
 // CHECK:         %[[P4:[^ ]+]] = nn.linear_partials %x4, %w4 k_chunk={{[0-9]+}} : tensor<729x1152xf16>, tensor<1152x1152xf8E4M3FNUZ> -> tensor<{{[0-9]+}}x729x1152xf16>
 // CHECK-NEXT:    %y4 = nn.reduce_sum %[[P4]], %b2 : tensor<{{[0-9]+}}x729x1152xf16>, tensor<1152xf32> -> tensor<729x1152xf16>
 // CHECK-NEXT:    nn.output "y4" %y4
-// CHECK:         %y5 = nn.linear %x5, %w4, %b2
+// CHECK:         %[[P5:[^ ]+]] = nn.linear_partials %x5, %w4 k_chunk={{[0-9]+}}
+// CHECK-NEXT:    %y5 = nn.reduce_sum %[[P5]], %b2
+// CHECK:         %y6 = nn.linear %x6, %w4, %b2
 
 // FEW-LABEL: func.func @head
 // FEW:         %y3 = nn.linear %x3, %w
