@@ -249,6 +249,18 @@ def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: 
 
 
 def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):
+    if ev.device and isinstance(op.input.type.element_type, Float16Type):
+        # f16 partials: summed as the device does, pairwise in f16 (while more than one is left, the first half
+        # gets the last half added, an odd one out staying), then the f16 bias added in f16.
+        parts = list(x)
+        live = len(parts)
+        while live > 1:
+            h = live // 2
+            for i in range(h):
+                parts[i] = _round_f16(parts[i] + parts[i + live - h])
+            live -= h
+        y = parts[0]
+        return y if b is None else _round_f16(y + _round_f16(b))
     y = x.sum(axis=0, dtype=x.dtype)
     return y if b is None else y + b
 

@@ -420,24 +420,41 @@ class NnOps:
         parts = {}
         gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
         wsrc = {}  # tile -> (weight rows, their stride): the ragged last chunk's rows re-strided with zero K padding
+        padded = {}  # tile -> the row kernel calls doing that for f16 rows of whole atoms (x, weight)
         esize = 1 if wdt.startswith("f8") else 2
         for t, j in jobs.items():
             kw, mr, xa = j[2], j[3], j[5]
-            if (
-                kw % 16
-            ):  # K % 16 != 0 (row-major x): the last chunk's A rows and weight rows padded with zeros
+            # K % 16 != 0 (row-major x): the last chunk's A rows and weight rows padded with zeros
+            if kw % 16:
                 kp = kw + 16 - kw % 16
                 if mr * kp * 2 > e or j[4] * kp * esize > e:
                     raise self.error(
                         f"{what}: tile {t}: a {mr} x {kp} x block exceeds the {e}-byte A scratch"
                     )
-                gathers[t] = self._a_chunk_rows(mr, mr, xa, kw, kw, 0, kp, a_area, zeros)
-                gathers[t] += [
-                    piece
-                    for r in range(j[4])
-                    for piece in [(j[6] + r * kw * esize, c_area + r * kp * esize, kw * esize)]
-                    + zero_copies(zeros, c_area + (r * kp + kw) * esize, (kp - kw) * esize)
-                ]
+                # f16 rows of whole atoms: one worker kernel per operand, not a copy per row
+                if esize == 2 and kw % 4 == 0 and kw >= 8:
+                    padded[t] = [
+                        rw.Rows(
+                            "panels_f16",
+                            rows,
+                            kp,
+                            in0=src,
+                            out=dst,
+                            panels=1,
+                            panel_width=kw,
+                            panel_step=rows * kw * 2,
+                            out_stride=kp * 2,
+                        )
+                        for rows, src, dst in ((mr, xa, a_area), (j[4], j[6], c_area))
+                    ]
+                else:
+                    gathers[t] = self._a_chunk_rows(mr, mr, xa, kw, kw, 0, kp, a_area, zeros)
+                    gathers[t] += [
+                        piece
+                        for r in range(j[4])
+                        for piece in [(j[6] + r * kw * esize, c_area + r * kp * esize, kw * esize)]
+                        + zero_copies(zeros, c_area + (r * kp + kw) * esize, (kp - kw) * esize)
+                    ]
                 wsrc[t] = (c_area, kp)
                 parts[t] = [(0, kp, a_area, kp * 2, panels)]
                 continue
@@ -462,6 +479,8 @@ class NnOps:
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
             gathers = {}
+            for i, name in enumerate(("x", "weight")):
+                self.kcall(f"{what}: {name} rows with zero K padding", {t: c[i] for t, c in padded.items()})
 
         def wrows(t, j, k1):  # (address of the chunk's weight rows from column k1, their stride in elements)
             base, stride = wsrc.get(t, (j[6], j[2]))

@@ -239,12 +239,14 @@ def test_many_rows_tile_plan_scatters_the_sum():
         (196, 256, 64, 64, "nn-quantize-weights"),
         (120, 272, 32, 96, "nn-quantize-weights{activations=f16 keep_f16=w}"),
         (120, 100, 32, 32, "nn-quantize-weights{activations=f16 keep_f16=w}"),
+        (120, 108, 32, 32, "nn-quantize-weights{activations=f16 keep_f16=w}"),
         (96, 200, 48, 64, "nn-quantize-weights"),
     ],
     ids=[
         "FP8 weights, 4 chunks",
         "f16 weights, ragged last chunk (80)",
-        "f16 weights, K % 16 != 0 (last chunk 4, padded to 16)",
+        "f16 weights, K % 16 != 0 (last chunk 4, copied with zeros to 16)",
+        "f16 weights, K % 16 != 0 (last chunk 12, padded to 16 by the row kernel)",
         "FP8 weights, K % 16 != 0 (last chunk 8, padded to 16)",
     ],
 )
