@@ -189,14 +189,10 @@ def rows_grid(
     return best
 
 
-def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int, ...]) -> tuple[int, ...]:
-    """The column panel width(s) `rows_grid` may take for the many-row split `parts`: `panels`, or when other
-    splits read the same x with the same shape and chunk (So400m's q, k and v projections) the one width that
-    puts them all on one grid (their A is then one layout: x is gathered once, not once per linear), chosen
-    by their summed estimates with x's receipt and gather counted once."""
-    (m, k), n, kc = parts.input.type.get_shape(), parts.weight.type.get_shape()[0], parts.chunk
-    # x as the linears read it, or (in tile-plan, after the earlier ones were planned) through a tile.relayout
-    root = parts.input
+def x_readers(x) -> list:
+    """The ops reading value x: directly, or (in tile-plan, after earlier readers were planned) through
+    `tile.relayout`s of it, from the value those relayouts start at."""
+    root = x
     while isinstance(root.owner, tl.RelayoutOp):
         root = root.owner.operands[0]
     readers, values = [], [root]
@@ -206,9 +202,18 @@ def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int
                 values.append(o.results[0])
             else:
                 readers.append(o)
+    return readers
+
+
+def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int, ...]) -> tuple[int, ...]:
+    """The column panel width(s) `rows_grid` may take for the many-row split `parts`: `panels`, or when other
+    splits read the same x with the same shape and chunk (So400m's q, k and v projections) the one width that
+    puts them all on one grid (their A is then one layout: x is gathered once, not once per linear), chosen
+    by their summed estimates with x's receipt and gather counted once."""
+    (m, k), n, kc = parts.input.type.get_shape(), parts.weight.type.get_shape()[0], parts.chunk
     sibs = [
         o
-        for o in readers
+        for o in x_readers(parts.input)
         if isinstance(o, nn.LinearPartialsOp)
         and o.chunk == kc
         and o.weight.type.get_shape()[0] == n

@@ -64,7 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels, shared_rows_panels
+from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels, shared_rows_panels, x_readers
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -453,18 +453,8 @@ def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_
     2160 and 2144 columns: 68 and 67 panels of 32). The grid's tiles are numbered panel-major
     (`partials_rows_layouts`), so those splits' tiles of panel j are the same, and with one replica count their x
     layouts are one: x is gathered once for all of them."""
-    root = op.input
-    while isinstance(root.owner, tl.RelayoutOp):
-        root = root.owner.operands[0]
-    readers, values = [], [root]
-    while values:
-        for use in values.pop().uses:
-            if isinstance(o := use.operation, tl.RelayoutOp):
-                values.append(o.results[0])
-            else:
-                readers.append(o)
     most = gn
-    for o in readers:
+    for o in x_readers(op.input):
         if o is op or not isinstance(o, nn.LinearPartialsOp) or o.chunk != op.chunk:
             continue
         grid = rows_plan_grid(o, num_tiles)

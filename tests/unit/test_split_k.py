@@ -368,16 +368,30 @@ def test_many_rows_split_reads_x_column_panels(p):
     np.testing.assert_allclose(got, want, rtol=0, atol=4 * np.abs(want).max() * 2.0**-11)
 
 
-def test_many_rows_linears_of_one_x_share_a_grid():
-    """So400m's q, k and v projections (one layer norm's rows as x, f16 q / k weights, FP8 v weights) split
-    along K: alone, v's estimate would take 36-column panels on its own grid (x gathered a second time into
-    another A layout); `shared_rows_panels` puts all three on one grid, so their A is one layout."""
+def split_and_planner(text: str, kc: int):
+    """The linears of IR `text`, split along K in chunks of kc as many-row linears: (their nn.linear_partials, a
+    function that runs tile-plan on 1472 tiles over the module)."""
     from xdsl.context import Context
     from xdsl.parser import Parser
 
     from ipu.dialects.registry import all_dialects
-    from ipu.passes.nn_split_k import rows_grid, rows_panels, shared_rows_panels
     from ipu.passes.tile_plan import TilePlanPass
+
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    mod = Parser(ctx, text).parse_module()
+    for lin in [op for op in mod.walk() if isinstance(op, nn.LinearOp)]:
+        NNSplitKPass.split(lin, kc, many_rows=True)
+    parts = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    return parts, lambda: TilePlanPass(tiles=1472, sram_kib=624).apply(ctx, mod)
+
+
+def test_many_rows_linears_of_one_x_share_a_grid():
+    """So400m's q, k and v projections (one layer norm's rows as x, f16 q / k weights, FP8 v weights) split
+    along K: alone, v's estimate would take 36-column panels on its own grid (x gathered a second time into
+    another A layout); `shared_rows_panels` puts all three on one grid, so their A is one layout."""
+    from ipu.passes.nn_split_k import rows_grid, rows_panels, shared_rows_panels
 
     f8 = "f8E4M3FNUZ"
     text = f"""
@@ -396,20 +410,14 @@ def test_many_rows_linears_of_one_x_share_a_grid():
       func.return
     }}
     """
-    ctx = Context()
-    for name, factory in all_dialects():
-        ctx.register_dialect(name, factory)
-    mod = Parser(ctx, text).parse_module()
-    for lin in [op for op in mod.walk() if isinstance(op, nn.LinearOp)]:
-        NNSplitKPass.split(lin, 192, many_rows=True)
-    parts = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    parts, plan = split_and_planner(text, 192)
     panels = rows_panels(parts[2])
     alone = rows_grid(729, 1152, 1152, 192, 1, "f8", 1472, panels=panels)[3]
     f16_alone = rows_grid(729, 1152, 1152, 192, 2, "f16", 1472, panels=panels)[3]
     assert alone != f16_alone  # the FP8 weights alone would pick another panel width
     (shared,) = shared_rows_panels(parts[2], 1472, panels)
     assert shared in (alone, f16_alone)
-    TilePlanPass(tiles=1472, sram_kib=624).apply(ctx, mod)
+    plan()
     grids = {(tuple(op.attributes[tl.PLAN_ATTR].get("grid")), tuple(op.attributes[tl.PLAN_ATTR].get("panel")))
              for op in parts}  # fmt: skip
     assert len(grids) == 1 and next(iter(grids))[1][2] == shared
@@ -421,12 +429,6 @@ def test_many_rows_splits_of_one_x_with_more_panels_share_its_layout():
     """So400m's two fc1 parts (2160 and 2144 columns of one layer norm's rows, chunks of 384): grids [3, 7, 68]
     and [3, 7, 67]. Their tiles are numbered panel-major, so panel j's tiles are the same in both, and x's blocks
     are replicated over 68 panels for both (`x_replicas`): one x layout, gathered once."""
-    from xdsl.context import Context
-    from xdsl.parser import Parser
-
-    from ipu.dialects.registry import all_dialects
-    from ipu.passes.tile_plan import TilePlanPass
-
     f8 = "f8E4M3FNUZ"
     text = f"""
     func.func @f() {{
@@ -442,14 +444,8 @@ def test_many_rows_splits_of_one_x_with_more_panels_share_its_layout():
       func.return
     }}
     """
-    ctx = Context()
-    for name, factory in all_dialects():
-        ctx.register_dialect(name, factory)
-    mod = Parser(ctx, text).parse_module()
-    for lin in [op for op in mod.walk() if isinstance(op, nn.LinearOp)]:
-        NNSplitKPass.split(lin, 384, many_rows=True)
-    TilePlanPass(tiles=1472, sram_kib=624).apply(ctx, mod)
-    a, b = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    (a, b), plan = split_and_planner(text, 384)
+    plan()
     ga, gb = (tuple(op.attributes[tl.PLAN_ATTR].get("grid")) for op in (a, b))
     assert ga == (3, 7, 68) and gb == (3, 7, 67)
     ta, tb = (op.attributes[tl.LAYOUT_ATTR].table()[:, 0].reshape(op.attributes[tl.PLAN_ATTR].get("grid"))
