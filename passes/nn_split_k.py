@@ -128,7 +128,7 @@ def x_rounds(pm: int, kc: int, k: int, source: str = "rows", width: int = PRODUC
         return (-(-pm // HEAD_BLOCK_ROWS) + 1) * -(-kc // width)
     if (
         source == "host"
-    ):  # the pieces of its spread home (`tile_plan.home_of`: rows of at least HOME_PIECE_BYTES)
+    ):  # the pieces of x's spread home (`tile_plan.home_of`: at least HOME_PIECE_BYTES each)
         from ipu.passes.tile_plan import HOME_PIECE_BYTES
 
         return -(-pm // max(1, -(-HOME_PIECE_BYTES // (kc * 2))))
@@ -238,6 +238,15 @@ def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int
     return panels if best is None else (best[1],)
 
 
+def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
+    """(cycles, gm, pm, pn) of the many-row split `parts` as tile-plan plans it (`rows_grid`, with the panel
+    width its x siblings share: `shared_rows_panels`), or None when nothing fits."""
+    (m, k), n = parts.input.type.get_shape(), parts.weight.type.get_shape()[0]
+    wt = parts.weight.type.element_type
+    panels = shared_rows_panels(parts, tiles, rows_panels(parts))
+    return rows_grid(m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels)
+
+
 def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
     """Column panel widths for a many-row split of `lin`: ROWS_SPLIT_PANELS, or when its result is an attention
     operand the widths that divide the head and the head itself (the attention gathers whole heads: other widths
@@ -290,12 +299,9 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
     if isinstance(owner, nn.LayerNormOp):
         return "rows", 0
     if isinstance(owner, nn.ReduceSumOp) and isinstance(parts := owner.input.owner, nn.LinearPartialsOp):
-        (m, k), n = parts.input.type.get_shape(), parts.weight.type.get_shape()[0]
-        if m <= FEW_ROWS:
+        if parts.input.type.get_shape()[0] <= FEW_ROWS:
             return None
-        wt = parts.weight.type.element_type
-        panels = shared_rows_panels(parts, tiles, rows_panels(parts))
-        plan = rows_grid(m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels)
+        plan = rows_plan_grid(parts, tiles)
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):
         return "heads", owner.query.type.get_shape()[1] // owner.num_heads

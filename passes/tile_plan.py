@@ -64,7 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_split_k import FEW_ROWS, rows_grid, rows_panels, shared_rows_panels, x_readers
+from ipu.passes.nn_split_k import FEW_ROWS, rows_plan_grid, x_readers
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -436,15 +436,6 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
                        order=plan.get("worder"))  # fmt: skip
     res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
     return [x, w], res
-
-
-def rows_plan_grid(op: nn.LinearPartialsOp, num_tiles: int):
-    """(cycles, gm, pm, pn) of a many-row `nn.linear_partials` (`nn_split_k.rows_grid`, with the panel width its
-    x siblings share: `shared_rows_panels`), or None when nothing fits."""
-    (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-    et = op.weight.type.element_type
-    panels = shared_rows_panels(op, num_tiles, rows_panels(op))
-    return rows_grid(m, k, n, op.chunk, tl.element_bytes(et), tl.dtype_name(et), num_tiles, panels=panels)
 
 
 def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_tiles: int) -> int:
@@ -984,9 +975,7 @@ class _Planner:
             self.last_gemm = (op.input, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS:
-            (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-            wdt = tl.dtype_name(op.weight.type.element_type)
-            wbytes = tl.element_bytes(op.weight.type.element_type)
+            n = op.weight.type.get_shape()[0]
             g, kc = op.result.type.get_shape()[0], op.chunk
             best = rows_plan_grid(op, t.num_tiles)
             if best is None:

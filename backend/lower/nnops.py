@@ -178,39 +178,38 @@ class NnOps:
         tiles = [int(t) for t in np.unique(lay.table())]
         c_area, a_area, _ = self.scratch()
         aux = self.aux()
-        w16, b16 = aux, aux + (n * 2 + 7) // 8 * 8
+        slot = (n * 2 + 7) // 8 * 8  # an f16 weight or bias row in the aux scratch
         self._check_fits(int(shard.max()) * 2, what)
         xa, out = self.addrs.of(x).addr, self.addrs.of(op.results[0]).addr
-        wa = {t: self._panel_addr(w, t, (0,), (n,), what) for t in tiles}
-        ba = {t: self._panel_addr(b, t, (0,), (n,), what) for t in tiles}
         units = {t: int(shard[t]) // 4 for t in tiles}
         self.kcall(
             f"{what}: x to f16",
             {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
         )
-        for name, v, src, dst in (("weight", w, wa, w16), ("bias", b, ba, b16)):
-            if device_dtype(v.type.element_type) == "f16":
-                continue  # f16 parameters (nn-quantize-weights): the kernel reads them where they are
-            self.kcall(
-                f"{what}: {name} to f16",
-                {t: ew.Elementwise("cast_f32_f16", n // 4, in0=src[t], out=dst) for t in tiles},
-            )
-        if device_dtype(w.type.element_type) == "f16":
-            w16 = wa
-        if device_dtype(b.type.element_type) == "f16":
-            b16 = ba
+        # The kernel's f16 weight and bias per tile: f16 parameters (nn-quantize-weights) where they are, f32 ones
+        # cast into the aux scratch.
+        f16_rows = []
+        for name, v, dst in (("weight", w, aux), ("bias", b, aux + slot)):
+            at = {t: self._panel_addr(v, t, (0,), (n,), what) for t in tiles}
+            if device_dtype(v.type.element_type) != "f16":
+                self.kcall(
+                    f"{what}: {name} to f16",
+                    {t: ew.Elementwise("cast_f32_f16", n // 4, in0=at[t], out=dst) for t in tiles},
+                )
+                at = dict.fromkeys(tiles, dst)
+            f16_rows.append(at)
         eps = float(op.eps.value.data) if hasattr(op.eps, "value") else float(op.eps)
         rows = {t: int(shard[t]) // n for t in tiles}
 
-        def kw(t):  # per tile: f16 parameters are read in place (their address may differ per tile)
-            w_t = w16[t] if isinstance(w16, dict) else w16
-            b_t = b16[t] if isinstance(b16, dict) else b16
-            return dict(in0=a_area, in1=w_t, in2=b_t, out=c_area, eps=eps) | self._ln_out(f16_out, out, t)
+        def kw(t):
+            return dict(
+                in0=a_area, in1=f16_rows[0][t], in2=f16_rows[1][t], out=c_area, eps=eps
+            ) | self._ln_out(f16_out, out, t)
 
         calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
         # Few rows per tile: every row split across the six workers (`layernorm_split`, partials in aux after
         # the f16 bias) when its estimate on the slowest tile is lower (one kernel per call site).
-        parts = aux + 2 * ((n * 2 + 7) // 8 * 8)  # after the f16 weight and bias slots
+        parts = aux + 2 * slot  # after the f16 weight and bias slots
         fits = parts - aux + rw.LNS_PART * max(rows.values()) <= self.target.region1_element_bytes
         if n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits:
             split = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
@@ -421,7 +420,7 @@ class NnOps:
         gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
         wsrc = {}  # tile -> (weight rows, their stride): the ragged last chunk's rows re-strided with zero K padding
         padded = {}  # tile -> the row kernel calls doing that for f16 rows of whole atoms (x, weight)
-        esize = 1 if wdt.startswith("f8") else 2
+        esize = tl.element_bytes(wl.dtype)
         for t, j in jobs.items():
             kw, mr, xa = j[2], j[3], j[5]
             # K % 16 != 0 (row-major x): the last chunk's A rows and weight rows padded with zeros
