@@ -1049,12 +1049,19 @@ def amp_flush(sim, sel=None) -> None:
 
 
 def _tile_products(sim, sel, x, w):
-    """x[c] @ w[tile(c)] -> [n, 16]: batched per tile when the group is whole tiles, else per context."""
+    """x[c] @ w[tile(c)] -> [n, 16] float32: batched per tile when the group is whole tiles, else per context.
+
+    The products (exact in float64) are summed in float64 and rounded once to float32 (the hardware sums in a
+    wider fixed point): a float32 sum's result would depend on the order numpy's BLAS / einsum kernels pick for a
+    batch shape and CPU, and the same GEMM must give the same bits however its contexts are grouped."""
     W = sim.W
+    x = x.astype(np.float64)
     if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
         t0, t1 = sel.start // W, sel.stop // W
-        return np.matmul(x.reshape(t1 - t0, W, -1), w[t0:t1]).reshape(-1, 16)
-    return np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]])
+        prod = np.matmul(x.reshape(t1 - t0, W, -1), w[t0:t1].astype(np.float64)).reshape(-1, 16)
+    else:
+        prod = np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]].astype(np.float64))
+    return prod.astype(np.float32)
 
 
 def _amp(sim, g, sel, ins, kind, scale=0):

@@ -49,8 +49,8 @@ Operand layouts (what the tile level chooses):
 - Rows: every active worker takes at least 3 rows (the pipeline's prologue/epilogue are fixed); `row_split`
   chooses the number of active workers, so M >= 3 (the tile level pads smaller shards).
 
-Numerics (semantics): per inner block, C = f16(f32(C) + A_blk @ B_blk) with the product accumulated in float32, as
-the simulator's AMP does (the hardware accumulates in a wider fixed point: [I]). FP8: the product is scaled by
+Numerics (semantics): per inner block, C = f16(f32(C) + A_blk @ B_blk) with the product summed in float64 and
+rounded once to float32, as the simulator's AMP does (the hardware accumulates in a wider fixed point: [I]). FP8: the product is scaled by
 2^(scale_a + scale_b) (S1 inlineAssemblerConv.hpp [C]).
 """
 
@@ -469,7 +469,10 @@ def semantics(g: Gemm, a: np.ndarray, b: np.ndarray, c: np.ndarray | None = None
     out = np.zeros((g.m, g.n), np.float16) if g.mode == "init" else c.astype(np.float16).copy()
     with np.errstate(all="ignore"):
         for i in range(g.kblocks):
-            prod = af[:, i * kb : (i + 1) * kb] @ bf[i * kb : (i + 1) * kb]
+            # Products summed in float64, rounded once to float32 (as the simulator's AMP: order-independent).
+            prod = (af[:, i * kb : (i + 1) * kb].astype(np.float64) @ bf[i * kb : (i + 1) * kb]).astype(
+                np.float32
+            )
             out = (out.astype(np.float32) + prod).astype(np.float16)
     return out
 
