@@ -43,8 +43,8 @@ def main() -> None:
     b.insert(nn.OutputOp("y", y))
     b.insert(func.ReturnOp())
     module = ModuleOp([func.FuncOp("lin", ((), ()), Region(block))])
-    # The default pipeline without nn-split-mlp (one linear, no MLP).
-    spec = pipeline_spec(IPU21).removeprefix("nn-split-mlp,")
+    # The default pipeline without the model-level rewrites (one linear: no MLP, no attention).
+    spec = pipeline_spec(IPU21).removeprefix("nn-fold-probe-attention,nn-split-mlp,")
     PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
     plan = next(o for o in module.walk() if isinstance(o, nn.LinearOp)).attributes["tile.plan"]
     pkg = lower_to_package(module)

@@ -205,7 +205,9 @@ def phase_run(args) -> dict:
     from ipu.passes.registry import all_passes
 
     quantized = build_vision_model(cfg)
-    PassPipeline.parse_spec(dict(all_passes()), f"nn-split-mlp,{DEFAULT_SPEC}").apply(Context(), quantized)
+    PassPipeline.parse_spec(dict(all_passes()), f"nn-fold-probe-attention,nn-split-mlp,{DEFAULT_SPEC}").apply(
+        Context(), quantized
+    )
     dref = evaluate(quantized, {"pixel_values": x}, w, mode="device").outputs
     acc_device = {}
     for k, want in dref.items():

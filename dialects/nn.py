@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from xdsl.dialects.builtin import (
     I64,
     DenseArrayBase,
+    DictionaryAttr,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
     Float16Type,
@@ -170,12 +171,19 @@ class ParamOp(IRDLOperation):
 
     name = "nn.param"
     sym = prop_def(StringAttr, prop_name="name")
+    # A parameter the host computes from others when it uploads them (`ipu.runtime.derived`): the recipe and its
+    # arguments, e.g. {recipe = "probe_key_scores", query = "head.probe", ...}. Absent: a weights-file tensor.
+    derived = opt_prop_def(DictionaryAttr, prop_name="derived")
     result = result_def(TensorType)
     assembly_format = "$name attr-dict `:` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, name: str, result_type: TensorType):
-        super().__init__(properties={"name": StringAttr(name)}, result_types=[result_type])
+    def __init__(self, name: str, result_type: TensorType, derived: DictionaryAttr | None = None):
+        props: dict[str, Attribute] = {"name": StringAttr(name)}
+        if derived is not None:
+            props["derived"] = derived
+        super().__init__(properties=props, result_types=[result_type])
 
     @property
     def param_name(self) -> str:

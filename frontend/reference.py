@@ -508,6 +508,13 @@ class _Evaluator:
 
     def eval_param(self, op: nn.ParamOp, label: str) -> _Param:
         name, t = op.param_name, op.result.type
+        if op.derived is not None:  # computed from other parameters, as the host does at upload
+            from ipu.runtime.derived import DerivationError, derive, spec_from_attr
+
+            try:
+                return _Param(derive(name, spec_from_attr(op.derived), t.get_shape(), self.params), t)
+            except DerivationError as e:
+                raise EvaluationError(f"{label}: {e}") from None
         try:
             raw = self.params[name]
         except KeyError:

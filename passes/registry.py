@@ -13,6 +13,7 @@ from importlib.util import find_spec
 from xdsl.passes import ModulePass
 
 _PROJECT_PASSES: list[tuple[str, str, str]] = [
+    ("nn-fold-probe-attention", "ipu.passes.nn_fold_probe_attention", "NNFoldProbeAttentionPass"),
     ("nn-fuse-qkv", "ipu.passes.nn_fuse_qkv", "NNFuseQKVPass"),
     ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
     ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),

@@ -388,8 +388,21 @@ def replicate_rows_param(layout: tl.LayoutAttr, n: int, dtype: Attribute) -> tl.
 # Plans -> operand and result layouts
 
 
-def gemm_layouts(op: nn.LinearOp, plan: tl.GemmPlanAttr, num_tiles: int):
-    """(operand layouts, result layout) of a linear under a GEMM plan."""
+def gemm_operands(op: nn.LinearOp | nn.MatmulOp) -> tuple[SSAValue, SSAValue, int]:
+    """(A, B, N) of a GEMM-planned op: a linear's x and [N, K] weight, or a 2-D matmul's lhs and [K, N] rhs."""
+    if isinstance(op, nn.MatmulOp):
+        return op.lhs, op.rhs, op.rhs.type.get_shape()[1]
+    return op.input, op.weight, op.weight.type.get_shape()[0]
+
+
+def is_gemm_matmul(op: Operation) -> bool:
+    """An `nn.matmul` planned as one GEMM: 2-D, rhs as [K, N] rows (its column panels are the B blocks)."""
+    return isinstance(op, nn.MatmulOp) and len(op.lhs.type.get_shape()) == 2 and not op.rhs_transposed
+
+
+def gemm_layouts(op: nn.LinearOp | nn.MatmulOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """(operand layouts, result layout) of a linear (or a 2-D matmul: its rhs [K, N] in [K, pn] column blocks)
+    under a GEMM plan."""
     gm, gn = plan.get("grid")
     pm, k, pn = plan.get("panel")
     base = plan.get("base")
@@ -399,13 +412,17 @@ def gemm_layouts(op: nn.LinearOp, plan: tl.GemmPlanAttr, num_tiles: int):
             f"tile-plan: {label(op)}: GEMM plan grid {gm}x{gn} with panels [{pm}, {pn}] does not cover the "
             f"[{m}, {n}] result on {num_tiles} tiles"
         )
-    xt, wt = op.input.type, op.weight.type
+    xv, wv, _ = gemm_operands(op)
+    xt, wt = xv.type, wv.type
     x_tab = tl.AffineTilesAttr(base, gn, 1).table(gm, gn)
     w_tab = tl.AffineTilesAttr(base, 1, gn).table(gn, gm)
     x = tl.make_layout(xt.get_shape(), (pm, k), x_tab, xt.element_type)
-    w = tl.make_layout(wt.get_shape(), (pn, k), w_tab, wt.element_type, order=plan.get("worder"))
+    if isinstance(op, nn.MatmulOp):
+        w = tl.make_layout(wt.get_shape(), (k, pn), w_tab, wt.element_type)
+    else:
+        w = tl.make_layout(wt.get_shape(), (pn, k), w_tab, wt.element_type, order=plan.get("worder"))
     operands = [x, w]
-    if op.bias is not None:
+    if isinstance(op, nn.LinearOp) and op.bias is not None:
         operands.append(tl.make_layout(op.bias.type.get_shape(), (pn,), w_tab, op.bias.type.element_type))
     res = tl.make_layout(
         (m, n), (pm, pn), tl.AffineTilesAttr(base, 1, 0).table(gm * gn, 1), op.result.type.element_type
@@ -626,7 +643,9 @@ MIN_WIDE_PANEL = 32
 # in column panels, `gathered_rows_layout`: 168 rounds at 32, and fc1's own plan is 76k instead of 135k cycles.)
 
 
-def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder: str) -> tl.GemmPlanAttr:
+def choose_gemm(
+    op: nn.LinearOp | nn.MatmulOp, target: Target, memory_fraction: float, worder: str
+) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
     weight block, `cm.weight_prep_cycles`; the F16 GEMM kernel's own estimate per K chunk on the padded block,
     `cm.gemm_kernel_cycles`: M >= 3, K and N padded to 16) + cycles to receive its x and w panels. The per-tile
@@ -634,20 +653,24 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     `memory_fraction` of the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate
     panel widths: the widest and half-widest grids, whole heads when feeding attention, and every multiple of 16
     columns (the kernel pads N to 16, so those waste nothing)."""
-    m, k = op.input.type.get_shape()
-    n = op.weight.type.get_shape()[0]
-    bx = tl.element_bytes(op.input.type.element_type)
-    bw = tl.element_bytes(op.weight.type.element_type)
+    xv, wv, n = gemm_operands(op)
+    m, k = xv.type.get_shape()
+    if isinstance(op, nn.MatmulOp) and n % 4:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: N = {n}: a [K, N] right-hand side is packed in 4-column groups (N % 4 == 0)"
+        )
+    bx = tl.element_bytes(xv.type.element_type)
+    bw = tl.element_bytes(wv.type.element_type)
     by = tl.element_bytes(op.result.type.element_type)
-    prec = precision_of(op.input.type, op.weight.type)
-    wdt = tl.dtype_name(op.weight.type.element_type)
+    prec = precision_of(xv.type, wv.type)
+    wdt = tl.dtype_name(wv.type.element_type)
     budget = memory_fraction * target.sram_bytes
     scratch = target.region1_element_bytes
     a_chunks = 2 * k > cm.GEMM_MAX_A_ROW_BYTES  # A repacked into K-block panels per chunk (scratch)
     tiles = target.num_tiles
     # Head alignment pays for many rows; one row (the MAP probe) has one transfer per head either way, and 72-wide
     # blocks of a one-replica weight home would sit whole on 16 tiles.
-    align = attention_head_dim(op) if m > 1 else 0
+    align = attention_head_dim(op) if m > 1 and isinstance(op, nn.LinearOp) else 0
     best = best_aligned = None
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
@@ -675,6 +698,8 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
             if n >= 16 * MIN_PANEL_TILES and pn < 16:
                 continue  # the kernel pads N to 16 anyway; 1-column panels make a 1152-message gather
+            if isinstance(op, nn.MatmulOp) and pn % 4:
+                continue  # a [K, N] B is packed in 4-column groups (`WeightsF16`)
             mk, kpad, npad = cm.gemm_kernel_shape(pm, k, pn)
             kc = max(kw for _, kw in cm.gemm_k_chunks(k, pn, bw)) if a_chunks else 0
             if (
@@ -710,7 +735,7 @@ def choose_gemm(op: nn.LinearOp, target: Target, memory_fraction: float, worder:
     if best_aligned is not None and best_aligned[6] <= ALIGN_SLACK * best[6]:
         best = best_aligned
     _, gm, gn, pm, pn, cycles, _ = best
-    cast = "early" if isinstance(op.input.owner, nn.CastOp) else "late"
+    cast = "early" if isinstance(xv.owner, nn.CastOp) else "late"
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
 
 
@@ -923,7 +948,7 @@ class _Planner:
             result = with_dtype(result, result.dtype, op.fp8_scale)
         tl.check_layout_matches(op, op.results[0], result)
         for i, want in enumerate(required_layouts(op, plan, result, n_tiles)):
-            if isinstance(op, nn.LinearOp) and i == 0 and want is not None:
+            if isinstance(op, nn.LinearOp | nn.MatmulOp) and i == 0 and want is not None:
                 want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
             if isinstance(op, nn.LinearPartialsOp) and i == 0 and len(plan.get("grid")) == 3:
                 want = gathered_chunk_layout(tl.layout_of(op.operands[0]), want)
@@ -949,10 +974,13 @@ class _Planner:
 
     def choose(self, op: Operation) -> tuple[Attribute, tl.LayoutAttr]:
         t = self.target
-        if isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2:
-            plan = choose_gemm(op, t, self.memory_fraction, self.weights_order)
+        if (isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2) or is_gemm_matmul(op):
+            # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
+            worder = "row_major" if isinstance(op, nn.MatmulOp) else self.weights_order
+            plan = choose_gemm(op, t, self.memory_fraction, worder)
             (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
-            same_a = (op.input, plan.get("grid"), plan.get("panel")) == self.last_gemm[:3]
+            a_operand = gemm_operands(op)[0]
+            same_a = (a_operand, plan.get("grid"), plan.get("panel")) == self.last_gemm[:3]
             if used < t.num_tiles:
                 # GEMMs on part of the machine (the MAP head's, M = 1) start where the previous one ended, so
                 # that their weight blocks (homes with one replica) do not all begin on tile 0; but GEMMs of one
@@ -972,7 +1000,7 @@ class _Planner:
                     plan.get("worder"),
                     plan.get("cycles"),
                 )
-            self.last_gemm = (op.input, plan.get("grid"), plan.get("panel"), plan.get("base"))
+            self.last_gemm = (a_operand, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS:
             n = op.weight.type.get_shape()[0]

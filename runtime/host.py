@@ -94,7 +94,11 @@ class Session:
 
     # ------------------------------------------------------------------------------------------------------------
     def upload_parameters(self, weights: Mapping[str, np.ndarray]) -> None:
-        """Writes every parameter binding from `weights` (stacked names resolve to [L, ...] stacks)."""
+        """Writes every parameter binding from `weights` (stacked names resolve to [L, ...] stacks); the
+        package's derived parameters are computed from them (`ipu.runtime.derived`)."""
+        from ipu.runtime.derived import with_package_derived
+
+        weights = with_package_derived(weights, self.package)
         for b in self.package.parameters:
             try:
                 host = weights[b.name]

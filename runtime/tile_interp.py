@@ -185,9 +185,14 @@ class Interpreter:
     def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded | np.ndarray:
         lay = op.attributes.get(tl.LAYOUT_ATTR)
         table = self.inputs if isinstance(op, nn.InputOp) else self.params
-        if op.sym.data not in table:
+        if isinstance(op, nn.ParamOp) and op.derived is not None:
+            from ipu.runtime.derived import derive, spec_from_attr
+
+            raw = derive(op.sym.data, spec_from_attr(op.derived), op.results[0].type.get_shape(), table)
+        elif op.sym.data not in table:
             raise TileInterpError(f"{op.name}: missing '{op.sym.data}'")
-        raw = np.asarray(table[op.sym.data], np.float32)
+        else:
+            raw = np.asarray(table[op.sym.data], np.float32)
         t = op.results[0].type
         if isinstance(t.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType):
             raw = self.ref.quantize_fp8(raw, type(t.element_type), 0)

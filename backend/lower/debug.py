@@ -3,10 +3,10 @@
 `compile_model(..., debug_values=True)` tags every `nn` op of the nn-level module (after the nn passes, before
 the exchange pipeline) with its position `debug.pos` in the function body, i.e. the `OpId.path` the reference
 evaluator gives it on that module (`nn_module`). The lowering (`DebugLowering`) then copies each result of a
-device-computed op (linear, element-wise, layer-norm, GELU, single-tile slice, attention), right after the op,
-into a resident buffer above the plan's high-water mark (as outputs are kept), and lists it in `Package.debug`
-(name "#<pos> <op> [%hint]", the reference's `str(OpId)`). memory-plan reuses buffers, so without the copy most
-intermediate values are overwritten by the end of the run.
+device-computed op (linear, element-wise, layer-norm, softmax, GELU, single-tile slice, attention), right
+after the op, into a resident buffer above the plan's high-water mark (as outputs are kept), and lists it in
+`Package.debug` (name "#<pos> <op> [%hint]", the reference's `str(OpId)`). memory-plan reuses buffers, so
+without the copy most intermediate values are overwritten by the end of the run.
 
 Not kept: host-planned values (parameter-derived, computed by the host), views (they share their operand's
 buffer), values without a tile layout. The copies change the program (more calls, more memory), not the values.
@@ -88,9 +88,11 @@ class DebugLowering(Lowering):
             keep = self.image.alloc(int(nbytes.max()), 8, "high")
         except (ValueError, LoweringError) as e:
             raise LoweringError(f"debug_values: no room to keep {value_name(op, pos)}: {e}") from None
+        # Whole words: an odd f16 shard's last half would be a read-modify-write of a word never written.
         self.copy_call(
             {t: [(int(placed.addr[t]), keep, int(nbytes[t]))] for t in range(self.n) if nbytes[t] > 0},
             f"debug copy of {value_name(op, pos)}",
+            whole_words=True,
         )
         addr = np.where(nbytes > 0, keep, -1)
         chunks = layout_chunks(lay, addr, placed.stride, first_replica_only=True)
@@ -116,6 +118,10 @@ class DebugLowering(Lowering):
 
     def layer_norm(self, op):
         super().layer_norm(op)
+        self.keep(op)
+
+    def softmax(self, op):
+        super().softmax(op)
         self.keep(op)
 
     def gelu(self, op):

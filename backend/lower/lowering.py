@@ -217,7 +217,7 @@ class Lowering(NnOps):
                 continue
             if kind == "view":
                 continue
-            if isinstance(op, nn.LinearOp) and isinstance(plan, tl.GemmPlanAttr):
+            if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
                 self.linear(op, plan)
                 continue
             if isinstance(op, nn.LinearPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
@@ -231,6 +231,9 @@ class Lowering(NnOps):
                 continue
             if isinstance(op, nn.LayerNormOp) and kind == "rows":
                 self.layer_norm(op)
+                continue
+            if isinstance(op, nn.SoftmaxOp) and kind == "rows":
+                self.softmax(op)
                 continue
             if isinstance(op, nn.GeluOp) and kind == "elementwise":
                 self.gelu(op)
@@ -508,6 +511,22 @@ class Lowering(NnOps):
         self.copy_call(post, "exchange copies")
 
     # -- operators ---------------------------------------------------------------------------------------------
+    def _block_addr(
+        self, v: SSAValue, t: int, origin: tuple[int, ...], dims: tuple[int, ...], what: str
+    ) -> int:
+        """Address on tile t of the block of v's layout with exactly this origin and these dims (all of them)."""
+        lay = tl.layout_of(v)
+        g = lay.geometry()
+        table = lay.table()
+        hit = (g.block_origin == origin).all(1) & (g.block_dims == dims).all(1)
+        for b in np.nonzero(hit)[0]:
+            rs = np.nonzero(table[b] == t)[0]
+            if rs.size:
+                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
+        raise LoweringError(
+            f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
+        )
+
     def _panel_addr(
         self, v: SSAValue, t: int, origin: tuple[int, ...], dims: tuple[int, ...], what: str
     ) -> int:
@@ -635,18 +654,26 @@ class Lowering(NnOps):
         be] -> F16 GEMM into the C scratch (init, then acc: the same per-block f16
         rounding as one call) -> bias -> [cast to f32] -> [rows into the result]."""
         x, w = op.operands[0], op.operands[1]
+        # A 2-D `nn.matmul` is the same GEMM with B given as [K, N] rows (tile-plan: [K, pn] column blocks): its
+        # weight panels come from `WeightsF16` (a transpose in registers) instead of `weights_from_bt`.
+        b_kn = isinstance(op, nn.MatmulOp)
         bias = op.operands[2] if len(op.operands) > 2 else None
         lay = op.attributes[tl.LAYOUT_ATTR]
         g = lay.geometry()
         table = lay.table()
         k = x.type.get_shape()[-1]
         kpad = -(-k // 16) * 16
-        what = f"nn.linear ({op.results[0].name_hint or 'unnamed'})"
+        what = f"{op.name} ({op.results[0].name_hint or 'unnamed'})"
         if lay.order.data != "row_major" or len(lay.shape_) != 2:
             raise LoweringError(f"{what}: result layout must be a row-major matrix")
         xl = tl.layout_of(x)
         a_cols = tl.col_panel_width(xl)  # A row panels stored as column panels of a_cols (`colsP`)
-        if device_dtype(xl.dtype) != "f16" or (xl.order.data != "row_major" and a_cols is None):
+        # A matmul's f32 A (the MAP head's probabilities: f16 rows of 729 would not be word aligned) is cast to
+        # padded f16 rows on the device.
+        a_f32 = b_kn and device_dtype(xl.dtype) == "f32" and xl.order.data == "row_major"
+        if (device_dtype(xl.dtype) != "f16" and not a_f32) or (
+            xl.order.data != "row_major" and a_cols is None
+        ):
             raise LoweringError(
                 f"{what}: the activation must arrive as row-major or column-panel f16 (got {xl.dtype}, "
                 f"{xl.order.data})"
@@ -661,11 +688,13 @@ class Lowering(NnOps):
             raise LoweringError(
                 f"{what}: f32 weights are not prepared on the device (run nn-quantize-weights)"
             )
+        if b_kn and wdt != "f16":
+            raise LoweringError(f"{what}: the [K, N] operand must be f16 (got {wdt})")
         wsize = tl.element_bytes(wl.dtype)
         chunks = cm.gemm_k_chunks(k, int(g.block_dims[:, 1].max()), wsize)
-        if kpad != k and (k * wsize) % 4:
+        if kpad != k and (k * wsize) % 4 and not b_kn:  # a [K, N] B is padded by whole rows
             raise LoweringError(f"{what}: K = {k} {wdt} rows are not whole words (K padding copies words)")
-        if kpad == k and (k * wsize) % 8:
+        if kpad == k and (k * wsize) % 8 and not b_kn:
             raise LoweringError(
                 f"{what}: K = {k} {wdt} rows are not whole 8-byte atoms (the packs need them)"
             )
@@ -682,7 +711,14 @@ class Lowering(NnOps):
             t = int(table[b, 0])
             (r0, c0), (mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             a = self._panel_addr(x, t, (r0,), (mr,), what)
-            wsrc = self._panel_addr(w, t, (c0,), (nc,), what)
+            if b_kn:
+                if nc % 4:
+                    raise LoweringError(
+                        f"{what}: a [K, {nc}] B block: its columns must be whole 4-column groups"
+                    )
+                wsrc = self._block_addr(w, t, (0, c0), (k, nc), what)
+            else:
+                wsrc = self._panel_addr(w, t, (c0,), (nc,), what)
             mpad, npad = max(mr, gm.MIN_ROWS), -(-nc // 16) * 16
             jobs[t] = (r0, c0, mr, nc, mpad, npad, a, res[t] + int(g.offset[b, 0]) * esize, wsrc)
         nmax = max(j[5] for j in jobs.values())
@@ -729,7 +765,7 @@ class Lowering(NnOps):
         f32_stage = c_area + e // 2  # cast output when rows must be gathered (C is at most e / 6 bytes)
         for t, (_r0, c0, mr, nc, mpad, npad, a, out, _wsrc) in jobs.items():
             bchunks.append([t, bp, c0, nc, 1])
-            if t in pad_a and not pad_rows_only:
+            if t in pad_a and not pad_rows_only and not a_f32:
                 rows = []
                 for r in range(mr):
                     rows.append((a + r * k * 2, a_area + r * kpad * 2, k * 2))
@@ -759,7 +795,11 @@ class Lowering(NnOps):
 
             return build
 
-        self.copy_call(a_copies, f"{what}: A padding")
+        if a_f32:
+            self._a_from_f32(jobs, k, kpad, a_area, c_area, zeros, what)
+            a_copies = dict.fromkeys(jobs)
+        else:
+            self.copy_call(a_copies, f"{what}: A padding")
         # A rows (halves) as the chunks read them.
         a_rows = {t: (a_area, kpad) if t in a_copies else (j[6], k) for t, j in jobs.items()}
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
@@ -771,7 +811,23 @@ class Lowering(NnOps):
         padded_kw = None  # the chunk size whose F16 panels have zero N padding rows
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
-            if kpad != k:
+            if b_kn:
+                # B's rows k0 .. k0 + kw are contiguous [kw][nc] in the block; the chunk holding the K padding is
+                # copied with zero rows after the last real one (the kernel reads whole 16-row blocks).
+                kr = min(kw, k - k0)
+                if kr < kw:
+                    self.copy_call(
+                        {
+                            t: [(j[8] + k0 * j[3] * 2, restride, kr * j[3] * 2)]
+                            + zero_copies(zeros, restride + kr * j[3] * 2, (kw - kr) * j[3] * 2)
+                            for t, j in jobs.items()
+                        },
+                        f"{tag}: B rows K padding",
+                    )
+                    w_at = {t: (restride, j[3] * 2) for t, j in jobs.items()}
+                else:
+                    w_at = {t: (j[8] + k0 * j[3] * 2, j[3] * 2) for t, j in jobs.items()}
+            elif kpad != k:
                 # The chunk's weight rows re-strided to kw with zero K padding (word copies).
                 kr = min(kw, k - k0)
                 rows = {}
@@ -789,6 +845,8 @@ class Lowering(NnOps):
 
                 def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
                     src, row = w_at[t]
+                    if b_kn:
+                        return pk.WeightsF16(kw, nc, src, panels, src_row=row)
                     return pk.weights_from_bt(nc, kw, "f16", src, panels, src_row=row)
 
                 self.call("rows_sup", rw.FRAME_WORDS, frames(pack), what=f"{tag}: weight panels")
@@ -885,6 +943,37 @@ class Lowering(NnOps):
         elif bias is None and len(out_copies) < len(jobs):
             raise LoweringError(f"{what}: an f16 result without bias needs a copy kernel (not lowered yet)")
         self.copy_call(out_copies, f"{what}: result rows")
+
+    def _a_from_f32(
+        self, jobs: dict, k: int, kpad: int, a_area: int, stage: int, zeros: int, what: str
+    ) -> None:
+        """A's f32 rows [mr][k] -> f16 rows [mpad][kpad] at a_area, zero padded: in groups of rows that fit the
+        staging element (the C area, free before the GEMM), word copies into f32 rows of kpad (zero tails, zero
+        rows up to mpad), then one flat cast to f16."""
+        e = self.target.region1_element_bytes
+        per = e // (kpad * 4)
+        if per == 0 or (kpad - k) * 4 > ZEROS_BYTES:
+            raise LoweringError(f"{what}: f32 A rows of {k} do not fit the {e}-byte staging")
+        for g0 in range(0, max(j[4] for j in jobs.values()), per):
+            rows, casts = {}, {}
+            for t, j in jobs.items():
+                mr, mpad, a = j[2], j[4], j[6]
+                g1 = min(g0 + per, mpad)
+                if g1 <= g0:
+                    continue
+                rows[t] = []
+                for r in range(g0, g1):
+                    dst = stage + (r - g0) * kpad * 4
+                    if r < mr:
+                        rows[t].append((a + r * k * 4, dst, k * 4))
+                        rows[t] += zero_copies(zeros, dst + k * 4, (kpad - k) * 4)
+                    else:
+                        rows[t] += zero_copies(zeros, dst, kpad * 4)
+                casts[t] = ew.Elementwise(
+                    "cast_f32_f16", (g1 - g0) * kpad // 4, in0=stage, out=a_area + g0 * kpad * 2
+                )
+            self.copy_call(rows, f"{what}: f32 A rows {g0}.. padded")
+            self.kcall(f"{what}: f32 A rows {g0}.. to f16", casts)
 
     @staticmethod
     def _a_chunk_rows(
@@ -1057,6 +1146,7 @@ class Lowering(NnOps):
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
                 "profile_sites": resolve(sites, program.labels),
+                "derived_parameters": derived_parameters(self.f),
             },
         )
 
@@ -1118,6 +1208,18 @@ def lower_to_package(
     return pkg
 
 
+def derived_parameters(f: func.FuncOp) -> dict[str, dict]:
+    """{name: {"spec": recipe and arguments, "shape": [..]}} of the `nn.param`s the host derives at upload
+    (`ipu.runtime.derived`)."""
+    from ipu.runtime.derived import spec_from_attr
+
+    return {
+        op.param_name: {"spec": spec_from_attr(op.derived), "shape": list(op.result.type.get_shape())}
+        for op in f.walk()
+        if isinstance(op, nn.ParamOp) and op.derived is not None
+    }
+
+
 def pipeline_spec(
     target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = True
 ) -> str:
@@ -1161,9 +1263,7 @@ def pipeline_spec(
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
     split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
-    return (
-        f"nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
-    )
+    return f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
 
 
 def compile_model(
@@ -1212,6 +1312,9 @@ def compile_model(
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:
+        from ipu.runtime.derived import with_package_derived
+
+        weights = with_package_derived(weights, pkg)
         missing = sorted({b.name for b in pkg.parameters if b.name not in weights})
         if missing:
             raise LoweringError(f"weights lack parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")

@@ -5,6 +5,14 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
 
 - `nn.layer_norm` (`#tile.map<rows>`, blocks of whole rows): weight and bias cast to f16 in the aux scratch, then
   `Rows("layernorm")` over every row of the tile's shard;
+- `nn.softmax` over the last axis (`#tile.map<rows>`, blocks of whole rows), f32 or f16 operand and result:
+  `Rows("softmax")` (or `softmax_split` when its estimate is lower: few rows per tile) on f16 rows of p = n
+  rounded up to 4 with `valid` = n. x is read in place (f16, n % 4 == 0) or cast into A; rows of n % 4 != 0
+  are restrided by word copies into rows of p with zero columns: f32 words (f16 rows of odd n start mid-word
+  from the second row on, so several such rows go through f32), one f32 row per tile cast in place but for its
+  last unit. f16 results are written by the kernel (n % 4 == 0, or one row per tile: its last atom ends at the
+  buffer's 8-byte boundary), else cast / restrided back the same way. [16, 729] f32 -> f16 on 16 tiles:
+  `softmax_split`, 4095 cycles per tile (`softmax`: 26661), ~5.2k cycles for the op;
 - `nn.gelu` (`#tile.map<elementwise>`): `Rows("gelu")` over the shard (units of 4 halves);
 - `nn.slice` (`#tile.single`): row copies on the one tile that holds the sliced operand;
 - `nn.attention` (`#tile.attention<materialized>`): per result block (m query rows x one head of d) on its tile,
@@ -139,9 +147,17 @@ class NnOps:
 
         self.call(entry, words, build, all_active=len(per_tile) == self.n, what=what)
 
-    def _same_layout(self, op: Operation, x, what: str, f16_too: bool = False, f16_result: bool = False):
+    def _same_layout(
+        self,
+        op: Operation,
+        x,
+        what: str,
+        f16_too: bool = False,
+        f16_result: bool = False,
+        mixed: bool = False,
+    ):
         """The result's layout, which the operand's must equal: f32 (f16_too: or both f16; f16_result: an f16
-        result of an f32 operand)."""
+        result of an f32 operand; mixed: each f32 or f16)."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         xl = tl.layout_of(x)
         if xl is None or xl.block_ != lay.block_ or xl.shape_ != lay.shape_ or xl.order != lay.order:
@@ -149,8 +165,12 @@ class NnOps:
         if not np.array_equal(xl.table(), lay.table()):
             raise self.error(f"{what}: operand blocks live on other tiles than the result's")
         dts = {device_dtype(lay.dtype), device_dtype(xl.dtype)}
-        mixed = f16_result and device_dtype(lay.dtype) == "f16" and device_dtype(xl.dtype) == "f32"
-        if dts != {"f32"} and not (f16_too and dts == {"f16"}) and not mixed:
+        if mixed:
+            if not dts <= {"f32", "f16"}:
+                raise self.error(f"{what}: f32 or f16 operand and result expected")
+            return lay
+        f32_to_f16 = f16_result and device_dtype(lay.dtype) == "f16" and device_dtype(xl.dtype) == "f32"
+        if dts != {"f32"} and not (f16_too and dts == {"f16"}) and not f32_to_f16:
             raise self.error(
                 f"{what}: f32 operand and result expected" + (" (or both f16)" if f16_too else "")
             )
@@ -225,6 +245,113 @@ class NnOps:
     @staticmethod
     def _ln_out(f16_out: bool, out, t: int) -> dict:
         return {"out": int(out[t])} if f16_out else {}
+
+    def softmax(self, op: nn.SoftmaxOp) -> None:
+        """Softmax over the last axis (see the module docstring): f16 rows of p = n rounded up to 4 for the
+        row kernel, which reads the n valid columns and writes zeros after them."""
+        x = op.operands[0]
+        what = f"nn.softmax ({op.results[0].name_hint or 'unnamed'})"
+        lay = self._same_layout(op, x, what, mixed=True)
+        n = lay.shape_[-1]
+        if op.axis.value.data not in (-1, len(lay.shape_) - 1) or lay.block_[-1] != n:
+            raise self.error(f"{what}: only the last axis over blocks of whole rows is lowered")
+        in16, out16 = (device_dtype(tl.layout_of(v).dtype) == "f16" for v in (x, op.results[0]))
+        shard = lay.geometry().shard_elems
+        tiles = [int(t) for t in np.unique(lay.table())]
+        rows = {t: int(shard[t]) // n for t in tiles}
+        most = max(rows.values())
+        p = -(-n // 4) * 4
+        ragged = p != n
+        # f16 rows start at whole words (as copies need) when n is even or a tile holds one row (its buffer).
+        words16 = n % 2 == 0 or most == 1
+        f32_rows = ragged and not (in16 and out16 and words16)  # f32 rows of p in aux: whole words for any n
+        self._check_fits(most * p * (4 if f32_rows else 2), f"{what}, rows of {n} x {most} per tile")
+        c_area, a_area, zeros = self.scratch()
+        aux = self.aux()
+        xa, out = self.addrs.of(x).addr, self.addrs.of(op.results[0]).addr
+        x_at, out_at = ({t: int(a[t]) for t in tiles} for a in (xa, out))
+        a_at, c_at, aux_at = (dict.fromkeys(tiles, a) for a in (a_area, c_area, aux))
+
+        def cast(label: str, kind: str, units: dict[int, int], src: dict, dst: dict) -> None:
+            self.kcall(
+                f"{what}: {label}", {t: ew.Elementwise(kind, units[t], in0=src[t], out=dst[t]) for t in tiles}
+            )
+
+        def restride(label: str, src: dict, src_row: int, dst: dict, dst_row: int, nbytes: int) -> None:
+            self._row_copies(f"{what}: {label}", rows, src, src_row, dst, dst_row, nbytes)
+
+        # The kernel's input: x itself (f16, n % 4 == 0) or f16 rows of p in A with zero columns n..p.
+        src = a_at
+        if not ragged:
+            if in16:
+                src = x_at
+            else:
+                cast("x to f16", "cast_f32_f16", {t: r * n // 4 for t, r in rows.items()}, x_at, a_at)
+        elif in16 and words16:
+            restride(f"x rows to {p}", x_at, 2 * n, a_at, 2 * p, 2 * n)
+        elif not in16 and most == 1:
+            # One f32 row per tile (its buffer): whole units cast in place, only the last one padded in aux.
+            whole = n // 4
+            restride(
+                "x's last unit", {t: a + 16 * whole for t, a in x_at.items()}, 0, aux_at, 16, 4 * (n % 4)
+            )
+            if whole:
+                cast("x to f16", "cast_f32_f16", dict.fromkeys(tiles, whole), x_at, a_at)
+            last = dict.fromkeys(tiles, a_area + 8 * whole)
+            cast("x's last unit to f16", "cast_f32_f16", dict.fromkeys(tiles, 1), aux_at, last)
+        else:
+            f32 = x_at
+            if in16:  # odd n, several rows: f16 rows start mid-word, so through f32 (whole words)
+                staged = {t for t in tiles if rows[t] * n % 4}  # the whole-unit cast must not read past x
+                self.copy_call({t: [(x_at[t], aux, rows[t] * n * 2)] for t in staged}, f"{what}: ragged x in")
+                units = {t: -(-r * n // 4) for t, r in rows.items()}
+                x16 = {t: aux if t in staged else x_at[t] for t in tiles}
+                cast("x to f32", "cast_f16_f32", units, x16, c_at)
+                f32 = c_at
+            restride(f"x rows to {p}", f32, 4 * n, aux_at, 4 * p, 4 * n)
+            cast("x to f16", "cast_f32_f16", {t: r * p // 4 for t, r in rows.items()}, aux_at, a_at)
+        # f16 results straight from the kernel: rows of n % 4 == 0, or one row per tile (its last atom ends at
+        # the buffer's 8-byte boundary: memory-plan aligns buffers to 8).
+        direct = out16 and (not ragged or most == 1)
+        dst = out_at if direct else c_at
+        kw = {t: dict(in0=src[t], out=dst[t], valid=n) for t in tiles}
+        calls = {t: rw.Rows("softmax", rows[t], p, **kw[t]) for t in tiles}
+        # Few rows per tile: every row split across the six workers when its estimate is lower on the slowest
+        # tile (one kernel per call site). Partials in aux: its x rows are consumed by now.
+        if n >= rw.SMS_MIN_VALID and rw.SMS_PART * most <= self.target.region1_element_bytes:
+            split = {t: rw.Rows("softmax_split", rows[t], p, st0=aux, **kw[t]) for t in tiles}
+            if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
+                calls = split
+        self.kcall(f"{what}: rows", calls)
+        if direct:
+            return
+        if not ragged:
+            cast("to f32", "cast_f16_f32", {t: r * n // 4 for t, r in rows.items()}, c_at, out_at)
+        elif out16 and n % 2 == 0:
+            restride("result rows", c_at, 2 * p, out_at, 2 * n, 2 * n)
+        else:
+            cast("to f32", "cast_f16_f32", {t: r * p // 4 for t, r in rows.items()}, c_at, aux_at)
+            if not out16:
+                restride("result rows", aux_at, 4 * p, out_at, 4 * n, 4 * n)
+            else:  # odd n, several rows: packed f32 rows in A, one cast (last atom up to the 8-byte boundary)
+                restride("result rows", aux_at, 4 * p, a_at, 4 * n, 4 * n)
+                cast("to f16", "cast_f32_f16", {t: -(-r * n // 4) for t, r in rows.items()}, a_at, out_at)
+
+    def _row_copies(
+        self, name: str, rows: dict, src: dict, src_row: int, dst: dict, dst_row: int, nbytes: int
+    ):
+        """Per tile t: rows[t] copies of nbytes from src[t] + i * src_row to dst[t] + i * dst_row, each row's
+        bytes nbytes..dst_row zeroed (padding columns a kernel reads)."""
+        _, _, zeros = self.scratch()
+        copies = {}
+        for t, r in rows.items():
+            copies[t] = []
+            for i in range(r):
+                d = dst[t] + i * dst_row
+                # A zero source at the destination's offset in its word: the (< 16 B) padding in word copies.
+                pad = zero_copies(zeros + (d + nbytes) % 4, d + nbytes, dst_row - nbytes)
+                copies[t] += [(src[t] + i * src_row, d, nbytes), *pad]
+        self.copy_call(copies, name)
 
     def gelu(self, op: nn.GeluOp) -> None:
         x = op.operands[0]
@@ -574,13 +701,30 @@ class NnOps:
             t = int(table[b, 0])
             n = int(g.block_dims[b].prod())
             cols[t] = int(g.block_origin[b][-1]), int(g.block_dims[b][-1])
-            if n % per_unit:
-                raise self.error(f"{what}: tile {t}: a block of {n} {xdt} ({add} takes units of {per_unit})")
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
-        # The last sum's destination: the result block, or (f16 -> f32) the work area, cast after.
-        final = {t: (d if rdt == xdt else work) for t, (_s, d, _n) in blocks.items()}
+        # Blocks of a partial unit (tiny models spread over many tiles: 1-element blocks): the partials restrided
+        # to whole units in the work area first, summed there, the result's elements copied out.
+        ragged = {t: n for t, (_s, _d, n) in blocks.items() if n % per_unit}
+        if ragged:
+            if rdt != xdt or count == 1:
+                raise self.error(
+                    f"{what}: blocks of {min(ragged.values())} {xdt}: {add} takes units of {per_unit}"
+                )
+            padded = {t: -(-n // per_unit) * per_unit for t, (_s, _d, n) in blocks.items()}
+            self._check_fits(count * max(padded.values()) * xs, what)
+            self.copy_call(
+                {
+                    t: [(s + i * n * xs, work + i * padded[t] * xs, n * xs) for i in range(count)]
+                    for t, (s, _d, n) in blocks.items()
+                },
+                f"{what}: partials to whole units",
+            )
+            result_of = {t: (d, n) for t, (_s, d, n) in blocks.items()}
+            blocks = {t: (work, work, padded[t]) for t in blocks}
+        # The last sum's destination: the result block, or (f16 -> f32, ragged blocks) the work area.
+        final = {t: (d if rdt == xdt and not ragged else work) for t, (_s, d, _n) in blocks.items()}
         if count == 1:
             self.copy_call({t: [(s, final[t], n * xs)] for t, (s, _d, n) in blocks.items()}, f"{what}: copy")
         # Pairwise: h = live // 2 blocks get their partner (live - h on) added; an odd one out stays at h.
@@ -628,6 +772,8 @@ class NnOps:
                     for t, (_s, _d, n) in blocks.items()
                 },
             )
+        if ragged:
+            self.copy_call({t: [(work, d, n * xs)] for t, (d, n) in result_of.items()}, f"{what}: result")
         if rdt != xdt:
             self.kcall(
                 f"{what}: to f32",

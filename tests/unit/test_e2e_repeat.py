@@ -11,11 +11,13 @@ from ipu.backend.lower import compile_model
 from ipu.backend.target import Target
 from ipu.frontend.siglip import PRESETS
 from ipu.frontend.weights import random_weights
+from ipu.runtime.derived import with_package_derived
 from ipu.runtime.host import Session
 
 
 def _run(pkg, weights, x, runs):
     session = Session(pkg)
+    weights = with_package_derived(weights, pkg)  # the package's derived parameters too
     session.upload_parameters({b.name: np.asarray(weights[b.name]) for b in pkg.parameters})  # once
     return [session.run({"pixel_values": x}) for _ in range(runs)]
 

@@ -15,6 +15,7 @@ from ipu.backend.target import Target
 from ipu.frontend.siglip import PRESETS
 from ipu.frontend.weights import random_weights
 from ipu.runtime import semantics
+from ipu.runtime.derived import with_package_derived
 from ipu.runtime.host import Session
 from ipu.runtime.reports.profile import write_profile_report
 from ipu.runtime.reports.profile_sim import profile_from_run
@@ -64,7 +65,7 @@ def run(tmp_path_factory):
 
 
 def _weights(pkg, cfg):
-    w = random_weights(cfg, seed=0)
+    w = with_package_derived(random_weights(cfg, seed=0), pkg)  # derived parameters too
     return [(b, w[b.name]) for b in pkg.parameters]
 
 

@@ -16,6 +16,7 @@ from xdsl.passes import PassPipeline
 
 from ipu.frontend.siglip import PRESETS, build_vision_model
 from ipu.passes.registry import all_passes
+from ipu.runtime.derived import with_package_derived
 from ipu.runtime.reports.placement import model_from_function, placement_json, write_placement_report
 from ipu.runtime.reports.profile import profile_from_function, write_profile_report
 
@@ -262,6 +263,7 @@ def sim_profile(tmp_path_factory):
     pkg = compile_model("tiny", Target.small(tiles=TILES, sram_kib=624))
     w = random_weights(cfg, seed=0)
     session = Session(pkg)
+    w = with_package_derived(w, pkg)  # the package's derived parameters too
     session.upload_parameters({b.name: np.asarray(w[b.name]) for b in pkg.parameters})
     x = np.random.default_rng(1).standard_normal((1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
     result = session.run({"pixel_values": x}, profile=True)

@@ -1,0 +1,166 @@
+"""Parameters derived from other parameters on the host, when they are uploaded.
+
+A rewrite may fold constants of the model into a new parameter (e.g. `nn-fold-probe-attention`: the MAP head's
+probe query through its key projection). Such an `nn.param` carries a `derived` property naming a recipe of this
+module and its arguments; parameter arguments name weights-file tensors, optionally a range of rows:
+"head.attention.in_proj_weight[1152:2304]". The package lists every derived parameter's spec
+(`metadata["derived_parameters"]`) and `Session.upload_parameters` computes them from the uploaded weights; the
+reference evaluator does the same, so both see the same values. Recipes compute in float64 and return float32.
+
+Recipes:
+
+- `probe_key_scores` (query, wq, bq (optional), wk; heads, scale): the per-head score directions of an attention
+  whose query is a constant: q = query @ wq^T + bq, and for head h (channels [h*dh, (h+1)*dh)) row h is
+  u_h = scale * wk_h^T q_h, so that scale * q_h . (x wk_h^T + bk_h) = x . u_h + scale * q_h . bk_h. The constant
+  term is the same for every key, so the softmax over the keys drops it: bk is not an argument. Result [heads, D].
+- `head_block_mask` (heads; shape [heads, D]): 1 where channel c belongs to head h (c // (D / heads) == h).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+_REF = re.compile(r"^(?P<name>[^\[\]]+)(\[(?P<lo>\d+):(?P<hi>\d+)\])?$")
+
+
+class DerivationError(ValueError):
+    """A derived parameter cannot be computed: an unknown recipe, a missing or mis-shaped argument."""
+
+
+def spec_from_attr(attr) -> dict[str, Any]:
+    """The `derived` property of an `nn.param` (a DictionaryAttr) as a plain, JSON-able dict."""
+    from xdsl.dialects.builtin import ArrayAttr, FloatAttr, IntegerAttr, StringAttr
+
+    def value(a):
+        if isinstance(a, StringAttr):
+            return a.data
+        if isinstance(a, IntegerAttr):
+            return int(a.value.data)
+        if isinstance(a, FloatAttr):
+            return float(a.value.data)
+        if isinstance(a, ArrayAttr):
+            return [value(x) for x in a.data]
+        raise DerivationError(f"derived parameter spec: unsupported attribute {a}")
+
+    return {k: value(v) for k, v in attr.data.items()}
+
+
+def spec_to_attr(spec: Mapping[str, Any]):
+    """The inverse of `spec_from_attr` (strings, ints, floats and lists of strings)."""
+    from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, FloatAttr, IntegerAttr, StringAttr, f32, i64
+
+    def attr(v):
+        if isinstance(v, str):
+            return StringAttr(v)
+        if isinstance(v, bool | int):
+            return IntegerAttr(int(v), i64)
+        if isinstance(v, float):
+            return FloatAttr(v, f32)
+        if isinstance(v, list | tuple):
+            return ArrayAttr([attr(x) for x in v])
+        raise DerivationError(f"derived parameter spec: unsupported value {v!r}")
+
+    return DictionaryAttr({k: attr(v) for k, v in spec.items()})
+
+
+def resolve_ref(ref: str, weights: Mapping[str, np.ndarray], what: str) -> np.ndarray:
+    """A parameter argument: "name" or "name[lo:hi]" (rows lo..hi of the tensor's first dimension)."""
+    m = _REF.match(ref)
+    if m is None:
+        raise DerivationError(f"{what}: argument {ref!r} is not 'name' or 'name[lo:hi]'")
+    try:
+        t = np.asarray(weights[m["name"]], dtype=np.float64)
+    except KeyError:
+        raise DerivationError(f"{what}: parameter {m['name']!r} is missing from the weights") from None
+    if m["lo"] is not None:
+        lo, hi = int(m["lo"]), int(m["hi"])
+        if not 0 <= lo < hi <= t.shape[0]:
+            raise DerivationError(
+                f"{what}: rows [{lo}:{hi}] are outside {m['name']!r} of shape {list(t.shape)}"
+            )
+        t = t[lo:hi]
+    return t
+
+
+def _probe_key_scores(spec, weights, shape, what):
+    heads, scale = int(spec["heads"]), float(spec["scale"])
+    wq = resolve_ref(spec["wq"], weights, what)
+    wk = resolve_ref(spec["wk"], weights, what)
+    d = wk.shape[1]
+    query = resolve_ref(spec["query"], weights, what).reshape(-1, wq.shape[1])
+    if query.shape[0] != 1 or wq.shape[0] != d or wk.shape[0] != d or d % heads:
+        raise DerivationError(
+            f"{what}: probe_key_scores needs one query row and square projections of {heads} heads: query "
+            f"{list(query.shape)}, wq {list(wq.shape)}, wk {list(wk.shape)}"
+        )
+    q = query @ wq.T
+    if spec.get("bq"):
+        q = q + resolve_ref(spec["bq"], weights, what).reshape(1, -1)
+    dh = d // heads
+    qh = q.reshape(heads, dh)
+    u = np.einsum("hj,hji->hi", qh, wk.reshape(heads, dh, -1)) * scale
+    return u.astype(np.float32)
+
+
+def _head_block_mask(spec, weights, shape, what):
+    heads = int(spec["heads"])
+    h, d = shape
+    if h != heads or d % heads:
+        raise DerivationError(f"{what}: head_block_mask of {heads} heads cannot have shape {list(shape)}")
+    return (np.arange(d)[None, :] // (d // heads) == np.arange(heads)[:, None]).astype(np.float32)
+
+
+RECIPES: dict[str, Callable[..., np.ndarray]] = {
+    "probe_key_scores": _probe_key_scores,
+    "head_block_mask": _head_block_mask,
+}
+
+
+def derive(name: str, spec: Mapping[str, Any], shape, weights: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The value of derived parameter `name` (of `shape`) from `weights`."""
+    what = f"derived parameter {name!r}"
+    recipe = RECIPES.get(spec.get("recipe", ""))
+    if recipe is None:
+        raise DerivationError(f"{what}: unknown recipe {spec.get('recipe')!r} (known: {', '.join(RECIPES)})")
+    out = recipe(spec, weights, tuple(shape), what)
+    if tuple(out.shape) != tuple(shape):
+        raise DerivationError(f"{what}: the recipe gives shape {list(out.shape)}, expected {list(shape)}")
+    return out
+
+
+class WithDerived(Mapping):
+    """`weights` plus the derived parameters {name: (spec, shape)}, computed on first access (a derived name that
+    `weights` holds already, e.g. values read back from a device, is taken as given)."""
+
+    def __init__(self, weights: Mapping[str, np.ndarray], specs: Mapping[str, tuple[Mapping, tuple]]):
+        self.weights, self.specs, self._cache = weights, dict(specs), {}
+
+    def __getitem__(self, name: str):
+        if name in self.specs and name not in self.weights:
+            if name not in self._cache:
+                spec, shape = self.specs[name]
+                self._cache[name] = derive(name, spec, shape, self.weights)
+            return self._cache[name]
+        return self.weights[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.specs or name in self.weights
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.specs
+        yield from (k for k in self.weights if k not in self.specs)
+
+    def __len__(self) -> int:
+        return len(self.specs) + sum(1 for k in self.weights if k not in self.specs)
+
+
+def with_package_derived(weights: Mapping[str, np.ndarray], package) -> Mapping[str, np.ndarray]:
+    """`weights` plus the derived parameters a package lists (`metadata["derived_parameters"]`)."""
+    listed = package.metadata.get("derived_parameters") or {}
+    if not listed:
+        return weights
+    return WithDerived(weights, {n: (d["spec"], tuple(d["shape"])) for n, d in listed.items()})

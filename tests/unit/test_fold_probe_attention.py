@@ -1,0 +1,118 @@
+"""`nn-fold-probe-attention` and the host-derived parameters it introduces (`ipu.runtime.derived`): the folded
+MAP head equals the original one in float64; the recipes' values and their diagnostics."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+
+from ipu.dialects import nn
+from ipu.frontend.reference import EvaluationError, evaluate
+from ipu.frontend.siglip import PRESETS, build_vision_model
+from ipu.frontend.weights import random_weights
+from ipu.passes.registry import all_passes
+from ipu.runtime.derived import DerivationError, WithDerived, derive
+
+
+def folded(cfg):
+    m = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), "nn-fold-probe-attention").apply(Context(), m)
+    return m
+
+
+def test_fold_is_exact_in_float64():
+    cfg = PRESETS["siglip-tiny"]
+    w = random_weights(cfg, seed=3)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    m = folded(cfg)
+    names = [op.name for op in m.walk()]
+    assert "nn.attention" in names  # the encoder's attention is not a probe attention
+    assert sum(isinstance(op, nn.ParamOp) and op.derived is not None for op in m.walk()) == 2
+    want = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp64").outputs["pooler_output"]
+    got = evaluate(m, {"pixel_values": x}, w, mode="fp64").outputs["pooler_output"]
+    # Only the float32-rounded attention scale differs in the order of operations.
+    assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max()
+
+
+def test_probe_key_scores_recipe():
+    rng = np.random.default_rng(0)
+    d, heads = 8, 2
+    w = {
+        "probe": rng.standard_normal((1, 1, d)),
+        "in": rng.standard_normal((3 * d, d)),
+        "b": rng.standard_normal(3 * d),
+    }
+    spec = dict(recipe="probe_key_scores", query="probe", wq="in[0:8]", wk="in[8:16]", bq="b[0:8]", heads=heads,
+                scale=0.25)  # fmt: skip
+    u = derive("u", spec, (heads, d), w)
+    q = w["probe"].reshape(1, d) @ w["in"][:d].T + w["b"][:d]
+    x = rng.standard_normal((5, d))
+    k = x @ w["in"][d : 2 * d].T
+    for h in range(heads):
+        s = slice(h * 4, h * 4 + 4)
+        # Scores up to the per-head constant (the key bias term, absent here): x . u_h = scale * q_h . k_h.
+        np.testing.assert_allclose(x @ u[h], 0.25 * k[:, s] @ q[0, s], rtol=1e-5, atol=1e-5)
+    mask = derive("m", dict(recipe="head_block_mask", heads=2), (2, 8), {})
+    assert mask.tolist() == [[1] * 4 + [0] * 4, [0] * 4 + [1] * 4]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (dict(recipe="nope"), "unknown recipe 'nope'"),
+        (
+            dict(recipe="probe_key_scores", query="missing", wq="in", wk="in", heads=2, scale=1.0),
+            "'missing' is missing",
+        ),
+        (
+            dict(recipe="probe_key_scores", query="in", wq="in[0:99]", wk="in", heads=2, scale=1.0),
+            "rows [0:99]",
+        ),
+        (dict(recipe="head_block_mask", heads=3), "cannot have shape [2, 8]"),
+    ],
+)
+def test_derivation_errors_name_the_parameter(spec, message):
+    with pytest.raises(DerivationError, match=r"derived parameter 'p'.*" + __import__("re").escape(message)):
+        WithDerived({"in": np.zeros((8, 8))}, {"p": (spec, (2, 8))})["p"]
+
+
+def test_reference_reports_a_bad_derivation():
+    cfg = PRESETS["siglip-tiny"]
+    w = dict(random_weights(cfg, seed=0).items())
+    del w["head.probe"]
+    x = np.zeros((1, 3, cfg.image_size, cfg.image_size), np.float32)
+    with pytest.raises(EvaluationError, match="head.probe"):
+        evaluate(folded(cfg), {"pixel_values": x}, w, mode="fp32")
+
+
+def test_package_derives_parameters_at_upload(tmp_path):
+    """The compiled tiny SigLIP lists its derived parameters; after a file round trip the session computes them
+    from the weights at upload, and the pooled output matches the device-precision reference of the folded
+    model. Weights without the probe are refused with its name."""
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
+    from ipu.runtime.host import Session
+    from ipu.runtime.package import Package
+
+    cfg = PRESETS["siglip-tiny"]
+    pkg = compile_model(cfg, Target.small(tiles=16, sram_kib=624), repeat=False)
+    derived = pkg.metadata["derived_parameters"]
+    assert sorted(derived) == ["head.attention.head_block_mask", "head.attention.probe_key_scores"]
+    assert derived["head.attention.probe_key_scores"]["shape"] == [cfg.num_attention_heads, cfg.hidden_size]
+    pkg = Package.load(pkg.save(tmp_path / "tiny.ipupkg"))
+    w = random_weights(cfg, seed=2)
+    x = np.random.default_rng(4).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    session = Session(pkg)
+    session.upload_parameters(w)
+    got = session.run({"pixel_values": x}).outputs["pooler_output"]
+    ref_model = build_vision_model(cfg)
+    spec = f"nn-fold-probe-attention,nn-split-mlp,{DEFAULT_SPEC}"
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), ref_model)
+    want = evaluate(ref_model, {"pixel_values": x}, w, mode="device").outputs["pooler_output"]
+    assert np.linalg.norm(got - want) <= 0.01 * np.linalg.norm(want)
+    without = {k: v for k, v in w.items() if k != "head.probe"}
+    with pytest.raises(DerivationError, match="head.probe"):
+        Session(pkg).upload_parameters(without)
