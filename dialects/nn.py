@@ -227,18 +227,41 @@ class LinearOp(IRDLOperation):
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
+    # Grouped (H = row_groups): x [H, K], result [1, N]; output column n reads x's row n // (N / H) (the MAP
+    # head's value linear after `nn-fold-probe-attention`: head h's columns from P_h x).
+    row_groups = opt_prop_def(IntegerAttr[I64], prop_name="row_groups")
     result = result_def(TensorType)
     assembly_format = "$input `,` $weight (`,` $bias^)? attr-dict `:` type(operands) `->` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, x: SSAValue, weight: SSAValue, bias: SSAValue | None, result_type: TensorType):
-        super().__init__(operands=[x, weight, [bias] if bias is not None else []], result_types=[result_type])
+    def __init__(
+        self,
+        x: SSAValue,
+        weight: SSAValue,
+        bias: SSAValue | None,
+        result_type: TensorType,
+        row_groups: int | None = None,
+    ):
+        props = {"row_groups": IntegerAttr(row_groups, i64)} if row_groups else {}
+        super().__init__(
+            operands=[x, weight, [bias] if bias is not None else []],
+            result_types=[result_type],
+            properties=props,
+        )
+
+    @property
+    def groups(self) -> int:
+        """The row groups H of a grouped linear, 0 for a plain one."""
+        return self.row_groups.value.data if self.row_groups is not None else 0
 
     def verify_(self) -> None:
         xs = shape_of(self.input, self, "operand 'input'")
         ws = shape_of(self.weight, self, "operand 'weight'")
         if len(xs) < 1:
             raise VerifyException("nn.linear: operand 'input' must have rank >= 1")
+        if self.groups:
+            _verify_groups("nn.linear", self.groups, xs, ws)
         if len(ws) != 2:
             raise VerifyException(f"nn.linear: operand 'weight' must be [out, in], got shape {shape_str(ws)}")
         if ws[1] != xs[-1]:
@@ -253,9 +276,17 @@ class LinearOp(IRDLOperation):
                     f"nn.linear: operand 'bias' has shape {shape_str(bs)} but operand 'weight' has shape "
                     f"{shape_str(ws)}: expected bias shape {ws[0]}"
                 )
-        require_result_shape(self, self.result, (*xs[:-1], ws[0]))
+        require_result_shape(self, self.result, (1, ws[0]) if self.groups else (*xs[:-1], ws[0]))
         if not is_float_compute(tensor_of(self.result, self, "result")):
             raise VerifyException("nn.linear: the result must be f32 or f16 (FP8 is an operand format only)")
+
+
+def _verify_groups(name: str, h: int, xs, ws) -> None:
+    if h <= 0 or len(xs) != 2 or xs[0] != h or ws[0] % h:
+        raise VerifyException(
+            f"{name}: row_groups = {h} needs an input of {h} rows and a weight whose {ws[0]} rows split into "
+            f"{h} groups, got input {shape_str(xs)}"
+        )
 
 
 @irdl_op_definition
@@ -318,22 +349,35 @@ class LinearPartialsOp(IRDLOperation):
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     k_chunk = prop_def(IntegerAttr[I64])
+    # As `nn.linear`'s: x [H, K], result [G, 1, N], output column n from x's row n // (N / H).
+    row_groups = opt_prop_def(IntegerAttr[I64], prop_name="row_groups")
     result = result_def(TensorType)
     assembly_format = (
         "$input `,` $weight `k_chunk` `` `=` `` $k_chunk attr-dict `:` type(operands) `->` type($result)"
     )
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, x: SSAValue, weight: SSAValue, k_chunk: int, result_type: TensorType):
-        super().__init__(
-            operands=[x, weight],
-            properties={"k_chunk": IntegerAttr(k_chunk, i64)},
-            result_types=[result_type],
-        )
+    def __init__(
+        self,
+        x: SSAValue,
+        weight: SSAValue,
+        k_chunk: int,
+        result_type: TensorType,
+        row_groups: int | None = None,
+    ):
+        props = {"k_chunk": IntegerAttr(k_chunk, i64)}
+        if row_groups:
+            props["row_groups"] = IntegerAttr(row_groups, i64)
+        super().__init__(operands=[x, weight], properties=props, result_types=[result_type])
 
     @property
     def chunk(self) -> int:
         return self.k_chunk.value.data
+
+    @property
+    def groups(self) -> int:
+        return self.row_groups.value.data if self.row_groups is not None else 0
 
     def verify_(self) -> None:
         xs = shape_of(self.input, self, "operand 'input'")
@@ -350,7 +394,9 @@ class LinearPartialsOp(IRDLOperation):
         kc = self.chunk
         if kc <= 0:
             raise VerifyException(f"nn.linear_partials: k_chunk must be positive, got {kc}")
-        require_result_shape(self, self.result, (-(-xs[1] // kc), xs[0], ws[0]))
+        if self.groups:
+            _verify_groups("nn.linear_partials", self.groups, xs, ws)
+        require_result_shape(self, self.result, (-(-xs[1] // kc), 1 if self.groups else xs[0], ws[0]))
         require_compute_result(self)
 
 

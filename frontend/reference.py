@@ -235,8 +235,17 @@ def _dot(ev: _Evaluator, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(ev.dtype)
 
 
+def _grouped_dot(ev: _Evaluator, h: int, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """[1, N]: column n = x[n // (N / h)] . w[n] (a grouped linear's product)."""
+    gs = w.shape[0] // h
+    return np.concatenate([_dot(ev, x[i : i + 1], w[i * gs : (i + 1) * gs].T) for i in range(h)], axis=1)
+
+
 def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None):
     k = x.shape[-1]
+    if op.groups:
+        y = _grouped_dot(ev, op.groups, x, w)
+        return y + b if b is not None else y
     y = _dot(ev, x.reshape(-1, k), w.T)  # w.T is a transposed view: BLAS reads it without a copy
     if b is not None:
         y += b
@@ -245,6 +254,13 @@ def _linear(ev: _Evaluator, op: nn.LinearOp, x: np.ndarray, w: np.ndarray, b: np
 
 def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: np.ndarray):
     kc = op.chunk
+    if op.groups:
+        return np.stack(
+            [
+                _grouped_dot(ev, op.groups, x[:, k0 : k0 + kc], w[:, k0 : k0 + kc])
+                for k0 in range(0, x.shape[1], kc)
+            ]
+        )
     return np.stack([_dot(ev, x[:, k0 : k0 + kc], w[:, k0 : k0 + kc].T) for k0 in range(0, x.shape[1], kc)])
 
 

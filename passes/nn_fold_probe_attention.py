@@ -13,13 +13,11 @@ u_h = s * wk_h^T q_h: c_h is the same for every key t, so the softmax drops it; 
     %st = nn.linear %u, %x                  // [H, T] = U X^T: the scores of all heads, transposed
     %p  = nn.softmax %st axis = -1          // over the keys, per head
     %z  = nn.matmul %p, %x                  // [H, D] = P X
-    %o  = nn.linear %z, %wv, %bv            // [H, D]: row h's head-h block is head h's output
-    %a  = nn.reduce_sum(reshape(%o * %mask, [H, 1, D]))   // the block diagonal as one row [1, D]
+    %a  = nn.linear %z, %wv, %bv {row_groups = H}   // [1, D]: head h's columns from row h of Z
 
-The host derives U (and the 0/1 block mask) from the parameters when it uploads them (`ipu.runtime.derived`): no
-key or value projection of the T tokens, no per-head K / V on the device. At So400m size the key and value
-projections were 2 x 0.97 GMAC, the folded form needs 2 x 13 MMAC plus the [16, 1152] x [1152, 1152] value
-linear.
+The host derives U from the parameters when it uploads them (`ipu.runtime.derived`): no key or value projection
+of the T tokens, no per-head K / V on the device. At So400m size the key and value projections were
+2 x 0.97 GMAC, the folded form needs 2 x 13 MMAC plus the grouped value linear's 1.3 MMAC.
 
 Matched: `nn.attention` with one query row computed by `nn.linear` from parameters only (an `nn.param`, its
 reshape, a row slice), and key and value `nn.linear`s of one input x whose weights (and biases) are parameters or
@@ -127,12 +125,8 @@ class NNFoldProbeAttentionPass(ModulePass):
         # f32 A rows into padded f16 ones).
         p = add(nn.SoftmaxOp(st, -1, TensorType(f32, (heads, t))), "probe_p")
         z = add(nn.MatmulOp(p, xa, TensorType(f32, (heads, d))), "probe_px")
-        o = add(nn.LinearOp(z, v.weight, v.bias, TensorType(f32, (heads, d))), "probe_values")
-        mask_spec = spec_to_attr(dict(recipe="head_block_mask", heads=heads))
-        mask = add(nn.ParamOp(f"{prefix}.head_block_mask", TensorType(f32, (heads, d)), mask_spec))
-        om = add(nn.MulOp(o, mask, TensorType(f32, (heads, d))))
-        om3 = add(nn.ReshapeOp(om, TensorType(f32, (heads, 1, d))))
-        res = add(nn.ReduceSumOp(om3, TensorType(f32, (1, d))))
+        # Head h's output columns from row h of Z only: a grouped linear (one result row).
+        res = add(nn.LinearOp(z, v.weight, v.bias, TensorType(f32, (1, d)), row_groups=heads))
         Rewriter.insert_op(new, InsertPoint.before(att))
         hint = att.result.name_hint
         att.result.replace_all_uses_with(res)

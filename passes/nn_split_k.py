@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float16Type, Float32Type, ModuleOp, TensorType
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.backend.target import IPU21
 from ipu.dialects import nn
@@ -341,6 +342,9 @@ class NNSplitKPass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
             xs, ws = lin.input.type.get_shape(), lin.weight.type.get_shape()
+            if lin.groups:
+                self.split_grouped(lin)
+                continue
             few = xs[0] <= self.max_rows
             if len(xs) != 2 or not (few or self.many_rows) or ws[0] % 16:
                 continue
@@ -365,9 +369,24 @@ class NNSplitKPass(ModulePass):
             ):
                 self.split(lin, kc, many_rows=True)
 
+    def split_grouped(self, lin: nn.LinearOp) -> None:
+        """A grouped linear (one result row) is always split (tile-plan plans its partials only): the few-row
+        chunk choice for one row, or one chunk when splitting would not pay."""
+        (_, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
+        wt = lin.weight.type.element_type
+        if k % 16 or tl.element_bytes(lin.input.type.element_type) != 2 or tl.element_bytes(wt) not in (1, 2):
+            raise PassFailedException(
+                f"{self.name}: grouped nn.linear needs f16 x, f16 / FP8 weights and K % 16 == 0 (run "
+                f"nn-quantize-weights first), got x {lin.input.type}, weight {lin.weight.type}"
+            )
+        kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles)
+        self.split(lin, kc or k)
+
     @staticmethod
     def split(lin: nn.LinearOp, kc: int, many_rows: bool = False) -> None:
         (m, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
+        groups = lin.groups
+        m = 1 if groups else m  # a grouped linear's result row
         rt = lin.results[0].type
         bias = lin.operands[2] if len(lin.operands) > 2 and many_rows else None
         # Many rows: f16 partials (the AMP's C as it is: no cast pass, half the sum's exchange), summed with the
@@ -375,7 +394,7 @@ class NNSplitKPass(ModulePass):
         # for attention operands and GELU inputs); few rows: f32 partials and sum, the bias added after.
         pdt = Float16Type() if many_rows else Float32Type()
         sdt = rt.element_type if many_rows and isinstance(rt.element_type, Float16Type) else Float32Type()
-        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(pdt, (-(-k // kc), m, n)))
+        parts = nn.LinearPartialsOp(lin.input, lin.weight, kc, TensorType(pdt, (-(-k // kc), m, n)), groups)
         total = nn.ReduceSumOp(parts.result, TensorType(sdt, (m, n)), bias)
         new = [parts, total]
         y = total.result

@@ -441,18 +441,50 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     m, kc, pn = plan.get("panel")
     base = plan.get("base")
     (mx, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-    if g * gn > num_tiles or -(-k // kc) != g or -(-n // pn) != gn or m != mx or base + g * gn > num_tiles:
+    h = op.groups
+    if h and ((n // h) % pn or m != 1):
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: a grouped partials plan needs one row and panels dividing the {n // h}-column "
+            f"groups, got panel [{m}, {kc}, {pn}]"
+        )
+    if (
+        g * gn > num_tiles
+        or -(-k // kc) != g
+        or -(-n // pn) != gn
+        or m != (1 if h else mx)
+        or base + g * gn > num_tiles
+    ):
         raise PassFailedException(
             f"tile-plan: {label(op)}: partials plan grid {g}x{gn} with panels [{m}, {kc}, {pn}] at base {base} does "
             f"not cover [{mx}, {k}] x [{n}, {k}] on {num_tiles} tiles"
         )
     tiles = base + np.arange(g * gn, dtype=np.int32)  # tile of (chunk c, panel j) at c * gn + j
-    x = tl.make_layout((m, k), (m, k), tiles[None, :], op.input.type.element_type)
+    if h:
+        # Grouped: tile (c, j) receives only block (group of panel j, c) of x, [1, kc]: blocks in (row, chunk)
+        # order, each on the tiles of its group's panels in that chunk.
+        per = n // h // pn
+        cells = tiles.reshape(g, h, per).transpose(1, 0, 2).reshape(h * g, per)
+        x = tl.make_layout((mx, k), (1, kc), np.ascontiguousarray(cells), op.input.type.element_type)
+    else:
+        x = tl.make_layout((m, k), (m, k), tiles[None, :], op.input.type.element_type)
     w_tab = tiles.reshape(g, gn).T.reshape(-1, 1)  # weight blocks in (panel j, chunk c) order
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
     res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
     return [x, w], res
+
+
+def group_panel(size: int) -> int:
+    """Column panels of a grouped linear's groups of `size` columns: 16, else the widest divisor of the group up
+    to 32 in whole 4-column groups (So400m's heads of 72: 24; the kernel pads N to 16)."""
+    if size % 16 == 0:
+        return 16
+    fits = [p for p in range(4, 33, 4) if size % p == 0]
+    if not fits:
+        raise PassFailedException(
+            f"tile-plan: a grouped linear's groups of {size} columns are not whole 4-column groups"
+        )
+    return fits[-1]
 
 
 def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_tiles: int) -> int:
@@ -1002,7 +1034,7 @@ class _Planner:
                 )
             self.last_gemm = (a_operand, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
-        if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS:
+        if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS and not op.groups:
             n = op.weight.type.get_shape()[0]
             g, kc = op.result.type.get_shape()[0], op.chunk
             best = rows_plan_grid(op, t.num_tiles)
@@ -1020,7 +1052,9 @@ class _Planner:
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):
             (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-            g, gn, kc = op.result.type.get_shape()[0], -(-n // 16), op.chunk
+            pn = group_panel(n // op.groups) if op.groups else 16
+            m = 1 if op.groups else m
+            g, gn, kc = op.result.type.get_shape()[0], -(-n // pn), op.chunk
             used = g * gn
             if used > t.num_tiles:
                 raise PassFailedException(
@@ -1032,9 +1066,9 @@ class _Planner:
             self.gemm_base += used
             wdt = tl.dtype_name(op.weight.type.element_type)
             wbytes = tl.element_bytes(op.weight.type.element_type)
-            cycles = cm.gemm_kernel_cycles(m, kc, 16, wbytes) + cm.weight_prep_cycles(16, kc, wdt, t)
+            cycles = cm.gemm_kernel_cycles(m, kc, pn, wbytes) + cm.weight_prep_cycles(pn, kc, wdt, t)
             prec = precision_of(op.input.type, op.weight.type)
-            plan = gemm_plan(g, gn, m, kc, 16, base, prec, "early", self.weights_order, cycles)
+            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.weights_order, cycles)
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.ReduceSumOp):
             have = tl.layout_of(op.input)

@@ -13,7 +13,6 @@ Recipes:
   whose query is a constant: q = query @ wq^T + bq, and for head h (channels [h*dh, (h+1)*dh)) row h is
   u_h = scale * wk_h^T q_h, so that scale * q_h . (x wk_h^T + bk_h) = x . u_h + scale * q_h . bk_h. The constant
   term is the same for every key, so the softmax over the keys drops it: bk is not an argument. Result [heads, D].
-- `head_block_mask` (heads; shape [heads, D]): 1 where channel c belongs to head h (c // (D / heads) == h).
 """
 
 from __future__ import annotations
@@ -106,17 +105,8 @@ def _probe_key_scores(spec, weights, shape, what):
     return u.astype(np.float32)
 
 
-def _head_block_mask(spec, weights, shape, what):
-    heads = int(spec["heads"])
-    h, d = shape
-    if h != heads or d % heads:
-        raise DerivationError(f"{what}: head_block_mask of {heads} heads cannot have shape {list(shape)}")
-    return (np.arange(d)[None, :] // (d // heads) == np.arange(heads)[:, None]).astype(np.float32)
-
-
 RECIPES: dict[str, Callable[..., np.ndarray]] = {
     "probe_key_scores": _probe_key_scores,
-    "head_block_mask": _head_block_mask,
 }
 
 

@@ -420,7 +420,11 @@ class NnOps:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
         c_area, a_area, zeros = self.scratch()
         panels = self.aux()
-        mpad = max(m, gm.MIN_ROWS)
+        # Grouped (`row_groups`): one A row per tile, x's row of the panel's group ([1, kc] blocks of x).
+        groups = op.groups
+        gsize = w.type.get_shape()[0] // groups if groups else 0
+        ma = 1 if groups else m
+        mpad = max(ma, gm.MIN_ROWS)
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (first K column, chunk width, panel columns, x, weight block, result block)
         for b in range(lay.num_blocks):
@@ -428,18 +432,25 @@ class NnOps:
             (c0, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             k0 = c0 * kc
             kw = min(kc, k - k0)
-            if nc % 16:
+            # Panels of whole 16-column blocks, or (one row) of 4-column groups padded to 16 with zero rows.
+            if nc % 16 and not (ma == 1 and nc % 4 == 0):
                 raise self.error(f"{what}: tile {t}: a {nc}-column panel (the kernel needs multiples of 16)")
-            xa = self._panel_addr(x, t, (0,), (m,), what)
+            if groups:
+                xa = self._panel_addr(x, t, (n0 // gsize, k0), (1, kw), what)
+            else:
+                xa = self._panel_addr(x, t, (0,), (m,), what)
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
             jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
-        if self.target.region1_element_bytes < max(j[1] * j[2] * 2 for j in jobs.values()):
+        if self.target.region1_element_bytes < max(j[1] * -(-j[2] // 16) * 32 for j in jobs.values()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
         rows = {}
         for t, (k0, kw, _nc, xa, _wa, _ra) in jobs.items():
-            rows[t] = [(xa + (r * k + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
+            if groups:
+                rows[t] = [(xa, a_area, kw * 2)]
+            else:
+                rows[t] = [(xa + (r * k + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
             rows[t] += zero_copies(
-                zeros, a_area + m * kw * 2, (mpad - m) * kw * 2
+                zeros, a_area + ma * kw * 2, (mpad - ma) * kw * 2
             )  # up to the kernel's minimum
         self.copy_call(rows, f"{what}: A rows")
         if wdt == "f16":
@@ -454,6 +465,12 @@ class NnOps:
                 for t, j in jobs.items()
             }
         self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
+        if wdt == "f16":  # (the FP8 conversion zeroes the N padding rows itself)
+            pads = {
+                t: n_padding_zeros({t: (j[2], -(-j[2] // 16) * 16)}, j[1], panels, zeros)
+                for t, j in jobs.items()
+            }
+            self.kcall(f"{what}: weight panels N padding", {t: z.get(t) for t, z in pads.items()})
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         self.kcall(
             f"{what}: GEMM",
@@ -461,7 +478,7 @@ class NnOps:
                 t: gm.Gemm(
                     mpad,
                     kw,
-                    nc,
+                    -(-nc // 16) * 16,
                     prec=gm.F16,
                     mode="init",
                     coef=coef,
@@ -475,7 +492,10 @@ class NnOps:
         )
         self.kcall(
             f"{what}: to f32",
-            {t: ew.Elementwise("cast_f16_f32", m * j[2] // 4, in0=c_area, out=j[5]) for t, j in jobs.items()},
+            {
+                t: ew.Elementwise("cast_f16_f32", ma * j[2] // 4, in0=c_area, out=j[5])
+                for t, j in jobs.items()
+            },
         )
 
     def linear_partials_rows(self, op: nn.LinearPartialsOp) -> None:

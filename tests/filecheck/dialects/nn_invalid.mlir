@@ -31,6 +31,36 @@ func.func @linear_result() {
 
 // -----
 
+func.func @linear_groups_rows() {
+  %x = nn.input "x" : tensor<3x32xf32>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %y = nn.linear %x, %w {row_groups = 2 : i64} : tensor<3x32xf32>, tensor<64x32xf32> -> tensor<1x64xf32>
+  func.return
+}
+// CHECK: nn.linear: row_groups = 2 needs an input of 2 rows and a weight whose 64 rows split into 2 groups, got input 3x32
+
+// -----
+
+func.func @linear_groups_result() {
+  %x = nn.input "x" : tensor<2x32xf32>
+  %w = nn.param "w" : tensor<64x32xf32>
+  %y = nn.linear %x, %w {row_groups = 2 : i64} : tensor<2x32xf32>, tensor<64x32xf32> -> tensor<2x64xf32>
+  func.return
+}
+// CHECK: nn.linear: result has shape 2x64 but the operands imply 1x64
+
+// -----
+
+func.func @linear_partials_groups() {
+  %x = nn.input "x" : tensor<2x32xf16>
+  %w = nn.param "w" : tensor<63x32xf16>
+  %y = nn.linear_partials %x, %w k_chunk=16 {row_groups = 2 : i64} : tensor<2x32xf16>, tensor<63x32xf16> -> tensor<2x1x63xf32>
+  func.return
+}
+// CHECK: nn.linear_partials: row_groups = 2 needs an input of 2 rows and a weight whose 63 rows split into 2 groups, got input 2x32
+
+// -----
+
 func.func @linear_fp8_result() {
   %x = nn.input "x" : tensor<16x32xf16>
   %w = nn.param "w" : tensor<64x32xf32>

@@ -1,7 +1,6 @@
 // nn-fold-probe-attention: an attention whose one query row is computed from parameters only (the MAP head's
 // probe) becomes U x^T (U derived on the host from the probe, W_q, b_q and W_k: `probe_key_scores`), a softmax
-// over the tokens, P x and the value linear on those [H, D] rows, whose block diagonal (the 0/1 mask, summed over
-// the heads) is the attention's output. The key bias drops out (a constant per head in the scores). An
+// over the tokens, P x and the value linear grouped by heads (head h's output columns from row h of P x). The key bias drops out (a constant per head in the scores). An
 // attention whose query depends on the input is left alone (the NOFOLD function).
 
 // RUN: ipu-opt %s -p 'nn-fold-probe-attention' | filecheck %s
@@ -36,11 +35,7 @@ func.func @head() {
 // CHECK-NEXT:    %[[ST:[^ ]+]] = nn.linear %[[U16]], %[[X16]] : tensor<2x8xf16>, tensor<6x8xf16> -> tensor<2x6xf32>
 // CHECK-NEXT:    %[[P:[^ ]+]] = nn.softmax %[[ST]] axis=-1 : tensor<2x6xf32> -> tensor<2x6xf32>
 // CHECK-NEXT:    %[[Z:[^ ]+]] = nn.matmul %[[P]], %[[X16]] : tensor<2x6xf32>, tensor<6x8xf16> -> tensor<2x8xf32>
-// CHECK-NEXT:    %[[O:[^ ]+]] = nn.linear %[[Z]], %wv, %bv : tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32> -> tensor<2x8xf32>
-// CHECK-NEXT:    %[[M:[^ ]+]] = nn.param "head.attention.head_block_mask" {derived = {recipe = "head_block_mask", heads = 2 : i64}} : tensor<2x8xf32>
-// CHECK-NEXT:    %[[OM:[^ ]+]] = nn.mul %[[O]], %[[M]] : tensor<2x8xf32>, tensor<2x8xf32> -> tensor<2x8xf32>
-// CHECK-NEXT:    %[[OM3:[^ ]+]] = nn.reshape %[[OM]] : tensor<2x8xf32> -> tensor<2x1x8xf32>
-// CHECK-NEXT:    %a = nn.reduce_sum %[[OM3]] : tensor<2x1x8xf32> -> tensor<1x8xf32>
+// CHECK-NEXT:    %a = nn.linear %[[Z]], %wv, %bv {row_groups = 2 : i64} : tensor<2x8xf32>, tensor<8x8xf32>, tensor<8xf32> -> tensor<1x8xf32>
 // CHECK-NEXT:    nn.output "a" %a : tensor<1x8xf32>
 // CHECK-NOT:     nn.param "head.probe"
 
