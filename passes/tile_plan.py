@@ -1006,6 +1006,11 @@ class _Planner:
 
     def choose(self, op: Operation) -> tuple[Attribute, tl.LayoutAttr]:
         t = self.target
+        if isinstance(op, nn.LinearOp) and op.groups:
+            raise PassFailedException(
+                f"tile-plan: {label(op)}: a grouped linear (row_groups = {op.groups}) is planned as its K-split "
+                "partials: run nn-split-k first"
+            )
         if (isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2) or is_gemm_matmul(op):
             # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
             worder = "row_major" if isinstance(op, nn.MatmulOp) else self.weights_order

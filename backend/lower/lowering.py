@@ -657,6 +657,10 @@ class Lowering(NnOps):
         # A 2-D `nn.matmul` is the same GEMM with B given as [K, N] rows (tile-plan: [K, pn] column blocks): its
         # weight panels come from `WeightsF16` (a transpose in registers) instead of `weights_from_bt`.
         b_kn = isinstance(op, nn.MatmulOp)
+        if not b_kn and op.groups:
+            raise LoweringError(
+                f"nn.linear ({op.results[0].name_hint or 'unnamed'}): grouped: run nn-split-k"
+            )
         bias = op.operands[2] if len(op.operands) > 2 else None
         lay = op.attributes[tl.LAYOUT_ATTR]
         g = lay.geometry()

@@ -52,3 +52,15 @@ func.func @partials_plan_does_not_cover() {
   func.return
 }
 // CHECK: tile-plan: nn.linear_partials (%p): partials plan grid 2x1 with panels [1, 32, 16] at base 0 does not cover [1, 64] x [32, 64] on 4 tiles
+
+// -----
+
+// A grouped linear is planned as nn-split-k's partials only.
+func.func @grouped_unsplit() {
+  %x = nn.input "x" : tensor<2x32xf16>
+  %w = nn.param "w" : tensor<64x32xf16>
+  %y = nn.linear %x, %w {row_groups = 2 : i64} : tensor<2x32xf16>, tensor<64x32xf16> -> tensor<1x64xf32>
+  nn.output "y" %y : tensor<1x64xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear (%y): a grouped linear (row_groups = 2) is planned as its K-split partials: run nn-split-k first
