@@ -304,8 +304,15 @@ def main() -> None:
             if proc.returncode:
                 sys.exit(f"{phase} failed:\n{proc.stderr[-4000:]}")
             rec.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+        # The measurements first: a screenshot failure (no Chromium) must not lose a 20-minute run.
+        print(json.dumps(rec), flush=True)
         if args.profile and args.screenshots:
-            rec.update(screenshots(out_dir, args.screenshots, args.layers))
+            try:
+                rec.update(screenshots(out_dir, args.screenshots, args.layers))
+            except Exception as e:  # noqa: BLE001 - reported, the measurements stand
+                print(
+                    f"screenshots failed ({type(e).__name__}: {e}); the measurements above stand", flush=True
+                )
     from ipu.backend.target import IPU21
 
     if args.plan_only:
