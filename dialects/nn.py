@@ -260,10 +260,10 @@ class LinearOp(IRDLOperation):
         ws = shape_of(self.weight, self, "operand 'weight'")
         if len(xs) < 1:
             raise VerifyException("nn.linear: operand 'input' must have rank >= 1")
-        if self.groups:
-            _verify_groups("nn.linear", self.groups, xs, ws)
         if len(ws) != 2:
             raise VerifyException(f"nn.linear: operand 'weight' must be [out, in], got shape {shape_str(ws)}")
+        if self.groups:
+            _verify_groups("nn.linear", self.groups, xs, ws)
         if ws[1] != xs[-1]:
             raise VerifyException(
                 f"nn.linear: operand 'weight' has shape {shape_str(ws)} but operand 'input' has shape "

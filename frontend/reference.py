@@ -524,7 +524,7 @@ class _Evaluator:
 
     def eval_param(self, op: nn.ParamOp, label: str) -> _Param:
         name, t = op.param_name, op.result.type
-        if op.derived is not None:  # computed from other parameters, as the host does at upload
+        if op.derived is not None and name not in self.params:  # derived from others, as the host does
             from ipu.runtime.derived import DerivationError, derive, spec_from_attr
 
             try:

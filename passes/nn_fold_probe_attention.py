@@ -25,7 +25,8 @@ row slices of parameters. Anything else is left alone.
 
 Options:
   operands_f16 (default true): the folded GEMMs' U and x operands in f16, the AMP's format (P stays f32, the
-      matmul's lowering rounds it to f16). false: everything stays in the attention's f32.
+      matmul's lowering rounds it to f16). false: everything stays in the attention's f32 (for the reference
+      evaluator: the device lowering needs the f16 operands).
 """
 
 from __future__ import annotations
@@ -77,10 +78,11 @@ class NNFoldProbeAttentionPass(ModulePass):
     operands_f16: bool = True
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        taken = {o.param_name for o in op.walk() if isinstance(o, nn.ParamOp)}
         for att in [o for o in op.walk() if isinstance(o, nn.AttentionOp)]:
-            self.fold(att)
+            self.fold(att, taken)
 
-    def fold(self, att: nn.AttentionOp) -> bool:
+    def fold(self, att: nn.AttentionOp, taken: set[str]) -> bool:
         q, k, v = (x.owner for x in (att.query, att.key, att.value))
         if not all(isinstance(o, nn.LinearOp) for o in (q, k, v)) or k.input != v.input:
             return False
@@ -94,6 +96,10 @@ class NNFoldProbeAttentionPass(ModulePass):
             return False
         x = k.input
         (t, d), heads = x.type.get_shape(), att.num_heads
+        # Projections of x's width d into the attention's width (the recipe's and the grouped linear's shapes).
+        width = att.query.type.get_shape()[1]
+        if k.weight.type.get_shape() != (width, d) or v.weight.type.get_shape() != (width, d):
+            return False
         f32 = att.result.type.element_type
         act = f16 if self.operands_f16 else f32
         spec = dict(
@@ -101,7 +107,11 @@ class NNFoldProbeAttentionPass(ModulePass):
         )
         if bq:
             spec["bq"] = bq
-        prefix = _prefix(wk)
+        # A name of its own (two probe attentions reading one key weight get two).
+        name, i = f"{_prefix(wk)}.probe_key_scores", 1
+        while name in taken:
+            name, i = f"{_prefix(wk)}.probe_key_scores_{i}", i + 1
+        taken.add(name)
         new: list[Operation] = []
 
         def add(o: Operation, hint: str | None = None) -> SSAValue:
@@ -115,10 +125,7 @@ class NNFoldProbeAttentionPass(ModulePass):
                 return val
             return add(nn.CastOp(val, TensorType(act, val.type.get_shape())))
 
-        u = add(
-            nn.ParamOp(f"{prefix}.probe_key_scores", TensorType(f32, (heads, d)), spec_to_attr(spec)),
-            "probe_u",
-        )
+        u = add(nn.ParamOp(name, TensorType(f32, (heads, d)), spec_to_attr(spec)), "probe_u")
         xa = cast(x)
         st = add(nn.LinearOp(cast(u), xa, None, TensorType(f32, (heads, t))), "probe_scores_t")
         # P stays f32: f16 rows of an odd token count are not word aligned for the GEMM's A (the lowering casts
@@ -126,7 +133,7 @@ class NNFoldProbeAttentionPass(ModulePass):
         p = add(nn.SoftmaxOp(st, -1, TensorType(f32, (heads, t))), "probe_p")
         z = add(nn.MatmulOp(p, xa, TensorType(f32, (heads, d))), "probe_px")
         # Head h's output columns from row h of Z only: a grouped linear (one result row).
-        res = add(nn.LinearOp(z, v.weight, v.bias, TensorType(f32, (1, d)), row_groups=heads))
+        res = add(nn.LinearOp(z, v.weight, v.bias, TensorType(f32, (1, width)), row_groups=heads))
         Rewriter.insert_op(new, InsertPoint.before(att))
         hint = att.result.name_hint
         att.result.replace_all_uses_with(res)

@@ -54,6 +54,8 @@ def _fp8_cast(weight: SSAValue) -> nn.CastOp | None:
 
 def _signature(linear: nn.LinearOp) -> tuple | None:
     """What must agree between linears fused into one; None if this linear cannot be fused at all."""
+    if linear.groups:
+        return None  # a grouped linear's columns read different rows of x
     w = linear.weight.type
     assert isinstance(w, TensorType)
     if isinstance(w.element_type, nn.FP8_TYPES):

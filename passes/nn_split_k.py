@@ -74,20 +74,23 @@ ROWS_SPLIT_MARGIN = 0.85
 ROWS_SPLIT_PANELS = (16, 32, 48, 64)
 
 
-def split_cost(m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int) -> int | None:
-    """The busiest tile's estimate for chunks of kc (None when the G * N / 16 tiles do not exist)."""
-    g, gn = -(-k // kc), -(-n // 16)
+def split_cost(
+    m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, pn: int = 16
+) -> int | None:
+    """The busiest tile's estimate for chunks of kc and column panels of pn (None when the G * N / pn tiles do not
+    exist)."""
+    g, gn = -(-k // kc), -(-n // pn)
     if g * gn > tiles:
         return None
     return (
-        cm.gemm_kernel_cycles(m, kc, 16, wbytes)
-        + cm.weight_prep_cycles(16, kc, wdt, IPU21)
+        cm.gemm_kernel_cycles(m, kc, pn, wbytes)
+        + cm.weight_prep_cycles(pn, kc, wdt, IPU21)
         + g * ROUND_CYCLES
         + SPLIT_OVERHEAD_CYCLES
     )
 
 
-def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> int | None:
+def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int, pn: int = 16) -> int | None:
     """The cheapest k_chunk (a multiple of 16 that the kernels take in one weight chunk), or None when splitting
     does not beat the unsplit GEMM."""
     nb = -(-n // 16)
@@ -99,7 +102,7 @@ def choose_chunk(m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int) -> i
     for kc in range(16, k, 16):
         if 2 * kc > cm.GEMM_MAX_A_ROW_BYTES or len(cm.gemm_k_chunks(kc, 16, wbytes)) != 1:
             break
-        c = split_cost(m, k, n, kc, wbytes, wdt, tiles)
+        c = split_cost(m, k, n, kc, wbytes, wdt, tiles, pn)
         if c is not None and (best is None or c < best[0]):
             best = (c, kc)
     if best is None or best[0] >= unsplit:
@@ -379,7 +382,10 @@ class NNSplitKPass(ModulePass):
                 f"{self.name}: grouped nn.linear needs f16 x, f16 / FP8 weights and K % 16 == 0 (run "
                 f"nn-quantize-weights first), got x {lin.input.type}, weight {lin.weight.type}"
             )
-        kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles)
+        from ipu.passes.tile_plan import group_panel  # the panels tile-plan gives the groups
+
+        pn = group_panel(n // lin.groups)
+        kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles, pn)
         self.split(lin, kc or k)
 
     @staticmethod

@@ -699,6 +699,8 @@ def choose_gemm(
     budget = memory_fraction * target.sram_bytes
     scratch = target.region1_element_bytes
     a_chunks = 2 * k > cm.GEMM_MAX_A_ROW_BYTES  # A repacked into K-block panels per chunk (scratch)
+    # A matmul's f32 A is cast into padded f16 rows in the A scratch on every tile (no K-block panels of it).
+    a_f32 = isinstance(op, nn.MatmulOp) and tl.element_bytes(xv.type.element_type) == 4
     tiles = target.num_tiles
     # Head alignment pays for many rows; one row (the MAP probe) has one transfer per head either way, and 72-wide
     # blocks of a one-replica weight home would sit whole on 16 tiles.
@@ -736,7 +738,8 @@ def choose_gemm(
             kc = max(kw for _, kw in cm.gemm_k_chunks(k, pn, bw)) if a_chunks else 0
             if (
                 mk * npad * 6 > scratch
-                or (a_padded(pm, k) and mk * kpad * 2 > scratch)
+                or ((a_padded(pm, k) or a_f32) and mk * kpad * 2 > scratch)
+                or (a_f32 and a_chunks)
                 or mk * kc * 2 > scratch
             ):
                 continue  # the lowering's C (f16 + f32 staging) / padded A / A chunk panels scratch

@@ -72,7 +72,7 @@ def resolve_ref(ref: str, weights: Mapping[str, np.ndarray], what: str) -> np.nd
     if m is None:
         raise DerivationError(f"{what}: argument {ref!r} is not 'name' or 'name[lo:hi]'")
     try:
-        t = np.asarray(weights[m["name"]], dtype=np.float64)
+        t = np.asarray(weights[m["name"]])
     except KeyError:
         raise DerivationError(f"{what}: parameter {m['name']!r} is missing from the weights") from None
     if m["lo"] is not None:
@@ -82,23 +82,26 @@ def resolve_ref(ref: str, weights: Mapping[str, np.ndarray], what: str) -> np.nd
                 f"{what}: rows [{lo}:{hi}] are outside {m['name']!r} of shape {list(t.shape)}"
             )
         t = t[lo:hi]
-    return t
+    return t.astype(np.float64)  # after the slice: only the rows used are converted
 
 
 def _probe_key_scores(spec, weights, shape, what):
     heads, scale = int(spec["heads"]), float(spec["scale"])
     wq = resolve_ref(spec["wq"], weights, what)
     wk = resolve_ref(spec["wk"], weights, what)
-    d = wk.shape[1]
-    query = resolve_ref(spec["query"], weights, what).reshape(-1, wq.shape[1])
-    if query.shape[0] != 1 or wq.shape[0] != d or wk.shape[0] != d or d % heads:
+    query = resolve_ref(spec["query"], weights, what)
+    d = wk.shape[0] if wk.ndim == 2 else -1  # the attention's width (the key projection's out-dimension)
+    if wq.ndim != 2 or d <= 0 or query.size != wq.shape[1] or wq.shape[0] != d or d % heads:
         raise DerivationError(
-            f"{what}: probe_key_scores needs one query row and square projections of {heads} heads: query "
-            f"{list(query.shape)}, wq {list(wq.shape)}, wk {list(wk.shape)}"
+            f"{what}: probe_key_scores needs one query row and q / k projections to one width of {heads} heads: "
+            f"query {list(query.shape)}, wq {list(wq.shape)}, wk {list(wk.shape)}"
         )
-    q = query @ wq.T
+    q = query.reshape(1, -1) @ wq.T
     if spec.get("bq"):
-        q = q + resolve_ref(spec["bq"], weights, what).reshape(1, -1)
+        bq = resolve_ref(spec["bq"], weights, what)
+        if bq.size != d:
+            raise DerivationError(f"{what}: bq has {bq.size} elements, expected {d}")
+        q = q + bq.reshape(1, -1)
     dh = d // heads
     qh = q.reshape(heads, dh)
     u = np.einsum("hj,hji->hi", qh, wk.reshape(heads, dh, -1)) * scale

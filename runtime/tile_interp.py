@@ -185,7 +185,7 @@ class Interpreter:
     def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded | np.ndarray:
         lay = op.attributes.get(tl.LAYOUT_ATTR)
         table = self.inputs if isinstance(op, nn.InputOp) else self.params
-        if isinstance(op, nn.ParamOp) and op.derived is not None:
+        if isinstance(op, nn.ParamOp) and op.derived is not None and op.sym.data not in table:
             from ipu.runtime.derived import derive, spec_from_attr
 
             raw = derive(op.sym.data, spec_from_attr(op.derived), op.results[0].type.get_shape(), table)

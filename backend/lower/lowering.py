@@ -731,7 +731,14 @@ class Lowering(NnOps):
         # blocks) when the chunk is whole 16-blocks of full-width panels of a multiple of 16 and no tile pads its
         # rows; else the chunk's rows are gathered (with zero padding) into the A scratch (`A chunk rows`).
         pad_a = {t for t, j in jobs.items() if j[4] != j[2] or kpad != k} if a_cols is None else set()
+        if a_f32:
+            pad_a = set(jobs)  # staged into the A scratch as padded f16 rows on every tile
         a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES and a_cols is None  # rows too long: chunks into panels
+        if a_f32 and a_panels:
+            raise LoweringError(
+                f"{what}: f32 A rows of {k} exceed the kernel's {cm.GEMM_MAX_A_ROW_BYTES}-byte row stride once cast "
+                "to f16 (K-block panels of an f32 A are not lowered)"
+            )
         in_place = set()
         if a_cols is not None and a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES:
             if all(j[4] == j[2] for j in jobs.values()):
@@ -1217,11 +1224,15 @@ def derived_parameters(f: func.FuncOp) -> dict[str, dict]:
     (`ipu.runtime.derived`)."""
     from ipu.runtime.derived import spec_from_attr
 
-    return {
-        op.param_name: {"spec": spec_from_attr(op.derived), "shape": list(op.result.type.get_shape())}
-        for op in f.walk()
-        if isinstance(op, nn.ParamOp) and op.derived is not None
-    }
+    out: dict[str, dict] = {}
+    for op in f.walk():
+        if isinstance(op, nn.ParamOp) and op.derived is not None:
+            entry = {"spec": spec_from_attr(op.derived), "shape": list(op.result.type.get_shape())}
+            if out.setdefault(op.param_name, entry) != entry:
+                raise LoweringError(
+                    f"nn.param {op.param_name!r}: two derived parameters of this name with different recipes"
+                )
+    return out
 
 
 def pipeline_spec(
@@ -1316,9 +1327,14 @@ def compile_model(
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:
-        from ipu.runtime.derived import with_package_derived
+        from ipu.runtime.derived import DerivationError, with_package_derived
 
         weights = with_package_derived(weights, pkg)
+        for name in pkg.metadata.get("derived_parameters") or {}:
+            try:
+                weights[name]  # small (the MAP head's U): derived now so that missing sources show here
+            except DerivationError as e:
+                raise LoweringError(f"weights: {e}") from None
         missing = sorted({b.name for b in pkg.parameters if b.name not in weights})
         if missing:
             raise LoweringError(f"weights lack parameters {missing[:5]}{' ...' if len(missing) > 5 else ''}")

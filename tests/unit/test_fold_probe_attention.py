@@ -149,7 +149,10 @@ def test_grouped_linear_runs(groups, n, k, tiles):
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((groups, k)).astype(np.float32)
-    w = {"w": (rng.standard_normal((n, k)) * 0.1).astype(np.float32), "b": rng.standard_normal(n).astype(np.float32)}
+    w = {
+        "w": (rng.standard_normal((n, k)) * 0.1).astype(np.float32),
+        "b": rng.standard_normal(n).astype(np.float32),
+    }
     fp64 = evaluate(model(), {"x": x}, w, mode="fp64").outputs["y"]
     gs = n // groups
     manual = np.concatenate([x[h] @ w["w"][h * gs : (h + 1) * gs].T for h in range(groups)]) + w["b"]
@@ -161,3 +164,49 @@ def test_grouped_linear_runs(groups, n, k, tiles):
     # FP8 weights (the default policy) and f16 partials: a few percent.
     assert np.linalg.norm(got - fp64) <= 0.05 * np.linalg.norm(fp64)
     assert np.abs(got - fp64).max() <= 0.1 * np.abs(fp64).max()
+
+
+@pytest.mark.parametrize("func_name", ["two", "narrow"])
+def test_fold_is_exact_for_shared_and_narrow_projections(func_name):
+    """Two probe attentions over one key weight (each its own derived U) and projections narrower than x: the
+    folded function equals the original in float64 (the lit test's functions)."""
+    from pathlib import Path
+
+    from xdsl.parser import Parser
+
+    from ipu.tools.ipu_report import _context
+
+    text = (Path(__file__).parents[1] / "filecheck/passes/nn-fold-probe-attention.mlir").read_text()
+
+    def module():
+        m = Parser(_context(), text).parse_module()
+        for f in list(m.ops):
+            if f.sym_name.data != func_name:
+                f.detach()
+        return m
+
+    rng = np.random.default_rng(9)
+    params = {
+        "p.probe": rng.standard_normal((1, 8)),
+        "p.attn.w": rng.standard_normal((8, 8)) * 0.5,
+        "n.probe": rng.standard_normal((1, 8)),
+        "n.w": rng.standard_normal((4, 8)) * 0.5,
+    }
+    x = {"x": rng.standard_normal((6, 8))}
+    want = evaluate(module(), x, params, mode="fp64").outputs
+    m = module()
+    PassPipeline.parse_spec(dict(all_passes()), "nn-fold-probe-attention{operands_f16=false}").apply(Context(), m)
+    assert not any(isinstance(op, nn.AttentionOp) for op in m.walk())
+    got = evaluate(m, x, params, mode="fp64").outputs
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
+
+
+def test_compile_model_names_a_missing_derivation_source():
+    from ipu.backend.lower import LoweringError, compile_model
+    from ipu.backend.target import Target
+
+    cfg = PRESETS["siglip-tiny"]
+    w = {k: v for k, v in random_weights(cfg, seed=0).items() if k != "head.probe"}
+    with pytest.raises(LoweringError, match="head.probe"):
+        compile_model(cfg, Target.small(tiles=16, sram_kib=624), weights=w, repeat=False)

@@ -70,3 +70,28 @@ def pkg_ops(m, k, n, tiles, a_f16):
     spec += f",tile-plan{{tiles={tiles} sram_kib=624}}"
     PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
     return list(module.walk())
+
+
+def test_f32_lhs_limits():
+    """An f32 lhs is staged as padded f16 rows in the A scratch on every tile: tile-plan keeps the staged block
+    within the scratch (more row panels), and rows too long for the kernel once cast are refused with the op's
+    name instead of being packed in place over themselves."""
+    from xdsl.utils.exceptions import PassFailedException
+
+    from ipu.backend.lower import LoweringError
+
+    m, k, n = 48, 768, 16
+    ops = pkg_ops(m, k, n, 4, False)
+    plan = next(op for op in ops if isinstance(op, nn.MatmulOp)).attributes["tile.plan"]
+    pm = plan.get("panel")[0]
+    assert max(pm, 3) * k * 2 <= Target.small(tiles=4, sram_kib=624).region1_element_bytes, pm
+    pkg = compile_model(matmul_model(m, k, n, False), Target.small(tiles=4, sram_kib=624))
+    rng = np.random.default_rng(1)
+    feeds = {"a": rng.random((m, k)).astype(np.float32), "x": rng.standard_normal((k, n)).astype(np.float32)}
+    got = Session(pkg).run(feeds).outputs["y"]
+    ref = evaluate(matmul_model(m, k, n, False), feeds, {}, mode="device").outputs["y"]
+    assert np.abs(got - ref).max() <= 4 * np.abs(ref).max() * 2.0**-11 * np.sqrt(k / 256)
+    # On 2 tiles the staged block (24 rows) would not fit the A scratch; K = 2064 not the kernel's row stride.
+    for (mm, kk), tiles in (((48, 768), 2), ((2, 2064), 4)):
+        with pytest.raises((LoweringError, PassFailedException), match="nn.matmul"):
+            compile_model(matmul_model(mm, kk, 16, False), Target.small(tiles=tiles, sram_kib=624))

@@ -56,3 +56,39 @@ func.func @nofold() {
 
 // CHECK-LABEL: func.func @nofold
 // CHECK:         nn.attention
+
+// Two probe attentions over one key weight: two derived parameters of their own names.
+func.func @two() {
+  %x = nn.input "x" : tensor<6x8xf32>
+  %probe = nn.param "p.probe" : tensor<1x8xf32>
+  %w = nn.param "p.attn.w" : tensor<8x8xf32>
+  %q = nn.linear %probe, %w : tensor<1x8xf32>, tensor<8x8xf32> -> tensor<1x8xf32>
+  %k = nn.linear %x, %w : tensor<6x8xf32>, tensor<8x8xf32> -> tensor<6x8xf32>
+  %a = nn.attention %q, %k, %k heads=2 scale=0.5 : tensor<1x8xf32>, tensor<6x8xf32>, tensor<6x8xf32> -> tensor<1x8xf32>
+  %k2 = nn.linear %x, %w : tensor<6x8xf32>, tensor<8x8xf32> -> tensor<6x8xf32>
+  %b = nn.attention %q, %k2, %k2 heads=4 scale=0.25 : tensor<1x8xf32>, tensor<6x8xf32>, tensor<6x8xf32> -> tensor<1x8xf32>
+  nn.output "a" %a : tensor<1x8xf32>
+  nn.output "b" %b : tensor<1x8xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @two
+// CHECK:         nn.param "p.attn.probe_key_scores" {derived = {recipe = "probe_key_scores", query = "p.probe", wq = "p.attn.w", wk = "p.attn.w", heads = 2 : i64
+// CHECK:         nn.param "p.attn.probe_key_scores_1" {derived = {recipe = "probe_key_scores", query = "p.probe", wq = "p.attn.w", wk = "p.attn.w", heads = 4 : i64
+// CHECK-NOT:     nn.attention
+
+// Projections to another width than x's (8 -> 4): U is [heads, 8], the grouped value linear gives [1, 4].
+func.func @narrow() {
+  %x = nn.input "x" : tensor<6x8xf32>
+  %probe = nn.param "n.probe" : tensor<1x8xf32>
+  %w = nn.param "n.w" : tensor<4x8xf32>
+  %q = nn.linear %probe, %w : tensor<1x8xf32>, tensor<4x8xf32> -> tensor<1x4xf32>
+  %k = nn.linear %x, %w : tensor<6x8xf32>, tensor<4x8xf32> -> tensor<6x4xf32>
+  %a = nn.attention %q, %k, %k heads=2 scale=0.5 : tensor<1x4xf32>, tensor<6x4xf32>, tensor<6x4xf32> -> tensor<1x4xf32>
+  nn.output "a" %a : tensor<1x4xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @narrow
+// CHECK:         nn.param "n.probe_key_scores" {{.*}} : tensor<2x8xf32>
+// CHECK:         %a = nn.linear %probe_px, %w {row_groups = 2 : i64} : tensor<2x8xf32>, tensor<4x8xf32> -> tensor<1x4xf32>
