@@ -12,7 +12,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
   from the second row on, so several such rows go through f32), one f32 row per tile cast in place but for its
   last unit. f16 results are written by the kernel (n % 4 == 0, or one row per tile: its last atom ends at the
   buffer's 8-byte boundary), else cast / restrided back the same way. [16, 729] f32 -> f16 on 16 tiles:
-  `softmax_split`, 4095 cycles per tile (`softmax`: 26661), ~5.2k cycles for the op;
+  `softmax_split`, 4095 cycles per tile (`softmax`: 26661), ~5.2k cycles for the op; f32 -> f32 (the folded
+  MAP head's probabilities, `nn-fold-probe-attention`) ~6.5k: the f32 row copied back after the cast;
 - `nn.gelu` (`#tile.map<elementwise>`): `Rows("gelu")` over the shard (units of 4 halves);
 - `nn.slice` (`#tile.single`): row copies on the one tile that holds the sliced operand;
 - `nn.attention` (`#tile.attention<materialized>`): per result block (m query rows x one head of d) on its tile,
