@@ -74,6 +74,7 @@ from xdsl.dialects.func import FuncOp, ReturnOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 
 from ipu.dialects import nn
+from ipu.runtime.derived import DerivationError, with_derived
 
 Mode = Literal["fp32", "fp64", "device"]
 MODES = ("fp32", "fp64", "device")
@@ -524,15 +525,10 @@ class _Evaluator:
 
     def eval_param(self, op: nn.ParamOp, label: str) -> _Param:
         name, t = op.param_name, op.result.type
-        if op.derived is not None and name not in self.params:  # derived from others, as the host does
-            from ipu.runtime.derived import DerivationError, derive, spec_from_attr
-
-            try:
-                return _Param(derive(name, spec_from_attr(op.derived), t.get_shape(), self.params), t)
-            except DerivationError as e:
-                raise EvaluationError(f"{label}: {e}") from None
         try:
-            raw = self.params[name]
+            raw = self.params[name]  # a derived parameter is computed here (`evaluate` wraps the params)
+        except DerivationError as e:
+            raise EvaluationError(f"{label}: {e}") from None
         except KeyError:
             close = ""
             try:
@@ -691,6 +687,10 @@ def evaluate(
     func = _single_func(module_or_func)
     if verify:
         func.verify()
+    try:
+        params = with_derived(params, func)  # parameters the host derives at upload, derived alike
+    except DerivationError as e:
+        raise EvaluationError(str(e)) from None
     ev = _Evaluator(inputs, params, mode, capture)
     ev.run_block(func.body.block, _Scope(), (), ())
     return Result(ev.outputs, ev.values, ev.positions)

@@ -74,6 +74,19 @@ ROWS_SPLIT_MARGIN = 0.85
 ROWS_SPLIT_PANELS = (16, 32, 48, 64)
 
 
+def group_panel(size: int) -> int:
+    """Column panels of a grouped linear's groups of `size` columns: 16, else the widest divisor of the group up
+    to 32 in whole 4-column groups (So400m's heads of 72: 24; the kernel pads N to 16)."""
+    if size % 16 == 0:
+        return 16
+    fits = [p for p in range(4, 33, 4) if size % p == 0]
+    if not fits:
+        raise PassFailedException(
+            f"a grouped linear's groups of {size} columns are not whole 4-column groups"
+        )
+    return fits[-1]
+
+
 def split_cost(
     m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, pn: int = 16
 ) -> int | None:
@@ -382,8 +395,6 @@ class NNSplitKPass(ModulePass):
                 f"{self.name}: grouped nn.linear needs f16 x, f16 / FP8 weights and K % 16 == 0 (run "
                 f"nn-quantize-weights first), got x {lin.input.type}, weight {lin.weight.type}"
             )
-        from ipu.passes.tile_plan import group_panel  # the panels tile-plan gives the groups
-
         pn = group_panel(n // lin.groups)
         kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles, pn)
         self.split(lin, kc or k)

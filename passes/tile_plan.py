@@ -64,7 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_split_k import FEW_ROWS, rows_plan_grid, x_readers
+from ipu.passes.nn_split_k import FEW_ROWS, group_panel, rows_plan_grid, x_readers
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -472,19 +472,6 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
                        order=plan.get("worder"))  # fmt: skip
     res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
     return [x, w], res
-
-
-def group_panel(size: int) -> int:
-    """Column panels of a grouped linear's groups of `size` columns: 16, else the widest divisor of the group up
-    to 32 in whole 4-column groups (So400m's heads of 72: 24; the kernel pads N to 16)."""
-    if size % 16 == 0:
-        return 16
-    fits = [p for p in range(4, 33, 4) if size % p == 0]
-    if not fits:
-        raise PassFailedException(
-            f"tile-plan: a grouped linear's groups of {size} columns are not whole 4-column groups"
-        )
-    return fits[-1]
 
 
 def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_tiles: int) -> int:

@@ -151,6 +151,29 @@ class WithDerived(Mapping):
         return len(self.specs) + sum(1 for k in self.weights if k not in self.specs)
 
 
+def derived_specs(root) -> dict[str, tuple[dict[str, Any], tuple[int, ...]]]:
+    """{name: (spec, shape)} of the derived `nn.param`s under the op `root` (a module or function); two different
+    recipes under one name are an error."""
+    from ipu.dialects import nn
+
+    out: dict[str, tuple[dict[str, Any], tuple[int, ...]]] = {}
+    for op in root.walk():
+        if isinstance(op, nn.ParamOp) and op.derived is not None:
+            entry = (spec_from_attr(op.derived), tuple(op.result.type.get_shape()))
+            if out.setdefault(op.param_name, entry) != entry:
+                raise DerivationError(
+                    f"nn.param {op.param_name!r}: two derived parameters of this name with different recipes"
+                )
+    return out
+
+
+def with_derived(weights: Mapping[str, np.ndarray], root) -> Mapping[str, np.ndarray]:
+    """`weights` plus the derived parameters of the IR under `root` (the reference evaluator's and the tile
+    interpreter's view of the parameters: the same as the host's after an upload)."""
+    specs = derived_specs(root)
+    return WithDerived(weights, specs) if specs else weights
+
+
 def with_package_derived(weights: Mapping[str, np.ndarray], package) -> Mapping[str, np.ndarray]:
     """`weights` plus the derived parameters a package lists (`metadata["derived_parameters"]`)."""
     listed = package.metadata.get("derived_parameters") or {}

@@ -40,6 +40,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from ipu.dialects import exchange as ex
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+from ipu.runtime.derived import with_derived
 
 
 class TileInterpError(Exception):
@@ -185,14 +186,9 @@ class Interpreter:
     def source(self, op: nn.InputOp | nn.ParamOp) -> Sharded | np.ndarray:
         lay = op.attributes.get(tl.LAYOUT_ATTR)
         table = self.inputs if isinstance(op, nn.InputOp) else self.params
-        if isinstance(op, nn.ParamOp) and op.derived is not None and op.sym.data not in table:
-            from ipu.runtime.derived import derive, spec_from_attr
-
-            raw = derive(op.sym.data, spec_from_attr(op.derived), op.results[0].type.get_shape(), table)
-        elif op.sym.data not in table:
+        if op.sym.data not in table:
             raise TileInterpError(f"{op.name}: missing '{op.sym.data}'")
-        else:
-            raw = np.asarray(table[op.sym.data], np.float32)
+        raw = np.asarray(table[op.sym.data], np.float32)
         t = op.results[0].type
         if isinstance(t.element_type, Float8E4M3FNUZType | Float8E5M2FNUZType):
             raw = self.ref.quantize_fp8(raw, type(t.element_type), 0)
@@ -322,6 +318,6 @@ def run(module: ModuleOp, inputs: Mapping[str, Any], params: Mapping[str, Any]) 
     funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
     if len(funcs) != 1:
         raise TileInterpError(f"expected one func.func, found {len(funcs)}")
-    it = Interpreter(inputs, params)
+    it = Interpreter(inputs, with_derived(params, funcs[0]))  # derived parameters as the host derives them
     it.run_block(funcs[0].body.block)
     return it.outputs

@@ -511,22 +511,6 @@ class Lowering(NnOps):
         self.copy_call(post, "exchange copies")
 
     # -- operators ---------------------------------------------------------------------------------------------
-    def _block_addr(
-        self, v: SSAValue, t: int, origin: tuple[int, ...], dims: tuple[int, ...], what: str
-    ) -> int:
-        """Address on tile t of the block of v's layout with exactly this origin and these dims (all of them)."""
-        lay = tl.layout_of(v)
-        g = lay.geometry()
-        table = lay.table()
-        hit = (g.block_origin == origin).all(1) & (g.block_dims == dims).all(1)
-        for b in np.nonzero(hit)[0]:
-            rs = np.nonzero(table[b] == t)[0]
-            if rs.size:
-                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
-        raise LoweringError(
-            f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
-        )
-
     def _panel_addr(
         self, v: SSAValue, t: int, origin: tuple[int, ...], dims: tuple[int, ...], what: str
     ) -> int:
@@ -720,7 +704,7 @@ class Lowering(NnOps):
                     raise LoweringError(
                         f"{what}: a [K, {nc}] B block: its columns must be whole 4-column groups"
                     )
-                wsrc = self._block_addr(w, t, (0, c0), (k, nc), what)
+                wsrc = self._panel_addr(w, t, (0, c0), (k, nc), what)  # the whole [K, nc] block
             else:
                 wsrc = self._panel_addr(w, t, (c0,), (nc,), what)
             mpad, npad = max(mr, gm.MIN_ROWS), -(-nc // 16) * 16
@@ -1222,17 +1206,13 @@ def lower_to_package(
 def derived_parameters(f: func.FuncOp) -> dict[str, dict]:
     """{name: {"spec": recipe and arguments, "shape": [..]}} of the `nn.param`s the host derives at upload
     (`ipu.runtime.derived`)."""
-    from ipu.runtime.derived import spec_from_attr
+    from ipu.runtime.derived import DerivationError, derived_specs
 
-    out: dict[str, dict] = {}
-    for op in f.walk():
-        if isinstance(op, nn.ParamOp) and op.derived is not None:
-            entry = {"spec": spec_from_attr(op.derived), "shape": list(op.result.type.get_shape())}
-            if out.setdefault(op.param_name, entry) != entry:
-                raise LoweringError(
-                    f"nn.param {op.param_name!r}: two derived parameters of this name with different recipes"
-                )
-    return out
+    try:
+        specs = derived_specs(f)
+    except DerivationError as e:
+        raise LoweringError(str(e)) from None
+    return {name: {"spec": spec, "shape": list(shape)} for name, (spec, shape) in specs.items()}
 
 
 def pipeline_spec(

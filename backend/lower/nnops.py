@@ -428,6 +428,7 @@ class NnOps:
         mpad = max(ma, gm.MIN_ROWS)
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (first K column, chunk width, panel columns, x, weight block, result block)
+        npad = {}  # tile -> its panel columns padded to the kernel's 16
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             (c0, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
@@ -442,7 +443,8 @@ class NnOps:
                 xa = self._panel_addr(x, t, (0,), (m,), what)
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
             jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
-        if self.target.region1_element_bytes < max(j[1] * -(-j[2] // 16) * 32 for j in jobs.values()):
+            npad[t] = -(-nc // 16) * 16
+        if self.target.region1_element_bytes < max(j[1] * npad[t] * 2 for t, j in jobs.items()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
         rows = {}
         for t, (k0, kw, _nc, xa, _wa, _ra) in jobs.items():
@@ -467,11 +469,10 @@ class NnOps:
             }
         self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
         if wdt == "f16":  # (the FP8 conversion zeroes the N padding rows itself)
-            pads = {
-                t: n_padding_zeros({t: (j[2], -(-j[2] // 16) * 16)}, j[1], panels, zeros)
-                for t, j in jobs.items()
-            }
-            self.kcall(f"{what}: weight panels N padding", {t: z.get(t) for t, z in pads.items()})
+            zero_rows = {}
+            for t, j in jobs.items():  # (chunk widths differ by tile: the last chunk's may be shorter)
+                zero_rows |= n_padding_zeros({t: (j[2], npad[t])}, j[1], panels, zeros)
+            self.kcall(f"{what}: weight panels N padding", zero_rows)
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         self.kcall(
             f"{what}: GEMM",
@@ -479,7 +480,7 @@ class NnOps:
                 t: gm.Gemm(
                     mpad,
                     kw,
-                    -(-nc // 16) * 16,
+                    npad[t],
                     prec=gm.F16,
                     mode="init",
                     coef=coef,
@@ -488,7 +489,7 @@ class NnOps:
                     c=c_area,
                     a_row_stride=kw * 2,
                 )  # fmt: skip
-                for t, (_k0, kw, nc, *_) in jobs.items()
+                for t, (_k0, kw, *_) in jobs.items()
             },
         )
         self.kcall(

@@ -212,3 +212,24 @@ def test_compile_model_names_a_missing_derivation_source():
     w = {k: v for k, v in random_weights(cfg, seed=0).items() if k != "head.probe"}
     with pytest.raises(LoweringError, match="head.probe"):
         compile_model(cfg, Target.small(tiles=16, sram_kib=624), weights=w, repeat=False)
+
+
+def test_two_recipes_under_one_name_are_refused():
+    """The package lists one recipe per derived name: two different ones under one name are an error (the host
+    would upload one value for both)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp, TensorType, f32
+    from xdsl.ir import Block, Region
+
+    from ipu.runtime.derived import derived_specs, spec_to_attr
+
+    block = Block()
+    for heads in (2, 4):
+        spec = spec_to_attr(dict(recipe="probe_key_scores", query="q", wq="w", wk="w", heads=heads, scale=1.0))
+        block.add_op(nn.ParamOp("u", TensorType(f32, (heads, 8)), spec))
+    block.add_op(func.ReturnOp())
+    m = ModuleOp([func.FuncOp("f", ((), ()), Region(block))])
+    with pytest.raises(DerivationError, match="'u': two derived parameters of this name"):
+        derived_specs(m)
+    one = ModuleOp([func.FuncOp("g", ((), ()), Region(Block([block.first_op.clone(), func.ReturnOp()])))])
+    assert list(derived_specs(one)) == ["u"]
