@@ -225,7 +225,9 @@ def test_two_recipes_under_one_name_are_refused():
 
     block = Block()
     for heads in (2, 4):
-        spec = spec_to_attr(dict(recipe="probe_key_scores", query="q", wq="w", wk="w", heads=heads, scale=1.0))
+        spec = spec_to_attr(
+            dict(recipe="probe_key_scores", query="q", wq="w", wk="w", heads=heads, scale=1.0)
+        )
         block.add_op(nn.ParamOp("u", TensorType(f32, (heads, 8)), spec))
     block.add_op(func.ReturnOp())
     m = ModuleOp([func.FuncOp("f", ((), ()), Region(block))])
