@@ -652,6 +652,119 @@ class AttentionOp(IRDLOperation):
         require_result_shape(self, self.result, qs)
 
 
+def _verify_qkv(
+    op: Operation, name: str, q: SSAValue, k: SSAValue, v: SSAValue, h: int
+) -> tuple[int, int, int]:
+    """(tokens, keys, head size) of attention operands q [T, H*D], k and v [S, H*D]."""
+    qs = shape_of(q, op, "operand 'query'")
+    ks = shape_of(k, op, "operand 'key'")
+    vs = shape_of(v, op, "operand 'value'")
+    for what, s in (("query", qs), ("key", ks), ("value", vs)):
+        if len(s) != 2:
+            raise VerifyException(f"{name}: operand '{what}' must be [tokens, heads*dim], got {shape_str(s)}")
+    if ks != vs or qs[1] != ks[1]:
+        raise VerifyException(
+            f"{name}: operands 'query' {shape_str(qs)}, 'key' {shape_str(ks)} and 'value' {shape_str(vs)} do not "
+            "agree (keys and values [S, H*D], queries [T, H*D])"
+        )
+    if h <= 0 or qs[1] % h:
+        raise VerifyException(f"{name}: heads = {h} does not divide the {qs[1]} channels of 'query'")
+    return qs[0], ks[0], qs[1] // h
+
+
+@irdl_op_definition
+class AttentionPartialOp(IRDLOperation):
+    """`nn.attention` over `chunks` contiguous key ranges separately (FlashAttention's split, across tiles): for
+    key chunk j (keys [j * c, min((j + 1) * c, S)), c = ceil(S / chunks)) and head h, with s = scale * q_h k^T:
+    m = max_k s, l = sum_k exp(s - m), o = (exp(s - m) / l) v (the chunk's own softmax).
+
+    Result [chunks, T, H * (D + 2)], f32: per head h the D columns of o, then m, then l (columns h * (D + 2) ..).
+    `nn.attention_merge` combines the chunks into the attention's result. `nn-split-attention-keys` creates it.
+    """
+
+    name = "nn.attention_partial"
+    query = operand_def(TensorType)
+    key = operand_def(TensorType)
+    value = operand_def(TensorType)
+    heads = prop_def(IntegerAttr[I64])
+    scale = prop_def(FloatAttr[Float32Type])
+    chunks = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = (
+        "$query `,` $key `,` $value `heads` `` `=` `` $heads `scale` `` `=` `` $scale `chunks` `` `=` `` $chunks "
+        "attr-dict `:` type($query) `,` type($key) `,` type($value) `->` type($result)"
+    )
+    traits = traits_def(Pure())
+
+    def __init__(self, q: SSAValue, k: SSAValue, v: SSAValue, heads: int, scale: float, chunks: int):
+        t, c = q.type.get_shape()
+        d = c // heads
+        super().__init__(
+            operands=[q, k, v],
+            properties={
+                "heads": IntegerAttr(heads, i64),
+                "scale": FloatAttr(scale, f32),
+                "chunks": IntegerAttr(chunks, i64),
+            },
+            result_types=[TensorType(f32, (chunks, t, heads * (d + 2)))],
+        )
+
+    @property
+    def num_heads(self) -> int:
+        return self.heads.value.data
+
+    @property
+    def num_chunks(self) -> int:
+        return self.chunks.value.data
+
+    def key_chunk(self) -> int:
+        """Keys per chunk (the last may have fewer)."""
+        return -(-self.key.type.get_shape()[0] // self.num_chunks)
+
+    def verify_(self) -> None:
+        t, s, d = _verify_qkv(self, self.name, self.query, self.key, self.value, self.num_heads)
+        n = self.num_chunks
+        if n < 1 or n > s or (n - 1) * -(-s // n) >= s:
+            raise VerifyException(f"{self.name}: chunks = {n} does not split {s} keys into non-empty ranges")
+        rt = tensor_of(self.result, self, "result")
+        if not isinstance(rt.element_type, Float32Type):
+            raise VerifyException(f"{self.name}: the result must be f32, got {rt.element_type}")
+        require_result_shape(self, self.result, (n, t, self.num_heads * (d + 2)))
+
+
+@irdl_op_definition
+class AttentionMergeOp(IRDLOperation):
+    """Combines `nn.attention_partial`'s chunks into the attention's result [T, H*D]: per row and head, with
+    M = max_j m_j and w_j = l_j exp(m_j - M), out = sum_j (w_j / sum_i w_i) o_j (the softmax over all keys)."""
+
+    name = "nn.attention_merge"
+    partials = operand_def(TensorType)
+    heads = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = "$partials `heads` `` `=` `` $heads attr-dict `:` type($partials) `->` type($result)"
+    traits = traits_def(Pure())
+
+    def __init__(self, partials: SSAValue, heads: int, result_type: Attribute):
+        super().__init__(
+            operands=[partials], properties={"heads": IntegerAttr(heads, i64)}, result_types=[result_type]
+        )
+
+    @property
+    def num_heads(self) -> int:
+        return self.heads.value.data
+
+    def verify_(self) -> None:
+        require_compute_result(self)
+        ps = shape_of(self.partials, self, "operand 'partials'")
+        h = self.num_heads
+        if len(ps) != 3 or h <= 0 or ps[2] % h or ps[2] // h < 3:
+            raise VerifyException(
+                f"{self.name}: operand 'partials' must be [chunks, tokens, heads * (dim + 2)] with heads = {h}, "
+                f"got {shape_str(ps)}"
+            )
+        require_result_shape(self, self.result, (ps[1], h * (ps[2] // h - 2)))
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Shape and precision
 
@@ -965,6 +1078,8 @@ NN = Dialect(
         GeluOp,
         SoftmaxOp,
         AttentionOp,
+        AttentionPartialOp,
+        AttentionMergeOp,
         PatchifyOp,
         ReshapeOp,
         TransposeOp,

@@ -557,7 +557,7 @@ class GemmPlanAttr(_KVAttr):
             raise VerifyException("#tile.gemm: grid is [gm, gn] (or [G, gm, gn]) and panel is [pm, k, pn]")
 
 
-ATTENTION_KINDS = ("materialized", "flash")
+ATTENTION_KINDS = ("materialized", "flash", "merge")
 
 
 @irdl_attr_definition
@@ -568,7 +568,9 @@ class AttentionPlanAttr(_KVAttr):
     head as before, V's column slice j ([S, D / vs]) and computes those columns of the result.
 
     kind: "materialized" (whole score rows [qblock, S] on the tile) or "flash" (64-key blocks with an online
-    softmax merge). Only "materialized" is implemented by the lower levels; kblock records the flash block."""
+    softmax merge). Only "materialized" is implemented by the lower levels; kblock records the flash block.
+    A key-split attention (`nn.attention_partial`) has grid [nq, heads, chunks]: cell (i, h, j) holds query block
+    i of head h against key chunk j; its `nn.attention_merge` gets the same grid with kind "merge"."""
 
     name = "tile.attention"
     kind: StringAttr

@@ -355,6 +355,39 @@ def _attention(ev: _Evaluator, op: nn.AttentionOp, q: np.ndarray, k: np.ndarray,
     return out.transpose(1, 0, 2).reshape(t, channels)
 
 
+def _attention_partial(
+    ev: _Evaluator, op: nn.AttentionPartialOp, q: np.ndarray, k: np.ndarray, v: np.ndarray
+):
+    heads, n = op.num_heads, op.num_chunks
+    t, channels = q.shape
+    s, d, c = k.shape[0], channels // heads, op.key_chunk()
+    out = np.zeros((n, t, heads, d + 2), ev.dtype)
+    qh = np.ascontiguousarray(q.reshape(t, heads, d).transpose(1, 0, 2))  # [H, T, D]
+    for j in range(n):
+        kj, vj = k[j * c : min(s, (j + 1) * c)], v[j * c : min(s, (j + 1) * c)]
+        kh = np.ascontiguousarray(kj.reshape(-1, heads, d).transpose(1, 2, 0))  # [H, D, c]
+        vh = np.ascontiguousarray(vj.reshape(-1, heads, d).transpose(1, 0, 2))  # [H, c, D]
+        scores = np.matmul(qh, kh) * ev.dtype.type(op.scale.value.data)  # [H, T, c]
+        m = scores.max(axis=-1, keepdims=True)
+        e = np.exp(scores - m)
+        lsum = e.sum(axis=-1, keepdims=True)
+        out[j, :, :, :d] = np.matmul(e / lsum, vh).transpose(1, 0, 2)
+        out[j, :, :, d] = m[..., 0].T
+        out[j, :, :, d + 1] = lsum[..., 0].T
+    return out.reshape(n, t, heads * (d + 2))
+
+
+def _attention_merge(ev: _Evaluator, op: nn.AttentionMergeOp, p: np.ndarray):
+    n, t, w = p.shape
+    heads = op.num_heads
+    parts = p.reshape(n, t, heads, w // heads)
+    d = w // heads - 2
+    m, lsum = parts[..., d], parts[..., d + 1]  # [n, T, H]
+    wts = lsum * np.exp(m - m.max(axis=0, keepdims=True))
+    wts = wts / wts.sum(axis=0, keepdims=True)
+    return (wts[..., None] * parts[..., :d]).sum(axis=0).reshape(t, heads * d)
+
+
 def _patchify(ev: _Evaluator, op: nn.PatchifyOp, x: np.ndarray):
     p = op.patch.value.data
     b, c, h, w = x.shape
@@ -407,6 +440,8 @@ OPS: dict[type[Operation], OpFunction] = {
     nn.GeluOp: _gelu,
     nn.SoftmaxOp: _softmax,
     nn.AttentionOp: _attention,
+    nn.AttentionPartialOp: _attention_partial,
+    nn.AttentionMergeOp: _attention_merge,
     nn.PatchifyOp: _patchify,
     nn.ReshapeOp: _reshape,
     nn.TransposeOp: _transpose,

@@ -322,6 +322,8 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):
         return "heads", owner.query.type.get_shape()[1] // owner.num_heads
+    if isinstance(owner, nn.AttentionMergeOp):
+        return "heads", owner.result.type.get_shape()[1] // owner.num_heads
     if _from_input(v):
         return "host", 0
     return None

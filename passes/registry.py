@@ -18,6 +18,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-quantize-weights", "ipu.passes.nn_quantize", "NNQuantizeWeightsPass"),
     ("nn-outline-repeat", "ipu.passes.nn_outline_repeat", "NNOutlineRepeatPass"),
     ("nn-split-mlp", "ipu.passes.nn_split_mlp", "NNSplitMLPPass"),
+    ("nn-split-attention-keys", "ipu.passes.nn_split_attention_keys", "NNSplitAttentionKeysPass"),
     ("nn-split-k", "ipu.passes.nn_split_k", "NNSplitKPass"),
     ("nn-hoist-stacked", "ipu.passes.nn_hoist_stacked", "NNHoistStackedPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),

@@ -64,6 +64,7 @@ from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
+from ipu.passes.nn_split_attention_keys import partial_grid
 from ipu.passes.nn_split_k import FEW_ROWS, group_panel, rows_plan_grid, x_readers
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
@@ -570,6 +571,56 @@ def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles:
     return [q, k, v], res
 
 
+def partial_cells(plan: tl.AttentionPlanAttr, num_tiles: int) -> np.ndarray:
+    """Tiles of a key-split attention's grid [nq, heads, chunks]: cell (i, h, j) = base + (i * heads + h) *
+    chunks + j (mod the tiles) holds query block i of head h against key chunk j."""
+    nq, h, n = plan.get("grid")
+    return (plan.get("base") + np.arange(nq * h * n, dtype=np.int64).reshape(nq, h, n)) % num_tiles
+
+
+def attention_partial_layouts(op: nn.AttentionPartialOp, plan: tl.AttentionPlanAttr, num_tiles: int):
+    """Cell (i, h, j) (`partial_cells`) holds Q's block i of head h ([qblock, D], replicated over the chunks), K's
+    and V's chunk j of head h ([ceil(S / chunks), D], replicated over the query blocks) and computes the result
+    block (j, i, h): [1, qblock, D + 2]."""
+    nq, h, n = plan.get("grid")
+    qb = plan.get("qblock")
+    t, c = op.query.type.get_shape()
+    s, d, kc = op.key.type.get_shape()[0], c // h, op.key_chunk()
+    cells = partial_cells(plan, num_tiles).astype(np.int32)
+    q = tl.make_layout((t, c), (qb, d), cells.reshape(nq * h, n), op.query.type.element_type)
+    kv = np.ascontiguousarray(cells.transpose(2, 1, 0).reshape(n * h, nq))
+    k = tl.make_layout((s, c), (kc, d), kv, op.key.type.element_type)
+    v = tl.make_layout((s, c), (kc, d), kv, op.value.type.element_type)
+    res_tab = np.ascontiguousarray(cells.transpose(2, 0, 1).reshape(-1, 1))
+    res = tl.make_layout((n, t, h * (d + 2)), (1, qb, d + 2), res_tab, op.result.type.element_type)
+    return [q, k, v], res
+
+
+def attention_merge_layouts(op: nn.AttentionMergeOp, plan: tl.AttentionPlanAttr, num_tiles: int):
+    """The merge of a key-split attention (plan: its partial's grid): each query block's rows split evenly over
+    its chunks' tiles; cell (i, h, j) merges rows i * qblock + j * qblock / chunks .. of head h: operand blocks
+    [chunks, qblock / chunks, D + 2] (every chunk's o, m, l of those rows), result blocks [qblock / chunks, D]."""
+    nq, h, n = plan.get("grid")
+    rb = plan.get("qblock") // n
+    _, t, w = op.partials.type.get_shape()
+    d = w // h - 2
+    r = np.arange(-(-t // rb))
+    tab = np.ascontiguousarray(
+        partial_cells(plan, num_tiles)[r // n, :, r % n].reshape(-1, 1).astype(np.int32)
+    )
+    parts = tl.make_layout((n, t, w), (n, rb, d + 2), tab, op.partials.type.element_type)
+    res = tl.make_layout((t, h * d), (rb, d), tab, op.result.type.element_type)
+    return [parts], res
+
+
+def any_attention_layouts(op: Operation, plan: tl.AttentionPlanAttr, num_tiles: int):
+    if isinstance(op, nn.AttentionPartialOp):
+        return attention_partial_layouts(op, plan, num_tiles)
+    if isinstance(op, nn.AttentionMergeOp):
+        return attention_merge_layouts(op, plan, num_tiles)
+    return attention_layouts(op, plan, num_tiles)
+
+
 def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_tiles: int):
     """Operand layouts an op's plan needs, given its result layout (None: no requirement)."""
     if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.LinearPartialsOp):
@@ -577,7 +628,7 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
     if isinstance(plan, tl.GemmPlanAttr):
         return gemm_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.AttentionPlanAttr):
-        return attention_layouts(op, plan, num_tiles)[0]
+        return any_attention_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.SinglePlanAttr):
         t = plan.get("tile")
         return [whole_on(v.type.get_shape(), v.type.element_type, t) for v in op.operands]
@@ -609,7 +660,7 @@ def result_layout_of_plan(op: Operation, plan: Attribute, num_tiles: int) -> tl.
     if isinstance(plan, tl.GemmPlanAttr):
         return gemm_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.AttentionPlanAttr):
-        return attention_layouts(op, plan, num_tiles)[1]
+        return any_attention_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.SinglePlanAttr):
         r = op.results[0].type
         return whole_on(r.get_shape(), r.element_type, plan.get("tile"))
@@ -784,7 +835,7 @@ def attention_head_dim(op: nn.LinearOp | nn.LinearPartialsOp) -> int:
         v = frontier.pop()
         for use in v.uses:
             user = use.operation
-            if isinstance(user, nn.AttentionOp):
+            if isinstance(user, nn.AttentionOp | nn.AttentionPartialOp):
                 return user.query.type.get_shape()[1] // user.num_heads
             if isinstance(user, nn.CastOp | tl.RelayoutOp | nn.ReduceSumOp):
                 frontier.append(user.results[0])
@@ -834,6 +885,37 @@ def choose_attention(op: nn.AttentionOp, target: Target, kind: str) -> tl.Attent
         tl.StringAttr(prec),
         tl.IntAttr(cycles),
     )
+
+
+def choose_attention_partial(op: nn.AttentionPartialOp, target: Target) -> tl.AttentionPlanAttr:
+    """A key-split attention's grid [query blocks, heads, chunks] (`nn_split_attention_keys.partial_grid`)."""
+    h, n = op.num_heads, op.num_chunks
+    t, c = op.query.type.get_shape()
+    nq, qb = partial_grid(t, h, n, target.num_tiles)
+    prec = precision_of(op.query.type, op.key.type)
+    rounds = max(1, math.ceil(nq * h * n / target.num_tiles))
+    cycles = cm.attention_cycles(qb, op.key_chunk(), c // h, prec, target) * rounds
+    return tl.AttentionPlanAttr(
+        tl.StringAttr("materialized"), tl._int_array((nq, h, n)), tl.IntAttr(qb), tl.IntAttr(0), tl.IntAttr(0),
+        tl.StringAttr(prec), tl.IntAttr(cycles),
+    )  # fmt: skip
+
+
+def choose_attention_merge(op: nn.AttentionMergeOp, target: Target) -> tl.AttentionPlanAttr:
+    """The merge runs where its partial's grid put the chunks (the same plan, kind "merge")."""
+    part = op.partials.owner
+    plan = part.attributes.get(tl.PLAN_ATTR) if isinstance(part, nn.AttentionPartialOp) else None
+    if not isinstance(plan, tl.AttentionPlanAttr):
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: its operand is not a planned nn.attention_partial"
+        )
+    nq, h, n = plan.get("grid")
+    d = op.partials.type.get_shape()[2] // h - 2
+    cycles = cm.elementwise_cycles(plan.get("qblock") // n * d * n * 2, "mul", "f32", target)
+    return tl.AttentionPlanAttr(
+        tl.StringAttr("merge"), plan.grid, plan.qblock, plan.kblock, plan.base, tl.StringAttr("f32"),
+        tl.IntAttr(cycles),
+    )  # fmt: skip
 
 
 def map_plan(kind: str, cycles: int) -> tl.MapPlanAttr:
@@ -962,7 +1044,10 @@ class _Planner:
             result = result_layout_of_plan(op, plan, n_tiles)
             if result is None:  # a map plan: the first operand's layout decides
                 result = self.map_result_layout(op)
-        if isinstance(plan, tl.AttentionPlanAttr) and plan.get("kind") != "materialized":
+        merge = isinstance(op, nn.AttentionMergeOp)
+        if isinstance(plan, tl.AttentionPlanAttr) and plan.get("kind") != (
+            "merge" if merge else "materialized"
+        ):
             raise PassFailedException(
                 f"tile-plan: {label(op)}: attention kind '{plan.get('kind')}' is not implemented (materialized only)"
             )
@@ -974,7 +1059,7 @@ class _Planner:
                 want = gathered_rows_layout(tl.layout_of(op.operands[0]), want)
             if isinstance(op, nn.LinearPartialsOp) and i == 0 and len(plan.get("grid")) == 3:
                 want = gathered_chunk_layout(tl.layout_of(op.operands[0]), want)
-            if isinstance(op, nn.AttentionOp) and want is not None:
+            if isinstance(op, nn.AttentionOp | nn.AttentionPartialOp) and want is not None:
                 want = gathered_head_layout(tl.layout_of(op.operands[i]), want)
             if want is not None:
                 self.require(op, i, want)
@@ -1073,6 +1158,12 @@ class _Planner:
             count = op.input.type.get_shape()[0]
             n = busiest_elems(res) * max(count - 1, 1)
             return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res
+        if isinstance(op, nn.AttentionPartialOp):
+            plan = choose_attention_partial(op, t)
+            return plan, attention_partial_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.AttentionMergeOp):
+            plan = choose_attention_merge(op, t)
+            return plan, attention_merge_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.AttentionOp):
             plan = choose_attention(op, t, self.attention)
             if plan.get("kind") != "materialized":

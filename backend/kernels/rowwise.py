@@ -18,6 +18,8 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
+| `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
+| `attn_merge2`, `attn_merge3` | x: 2 / 3 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
@@ -151,6 +153,9 @@ OPS = (
     "layernorm_split",
     "softmax_split",
     "panels_f16",
+    "sms_stats",
+    "attn_merge2",
+    "attn_merge3",
 )
 PADDED = (
     "softmax",
@@ -175,7 +180,11 @@ ESIZES = {
     "layernorm_split": (2, 2),
     "softmax_split": (2, 2),
     "panels_f16": (2, 2),
+    "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
+    "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
+    "attn_merge3": (4, 4),
 }
+MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3}
 
 
 def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
@@ -468,8 +477,61 @@ def _row_kernel(op: str) -> Code:
             _b("st64step $a0:1, $mzero, $m7+=, 1"),
         ]
         c.rpt("$m4", body, "atom0")
+    elif op == "sms_stats":
+        # (m, l) of each row from softmax_split's partials (`_lns_chain`: the same orders as its passes 2 and 3).
+        c.one("add $m8, $m1, 0")
+        _lns_chain(c, 0, "$a6", ("fnop", "fnop"), "nop", op="f32max")
+        _lns_chain(c, SMS_PART // 8, "$a7", ("fnop", "fnop"), "nop")
+        c.one("st64 $a6:7, $m2, $mzero, 0")
+    elif op in MERGE_CHUNKS:
+        _merge_row(c, MERGE_CHUNKS[op])
     _row_end(c)
     return c
+
+
+def _merge_row(c: Code, nc: int) -> None:
+    """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte 4 n =
+    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in the pair $a(8+2j):(9+2j);
+    out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1 loads, $a2:3 products, $a4:5 the sum)."""
+    c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
+    c.one("add $m3, $m1, 0")
+    c.one("ld32 $a6, $m3, $m0, 0")
+    for _ in range(1, nc):
+        c.one("add $m3, $m3, $m9")
+        c.one("ld32 $a0, $m3, $m0, 0")
+        c.bundle("nop", "f32max $a6, $a6, $a0")
+    c.one("add $m3, $m1, 0")
+    for j in range(nc):
+        c.one("ld32 $a0, $m3, $m0, 0")
+        c.one("ld32 $a1, $m3, $m0, 1")
+        c.bundle("nop", "f32sub $a0, $a0, $a6")
+        c.bundle("nop", "f32exp $a0, $a0")
+        c.bundle("add $m3, $m3, $m9" if j < nc - 1 else "nop", f"f32mul $a{8 + 2 * j}, $a1, $a0")
+    c.bundle("nop", "f32add $a7, $a8, $a10")
+    for j in range(2, nc):
+        c.bundle("nop", f"f32add $a7, $a7, $a{8 + 2 * j}")
+    c.bundle("nop", "f32oox $a7, $a7")
+    for j in range(nc):
+        c.bundle("nop", f"f32mul $a{9 + 2 * j}, $a{8 + 2 * j}, $a7")
+        c.bundle("nop", f"f32mul $a{8 + 2 * j}, $a{8 + 2 * j}, $a7")
+    ptrs = ["$m3", "$m8", "$m10"][:nc]
+    c.one("add $m3, $m1, 0")
+    for j in range(1, nc):
+        c.one(f"add {ptrs[j]}, {ptrs[j - 1]}, $m9")
+    c.one("add $m7, $m2, 0")
+    pair = [
+        _b(f"ld64step $a0:1, $mzero, {ptrs[0]}+=, 1"),
+        _b(f"ld64step $a0:1, $mzero, {ptrs[1]}+=, 1", "f32v2mul $a4:5, $a0:1, $a8:9"),
+    ]
+    for j in range(1, nc):
+        nxt = f"ld64step $a0:1, $mzero, {ptrs[j + 1]}+=, 1" if j + 1 < nc else "nop"
+        pair += [
+            _b(nxt, f"f32v2mul $a2:3, $a0:1, $a{8 + 2 * j}:{9 + 2 * j}"),
+            _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
+        ]
+    pair.append(_b("st64step $a4:5, $mzero, $m7+=, 1"))
+    c.rpt("$m4", pair + pair, "atom0")
 
 
 def _pass_exp_keep(c: Code, tag: str) -> None:
@@ -1283,6 +1345,15 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             for j in range(k.panels):
                 out[:, j * p : j * p + p] = xs[j]
             return {"out": out}
+        if k.op == "sms_stats":
+            p = np.asarray(x, np.float32).reshape(k.rows, -1)
+            m, lsum = p[:, 0], p[:, SMS_PART // 8]
+            for w in range(1, 6):
+                m = np.maximum(m, p[:, 2 * w])
+                lsum = lsum + p[:, SMS_PART // 8 + 2 * w]
+            return {"out": np.stack([m, lsum], 1)}
+        if k.op in MERGE_CHUNKS:
+            return {"out": _merge_semantics(np.asarray(x, np.float32), k.n)}
         x = x.reshape(k.rows, k.nvalid if k.op in PADDED[1:] else k.n)
         if k.op == "rowsum":
             return {"out": _acc_sum(x.astype(np.float32))}
@@ -1333,6 +1404,23 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
         if k.op == "flash_final":
             return {"out": (x.astype(np.float32) * recip_f32(state["l"])[:, None]).astype(np.float16)}
     raise ValueError(k.op)
+
+
+def _merge_semantics(parts: np.ndarray, n: int) -> np.ndarray:
+    """attn_merge: parts [chunks, rows, n + 2] f32 (o, m, l) -> [rows, n] f32, in the kernel's operation order."""
+    o, m, lsum = parts[:, :, :n], parts[:, :, n], parts[:, :, n + 1]
+    big = m[0]
+    for j in range(1, len(parts)):
+        big = np.maximum(big, m[j])
+    w = [lsum[j] * exp_f32(m[j] - big) for j in range(len(parts))]
+    total = w[0] + w[1]
+    for j in range(2, len(parts)):
+        total = total + w[j]
+    inv = recip_f32(total)
+    acc = o[0] * (w[0] * inv)[:, None]
+    for j in range(1, len(parts)):
+        acc = acc + o[j] * (w[j] * inv)[:, None]
+    return acc
 
 
 def worker_thread_cycles(k: Rows, rows: int) -> int:

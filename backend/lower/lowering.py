@@ -244,6 +244,12 @@ class Lowering(NnOps):
             if isinstance(op, nn.AttentionOp) and isinstance(plan, tl.AttentionPlanAttr):
                 self.attention(op, plan)
                 continue
+            if isinstance(op, nn.AttentionPartialOp) and isinstance(plan, tl.AttentionPlanAttr):
+                self.attention_partial(op, plan)
+                continue
+            if isinstance(op, nn.AttentionMergeOp) and isinstance(plan, tl.AttentionPlanAttr):
+                self.attention_merge(op, plan)
+                continue
             raise LoweringError(
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
             )
@@ -1228,6 +1234,8 @@ def pipeline_spec(
       attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
+    - `nn-split-attention-keys`: long attentions' keys in chunks over each head's tiles, merged (So400m: two
+      chunks of 365 / 364 keys; each tile receives half of its head's K and V);
     - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
       with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
       where its estimate wins (not: `nn-split-k{many_rows=false}`);
@@ -1258,7 +1266,11 @@ def pipeline_spec(
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
     split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
-    return f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{hoist}{split_k},nn-to-exchange-pipeline{xopts},memory-plan{mem}"
+    keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
+    return (
+        f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{keys},{hoist}{split_k},"
+        f"nn-to-exchange-pipeline{xopts},memory-plan{mem}"
+    )
 
 
 def compile_model(

@@ -858,14 +858,7 @@ class NnOps:
         if len(op.operands) > 3:
             raise self.error(f"{what}: masks are not lowered")
         lay = op.attributes[tl.LAYOUT_ATTR]
-        for x in (q, k, v, op.results[0]):
-            xl = tl.layout_of(x)
-            # Q, K and V may arrive in column panels dividing the head (`colsP`, see tile-plan).
-            cols_ok = x is not op.results[0] and tl.col_panel_width(xl) is not None
-            if device_dtype(xl.dtype) not in ("f32", "f16") or (xl.order.data != "row_major" and not cols_ok):
-                raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
-        panels_of = tuple(tl.col_panel_width(tl.layout_of(x)) for x in (q, k, v))
-        esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (q, k, v, op.results[0]))
+        panels_of, esizes = self._attention_operands(op, what)
         heads = op.heads.value.data
         scale = float(op.scale.value.data)
         seq, hidden = k.type.get_shape()[-2:]
@@ -907,16 +900,148 @@ class NnOps:
         c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
-            tag = f"{what} [{i}]" if len(rounds) > 1 else what
             progs = {
                 t: attention_program(
                     sz, *job, scale, *areas, esizes, panels_of, zeros, self.target.region1[0], dv=dv
                 )
                 for t, job in jobs.items()
             }
-            labels = [label for label, _ in next(iter(progs.values()))]
-            for j, label in enumerate(labels):
-                self.kcall(f"{tag}: {label}", {t: prog[j][1] for t, prog in progs.items()})
+            self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
+
+    def _attention_operands(self, op, what: str):
+        """(Q's, K's and V's column panel widths or None, element sizes of Q, K, V and the result), checking that
+        they are f32 or f16, row-major or (operands) in column panels dividing the head (`colsP`, see tile-plan)."""
+        for x in (*op.operands[:3], op.results[0]):
+            xl = tl.layout_of(x)
+            cols_ok = x is not op.results[0] and tl.col_panel_width(xl) is not None
+            if device_dtype(xl.dtype) not in ("f32", "f16") or (xl.order.data != "row_major" and not cols_ok):
+                raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
+        panels_of = tuple(tl.col_panel_width(tl.layout_of(x)) for x in op.operands[:3])
+        esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (*op.operands[:3], op.results[0]))
+        return panels_of, esizes
+
+    def _program_calls(self, tag: str, progs: dict[int, list]) -> None:
+        """One call site per step of per-tile programs of the same shape (the same kernels in the same order; the
+        labels of the longest program's first tile: they may differ in key counts)."""
+        first = max(progs.values(), key=len)
+        shape = [type(k) for _, k in first]
+        for t, prog in progs.items():
+            if [type(k) for _, k in prog] != shape:
+                raise self.error(
+                    f"{tag}: tile {t}'s program differs in its steps from the others' (one call per step)"
+                )
+        for j, (label, _) in enumerate(first):
+            self.kcall(f"{tag}: {label}", {t: prog[j][1] for t, prog in progs.items()})
+
+    def attention_partial(self, op: nn.AttentionPartialOp, plan) -> None:
+        """Key-split attention: per result block (chunk j, a query block, head h) the materialized program over
+        the chunk's keys, writing the block's rows [o | m | l] (f32; m and l from the softmax's partials)."""
+        q, k, v = op.operands
+        what = f"nn.attention_partial ({op.results[0].name_hint or 'unnamed'})"
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        panels_of, esizes = self._attention_operands(op, what)
+        if esizes[3] != 4:
+            raise self.error(f"{what}: an f32 result expected")
+        heads, scale = op.num_heads, float(op.scale.value.data)
+        seq, hidden = k.type.get_shape()
+        d, kc = hidden // heads, op.key_chunk()
+        g, table = lay.geometry(), lay.table()
+        out = self.addrs.of(op.results[0]).addr
+        rounds: list[dict[int, tuple]] = []
+        for blk in range(lay.num_blocks):
+            (j, r0, c0), (_, mr, w) = (
+                (int(x) for x in g.block_origin[blk]),
+                (int(x) for x in g.block_dims[blk]),
+            )
+            if w != d + 2 or c0 % (d + 2):
+                raise self.error(f"{what}: result blocks must be one head's {d + 2} columns, got {w} at {c0}")
+            h0, k0 = c0 // (d + 2) * d, j * kc
+            sj = min(kc, seq - k0)
+            for rep in range(table.shape[1]):
+                t = int(table[blk, rep])
+                job = (
+                    self._panel_addr(q, t, (r0, h0), (mr, d), what),
+                    self._panel_addr(k, t, (k0, h0), (sj, d), what),
+                    self._panel_addr(v, t, (k0, h0), (sj, d), what),
+                    mr,
+                    int(out[t]) + int(g.offset[blk, rep]) * 4,
+                    sj,
+                )
+                i = 0
+                while i < len(rounds) and t in rounds[i]:
+                    i += 1
+                if i == len(rounds):
+                    rounds.append({})
+                rounds[i][t] = job
+        mmax = max(job[3] for r in rounds for job in r.values())
+        sizes = {}
+        for r in rounds:
+            for t, job in r.items():
+                if job[5] not in sizes:
+                    try:
+                        sizes[job[5]] = attention_sizes(mmax, job[5], d, self.target.region1_element_bytes)
+                    except ValueError as exc:
+                        raise self.error(f"{what}: tile {t}: {exc}") from None
+        c_area, a_area, zeros = self.scratch()
+        areas = (c_area, a_area, self.aux())
+        for i, jobs in enumerate(rounds):
+            try:
+                progs = {
+                    t: attention_program(
+                        sizes[job[5]],
+                        *job[:5],
+                        scale,
+                        *areas,
+                        esizes,
+                        panels_of,
+                        zeros,
+                        self.target.region1[0],
+                        o_stride=(d + 2) * 4,
+                        stats=True,
+                    )  # fmt: skip
+                    for t, job in jobs.items()
+                }
+            except ValueError as exc:
+                raise self.error(f"{what}: {exc}") from None
+            self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
+
+    def attention_merge(self, op: nn.AttentionMergeOp, plan) -> None:
+        """Per result block (rows of one head) on its tile: `attn_merge<chunks>` over the operand block
+        [chunks, rows, D + 2] (every chunk's o, m and l of those rows) into the block's f32 rows."""
+        what = f"nn.attention_merge ({op.results[0].name_hint or 'unnamed'})"
+        lay, pl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(op.partials)
+        if (
+            device_dtype(lay.dtype) != "f32"
+            or device_dtype(pl.dtype) != "f32"
+            or lay.order.data != "row_major"
+        ):
+            raise self.error(f"{what}: f32 row-major operand and result expected")
+        n, _, w = op.partials.type.get_shape()
+        d = w // op.num_heads - 2
+        if f"attn_merge{n}" not in rw.MERGE_CHUNKS:
+            raise self.error(f"{what}: {n} chunks; the merge kernel takes {sorted(rw.MERGE_CHUNKS.values())}")
+        g, table = lay.geometry(), lay.table()
+        out = self.addrs.of(op.results[0]).addr
+        rounds: list[dict[int, rw.Rows]] = []
+        for blk in range(lay.num_blocks):
+            (r0, c0), (mr, nc) = (int(x) for x in g.block_origin[blk]), (int(x) for x in g.block_dims[blk])
+            if nc != d or c0 % d:
+                raise self.error(f"{what}: result blocks must be one head's {d} columns, got {nc} at {c0}")
+            for rep in range(table.shape[1]):
+                t = int(table[blk, rep])
+                pa = self._panel_addr(op.partials, t, (0, r0, c0 // d * (d + 2)), (n, mr, d + 2), what)
+                call = rw.Rows(
+                    f"attn_merge{n}", mr, d, in0=pa, out=int(out[t]) + int(g.offset[blk, rep]) * 4,
+                    in_stride=(d + 2) * 4, st0=mr * (d + 2) * 4,
+                )  # fmt: skip
+                i = 0
+                while i < len(rounds) and t in rounds[i]:
+                    i += 1
+                if i == len(rounds):
+                    rounds.append({})
+                rounds[i][t] = call
+        for i, calls in enumerate(rounds):
+            self.kcall(f"{what} [{i}]" if len(rounds) > 1 else what, calls)
 
 
 @dataclass(frozen=True)
@@ -980,7 +1105,7 @@ def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
-    region1: int = IPU21.region1[0], dv: int | None = None,
+    region1: int = IPU21.region1[0], dv: int | None = None, o_stride: int | None = None, stats: bool = False,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
@@ -989,7 +1114,9 @@ def attention_program(
     2 * (dpad - d) zero bytes (f16 V in column panels: the weight panels' zero columns come from there).
     region1: the target's first interleaved address (weight panels there load two slots per instruction).
     dv: V's and the result's columns when the block computes a slice of the head's value columns (default d; V's
-    rows at va are then dv wide, or its column panels cover those dv columns)."""
+    rows at va are then dv wide, or its column panels cover those dv columns).
+    o_stride: bytes between the result rows (default dv elements). stats (`nn.attention_partial`): the softmax's
+    row max and sum of e (f32) after each result row's dv columns (`softmax_split` then `sms_stats`)."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
     dvpad = -(-dv // 16) * 16
@@ -1124,9 +1251,20 @@ def attention_program(
     fits = rw.SMS_PART * mpad <= sz.chunk * dpad * 2 and panels % 8 == 0  # within the aux bytes panels use
     if sz.seq >= rw.SMS_MIN_VALID and fits:
         whole = rw.cycles(rw.Rows("softmax", mpad, spad, **kw))
-        if rw.cycles(rw.Rows("softmax_split", mpad, spad, st0=panels, **kw)) < whole:
+        if stats or rw.cycles(rw.Rows("softmax_split", mpad, spad, st0=panels, **kw)) < whole:
             softmax_op, kw = "softmax_split", dict(kw, st0=panels)
+    elif stats:
+        raise ValueError(
+            f"the key-split softmax needs >= {rw.SMS_MIN_VALID} keys per chunk and its partials within the scratch, "
+            f"got {sz.seq} keys"
+        )
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
+    if stats:  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
+        o_step = o_stride if o_stride is not None else dv * esizes[3]
+        call = rw.Rows(
+            "sms_stats", m, 4, in0=panels, out=out + dv * 4, in_stride=rw.SMS_PART, out_stride=o_step
+        )
+        prog.append(("softmax (m, l)", call))
     vp = panels_of[2]
     if pv_t:
         # O^T [dpad, 16] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M = dpad:
@@ -1135,13 +1273,11 @@ def attention_program(
         pt = a_area + -(-mpad * spad * 2 // 64) * 64  # P^T's weight panels, after P's rows
         coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
         kb0 = -(-sz.chunks[0][1] // 16)  # the first (largest) chunk's K blocks
-        if m < 16:  # the weights' query rows m..16 (O^T's dropped columns), zero once for every chunk
-            prog.append(
-                (
-                    "P^T zero rows",
-                    rw.Rows("pad_f16", kb0, (16 - m) * 16, out=pt + m * 32, out_stride=512, valid=0),
-                )
-            )
+        # The weights' query rows m..16 (O^T's dropped columns), zero once for every chunk; a call without rows
+        # when m = 16, so that blocks of every height have the same steps (one call site per step).
+        zero_rows = rw.Rows("pad_f16", kb0 if m < 16 else 0, max(16 - m, 1) * 16, out=pt + m * 32, out_stride=512,
+                            valid=0)  # fmt: skip
+        prog.append(("P^T zero rows", zero_rows))
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
         vt = vp if vp is not None else dv  # V's panel width for the direct V^T rows
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
@@ -1203,10 +1339,11 @@ def attention_program(
             )  # fmt: skip
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
+    step = dict(in_stride=dvpad * 2, out_stride=o_stride)
     if esizes[3] == 4:
-        prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, in_stride=dvpad * 2)))
+        prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, **step)))
     else:  # f16 result: O's first dv columns
-        prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, in_stride=dvpad * 2)))
+        prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, **step)))
     return prog
 
 

@@ -296,3 +296,30 @@ func.func @reduce_sum_bias() {
   func.return
 }
 // CHECK: nn.reduce_sum: operand 'bias' has shape 2, expected [16] (the last dimension)
+
+// -----
+
+func.func @attention_partial_chunks() {
+  %q = nn.input "q" : tensor<4x8xf32>
+  %y = nn.attention_partial %q, %q, %q heads=2 scale=0.5 chunks=3 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<3x4x12xf32>
+  func.return
+}
+// CHECK: nn.attention_partial: chunks = 3 does not split 4 keys into non-empty ranges
+
+// -----
+
+func.func @attention_partial_result() {
+  %q = nn.input "q" : tensor<4x8xf32>
+  %y = nn.attention_partial %q, %q, %q heads=2 scale=0.5 chunks=2 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<2x4x8xf32>
+  func.return
+}
+// CHECK: nn.attention_partial: result has shape 2x4x8 but the operands imply 2x4x12
+
+// -----
+
+func.func @attention_merge_result() {
+  %p = nn.input "p" : tensor<2x4x12xf32>
+  %y = nn.attention_merge %p heads=2 : tensor<2x4x12xf32> -> tensor<4x12xf32>
+  func.return
+}
+// CHECK: nn.attention_merge: result has shape 4x12 but the operands imply 4x8

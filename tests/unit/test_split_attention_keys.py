@@ -1,0 +1,118 @@
+"""`nn-split-attention-keys` (nn.attention -> nn.attention_partial + nn.attention_merge): exact in float64, its
+chunk choice, its option checks; the key-split attention compiled and run on the simulator (the transposed-score
+path with 2 chunks, the row path with 3) agrees with the device-precision reference and with the unsplit
+program; and the planner's grid (every cell a distinct tile, the merge's rows beside their chunks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+
+from ipu.backend.lower import compile_model
+from ipu.backend.target import Target
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.frontend.reference import evaluate
+from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
+from ipu.frontend.weights import random_weights
+from ipu.passes.nn_quantize import DEFAULT_SPEC
+from ipu.passes.nn_split_attention_keys import NNSplitAttentionKeysPass, auto_chunks, partial_grid
+from ipu.passes.registry import all_passes
+from ipu.runtime.host import Session
+
+
+def _apply(m, spec: str):
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), m)
+    return m
+
+
+def _config(image: int) -> SiglipVisionConfig:
+    return SiglipVisionConfig(
+        **{**PRESETS["siglip-tiny"].to_dict(), "image_size": image, "num_hidden_layers": 1}
+    )
+
+
+@pytest.mark.parametrize("chunks", [2, 3])
+def test_split_is_exact_in_float64(chunks):
+    cfg = PRESETS["siglip-tiny"]
+    w = random_weights(cfg, seed=3)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    m = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
+    parts = [op for op in m.walk() if isinstance(op, nn.AttentionPartialOp)]
+    assert len(parts) == cfg.num_hidden_layers and all(p.num_chunks == chunks for p in parts)
+    want = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp64").outputs
+    got = evaluate(m, {"pixel_values": x}, w, mode="fp64").outputs
+    for k in want:
+        assert np.abs(got[k] - want[k]).max() <= 1e-12 * np.abs(want[k]).max()
+
+
+def test_chunk_choice():
+    # So400m on 1472 tiles: 92 tiles per head; two chunks give 46 query blocks of 16 rows (the transposed-score
+    # path's limit), three would need blocks of 25.
+    assert partial_grid(729, 16, 2, 1472) == (46, 16)
+    assert auto_chunks(729, 729, 16, 1472, 3, 16, 64) == 2
+    assert auto_chunks(729, 729, 16, 1472, 3, 32, 64) == 3
+    assert auto_chunks(16, 16, 2, 16, 3, 16, 64) == 1  # siglip-tiny: 8 keys per chunk
+    # Blocks are a multiple of the chunks (the merge splits them evenly).
+    assert partial_grid(81, 2, 3, 64) == (9, 9)
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="must be at most 3"):
+        NNSplitAttentionKeysPass(chunks=4)
+    with pytest.raises(ValueError, match="'tiles' must be positive"):
+        NNSplitAttentionKeysPass(tiles=0)
+
+
+def _run(m, cfg, tiles: int):
+    pkg = compile_model(m, Target.small(tiles=tiles, sram_kib=624), repeat=False)
+    w = random_weights(cfg, seed=0)
+    x = np.random.default_rng(1).standard_normal((1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    s = Session(pkg)
+    s.upload_parameters(w)
+    dev = _apply(build_vision_model(cfg), DEFAULT_SPEC)
+    ref = evaluate(dev, {"pixel_values": x}, {k: np.asarray(w[k]) for k in w.keys()}, mode="device").outputs
+    return s.run({"pixel_values": x}).outputs, ref
+
+
+def _rel(a, b) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("chunks,tiles,image", [(2, 16, 64), (3, 64, 72)])
+def test_key_split_runs_on_the_simulator(chunks, tiles, image):
+    """64 tokens on 16 tiles: 2 chunks of 32 keys, blocks of 16 query rows (S^T path); 81 tokens on 64 tiles:
+    3 chunks of 27 keys, blocks of 9 rows. Against the device reference as close as the unsplit program."""
+    cfg = _config(image)
+    split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
+    assert sum(isinstance(op, nn.AttentionPartialOp) for op in split.walk()) == 1
+    out, ref = _run(split, cfg, tiles)
+    plain, _ = _run(build_vision_model(cfg), cfg, tiles)
+    for k in ("last_hidden_state", "pooler_output"):
+        assert _rel(out[k], ref[k]) <= 0.005, k
+        assert _rel(out[k], plain[k]) <= 0.005, k
+        assert not np.array_equal(out[k], plain[k])  # the split program is another computation
+
+
+def test_plan_places_cells_and_merges():
+    cfg = _config(64)
+    m = _apply(
+        build_vision_model(cfg), f"nn-split-attention-keys{{chunks=2}},{DEFAULT_SPEC},tile-plan{{tiles=16}}"
+    )
+    part = next(op for op in m.walk() if isinstance(op, nn.AttentionPartialOp))
+    merge = next(op for op in m.walk() if isinstance(op, nn.AttentionMergeOp))
+    plan = part.attributes[tl.PLAN_ATTR]
+    assert tuple(plan.get("grid")) == (4, 2, 2) and plan.get("qblock") == 16
+    res = tl.layout_of(part.results[0])
+    assert sorted(res.table()[:, 0].tolist()) == list(
+        range(16)
+    )  # every (block, head, chunk) cell on its own tile
+    assert merge.attributes[tl.PLAN_ATTR].get("kind") == "merge"
+    mres = tl.layout_of(merge.results[0])
+    assert tuple(mres.block_) == (8, 32)
+    # Rows 8..16 of head 1 merge on cell (0, 1, 1): tile 3, which computed chunk 1 of those rows itself.
+    g = mres.geometry()
+    b = next(i for i in range(mres.num_blocks) if tuple(g.block_origin[i]) == (8, 32))
+    assert int(mres.table()[b, 0]) == 3
