@@ -125,6 +125,19 @@ def spread_rows(shape, dtype: Attribute, tiles: int) -> tl.LayoutAttr:
     return tl.make_layout(shape, (per, *shape[1:]), np.arange(nb, dtype=np.int32)[:, None], dtype)
 
 
+def feeds_layer_norm(v) -> bool:
+    """v is read by a layer norm, or carried by a layer loop (into it, or yielded by its body): the residual
+    stream, which the next iteration's first layer norm reads (the body's arguments are placeholders while it is
+    planned, so the loop's own uses stand for theirs)."""
+    for use in v.uses:
+        user = use.operation
+        if isinstance(user, nn.LayerNormOp | nn.YieldOp):
+            return True
+        if isinstance(user, nn.RepeatOp) and use.index < len(user.carried):
+            return True
+    return False
+
+
 def with_dtype(layout: tl.LayoutAttr, dtype: Attribute, scale: int = 0) -> tl.LayoutAttr:
     if layout.dtype == dtype and layout.scale.data == scale:
         return layout
@@ -1073,6 +1086,10 @@ class _Planner:
         shape, dtype = op.results[0].type.get_shape(), op.results[0].type.element_type
         have = tl.layout_of(x)
         rows = isinstance(op, nn.LayerNormOp | nn.SoftmaxOp)
+        if isinstance(op, nn.AddOp) and len(shape) == 2 and feeds_layer_norm(op.results[0]):
+            # The residual stream: whole rows, as its layer norms read them (the sums of K-split linears arrive
+            # in column blocks; gathered here once instead of once into the add's and again into the norm's).
+            return spread_rows(shape, dtype, self.target.num_tiles)
         if have is not None and have.stack.data == 0:
             have = one_replica(have)
             if not rows or have.block_[-1] == shape[-1]:

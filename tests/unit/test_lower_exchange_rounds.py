@@ -70,6 +70,46 @@ def test_receive_rounds_equal_the_round_by_round_greedy(seed):
     np.testing.assert_array_equal(again, expect)
 
 
+def _check_rounds(sends, recvs, rr):
+    """Per round, a tile receives at most once and sends at most one send (to several receivers)."""
+    rt = set()
+    st: dict[tuple[int, int], int] = {}
+    for r, (t, s) in zip(rr.tolist(), recvs[:, [0, 3]].tolist()):
+        assert (r, t) not in rt
+        rt.add((r, t))
+        assert st.setdefault((r, int(sends[s, 0])), s) == s
+
+
+def test_unicast_phases_take_the_fewest_rounds():
+    """Every send to one receiver (a bipartite multigraph of sender and receiver ports): exactly as many rounds as
+    the busiest port's transfers (Konig), where the greedy may need more."""
+    for seed in range(8):
+        rng = np.random.default_rng(100 + seed)
+        tiles, n = int(rng.integers(4, 30)), int(rng.integers(50, 400))
+        sends = np.zeros((n, 5), np.int64)
+        sends[:, 0] = rng.integers(0, tiles, n)
+        sends[:, 3] = 8
+        sends[:, 4] = rng.integers(0, 5, n)
+        recvs = np.zeros((n, 5), np.int64)
+        recvs[:, 0] = rng.integers(0, tiles, n)
+        recvs[:, 2] = 8 * np.arange(n)
+        recvs[:, 3] = rng.permutation(n)
+        lx._ROUNDS_CACHE.clear()
+        rr, k = lx.receive_rounds(sends, recvs)
+        busiest = max(np.bincount(sends[:, 0]).max(), np.bincount(recvs[:, 0]).max())
+        assert k == busiest and rr.max() + 1 == k
+        _check_rounds(sends, recvs, rr)
+        assert len(greedy_rounds(sends, recvs)) >= k
+    # Transfers 6->2, 4->4, 2->4, 2->2, 1->6 in this order: the greedy puts the first two in round 0, 2->4 in round
+    # 1, then 2->2 finds round 0 taken at its receiver and round 1 at its sender: three rounds for ports of two.
+    sends = np.array([[t, 0, 0, 8, i] for i, t in enumerate([6, 4, 2, 2, 1])], np.int64)
+    recvs = np.array([[t, 0, 8 * i, i, 0] for i, t in enumerate([2, 4, 4, 2, 6])], np.int64)
+    lx._ROUNDS_CACHE.clear()
+    rr, k = lx.receive_rounds(sends, recvs)
+    assert len(greedy_rounds(sends, recvs)) == 3 and k == 2
+    _check_rounds(sends, recvs, rr)
+
+
 def test_gather_to_one_tile_takes_one_round_per_sender():
     sends = np.array([[t, 0, 0, 8, 10 - t, 0] for t in range(1, 6)], np.int64)[:, :5]
     recvs = np.array([[0, 0, 8 * s, s, 0] for s in range(5)], np.int64)

@@ -292,3 +292,28 @@ def test_gather_mid_for_a_k_part_of_layer_norm_rows():
     assert gather_mid(rows, whole, 1472) is None
     short = tl.make_layout((729, 1152), (8, 384), np.arange(273, dtype=np.int32)[:, None], f16)
     assert gather_mid(rows, short, 1472) is None  # 8 rows: under GATHER_MIN_PIECES
+
+
+@pytest.mark.parametrize("outline", [False, True])
+def test_residual_stream_in_whole_rows(outline):
+    """The residual adds that feed a layer norm take whole-row blocks (as the norm reads them): the norm reads
+    the add's result itself, no relayout between them (in the layer loop too)."""
+    m = build(True, outline)
+    TilePlanPass(tiles=16, sram_kib=256).apply(Context(), m)
+    adds = [
+        o
+        for o in m.walk()
+        if isinstance(o, nn.AddOp)
+        and any(isinstance(u.operation, nn.LayerNormOp | tl.YieldOp | tl.RepeatOp) for u in o.results[0].uses)
+    ]
+    # the embedding's add (into the loop or the first norm), the attention's and the MLP's residual adds
+    assert len(adds) >= 3
+    for a in adds:
+        lay = tl.layout_of(a.results[0])
+        assert lay.block_[1:] == lay.shape_[1:], lay.block_
+        users = [u.operation for u in a.results[0].uses]
+        assert not any(
+            isinstance(u, tl.RelayoutOp)
+            and any(isinstance(v.operation, nn.LayerNormOp) for v in u.results[0].uses)
+            for u in users
+        )
