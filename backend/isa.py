@@ -520,12 +520,13 @@ _f(
     summary="FP8 AMP, 16 engines",
 )
 
-# Transcendentals (AUX, workers). S2 lists f32exp, f32oorx (1/sqrt x), f32oox (1/x), f16v2tanh; their exact
+# Transcendentals (AUX, workers). S2 lists f32exp, f32oorx (1/sqrt x), f32oox (1/x), f16v2tanh, f16v2exp; their exact
 # precision is not public: the simulator computes them correctly rounded (in float64, rounded once) [own].
 _f("f32exp", "f32exp", "d:a! s:a", X, W, "fp", summary="f32: d = e^s")
 _f("f32oorx", "f32oorx", "d:a! s:a", X, W, "fp", summary="f32: d = 1 / sqrt(s)")
 _f("f32oox", "f32oox", "d:a! s:a", X, W, "fp", summary="f32: d = 1 / s")
 _f("f16v2tanh", "f16v2tanh", "d:a! s:a", X, W, "fp", summary="2 x f16: d = tanh(s)")
+_f("f16v2exp", "f16v2exp", "d:a! s:a", X, W, "fp", summary="2 x f16: d = e^s")
 # Permutations. S2: "sort" = de-interleave of the concatenated sources (even elements to the low result, odd to
 # the high one); sort4x16 on ARF halves (AUX), sort8x8 on MRF bytes (MAIN).
 _f("sort4x16lo", "sort4x16lo", "d:a! s0:a s1:a", X, W, "fp", summary="d = (low half of s0, low half of s1)")

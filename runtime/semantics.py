@@ -876,6 +876,11 @@ def tanh_f16(x):
         return np.tanh(np.asarray(x, np.float16).astype(np.float64)).astype(np.float16)
 
 
+def exp_f16(x):
+    with np.errstate(all="ignore"):
+        return np.exp(np.asarray(x, np.float16).astype(np.float64)).astype(np.float16)
+
+
 def _mk_unary_f32(fn):
     def sem(sim, g, sel, ins):
         _set_a(sim, sel, ins.ops[0], fn(sim.a[sel, ins.ops[1]].view(np.float32)).view(U32))
@@ -891,6 +896,11 @@ sem_f32oox = _mk_unary_f32(recip_f32)
 def sem_f16v2tanh(sim, g, sel, ins):
     h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
     _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(tanh_f16(h)).view(U32).reshape(-1))
+
+
+def sem_f16v2exp(sim, g, sel, ins):
+    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
+    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(exp_f16(h)).view(U32).reshape(-1))
 
 
 # Permutations (S2 "sort": de-interleave). sort4x16lo/hi: halves 0 (lo) or 1 (hi) of s0 and s1 -> d = (s0.h, s1.h).

@@ -48,14 +48,16 @@ worker).
 `softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
 the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid >= 21: an atom per worker), under
 `rows_sms_sup` (the same three-pass supervisor): pass 1 (`rows_sms_max`) stores each slice's f32 max, pass 2
-(`rows_sms_exp`) combines the six maxima in a fixed order (every worker the same value), stores f16(e) of its slice
-to y and the slice's f32 sum of e, pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and scales its
-slice of y in place; the last worker then writes the row's zero atoms (va..n/4). Valid lengths as `softmax`: every
+(`rows_sms_exp`) combines the six maxima in a fixed order (every worker the same value) and works in f16 (the
+IPU's f16v2exp: two exponentials per instruction, where f32exp takes one): e = exp(x - m) (f16v4sub, f16v2exp)
+stored to y, the slice's sum of f32(e) in f32; pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and
+multiplies its slice of y in place by f16(1 / sum) (f16v4mul); the last worker then writes the row's zero atoms
+(va..n/4). Valid lengths as `softmax`: every
 worker min-masks its slice's last atom (workers 0..4 with +inf: no change; the last worker with the tail mask), the
 atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the maxima at byte 8 * w, the sums at
-48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 12 (the load and the store
-in AUX bundles' MAIN slots), scale 6 (rotated: the next atom's first conversion beside the store); thread cycles
-per atom 1 + 12 + 6 (`softmax`: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 7 (the load and the store
+in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles per atom 1 + 7 + 2
+(`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
 
 `panels_f16` (the attention's K / V / Q column panels [d / P][seq][P] into the GEMM's dpad-wide f16 rows) gathers
 row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
@@ -83,11 +85,12 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   may differ from `layernorm` in the last bits of mean and var, never between workers or runs.
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
-- softmax_split: the same formulas; m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima
-  (each as `softmax`'s over its slice: the same value as the whole-row max, max being exact), sum(e) as six slice
-  partials (each accumulated as above over its slice) summed in worker order ((((s0 + s1) + s2) + s3) + s4) + s5
-  (f32); so y may differ from `softmax` in the last bit where the f32 sum (1/sum) does, never between workers or
-  runs.
+- softmax_split: m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima (each as
+  `softmax`'s over its slice: the same value as the whole-row max, max being exact); e = f16 exp(f16(x - m)) (f16
+  arithmetic, the exponential correctly rounded); sum = six slice partials of f32(e) (each accumulated as above)
+  summed in worker order ((((s0 + s1) + s2) + s3) + s4) + s5 (f32); y = f16(e * f16(1/sum)). Against `softmax`: the
+  f16 difference x - m is exact near the max and rounds (~2^-11 |x - m| relative) further out, where e is small;
+  never different between workers or runs.
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
   y = (x * 0.5) * (tanh(t) + 1), every operation rounded to f16.
 - exp / tanh / 1/x / 1/sqrt x are the simulator's correctly rounded instructions (see runtime/semantics.py).
@@ -103,7 +106,7 @@ import numpy as np
 from ipu.backend.kernels.codegen import WorkerCode as Code
 from ipu.backend.kernels.elementwise import split
 from ipu.backend.target import Target
-from ipu.runtime.semantics import exp_f32, recip_f32, rsqrt_f32, tanh_f16
+from ipu.runtime.semantics import exp_f16, exp_f32, recip_f32, rsqrt_f32, tanh_f16
 
 # Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.
 CNT, FIRST = 0, 6
@@ -840,24 +843,23 @@ def _sms_ptr(c: Code, reg: str, word: int) -> None:
     c.one(f"add {reg}, {reg}, $m6")
 
 
-# One atom of pass 2 (x in $a0:1, max in $a6:7): e = exp(f32(x) - max) into the pair sums $a4:5 / $a12:13, f16(e)
-# stored (bundle 10); the next atom's load goes into bundle 1 (after the conversions read $a0:1).
+# One atom of pass 2 (x in $a0:1, the max as 4 halves in $a8:9), in f16: d = x - max, e = exp(d) stored (bundle
+# 3) and summed in f32 pairs ($a4:5 / $a12:13); the next atom's load goes into bundle 1 (after the subtraction read
+# $a0:1).
 SMS_EXP_BODY = [
-    *EXP_ATOM,
-    _b("nop", "f32v2tof16 $a10, $a2:3"),
-    _b("nop", "f32v2tof16 $a11, $a8:9"),
-    _b("st64step $a10:11, $mzero, $m7+=, 1", "f32v2add $a4:5, $a4:5, $a2:3"),
-    _b("nop", "f32v2add $a12:13, $a12:13, $a8:9"),
+    _b("nop", "f16v4sub $a2:3, $a0:1, $a8:9"),
+    _b("nop", "f16v2exp $a2, $a2"),
+    _b("nop", "f16v2exp $a3, $a3"),
+    _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v2tof32 $a10:11, $a2"),
+    _b("nop", "f16v2tof32 $a6:7, $a3"),
+    _b("nop", "f32v2add $a4:5, $a4:5, $a10:11"),
+    _b("nop", "f32v2add $a12:13, $a12:13, $a6:7"),
 ]
-# One atom of pass 3 (e in $a0:1, its first pair already converted into $a2:3, 1/sum in $a6:7), rotated: the
-# last bundle converts the next atom's first pair (loaded in bundle 0) while the current one is stored.
+# One atom of pass 3 (e in $a0:1, f16(1/sum) as 4 halves in $a8:9): y = e * (1/sum) in f16; the next atom loads
+# beside the product (which reads $a0:1 first).
 SMS_SCALE_BODY = [
-    _b("nop", "f16v2tof32 $a8:9, $a1"),
-    _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
-    _b("nop", "f32v2mul $a8:9, $a8:9, $a6:7"),
-    _b("nop", "f32v2tof16 $a10, $a2:3"),
-    _b("nop", "f32v2tof16 $a11, $a8:9"),
-    _b("st64step $a10:11, $mzero, $m7+=, 1", "f16v2tof32 $a2:3, $a0"),
+    _b("nop", "f16v4mul $a2:3, $a0:1, $a8:9"),
+    _b("st64step $a2:3, $mzero, $m7+=, 1"),
 ]
 SMS_LOAD = "ld64step $a0:1, $mzero, $m3+=, 1"
 
@@ -906,6 +908,8 @@ def _sms_kernel(phase: str) -> Code:
         zero = ("f32v2add $a4:5, $azeros, $azeros", "f32v2add $a12:13, $azeros, $azeros")
         _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0", op="f32max")  # the row max, twice
         c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")
+        c.bundle("nop", "f32v2tof16 $a8, $a6:7")  # as four halves (exact: the max of f16 values)
+        c.bundle("nop", "f32v2tof16 $a9, $a6:7")
         c.bundle(loop.format(len(SMS_EXP_BODY) - 1))
         c.tag = "atom"
         for i, (m, a) in enumerate(SMS_EXP_BODY):
@@ -913,7 +917,7 @@ def _sms_kernel(phase: str) -> Code:
         c.tag = "row"
         c.bundle(f"ld64 $a10:11, $mvertex_base, $m0, {K1}")  # the last atom's mask
         c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
-        mains = {1: "add $m1, $m1, $m9", 2: "add $m10, $m10, $m6", 3: f"add $m8, $m8, {SMS_PART}"}
+        mains = {1: "add $m1, $m1, $m9", 2: "add $m10, $m10, $m6", 4: f"add $m8, $m8, {SMS_PART}"}
         _sms_epilogue(c, SMS_EXP_BODY, mains, {})
         _sum_tail(c, "$a4")
         c.one(f"st32step $a4, $mzero, $m2+=, {SMS_PART // 4}")
@@ -929,14 +933,15 @@ def _sms_kernel(phase: str) -> Code:
         _lns_chain(c, SMS_PART // 8, "$a4", ("fnop", "fnop"), "add $m3, $m2, 0")  # the sum
         c.bundle("add $m7, $m2, 0", "f32oox $a6, $a4")
         c.bundle(SMS_LOAD, "f32oox $a7, $a4")
-        c.bundle("nop", "f16v2tof32 $a2:3, $a0")
+        c.bundle("nop", "f32v2tof16 $a8, $a6:7")  # f16(1/sum), four times
+        c.bundle("nop", "f32v2tof16 $a9, $a6:7")
         c.bundle(loop.format(len(SMS_SCALE_BODY) - 1))
         c.tag = "atom"
         for i, (m, a) in enumerate(SMS_SCALE_BODY):
             c.bundle(SMS_LOAD if i == 0 else m, a)
         c.tag = "row"
-        mains = {0: "add $m2, $m2, $m6", 1: f"add $m8, $m8, {SMS_PART}"}
-        _sms_epilogue(c, SMS_SCALE_BODY, mains, {len(SMS_SCALE_BODY) - 1: "fnop"})
+        _sms_epilogue(c, SMS_SCALE_BODY, {0: "add $m2, $m2, $m6"}, {})
+        c.one(f"add $m8, $m8, {SMS_PART}")
         c.rpt("$m9", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.tag = "tail"
@@ -1310,15 +1315,13 @@ def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
     m = p_max[:, 0]
     for w in range(1, 6):
         m = np.maximum(m, p_max[:, w])
-    e = exp_f32(xs.astype(np.float32) - m[:, None])
-    p_sum = np.stack([_acc_sum(e[:, a:b]) for a, b in slices], axis=1)
+    e = exp_f16(xs - m.astype(np.float16)[:, None])  # f16 arithmetic (the max is an f16 value)
+    p_sum = np.stack([_acc_sum(e[:, a:b].astype(np.float32)) for a, b in slices], axis=1)
     total = p_sum[:, 0]
     for w in range(1, 6):
         total = total + p_sum[:, w]
     out = np.zeros((k.rows, k.n), np.float16)
-    out[:, : 4 * va] = (e.astype(np.float16).astype(np.float32) * recip_f32(total)[:, None]).astype(
-        np.float16
-    )
+    out[:, : 4 * va] = e * recip_f32(total).astype(np.float16)[:, None]
     return {"out": out, "partials": np.concatenate([p_max, p_sum], 1)}
 
 

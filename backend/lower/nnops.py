@@ -668,16 +668,21 @@ class NnOps:
                 calls[t] = gm.Gemm(j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc", coef=coef, a=a,
                                    weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
-        if rdt == "f16":  # C's rows are the result's: one copy, or row by row past C's N padding
-            self.copy_call(
-                {
-                    t: [(c_area, j[7], j[3] * j[4] * 2)]
-                    if npad[t] == j[4]
-                    else [(c_area + r * npad[t] * 2, j[7] + r * j[4] * 2, j[4] * 2) for r in range(j[3])]
-                    for t, j in jobs.items()
-                },
-                f"{what}: result rows",
-            )
+        if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
+            whole, strided, narrow = {}, {}, {}
+            for t, j in jobs.items():
+                if npad[t] == j[4]:
+                    whole[t] = [(c_area, j[7], j[3] * j[4] * 2)]
+                elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0:
+                    strided[t] = rw.Rows("panels_f16", j[3], j[4], in0=c_area, out=j[7], panels=1, panel_width=j[4],
+                                         panel_step=j[3] * npad[t] * 2, in_stride=npad[t] * 2)  # fmt: skip
+                else:  # narrow or unaligned rows: copied one by one
+                    narrow[t] = [
+                        (c_area + r * npad[t] * 2, j[7] + r * j[4] * 2, j[4] * 2) for r in range(j[3])
+                    ]
+            self.copy_call(whole, f"{what}: result rows")
+            self.kcall(f"{what}: result rows (strided)", strided)
+            self.copy_call(narrow, f"{what}: result rows (narrow)")
             return
         # C's rows -> the result block's f32 rows: one flat cast, or row by row past C's N padding.
         flat = {t: j for t, j in jobs.items() if npad[t] == j[4]}

@@ -42,7 +42,9 @@ def test_sms_stats_after_softmax_split(rows, n, valid):
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     xv = x[:, :valid].astype(np.float64)
     np.testing.assert_array_equal(got[:, 0], xv.max(1))
-    np.testing.assert_allclose(got[:, 1], np.exp(xv - xv.max(1, keepdims=True)).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(
+        got[:, 1], np.exp(xv - xv.max(1, keepdims=True)).sum(1), rtol=1e-3
+    )  # the sum of the stored f16 e
 
 
 def _chunks(nc, rows, n, seed):

@@ -472,3 +472,23 @@ def test_many_rows_split_of_host_made_x_with_ragged_k():
     assert x_source(lin, 16) == ("host", 0)
     NNSplitKPass(tiles=16).apply(None, mod)  # 16 tiles: the split does not pay
     assert not [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+
+
+@pytest.mark.parametrize("pn", [24, 4])
+def test_many_rows_split_with_padded_panels(monkeypatch, pn):
+    """Column panels narrower than the kernel's 16-column blocks' multiple (So400m's 24 of a 72-wide head): C's
+    rows are strided past the N padding; 24 columns go through the strided row kernel in one call, 4 (under its
+    two atoms) row by row. Both match the device-precision reference."""
+    from ipu.backend.lower.lowering import lower_to_package
+    from ipu.passes import nn_split_k
+
+    monkeypatch.setattr(nn_split_k, "ROWS_SPLIT_PANELS", (pn,))
+    opts = "{tiles=64 sram_kib=624}"
+    mod = run_passes(rows_split_model(256, 128, 48, 64), f"nn-to-exchange-pipeline{opts},memory-plan{opts}")
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
+    assert parts.attributes[tl.PLAN_ATTR].get("panel")[2] == pn
+    whats = {s["what"] for s in lower_to_package(mod).metadata["profile_sites"]}
+    strided = any(w.endswith("result rows (strided)") for w in whats)
+    narrow = any(w.endswith("result rows (narrow)") for w in whats)
+    assert (strided, narrow) == ((True, False) if pn == 24 else (False, True))
+    run_against_reference(mod, 256, 128, 48, 64, "nn-quantize-weights")
