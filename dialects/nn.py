@@ -335,6 +335,46 @@ class MatmulOp(IRDLOperation):
 
 
 @irdl_op_definition
+class MatmulPartialsOp(IRDLOperation):
+    """The partial products of a 2-D matmul whose contraction is split into chunks: lhs [M, K], rhs [K, N] ->
+    [G, M, N] with result[g] = lhs[:, Kg] @ rhs[Kg, :] over Kg = [g * k_chunk, min(K, (g + 1) * k_chunk)),
+    G = ceil(K / k_chunk); `nn.reduce_sum` of the result is lhs @ rhs (`nn-split-k`: the MAP head's P X, each
+    chunk's [k_chunk, N] rows where the scores linear already holds them)."""
+
+    name = "nn.matmul_partials"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    k_chunk = prop_def(IntegerAttr[I64])
+    result = result_def(TensorType)
+    assembly_format = (
+        "$lhs `,` $rhs `k_chunk` `` `=` `` $k_chunk attr-dict `:` type(operands) `->` type($result)"
+    )
+    traits = traits_def(Pure())
+
+    def __init__(self, lhs: SSAValue, rhs: SSAValue, k_chunk: int, result_type: TensorType):
+        super().__init__(
+            operands=[lhs, rhs], properties={"k_chunk": IntegerAttr(k_chunk, i64)}, result_types=[result_type]
+        )
+
+    @property
+    def chunk(self) -> int:
+        return self.k_chunk.value.data
+
+    def verify_(self) -> None:
+        require_compute_result(self)
+        ls = shape_of(self.lhs, self, "operand 'lhs'")
+        rs = shape_of(self.rhs, self, "operand 'rhs'")
+        if len(ls) != 2 or len(rs) != 2 or ls[1] != rs[0]:
+            raise VerifyException(
+                f"{self.name}: operands must be [M, K] and [K, N], got {shape_str(ls)} and {shape_str(rs)}"
+            )
+        kc = self.chunk
+        if kc <= 0:
+            raise VerifyException(f"{self.name}: k_chunk must be positive, got {kc}")
+        require_result_shape(self, self.result, (-(-ls[1] // kc), ls[0], rs[1]))
+
+
+@irdl_op_definition
 class LinearPartialsOp(IRDLOperation):
     """The partial products of a linear whose contraction is split into chunks: x [M, K], weight [N, K] ->
     [G, M, N] with result[g] = x[:, Kg] @ weight[:, Kg]^T over Kg = [g * k_chunk, min(K, (g + 1) * k_chunk)),
@@ -1079,6 +1119,7 @@ NN = Dialect(
         SoftmaxOp,
         AttentionOp,
         AttentionPartialOp,
+        MatmulPartialsOp,
         AttentionMergeOp,
         PatchifyOp,
         ReshapeOp,

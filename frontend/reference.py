@@ -265,6 +265,11 @@ def _linear_partials(ev: _Evaluator, op: nn.LinearPartialsOp, x: np.ndarray, w: 
     return np.stack([_dot(ev, x[:, k0 : k0 + kc], w[:, k0 : k0 + kc].T) for k0 in range(0, x.shape[1], kc)])
 
 
+def _matmul_partials(ev: _Evaluator, op: nn.MatmulPartialsOp, a: np.ndarray, b: np.ndarray):
+    kc = op.chunk
+    return np.stack([_dot(ev, a[:, k0 : k0 + kc], b[k0 : k0 + kc]) for k0 in range(0, a.shape[1], kc)])
+
+
 def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):
     if ev.device and isinstance(op.input.type.element_type, Float16Type):
         # f16 partials: summed as the device does, pairwise in f16 (while more than one is left, the first half
@@ -431,6 +436,7 @@ OpFunction = Callable[..., np.ndarray]
 OPS: dict[type[Operation], OpFunction] = {
     nn.LinearOp: _linear,
     nn.LinearPartialsOp: _linear_partials,
+    nn.MatmulPartialsOp: _matmul_partials,
     nn.ReduceSumOp: _reduce_sum,
     nn.MatmulOp: _matmul,
     nn.AddOp: _add,

@@ -64,6 +64,9 @@ SPLIT_OVERHEAD_CYCLES = 1600
 
 # Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
 FEW_ROWS = 8
+# 2-D matmuls with at most this many rows and at least this long a contraction: partials per 16-deep K block.
+MATMUL_SPLIT_ROWS = 16
+MATMUL_SPLIT_MIN_K = 256
 # Many-row split (`rows_grid`): the sum's fixed cost per tile (the adds' calls, the bias, a cast) besides its data,
 # and the margin the split's estimate must win by (the unsplit GEMM's plan is tile-plan's `choose_gemm`, costed a
 # little differently). Calibrated when partials and sums were f32; the sum's pieces are costed as the f16 bytes and
@@ -358,6 +361,7 @@ class NNSplitKPass(ModulePass):
             raise ValueError(f"{self.name}: option 'tiles' must be >= 2, got {self.tiles}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self.split_matmuls(op)
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearOp)]:
             xs, ws = lin.input.type.get_shape(), lin.weight.type.get_shape()
             if lin.groups:
@@ -386,6 +390,32 @@ class NNSplitKPass(ModulePass):
                 )
             ):
                 self.split(lin, kc, many_rows=True)
+
+    def split_matmuls(self, op: ModuleOp) -> None:
+        """A 2-D matmul with few rows over a long contraction (the MAP head's P X, [16, 729] x [729, 1152]) as
+        partial products per 16-deep K block plus their sum: tile-plan puts chunk c beside the scores GEMM's tiles
+        that already hold its rhs rows (`tile_plan.choose_matmul_partials`)."""
+        for mm in [o for o in op.walk() if isinstance(o, nn.MatmulOp)]:
+            ls, rs = mm.lhs.type.get_shape(), mm.rhs.type.get_shape()
+            if mm.rhs_transposed or len(ls) != 2 or ls[0] > MATMUL_SPLIT_ROWS or ls[1] < MATMUL_SPLIT_MIN_K:
+                continue
+            if not isinstance(mm.rhs.type.element_type, Float16Type) or rs[1] % 4:
+                continue
+            g = -(-ls[1] // 16)
+            parts = nn.MatmulPartialsOp(mm.lhs, mm.rhs, 16, TensorType(Float32Type(), (g, ls[0], rs[1])))
+            total = nn.ReduceSumOp(parts.result, TensorType(Float32Type(), (ls[0], rs[1])))
+            new = [parts, total]
+            y = total.result
+            if y.type != mm.result.type:
+                cast = nn.CastOp(y, mm.result.type)
+                new.append(cast)
+                y = cast.result
+            mm.parent_block().insert_ops_before(new, mm)
+            hint = mm.result.name_hint
+            mm.result.replace_all_uses_with(y)
+            y.name_hint = hint
+            mm.detach()
+            mm.erase()
 
     def split_grouped(self, lin: nn.LinearOp) -> None:
         """A grouped linear (one result row) is always split (tile-plan plans its partials only): the few-row

@@ -488,6 +488,68 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     return [x, w], res
 
 
+def matmul_partials_cells(plan: tl.GemmPlanAttr, num_tiles: int) -> np.ndarray:
+    """Tiles of a `nn.matmul_partials` grid [G chunks, gn column groups]: (c, j) on base + j * G + c (column
+    group j's chunks on consecutive tiles: the layout of a [pm = 1] GEMM's weight blocks over G column panels,
+    see `choose_matmul_partials`)."""
+    g, gn = plan.get("grid")
+    c, j = np.meshgrid(np.arange(g), np.arange(gn), indexing="ij")
+    return ((plan.get("base") + j * g + c) % num_tiles).astype(np.int32)
+
+
+def matmul_partials_layouts(op: nn.MatmulPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """Tile (c, j) (`matmul_partials_cells`) holds chunk c's lhs block [M, kc] and rhs rows [kc, N] (both
+    replicated over the gn column groups) and computes the result block (c, j): [1, M, pn]."""
+    g, gn = plan.get("grid")
+    m, kc, pn = plan.get("panel")
+    (_, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
+    cells = matmul_partials_cells(plan, num_tiles)
+    a = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells), op.lhs.type.element_type)
+    b = tl.make_layout((k, n), (kc, n), np.ascontiguousarray(cells), op.rhs.type.element_type)
+    res = tl.make_layout((g, m, n), (1, m, pn), cells.reshape(-1, 1), op.result.type.element_type)
+    return [a, b], res
+
+
+def matmul_partials_sum_layout(parts: nn.MatmulPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
+    """The sum of `nn.matmul_partials` in blocks of one row of a column group ([1, pn]): each receives one piece
+    per chunk (a row of a partial block, contiguous), row r of group j on cell (r mod G, j)."""
+    plan = parts.attributes[tl.PLAN_ATTR]
+    g, gn = plan.get("grid")
+    m, _, pn = plan.get("panel")
+    cells = matmul_partials_cells(plan, num_tiles)
+    r, j = np.meshgrid(np.arange(m), np.arange(gn), indexing="ij")
+    tab = np.ascontiguousarray(cells[r % g, j].reshape(-1, 1))
+    return tl.make_layout((m, parts.rhs.type.get_shape()[1]), (1, pn), tab, dtype)
+
+
+def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPlanAttr:
+    """A chunk per K block: G = K / kc chunks x gn column groups. When a one-row-per-tile GEMM (the MAP head's
+    scores U X^T, [pm = 1] over gm rows) reads the rhs as its weight in [kc, N] blocks over G panels, the grid
+    mirrors it (gn = gm, column groups of N / gm, base its base): chunk c's rows are already on tiles (c, j) for
+    every j, no exchange brings them."""
+    (m, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
+    kc = op.chunk
+    g = -(-k // kc)
+    for use in x_readers(op.rhs):
+        lin = use if isinstance(use, nn.LinearOp) else None
+        plan = lin.attributes.get(tl.PLAN_ATTR) if lin is not None else None
+        if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2:
+            continue
+        gm, gn = plan.get("grid")
+        pm, _, pn = plan.get("panel")
+        if pm == 1 and pn == kc and gn == g and n % gm == 0 and (n // gm) % 4 == 0:
+            cycles = cm.gemm_kernel_cycles(m, kc, n // gm, 2)
+            return gemm_plan(g, gm, m, kc, n // gm, plan.get("base"), "f16", "early", "row_major", cycles)
+    gn = max(1, min(target.num_tiles // g, n // 16))
+    while n % gn or (n // gn) % 4:
+        gn -= 1
+    if g * gn > target.num_tiles:
+        raise PassFailedException(f"tile-plan: {label(op)}: {g} chunks do not fit {target.num_tiles} tiles")
+    return gemm_plan(
+        g, gn, m, kc, n // gn, 0, "f16", "early", "row_major", cm.gemm_kernel_cycles(m, kc, n // gn, 2)
+    )
+
+
 def x_replicas(op: nn.LinearPartialsOp, gm: int, pm: int, pn: int, gn: int, num_tiles: int) -> int:
     """How many column-panel tiles x's [pm, kc] blocks of the many-row split `op` are replicated over: its gn, or
     the largest gn of the splits of the same x on the same rows and chunks (gm, pm, pn; So400m's MLP parts of
@@ -636,6 +698,8 @@ def any_attention_layouts(op: Operation, plan: tl.AttentionPlanAttr, num_tiles: 
 
 def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_tiles: int):
     """Operand layouts an op's plan needs, given its result layout (None: no requirement)."""
+    if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.MatmulPartialsOp):
+        return matmul_partials_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.LinearPartialsOp):
         return partials_layouts(op, plan, num_tiles)[0]
     if isinstance(plan, tl.GemmPlanAttr):
@@ -668,6 +732,8 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
 
 
 def result_layout_of_plan(op: Operation, plan: Attribute, num_tiles: int) -> tl.LayoutAttr | None:
+    if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.MatmulPartialsOp):
+        return matmul_partials_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.GemmPlanAttr) and isinstance(op, nn.LinearPartialsOp):
         return partials_layouts(op, plan, num_tiles)[1]
     if isinstance(plan, tl.GemmPlanAttr):
@@ -1167,11 +1233,16 @@ class _Planner:
             prec = precision_of(op.input.type, op.weight.type)
             plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.weights_order, cycles)
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.MatmulPartialsOp):
+            plan = choose_matmul_partials(op, t)
+            return plan, matmul_partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.ReduceSumOp):
             have = tl.layout_of(op.input)
             if have is None or have.stack.data:
                 raise PassFailedException(f"tile-plan: {label(op)}: its operand has no (unstacked) layout")
             res = reduce_result_layout(have, op.result.type.element_type)
+            if isinstance(op.input.owner, nn.MatmulPartialsOp):
+                res = matmul_partials_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             count = op.input.type.get_shape()[0]
             n = busiest_elems(res) * max(count - 1, 1)
             return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res

@@ -223,6 +223,9 @@ class Lowering(NnOps):
             if isinstance(op, nn.LinearPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
                 self.linear_partials(op, plan)
                 continue
+            if isinstance(op, nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
+                self.matmul_partials(op, plan)
+                continue
             if isinstance(op, nn.ReduceSumOp) and kind == "reduce":
                 self.reduce_sum(op)
                 continue

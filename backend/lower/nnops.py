@@ -702,6 +702,108 @@ class NnOps:
             },
         )
 
+    def matmul_partials(self, op: nn.MatmulPartialsOp, plan: tl.GemmPlanAttr) -> None:
+        """Per tile (chunk c, column group j; `tile_plan.matmul_partials_layouts`): the chunk's lhs block [M, kw]
+        (f32: padded f16 rows in the A scratch, `_a_from_f32`; f16 rows padded by copies) -> its rhs rows
+        [kw, N]'s columns j * pn .. as F16 weight panels (`WeightsF16`; fewer than 16 rows: copied with zero rows
+        first; zero columns up to 16 from the zero constant) -> one F16 GEMM [M, 16] x [16, npad] -> C's rows cast
+        to f32 into its [1, M, pn] result block."""
+        a, b = op.operands
+        what = f"nn.matmul_partials ({op.results[0].name_hint or 'unnamed'})"
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        al, bl = tl.layout_of(a), tl.layout_of(b)
+        if device_dtype(bl.dtype) != "f16" or bl.order.data != "row_major" or al.order.data != "row_major":
+            raise self.error(f"{what}: row-major lhs and f16 rhs blocks expected")
+        if device_dtype(al.dtype) not in ("f32", "f16") or device_dtype(lay.dtype) != "f32":
+            raise self.error(f"{what}: an f32 or f16 lhs and an f32 result expected")
+        (m, k), n = a.type.get_shape(), b.type.get_shape()[1]
+        kc = op.chunk
+        if kc != 16 or m > 16:
+            raise self.error(
+                f"{what}: chunks of one 16-deep K block and at most 16 rows are lowered (got {kc}, {m})"
+            )
+        g, table = lay.geometry(), lay.table()
+        c_area, a_area, zeros = self.scratch()
+        panels, restride = self.aux(), c_area + self.target.region1_element_bytes // 2
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}  # tile -> (kw, lhs block, rhs columns, pn, npad, result block)
+        for blk in range(lay.num_blocks):
+            t = int(table[blk, 0])
+            (c, _, n0), (_, _, pn) = (
+                (int(v) for v in g.block_origin[blk]),
+                (int(v) for v in g.block_dims[blk]),
+            )
+            kw = min(kc, k - c * kc)
+            if pn % 4:
+                raise self.error(f"{what}: tile {t}: a {pn}-column group (whole 4-column groups only)")
+            ab = self._panel_addr(a, t, (0, c * kc), (m, kw), what)
+            bb = self._panel_addr(b, t, (c * kc,), (kw,), what)
+            jobs[t] = (kw, ab, bb + n0 * 2, pn, -(-pn // 16) * 16, int(res[t]) + int(g.offset[blk, 0]) * 4)
+        mpad = max(m, gm.MIN_ROWS)
+        if device_dtype(al.dtype) == "f32":
+            for kw in sorted({j[0] for j in jobs.values()}):
+                sel = {t: (0, 0, m, 0, mpad, 0, j[1]) for t, j in jobs.items() if j[0] == kw}
+                self._a_from_f32(sel, kw, 16, a_area, c_area, zeros, f"{what} [{kw} deep]")
+        else:
+            self.copy_call(
+                {
+                    t: [(j[1] + r * j[0] * 2, a_area + r * 32, j[0] * 2) for r in range(m)]
+                    + [piece for r in range(m) for piece in zero_copies(zeros, a_area + r * 32 + j[0] * 2, 32 - j[0] * 2)]
+                    + zero_copies(zeros, a_area + m * 32, (mpad - m) * 32)
+                    for t, j in jobs.items()
+                },
+                f"{what}: A rows padded",
+            )  # fmt: skip
+        # rhs rows: 16 in place (row stride N), fewer copied with zero rows up to 16 (row stride pn).
+        short = {t: j for t, j in jobs.items() if j[0] < kc}
+        self.copy_call(
+            {
+                t: [(j[2] + r * n * 2, restride + r * j[3] * 2, j[3] * 2) for r in range(j[0])]
+                + zero_copies(zeros, restride + j[0] * j[3] * 2, (kc - j[0]) * j[3] * 2)
+                for t, j in short.items()
+            },
+            f"{what}: B rows K padding",
+        )
+        src = {t: (restride, j[3] * 2) if t in short else (j[2], n * 2) for t, j in jobs.items()}
+        self.kcall(
+            f"{what}: weight panels",
+            {t: pk.WeightsF16(kc, j[3], src[t][0], panels, src_row=src[t][1]) for t, j in jobs.items()},
+        )
+        self.kcall(
+            f"{what}: weight panels, zero columns",
+            {
+                t: pk.WeightsF16(kc, j[4] - j[3], zeros, panels, src_row=0, group0=j[3] // 4)
+                for t, j in jobs.items()
+                if j[4] > j[3]
+            },
+        )
+        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        self.kcall(
+            f"{what}: GEMM",
+            {
+                t: gm.Gemm(
+                    mpad,
+                    kc,
+                    j[4],
+                    prec=gm.F16,
+                    mode="init",
+                    coef=coef,
+                    a=a_area,
+                    weights=panels,
+                    c=c_area,
+                    a_row_stride=32,
+                )  # fmt: skip
+                for t, j in jobs.items()
+            },
+        )
+        self.kcall(
+            f"{what}: to f32",
+            {
+                t: rw.Rows("to_f32", m, j[3], in0=c_area, out=j[5], in_stride=j[4] * 2)
+                for t, j in jobs.items()
+            },
+        )
+
     def reduce_sum(self, op: nn.ReduceSumOp) -> None:
         """Per tile: its result block's G partial blocks (stacked by the exchange, [G, block]) summed pairwise in
         the operand's type (f32 `add_f32` / f16 `add_f16` over half the remaining blocks per call; the aux scratch

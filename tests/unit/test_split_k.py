@@ -492,3 +492,111 @@ def test_many_rows_split_with_padded_panels(monkeypatch, pn):
     narrow = any(w.endswith("result rows (narrow)") for w in whats)
     assert (strided, narrow) == ((True, False) if pn == 24 else (False, True))
     run_against_reference(mod, 256, 128, 48, 64, "nn-quantize-weights")
+
+
+def test_matmul_partials_sum_to_the_matmul():
+    """nn.matmul_partials per 16-deep K block (the last shorter), summed: the matmul, in float64."""
+    from xdsl.dialects.builtin import TensorType
+
+    from ipu.frontend.reference import evaluate_op
+
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((5, 37)), rng.standard_normal((37, 8))
+    from xdsl.dialects.builtin import Float32Type
+
+    from ipu.dialects.nn import InputOp
+
+    lhs, rhs = (
+        InputOp("a", TensorType(Float32Type(), (5, 37))),
+        InputOp("b", TensorType(Float32Type(), (37, 8))),
+    )
+    op = nn.MatmulPartialsOp(lhs.result, rhs.result, 16, TensorType(Float32Type(), (3, 5, 8)))
+    op.verify()
+    parts = evaluate_op(op, a, b, mode="fp64")
+    assert parts.shape == (3, 5, 8)
+    np.testing.assert_allclose(parts[2], a[:, 32:] @ b[32:], rtol=1e-12)
+    np.testing.assert_allclose(parts.sum(0), a @ b, rtol=1e-12)
+
+
+def test_map_head_px_runs_beside_the_scores():
+    """The tiny SigLIP at 128 x 128 (256 tokens) on 64 tiles: the folded MAP head's P X ([2, 256] x [256, 64]) is
+    split per 16-token chunk on the scores GEMM's tiles (its rhs: the very relayout the scores read, no exchange
+    of X for it), summed in one-row blocks; the device matches the device-precision reference."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.backend.lower import compile_model
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.backend.target import Target
+    from ipu.frontend.reference import evaluate
+    from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
+    from ipu.frontend.weights import random_weights
+    from ipu.passes.registry import all_passes
+    from ipu.runtime.host import Session
+
+    cfg = SiglipVisionConfig(
+        **{**PRESETS["siglip-tiny"].to_dict(), "image_size": 128, "num_hidden_layers": 1}
+    )
+    target = Target.small(tiles=64, sram_kib=624)
+    mod = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, False)).apply(Context(), mod)
+    (parts,) = [op for op in mod.walk() if isinstance(op, nn.MatmulPartialsOp)]
+    scores = next(
+        op for op in mod.walk() if isinstance(op, nn.LinearOp) and op.result.name_hint == "probe_scores_t"
+    )
+    assert parts.rhs is scores.weight  # the scores' copy of X, reused
+    sp, pp = scores.attributes[tl.PLAN_ATTR], parts.attributes[tl.PLAN_ATTR]
+    assert tuple(pp.get("grid")) == (16, 2) and pp.get("base") == sp.get("base")
+    total = next(
+        op for op in mod.walk() if isinstance(op, nn.ReduceSumOp) and op.result.name_hint == "probe_px"
+    )
+    assert tl.layout_of(total.results[0]).block_ == (1, 32)  # one row of a column group per block
+    pkg = compile_model(cfg, target, repeat=False)
+    w = random_weights(cfg, seed=0)
+    x = np.random.default_rng(1).standard_normal((1, 3, 128, 128)).astype(np.float32)
+    session = Session(pkg)
+    session.upload_parameters(w)
+    got = session.run({"pixel_values": x}).outputs["pooler_output"]
+    dev = build_vision_model(cfg)
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
+
+    PassPipeline.parse_spec(dict(all_passes()), f"nn-fold-probe-attention,{DEFAULT_SPEC}").apply(
+        Context(), dev
+    )
+    want = evaluate(dev, {"pixel_values": x}, {k: np.asarray(w[k]) for k in w.keys()}, mode="device")
+    want = want.outputs["pooler_output"]
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 0.005
+
+
+def test_matmul_partials_on_their_own_grid():
+    """A few-row matmul whose rhs no GEMM reads (no grid to mirror): chunks x column groups from tile 0, the
+    ragged last chunk (300 = 18 x 16 + 12) padded with zero rows; the device matches the reference."""
+    from xdsl.context import Context
+    from xdsl.parser import Parser
+
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+    from ipu.dialects.registry import all_dialects
+    from ipu.runtime.host import Session
+
+    text = """
+    func.func @px() {
+      %p = nn.input "p" : tensor<16x300xf32>
+      %x = nn.input "x" : tensor<300x64xf16>
+      %z = nn.matmul %p, %x : tensor<16x300xf32>, tensor<300x64xf16> -> tensor<16x64xf32>
+      nn.output "z" %z : tensor<16x64xf32>
+      func.return
+    }
+    """
+    ctx = Context()
+    for name, factory in all_dialects():
+        ctx.register_dialect(name, factory)
+    pkg = compile_model(Parser(ctx, text).parse_module(), Target.small(tiles=64, sram_kib=624), repeat=False)
+    assert any("nn.matmul_partials" in s["what"] for s in pkg.metadata["profile_sites"])
+    rng = np.random.default_rng(5)
+    p = rng.random((16, 300)).astype(np.float32) / 30
+    x = rng.standard_normal((300, 64)).astype(np.float16)
+    session = Session(pkg)
+    got = session.run({"p": p, "x": x}).outputs["z"]
+    want = p.astype(np.float16).astype(np.float64) @ x.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())

@@ -323,3 +323,13 @@ func.func @attention_merge_result() {
   func.return
 }
 // CHECK: nn.attention_merge: result has shape 4x12 but the operands imply 4x8
+
+// -----
+
+func.func @matmul_partials_shapes() {
+  %a = nn.input "a" : tensor<4x40xf32>
+  %b = nn.input "b" : tensor<40x8xf16>
+  %y = nn.matmul_partials %a, %b k_chunk=16 : tensor<4x40xf32>, tensor<40x8xf16> -> tensor<2x4x8xf32>
+  func.return
+}
+// CHECK: nn.matmul_partials: result has shape 2x4x8 but the operands imply 3x4x8

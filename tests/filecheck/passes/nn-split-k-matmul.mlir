@@ -1,0 +1,37 @@
+// nn-split-k: a 2-D matmul with few rows (at most 16) over a long contraction (K >= 256; the MAP head's P X)
+// becomes partial products per 16-deep K block (the last one shorter) and their f32 sum. A short contraction,
+// more rows or a transposed rhs are left alone.
+
+// RUN: ipu-opt %s -p 'nn-split-k' | filecheck %s
+// RUN: ipu-opt %s -p 'nn-split-k' | ipu-opt | filecheck %s
+
+func.func @px() {
+  %p = nn.input "p" : tensor<16x300xf32>
+  %x = nn.input "x" : tensor<300x64xf16>
+  %z = nn.matmul %p, %x : tensor<16x300xf32>, tensor<300x64xf16> -> tensor<16x64xf32>
+  nn.output "z" %z : tensor<16x64xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @px
+// CHECK:         %[[PARTS:[^ ]+]] = nn.matmul_partials %p, %x k_chunk=16 : tensor<16x300xf32>, tensor<300x64xf16> -> tensor<19x16x64xf32>
+// CHECK-NEXT:    %z = nn.reduce_sum %[[PARTS]] : tensor<19x16x64xf32> -> tensor<16x64xf32>
+// CHECK-NEXT:    nn.output "z" %z
+// CHECK-NOT:     nn.matmul %
+
+func.func @keep() {
+  %p = nn.input "p" : tensor<16x200xf32>
+  %x = nn.input "x" : tensor<200x64xf16>
+  %z = nn.matmul %p, %x : tensor<16x200xf32>, tensor<200x64xf16> -> tensor<16x64xf32>
+  %q = nn.input "q" : tensor<17x300xf32>
+  %y = nn.input "y" : tensor<300x64xf16>
+  %w = nn.matmul %q, %y : tensor<17x300xf32>, tensor<300x64xf16> -> tensor<17x64xf32>
+  nn.output "z" %z : tensor<16x64xf32>
+  nn.output "w" %w : tensor<17x64xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @keep
+// CHECK-NOT:     nn.matmul_partials
+// CHECK:         nn.matmul %p, %x
+// CHECK:         nn.matmul %q, %y
