@@ -402,6 +402,8 @@ class NNSplitKPass(ModulePass):
             if not isinstance(mm.rhs.type.element_type, Float16Type) or rs[1] % 4:
                 continue
             g = -(-ls[1] // 16)
+            if g > self.tiles:  # a tile per chunk at least
+                continue
             parts = nn.MatmulPartialsOp(mm.lhs, mm.rhs, 16, TensorType(Float32Type(), (g, ls[0], rs[1])))
             total = nn.ReduceSumOp(parts.result, TensorType(Float32Type(), (ls[0], rs[1])))
             new = [parts, total]
