@@ -5,7 +5,8 @@ whose $INCOMING_DCOUNT > 0, the atoms sent since the last sync by the one tile n
 $INCOMING_BASE upwards. So a phase becomes *rounds*: in a round every tile sends at most one stream (one send of
 the phase's table, to all its receivers that are free in that round) and receives at most one. Rounds are packed
 greedily in the phase's scheduled order; a multicast whose receivers cannot all listen in one round is sent again
-in a later round to those that missed it.
+in a later round to those that missed it. A phase of unicast sends only gets the fewest rounds possible instead
+(as many as its busiest port's transfers: a bipartite edge colouring, `unicast_rounds`) when the greedy needs more.
 
 Per tile, the routine `xch_rounds` reads a table at one address shared by all tiles (contents differ per tile):
 word 0 = rounds - 1, then one 3-word row per round (`round_row`): incoming mux (sender tile, 11 bits) | atoms to
