@@ -64,6 +64,20 @@ SPLIT_OVERHEAD_CYCLES = 1600
 
 # Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
 FEW_ROWS = 8
+# A few-row linear whose weight the device computes: K chunks of this many (four K blocks per tile).
+DEVICE_WEIGHT_CHUNK = 64
+
+
+def computed_on_device(v) -> bool:
+    """v is computed by the device: through casts, reshapes (and tile-plan's relayouts), the result of a layer norm,
+    a linear, a sum or an element-wise op (not a parameter, an input or a block argument)."""
+    while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
+        v = v.owner.operands[0]
+    return isinstance(
+        getattr(v, "owner", None), nn.LayerNormOp | nn.LinearOp | nn.AddOp | nn.ReduceSumOp | nn.GeluOp
+    )
+
+
 # 2-D matmuls with at most this many rows and at least this long a contraction: partials per 16-deep K block.
 MATMUL_SPLIT_ROWS = 16
 MATMUL_SPLIT_MIN_K = 256
@@ -367,6 +381,9 @@ class NNSplitKPass(ModulePass):
             if lin.groups:
                 self.split_grouped(lin)
                 continue
+            if self.device_weight_chunk(lin):
+                self.split(lin, self.device_weight_chunk(lin))
+                continue
             few = xs[0] <= self.max_rows
             if len(xs) != 2 or not (few or self.many_rows) or ws[0] % 16:
                 continue
@@ -390,6 +407,24 @@ class NNSplitKPass(ModulePass):
                 )
             ):
                 self.split(lin, kc, many_rows=True)
+
+    def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
+        """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the
+        layer norm's result): each tile then takes all its rows and one K chunk of its weight rows (`tile_plan`'s
+        full-row weight blocks, which the P X product reuses); None when that does not apply."""
+        (m, k), (n, _) = lin.input.type.get_shape(), lin.weight.type.get_shape()
+        if (
+            len(lin.operands) > 2
+            or m > MATMUL_SPLIT_ROWS
+            or k % DEVICE_WEIGHT_CHUNK
+            or k == DEVICE_WEIGHT_CHUNK
+        ):
+            return None
+        if not all(isinstance(v.type.element_type, Float16Type) for v in (lin.input, lin.weight)):
+            return None
+        if not computed_on_device(lin.weight) or k // DEVICE_WEIGHT_CHUNK * -(-n // 16) > self.tiles:
+            return None
+        return DEVICE_WEIGHT_CHUNK
 
     def split_matmuls(self, op: ModuleOp) -> None:
         """A 2-D matmul with few rows over a long contraction (the MAP head's P X, [16, 729] x [729, 1152]) as

@@ -65,7 +65,7 @@ from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 from ipu.passes.nn_split_attention_keys import partial_grid
-from ipu.passes.nn_split_k import FEW_ROWS, group_panel, rows_plan_grid, x_readers
+from ipu.passes.nn_split_k import FEW_ROWS, computed_on_device, group_panel, rows_plan_grid, x_readers
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -451,6 +451,8 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     replicated on every tile: one multicast instead of a piece per chunk)."""
     if len(plan.get("grid")) == 3:
         return partials_rows_layouts(op, plan, num_tiles)
+    if full_rows_partials(op):
+        return partials_full_rows_layouts(op, plan, num_tiles)
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -486,6 +488,59 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
                        order=plan.get("worder"))  # fmt: skip
     res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
     return [x, w], res
+
+
+def full_rows_partials(op: nn.LinearPartialsOp) -> bool:
+    """A few-row K split whose weight the device computes (`nn_split_k.device_weight_chunk`: the MAP head's
+    scores U X^T): planned with full-row weight blocks (`partials_full_rows_layouts`)."""
+    return not op.groups and computed_on_device(op.weight)
+
+
+def partials_full_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
+    """Grid [G K chunks, gn column panels], panel [M, kc, pn]: cell (c, j) = panel c, chunk j on base + j * gn +
+    c (`matmul_partials_cells`' order with the panels as its chunks) holds x's chunk j ([M, kc], replicated over
+    the panels), the weight's rows of panel c WHOLE ([pn, K], replicated over the chunks: one gather of the rows
+    serves every chunk, and `nn.matmul_partials` of the same rows finds them there), and computes the result block
+    (j, c): [1, M, pn]."""
+    g, gn = plan.get("grid")
+    m, kc, pn = plan.get("panel")
+    (_, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    if -(-k // kc) != g or -(-n // pn) != gn or g * gn > num_tiles:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: grid {g}x{gn} does not cover [{m}, {k}] x [{n}, {k}]"
+        )
+    c, j = np.meshgrid(np.arange(gn), np.arange(g), indexing="ij")  # [gn, g]
+    cells = ((plan.get("base") + j * gn + c) % num_tiles).astype(np.int32)
+    x = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells.T), op.input.type.element_type)
+    w = tl.make_layout((n, k), (pn, k), np.ascontiguousarray(cells), op.weight.type.element_type)
+    res = tl.make_layout(
+        (g, m, n), (1, m, pn), np.ascontiguousarray(cells.T.reshape(-1, 1)), op.result.type.element_type
+    )
+    return [x, w], res
+
+
+def full_rows_sum_layout(parts: nn.LinearPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
+    """The sum of full-row partials in blocks of one row of a column panel ([1, pn]: one contiguous piece per
+    chunk), row r of panel c on cell (c, r mod G)."""
+    plan = parts.attributes[tl.PLAN_ATTR]
+    g, gn = plan.get("grid")
+    m, _, pn = plan.get("panel")
+    r, c = np.meshgrid(np.arange(m), np.arange(gn), indexing="ij")
+    tab = ((plan.get("base") + (r % g) * gn + c) % num_tiles).astype(np.int32).reshape(-1, 1)
+    return tl.make_layout((m, parts.weight.type.get_shape()[0]), (1, pn), np.ascontiguousarray(tab), dtype)
+
+
+def choose_full_rows_partials(op: nn.LinearPartialsOp, target: Target, base: int) -> tl.GemmPlanAttr:
+    (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
+    kc, pn = op.chunk, 16
+    g, gn = -(-k // kc), -(-n // pn)
+    if g * gn > target.num_tiles:
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: {g} chunks x {gn} panels exceed {target.num_tiles} tiles"
+        )
+    base = base % (target.num_tiles - g * gn + 1)
+    cycles = cm.gemm_kernel_cycles(m, kc, pn, 2) + cm.weight_prep_cycles(pn, kc, "f16", target)
+    return gemm_plan(g, gn, m, kc, pn, base, "f16", "early", "row_major", cycles)
 
 
 def matmul_partials_cells(plan: tl.GemmPlanAttr, num_tiles: int) -> np.ndarray:
@@ -531,15 +586,28 @@ def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPl
     kc = op.chunk
     g = -(-k // kc)
     for use in x_readers(op.rhs):
-        lin = use if isinstance(use, nn.LinearOp) else None
-        plan = lin.attributes.get(tl.PLAN_ATTR) if lin is not None else None
+        plan = (
+            use.attributes.get(tl.PLAN_ATTR) if isinstance(use, nn.LinearOp | nn.LinearPartialsOp) else None
+        )
         if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2:
             continue
-        gm, gn = plan.get("grid")
-        pm, _, pn = plan.get("panel")
-        if pm == 1 and pn == kc and gn == g and n % gm == 0 and (n // gm) % 4 == 0:
-            cycles = cm.gemm_kernel_cycles(m, kc, n // gm, 2)
-            return gemm_plan(g, gm, m, kc, n // gm, plan.get("base"), "f16", "early", "row_major", cycles)
+        if isinstance(
+            use, nn.LinearPartialsOp
+        ):  # full-row blocks: [G_s chunks, gn panels] on base + j * gn + c
+            if not full_rows_partials(use):
+                continue
+            groups, panels = plan.get("grid")
+            rows = plan.get("panel")[2]
+        else:  # one row per tile: [gm rows, gn panels] on base + i * gn + c
+            groups, panels = plan.get("grid")
+            if plan.get("panel")[0] != 1:
+                continue
+            rows = plan.get("panel")[2]
+        if rows == kc and panels == g and n % groups == 0 and (n // groups) % 4 == 0:
+            cycles = cm.gemm_kernel_cycles(m, kc, n // groups, 2)
+            return gemm_plan(
+                g, groups, m, kc, n // groups, plan.get("base"), "f16", "early", "row_major", cycles
+            )
     gn = max(1, min(target.num_tiles // g, n // 16))
     while n % gn or (n // gn) % 4:
         gn -= 1
@@ -1197,6 +1265,10 @@ class _Planner:
                 )
             self.last_gemm = (a_operand, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
+        if isinstance(op, nn.LinearPartialsOp) and full_rows_partials(op):
+            plan = choose_full_rows_partials(op, t, self.gemm_base)
+            self.gemm_base += math.prod(plan.get("grid"))
+            return plan, partials_full_rows_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS and not op.groups:
             n = op.weight.type.get_shape()[0]
             g, kc = op.result.type.get_shape()[0], op.chunk
@@ -1243,6 +1315,8 @@ class _Planner:
             res = reduce_result_layout(have, op.result.type.element_type)
             if isinstance(op.input.owner, nn.MatmulPartialsOp):
                 res = matmul_partials_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
+            elif isinstance(op.input.owner, nn.LinearPartialsOp) and full_rows_partials(op.input.owner):
+                res = full_rows_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             count = op.input.type.get_shape()[0]
             n = busiest_elems(res) * max(count - 1, 1)
             return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res

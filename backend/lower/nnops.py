@@ -406,6 +406,10 @@ class NnOps:
         if len(plan.get("grid")) == 3:
             self.linear_partials_rows(op)
             return
+        wl0 = tl.layout_of(op.operands[1])
+        if wl0.block_[1] == wl0.shape_[1] and op.chunk < wl0.shape_[1]:
+            self.linear_partials_full_rows(op)
+            return
         x, w = op.operands
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -498,6 +502,82 @@ class NnOps:
                 t: ew.Elementwise("cast_f16_f32", ma * j[2] // 4, in0=c_area, out=j[5])
                 for t, j in jobs.items()
             },
+        )
+
+    def linear_partials_full_rows(self, op: nn.LinearPartialsOp) -> None:
+        """A few-row K split with full-row weight blocks (`tile_plan.partials_full_rows_layouts`: the MAP head's
+        U X^T), per tile (chunk j, column panel c): its x block [M, kc] is the GEMM's A in place; its weight rows'
+        chunk j (row stride K) -> F16 weight panels (`weights_from_bt`; N padding rows zeroed); one F16 GEMM; C
+        cast to f32 into the [1, M, pn] result block (a narrower last panel: through the staging, row by row)."""
+        x, w = op.operands
+        what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        xl, wl = tl.layout_of(x), tl.layout_of(w)
+        if any(device_dtype(v.dtype) != "f16" or v.order.data != "row_major" for v in (xl, wl)):
+            raise self.error(f"{what}: row-major f16 x and weight blocks expected")
+        if device_dtype(lay.dtype) != "f32":
+            raise self.error(f"{what}: an f32 result expected")
+        (m, k), kc = x.type.get_shape(), op.chunk
+        if kc % 16 or k % kc or 2 * kc > 4112:
+            raise self.error(f"{what}: K = {k} in chunks of {kc} (whole 16-blocks, K a multiple)")
+        g, table = lay.geometry(), lay.table()
+        c_area, a_area, zeros = self.scratch()
+        mpad = max(m, gm.MIN_ROWS)
+        panels, stage = self.aux(), c_area + self.target.region1_element_bytes // 2
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}  # tile -> (x block, weight chunk, rows of the panel, result block)
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (j, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            xa = self._panel_addr(x, t, (0, j * kc), (m, kc), what)
+            wa = self._panel_addr(w, t, (n0,), (nc,), what) + j * kc * 2
+            jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4)
+        if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
+            self.copy_call(
+                {t: [(j[0], a_area, m * kc * 2)] + zero_copies(zeros, a_area + m * kc * 2, (mpad - m) * kc * 2)
+                 for t, j in jobs.items()},
+                f"{what}: A rows",
+            )  # fmt: skip
+            jobs = {t: (a_area, *j[1:]) for t, j in jobs.items()}
+        self.kcall(
+            f"{what}: weight panels",
+            {t: pk.weights_from_bt(j[2], kc, "f16", j[1], panels, src_row=k * 2) for t, j in jobs.items()},
+        )
+        pads = {t: (j[2], 16) for t, j in jobs.items() if j[2] < 16}
+        self.kcall(f"{what}: weight panels N padding", n_padding_zeros(pads, kc, panels, zeros))
+        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        self.kcall(
+            f"{what}: GEMM",
+            {
+                t: gm.Gemm(
+                    mpad,
+                    kc,
+                    16,
+                    prec=gm.F16,
+                    mode="init",
+                    coef=coef,
+                    a=j[0],
+                    weights=panels,
+                    c=c_area,
+                    a_row_stride=kc * 2,
+                )  # fmt: skip
+                for t, j in jobs.items()
+            },
+        )
+        self.kcall(
+            f"{what}: to f32",
+            {
+                t: ew.Elementwise("cast_f16_f32", m * 4, in0=c_area, out=j[3] if j[2] == 16 else stage)
+                for t, j in jobs.items()
+            },
+        )
+        narrow = {t: jobs[t] for t in pads}
+        self.copy_call(
+            {
+                t: [(stage + r * 64, j[3] + r * j[2] * 4, j[2] * 4) for r in range(m)]
+                for t, j in narrow.items()
+            },
+            f"{what}: narrow panel rows",
         )
 
     def linear_partials_rows(self, op: nn.LinearPartialsOp) -> None:

@@ -35,3 +35,25 @@ func.func @keep() {
 // CHECK-NOT:     nn.matmul_partials
 // CHECK:         nn.matmul %p, %x
 // CHECK:         nn.matmul %q, %y
+
+// A few-row linear whose weight the device computes (the MAP head's scores U X^T, X from a layer norm): chunks
+// of 64 (f32 partials, their sum); with a parameter weight it is the usual few-row choice (here: left alone, 16
+// rows are not few).
+
+func.func @scores() {
+  %u = nn.input "u" : tensor<16x128xf16>
+  %e = nn.input "e" : tensor<300x128xf32>
+  %g = nn.param "g" : tensor<128xf32>
+  %x = nn.layer_norm %e, %g, %g eps=1.0e-06 : tensor<300x128xf32>, tensor<128xf32>, tensor<128xf32> -> tensor<300x128xf16>
+  %s = nn.linear %u, %x : tensor<16x128xf16>, tensor<300x128xf16> -> tensor<16x300xf32>
+  %w = nn.param "w" : tensor<300x128xf16>
+  %t = nn.linear %u, %w : tensor<16x128xf16>, tensor<300x128xf16> -> tensor<16x300xf32>
+  nn.output "s" %s : tensor<16x300xf32>
+  nn.output "t" %t : tensor<16x300xf32>
+  func.return
+}
+
+// CHECK-LABEL: func.func @scores
+// CHECK:         %[[P:[^ ]+]] = nn.linear_partials %u, %x k_chunk=64 : tensor<16x128xf16>, tensor<300x128xf16> -> tensor<2x16x300xf32>
+// CHECK-NEXT:    %s = nn.reduce_sum %[[P]] : tensor<2x16x300xf32> -> tensor<16x300xf32>
+// CHECK:         %t = nn.linear %u, %w
