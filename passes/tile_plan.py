@@ -499,9 +499,8 @@ def full_rows_partials(op: nn.LinearPartialsOp) -> bool:
 def partials_full_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
     """Grid [G K chunks, gn column panels], panel [M, kc, pn]: cell (c, j) = panel c, chunk j on base + j * gn +
     c (`matmul_partials_cells`' order with the panels as its chunks) holds x's chunk j ([M, kc], replicated over
-    the panels), the weight's rows of panel c WHOLE ([pn, K], replicated over the chunks: one gather of the rows
-    serves every chunk, and `nn.matmul_partials` of the same rows finds them there), and computes the result block
-    (j, c): [1, M, pn]."""
+    the panels) and its own [pn, kc] weight block (one replica: `nn.matmul_partials` of the same weight, its rows
+    as [K, N], finds its [kc', pn'] blocks there), and computes the result block (j, c): [1, M, pn]."""
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     (_, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
@@ -512,7 +511,9 @@ def partials_full_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, n
     c, j = np.meshgrid(np.arange(gn), np.arange(g), indexing="ij")  # [gn, g]
     cells = ((plan.get("base") + j * gn + c) % num_tiles).astype(np.int32)
     x = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells.T), op.input.type.element_type)
-    w = tl.make_layout((n, k), (pn, k), np.ascontiguousarray(cells), op.weight.type.element_type)
+    w = tl.make_layout(
+        (n, k), (pn, kc), np.ascontiguousarray(cells.reshape(-1, 1)), op.weight.type.element_type
+    )
     res = tl.make_layout(
         (g, m, n), (1, m, pn), np.ascontiguousarray(cells.T.reshape(-1, 1)), op.result.type.element_type
     )
@@ -553,14 +554,20 @@ def matmul_partials_cells(plan: tl.GemmPlanAttr, num_tiles: int) -> np.ndarray:
 
 
 def matmul_partials_layouts(op: nn.MatmulPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
-    """Tile (c, j) (`matmul_partials_cells`) holds chunk c's lhs block [M, kc] and rhs rows [kc, N] (both
-    replicated over the gn column groups) and computes the result block (c, j): [1, M, pn]."""
+    """Tile (c, j) (`matmul_partials_cells`) holds chunk c's lhs block [M, kc] (replicated over the gn column
+    groups) and its own rhs block [kc, pn] (worder "full_rows", mirroring a one-row-per-tile GEMM's whole weight
+    rows: chunk c's rows [kc, N], replicated over the groups) and computes the result block (c, j): [1, M, pn]."""
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     (_, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
     cells = matmul_partials_cells(plan, num_tiles)
     a = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells), op.lhs.type.element_type)
-    b = tl.make_layout((k, n), (kc, n), np.ascontiguousarray(cells), op.rhs.type.element_type)
+    if plan.get("worder") == "full_rows":
+        b = tl.make_layout((k, n), (kc, n), np.ascontiguousarray(cells), op.rhs.type.element_type)
+    else:
+        b = tl.make_layout(
+            (k, n), (kc, pn), np.ascontiguousarray(cells.reshape(-1, 1)), op.rhs.type.element_type
+        )
     res = tl.make_layout((g, m, n), (1, m, pn), cells.reshape(-1, 1), op.result.type.element_type)
     return [a, b], res
 
@@ -591,23 +598,17 @@ def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPl
         )
         if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2:
             continue
-        if isinstance(
-            use, nn.LinearPartialsOp
-        ):  # full-row blocks: [G_s chunks, gn panels] on base + j * gn + c
-            if not full_rows_partials(use):
+        groups, panels = plan.get("grid")  # [gm rows or G_s chunks, gn panels] on base + i * gn + c
+        rows = plan.get("panel")[2]
+        if isinstance(use, nn.LinearPartialsOp):  # its [pn, kc] blocks must be our [kc, pn] blocks
+            if not full_rows_partials(use) or plan.get("panel")[1] * groups != n:
                 continue
-            groups, panels = plan.get("grid")
-            rows = plan.get("panel")[2]
-        else:  # one row per tile: [gm rows, gn panels] on base + i * gn + c
-            groups, panels = plan.get("grid")
-            if plan.get("panel")[0] != 1:
-                continue
-            rows = plan.get("panel")[2]
+        elif plan.get("panel")[0] != 1:
+            continue
         if rows == kc and panels == g and n % groups == 0 and (n // groups) % 4 == 0:
             cycles = cm.gemm_kernel_cycles(m, kc, n // groups, 2)
-            return gemm_plan(
-                g, groups, m, kc, n // groups, plan.get("base"), "f16", "early", "row_major", cycles
-            )
+            order = "row_major" if isinstance(use, nn.LinearPartialsOp) else "full_rows"
+            return gemm_plan(g, groups, m, kc, n // groups, plan.get("base"), "f16", "early", order, cycles)
     gn = max(1, min(target.num_tiles // g, n // 16))
     while n % gn or (n // gn) % 4:
         gn -= 1
@@ -1220,7 +1221,12 @@ class _Planner:
         shape, dtype = op.results[0].type.get_shape(), op.results[0].type.element_type
         have = tl.layout_of(x)
         rows = isinstance(op, nn.LayerNormOp | nn.SoftmaxOp)
-        if isinstance(op, nn.AddOp) and len(shape) == 2 and feeds_layer_norm(op.results[0]):
+        if (
+            isinstance(op, nn.AddOp)
+            and len(shape) == 2
+            and shape[0] > FEW_ROWS
+            and feeds_layer_norm(op.results[0])
+        ):
             # The residual stream: whole rows, as its layer norms read them (the sums of K-split linears arrive
             # in column blocks; gathered here once instead of once into the add's and again into the norm's).
             return spread_rows(shape, dtype, self.target.num_tiles)

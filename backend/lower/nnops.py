@@ -406,8 +406,8 @@ class NnOps:
         if len(plan.get("grid")) == 3:
             self.linear_partials_rows(op)
             return
-        wl0 = tl.layout_of(op.operands[1])
-        if wl0.block_[1] == wl0.shape_[1] and op.chunk < wl0.shape_[1]:
+        xl0 = tl.layout_of(op.operands[0])
+        if not op.groups and xl0.block_[1] < xl0.shape_[1]:  # x in K chunks: `partials_full_rows_layouts`
             self.linear_partials_full_rows(op)
             return
         x, w = op.operands
@@ -530,7 +530,7 @@ class NnOps:
             t = int(table[b, 0])
             (j, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             xa = self._panel_addr(x, t, (0, j * kc), (m, kc), what)
-            wa = self._panel_addr(w, t, (n0,), (nc,), what) + j * kc * 2
+            wa = self._panel_addr(w, t, (n0, j * kc), (nc, kc), what)
             jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4)
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
             self.copy_call(
@@ -541,7 +541,7 @@ class NnOps:
             jobs = {t: (a_area, *j[1:]) for t, j in jobs.items()}
         self.kcall(
             f"{what}: weight panels",
-            {t: pk.weights_from_bt(j[2], kc, "f16", j[1], panels, src_row=k * 2) for t, j in jobs.items()},
+            {t: pk.weights_from_bt(j[2], kc, "f16", j[1], panels, src_row=kc * 2) for t, j in jobs.items()},
         )
         pads = {t: (j[2], 16) for t, j in jobs.items() if j[2] < 16}
         self.kcall(f"{what}: weight panels N padding", n_padding_zeros(pads, kc, panels, zeros))
@@ -807,6 +807,8 @@ class NnOps:
         panels, restride = self.aux(), c_area + self.target.region1_element_bytes // 2
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (kw, lhs block, rhs columns, pn, npad, result block)
+        full_rows = bl.block_[1] == n
+        brow = n * 2 if full_rows else None  # the rhs rows' stride (else the block's pn columns)
         for blk in range(lay.num_blocks):
             t = int(table[blk, 0])
             (c, _, n0), (_, _, pn) = (
@@ -817,8 +819,11 @@ class NnOps:
             if pn % 4:
                 raise self.error(f"{what}: tile {t}: a {pn}-column group (whole 4-column groups only)")
             ab = self._panel_addr(a, t, (0, c * kc), (m, kw), what)
-            bb = self._panel_addr(b, t, (c * kc,), (kw,), what)
-            jobs[t] = (kw, ab, bb + n0 * 2, pn, -(-pn // 16) * 16, int(res[t]) + int(g.offset[blk, 0]) * 4)
+            if full_rows:  # chunk c's whole rows [kw, N] (a one-row-per-tile GEMM's weight blocks)
+                bb = self._panel_addr(b, t, (c * kc,), (kw,), what) + n0 * 2
+            else:
+                bb = self._panel_addr(b, t, (c * kc, n0), (kw, pn), what)
+            jobs[t] = (kw, ab, bb, pn, -(-pn // 16) * 16, int(res[t]) + int(g.offset[blk, 0]) * 4)
         mpad = max(m, gm.MIN_ROWS)
         if device_dtype(al.dtype) == "f32":
             for kw in sorted({j[0] for j in jobs.values()}):
@@ -838,13 +843,13 @@ class NnOps:
         short = {t: j for t, j in jobs.items() if j[0] < kc}
         self.copy_call(
             {
-                t: [(j[2] + r * n * 2, restride + r * j[3] * 2, j[3] * 2) for r in range(j[0])]
+                t: [(j[2] + r * (brow or j[3] * 2), restride + r * j[3] * 2, j[3] * 2) for r in range(j[0])]
                 + zero_copies(zeros, restride + j[0] * j[3] * 2, (kc - j[0]) * j[3] * 2)
                 for t, j in short.items()
             },
             f"{what}: B rows K padding",
         )
-        src = {t: (restride, j[3] * 2) if t in short else (j[2], n * 2) for t, j in jobs.items()}
+        src = {t: (restride, j[3] * 2) if t in short else (j[2], brow or j[3] * 2) for t, j in jobs.items()}
         self.kcall(
             f"{what}: weight panels",
             {t: pk.WeightsF16(kc, j[3], src[t][0], panels, src_row=src[t][1]) for t, j in jobs.items()},

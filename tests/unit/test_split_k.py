@@ -518,11 +518,11 @@ def test_matmul_partials_sum_to_the_matmul():
     np.testing.assert_allclose(parts.sum(0), a @ b, rtol=1e-12)
 
 
-def test_map_head_scores_and_px_on_full_row_blocks():
-    """Width 128 (the scores U X^T: [2, 128] x [256, 128]^T split in chunks of 64): the scores' X rows arrive whole
-    on the [2 chunks, 16 panels] cells once, every chunk's GEMM reads its K part there, and P X's chunks run on
-    the same cells (no X gather of their own); the scores' sum in one-row blocks; the device matches the
-    device-precision reference."""
+def test_map_head_scores_and_px_share_x_blocks():
+    """Width 128 (the scores U X^T: [2, 128] x [256, 128]^T split in chunks of 64): cell (panel c, chunk j) of the
+    [2 chunks, 16 panels] grid receives X's [16, 64] block (16 tokens, chunk j's columns) once; P X's chunk c
+    over column group j is the same block on the same cell (no X gather of its own); the scores' sum in one-row
+    blocks; the device matches the device-precision reference."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -548,7 +548,7 @@ def test_map_head_scores_and_px_on_full_row_blocks():
         if isinstance(op, nn.LinearPartialsOp) and tuple(op.weight.type.get_shape()) == (256, 128)
     )
     (parts,) = [op for op in mod.walk() if isinstance(op, nn.MatmulPartialsOp)]
-    assert scores.chunk == 64 and tl.layout_of(scores.weight).block_ == (16, 128)  # whole rows
+    assert scores.chunk == 64 and tl.layout_of(scores.weight).block_ == (16, 64)  # 16 tokens x one chunk
     assert parts.rhs is scores.weight
     sp, pp = scores.attributes[tl.PLAN_ATTR], parts.attributes[tl.PLAN_ATTR]
     assert (
