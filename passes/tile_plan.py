@@ -483,11 +483,25 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
         x = tl.make_layout((mx, k), (1, kc), np.ascontiguousarray(cells), op.input.type.element_type)
     else:
         x = tl.make_layout((m, k), (m, k), tiles[None, :], op.input.type.element_type)
+        if chunked_x(op):  # x in K chunks: tile (c, j) receives chunk c only (replicated over the panels)
+            x = tl.make_layout(
+                (m, k), (m, kc), np.ascontiguousarray(tiles.reshape(g, gn)), op.input.type.element_type
+            )
     w_tab = tiles.reshape(g, gn).T.reshape(-1, 1)  # weight blocks in (panel j, chunk c) order
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
     res = tl.make_layout((g, m, n), (1, m, pn), tiles[:, None], op.result.type.element_type)
     return [x, w], res
+
+
+def chunked_x(op: nn.LinearPartialsOp) -> bool:
+    """A few-row K split whose x comes in small blocks (a sum of partials, through an add, a GELU or casts: the
+    MAP head's MLP and out_proj): each tile takes only its chunk's [M, kc] part of x (kc / 16 pieces) instead of
+    the whole of it (K / 16 pieces; a whole row from one tile, the layer norm's, stays one multicast)."""
+    v = op.input
+    while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
+        v = v.owner.operands[0]
+    return not op.groups and isinstance(getattr(v, "owner", None), nn.ReduceSumOp | nn.AddOp | nn.GeluOp)
 
 
 def full_rows_partials(op: nn.LinearPartialsOp) -> bool:

@@ -406,9 +406,9 @@ class NnOps:
         if len(plan.get("grid")) == 3:
             self.linear_partials_rows(op)
             return
-        xl0 = tl.layout_of(op.operands[0])
-        if not op.groups and xl0.block_[1] < xl0.shape_[1]:  # x in K chunks: `partials_full_rows_layouts`
-            self.linear_partials_full_rows(op)
+        xl0, wl0 = tl.layout_of(op.operands[0]), tl.layout_of(op.operands[1])
+        if not op.groups and xl0.block_[1] < xl0.shape_[1] and device_dtype(wl0.dtype) == "f16":
+            self.linear_partials_chunked(op)  # x in K chunks, f16 weights
             return
         x, w = op.operands
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
@@ -427,6 +427,7 @@ class NnOps:
         panels = self.aux()
         # Grouped (`row_groups`): one A row per tile, x's row of the panel's group ([1, kc] blocks of x).
         groups = op.groups
+        x_chunks = not groups and xl.block_[1] < k  # x in K chunks (`tile_plan.chunked_x`), FP8 weights
         gsize = w.type.get_shape()[0] // groups if groups else 0
         ma = 1 if groups else m
         mpad = max(ma, gm.MIN_ROWS)
@@ -444,7 +445,9 @@ class NnOps:
             if groups:
                 xa = self._panel_addr(x, t, (n0 // gsize, k0), (1, kw), what)
             else:
-                xa = self._panel_addr(x, t, (0,), (m,), what)
+                xa = self._panel_addr(x, t, (0,), (m,), what) if not x_chunks else None
+                if x_chunks:  # x in K chunks (`tile_plan.chunked_x`): this chunk's [m, kw] block
+                    xa = self._panel_addr(x, t, (0, k0), (m, kw), what) - k0 * 2
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
             jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
             npad[t] = -(-nc // 16) * 16
@@ -455,7 +458,8 @@ class NnOps:
             if groups:
                 rows[t] = [(xa, a_area, kw * 2)]
             else:
-                rows[t] = [(xa + (r * k + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
+                xrow = kw if x_chunks else k
+                rows[t] = [(xa + (r * xrow + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
             rows[t] += zero_copies(
                 zeros, a_area + ma * kw * 2, (mpad - ma) * kw * 2
             )  # up to the kernel's minimum
@@ -504,11 +508,12 @@ class NnOps:
             },
         )
 
-    def linear_partials_full_rows(self, op: nn.LinearPartialsOp) -> None:
-        """A few-row K split with full-row weight blocks (`tile_plan.partials_full_rows_layouts`: the MAP head's
-        U X^T), per tile (chunk j, column panel c): its x block [M, kc] is the GEMM's A in place; its weight rows'
-        chunk j (row stride K) -> F16 weight panels (`weights_from_bt`; N padding rows zeroed); one F16 GEMM; C
-        cast to f32 into the [1, M, pn] result block (a narrower last panel: through the staging, row by row)."""
+    def linear_partials_chunked(self, op: nn.LinearPartialsOp) -> None:
+        """A few-row K split whose x arrives in K chunks (`tile_plan.chunked_x`, `partials_full_rows_layouts`: the
+        MAP head's U X^T, out_proj and MLP; f16 weights, 16-column panels), per tile (chunk c, column panel j):
+        its x block [M, kw] is the GEMM's A in place (fewer than 3 rows: copied with zero rows); its [nc, kw]
+        weight block -> F16 weight panels (`weights_from_bt`; N padding rows zeroed); one F16 GEMM; C cast to f32
+        into the [1, M, nc] result block (a narrower panel: through the staging, row by row)."""
         x, w = op.operands
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -518,40 +523,48 @@ class NnOps:
         if device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: an f32 result expected")
         (m, k), kc = x.type.get_shape(), op.chunk
-        if kc % 16 or k % kc or 2 * kc > 4112:
-            raise self.error(f"{what}: K = {k} in chunks of {kc} (whole 16-blocks, K a multiple)")
+        if kc % 16 or k % 16 or 2 * kc > 4112:
+            raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
         g, table = lay.geometry(), lay.table()
         c_area, a_area, zeros = self.scratch()
         mpad = max(m, gm.MIN_ROWS)
         panels, stage = self.aux(), c_area + self.target.region1_element_bytes // 2
         res = self.addrs.of(op.results[0]).addr
-        jobs = {}  # tile -> (x block, weight chunk, rows of the panel, result block)
+        jobs = {}  # tile -> (x block, weight block, rows of the panel, result block, chunk width)
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
-            (j, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
-            xa = self._panel_addr(x, t, (0, j * kc), (m, kc), what)
-            wa = self._panel_addr(w, t, (n0, j * kc), (nc, kc), what)
-            jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4)
+            (c, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            if nc > 16:
+                raise self.error(f"{what}: tile {t}: a {nc}-column panel (16 at most)")
+            kw = min(kc, k - c * kc)
+            xa = self._panel_addr(x, t, (0, c * kc), (m, kw), what)
+            wa = self._panel_addr(w, t, (n0, c * kc), (nc, kw), what)
+            jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4, kw)
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
             self.copy_call(
-                {t: [(j[0], a_area, m * kc * 2)] + zero_copies(zeros, a_area + m * kc * 2, (mpad - m) * kc * 2)
+                {t: [(j[0], a_area, m * j[4] * 2)] + zero_copies(zeros, a_area + m * j[4] * 2, (mpad - m) * j[4] * 2)
                  for t, j in jobs.items()},
                 f"{what}: A rows",
             )  # fmt: skip
             jobs = {t: (a_area, *j[1:]) for t, j in jobs.items()}
         self.kcall(
             f"{what}: weight panels",
-            {t: pk.weights_from_bt(j[2], kc, "f16", j[1], panels, src_row=kc * 2) for t, j in jobs.items()},
+            {
+                t: pk.weights_from_bt(j[2], j[4], "f16", j[1], panels, src_row=j[4] * 2)
+                for t, j in jobs.items()
+            },
         )
         pads = {t: (j[2], 16) for t, j in jobs.items() if j[2] < 16}
-        self.kcall(f"{what}: weight panels N padding", n_padding_zeros(pads, kc, panels, zeros))
+        for kw in sorted({jobs[t][4] for t in pads}):
+            sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
+            self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         self.kcall(
             f"{what}: GEMM",
             {
                 t: gm.Gemm(
                     mpad,
-                    kc,
+                    j[4],
                     16,
                     prec=gm.F16,
                     mode="init",
@@ -559,7 +572,7 @@ class NnOps:
                     a=j[0],
                     weights=panels,
                     c=c_area,
-                    a_row_stride=kc * 2,
+                    a_row_stride=j[4] * 2,
                 )  # fmt: skip
                 for t, j in jobs.items()
             },
@@ -571,11 +584,10 @@ class NnOps:
                 for t, j in jobs.items()
             },
         )
-        narrow = {t: jobs[t] for t in pads}
         self.copy_call(
             {
-                t: [(stage + r * 64, j[3] + r * j[2] * 4, j[2] * 4) for r in range(m)]
-                for t, j in narrow.items()
+                t: [(stage + r * 64, jobs[t][3] + r * jobs[t][2] * 4, jobs[t][2] * 4) for r in range(m)]
+                for t in pads
             },
             f"{what}: narrow panel rows",
         )
