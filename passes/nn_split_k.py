@@ -64,8 +64,12 @@ SPLIT_OVERHEAD_CYCLES = 1600
 
 # Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
 FEW_ROWS = 8
-# A few-row linear whose weight the device computes: K chunks of this many (four K blocks per tile).
+# A few-row linear whose weight the device computes: K chunks of this many (four K blocks per tile), over
+# column panels of DEVICE_WEIGHT_PANEL (the MAP head's scores: 32 tokens, 23 panels: the softmax gathers 23 pieces
+# per row and P X's chunks, MATMUL_CHUNK tokens each, are the same blocks; 16 doubled the pieces and rounds).
 DEVICE_WEIGHT_CHUNK = 64
+DEVICE_WEIGHT_PANEL = 32
+MATMUL_CHUNK = 32
 
 
 def computed_on_device(v) -> bool:
@@ -422,13 +426,16 @@ class NNSplitKPass(ModulePass):
             return None
         if not all(isinstance(v.type.element_type, Float16Type) for v in (lin.input, lin.weight)):
             return None
-        if not computed_on_device(lin.weight) or k // DEVICE_WEIGHT_CHUNK * -(-n // 16) > self.tiles:
+        if (
+            not computed_on_device(lin.weight)
+            or k // DEVICE_WEIGHT_CHUNK * -(-n // DEVICE_WEIGHT_PANEL) > self.tiles
+        ):
             return None
         return DEVICE_WEIGHT_CHUNK
 
     def split_matmuls(self, op: ModuleOp) -> None:
         """A 2-D matmul with few rows over a long contraction (the MAP head's P X, [16, 729] x [729, 1152]) as
-        partial products per 16-deep K block plus their sum: tile-plan puts chunk c beside the scores GEMM's tiles
+        partial products per MATMUL_CHUNK-deep K chunk plus their sum: tile-plan puts chunk c beside the scores GEMM's tiles
         that already hold its rhs rows (`tile_plan.choose_matmul_partials`)."""
         for mm in [o for o in op.walk() if isinstance(o, nn.MatmulOp)]:
             ls, rs = mm.lhs.type.get_shape(), mm.rhs.type.get_shape()
@@ -436,10 +443,12 @@ class NNSplitKPass(ModulePass):
                 continue
             if not isinstance(mm.rhs.type.element_type, Float16Type) or rs[1] % 4:
                 continue
-            g = -(-ls[1] // 16)
+            g = -(-ls[1] // MATMUL_CHUNK)
             if g > self.tiles:  # a tile per chunk at least
                 continue
-            parts = nn.MatmulPartialsOp(mm.lhs, mm.rhs, 16, TensorType(Float32Type(), (g, ls[0], rs[1])))
+            parts = nn.MatmulPartialsOp(
+                mm.lhs, mm.rhs, MATMUL_CHUNK, TensorType(Float32Type(), (g, ls[0], rs[1]))
+            )
             total = nn.ReduceSumOp(parts.result, TensorType(Float32Type(), (ls[0], rs[1])))
             new = [parts, total]
             y = total.result

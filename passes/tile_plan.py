@@ -65,7 +65,14 @@ from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 from ipu.passes.nn_split_attention_keys import partial_grid
-from ipu.passes.nn_split_k import FEW_ROWS, computed_on_device, group_panel, rows_plan_grid, x_readers
+from ipu.passes.nn_split_k import (
+    DEVICE_WEIGHT_PANEL,
+    FEW_ROWS,
+    computed_on_device,
+    group_panel,
+    rows_plan_grid,
+    x_readers,
+)
 
 ELEMENTWISE_OPS = (nn.AddOp, nn.MulOp, nn.ScaleOp, nn.GeluOp, nn.CastOp)
 SOURCE_OPS = (nn.ParamOp, nn.InputOp)
@@ -536,18 +543,19 @@ def partials_full_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, n
 
 def full_rows_sum_layout(parts: nn.LinearPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
     """The sum of full-row partials in blocks of one row of a column panel ([1, pn]: one contiguous piece per
-    chunk), row r of panel c on cell (c, r mod G)."""
+    chunk), row r of panel c on cell (c, r) (rows past G on the tiles after the grid, one block per tile)."""
     plan = parts.attributes[tl.PLAN_ATTR]
     g, gn = plan.get("grid")
     m, _, pn = plan.get("panel")
     r, c = np.meshgrid(np.arange(m), np.arange(gn), indexing="ij")
-    tab = ((plan.get("base") + (r % g) * gn + c) % num_tiles).astype(np.int32).reshape(-1, 1)
+    # row r of panel c beside chunk r's partial of it (more rows than chunks: a tile per block all the same)
+    tab = ((plan.get("base") + r * gn + c) % num_tiles).astype(np.int32).reshape(-1, 1)
     return tl.make_layout((m, parts.weight.type.get_shape()[0]), (1, pn), np.ascontiguousarray(tab), dtype)
 
 
 def choose_full_rows_partials(op: nn.LinearPartialsOp, target: Target, base: int) -> tl.GemmPlanAttr:
     (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-    kc, pn = op.chunk, 16
+    kc, pn = op.chunk, DEVICE_WEIGHT_PANEL
     g, gn = -(-k // kc), -(-n // pn)
     if g * gn > target.num_tiles:
         raise PassFailedException(
@@ -569,60 +577,50 @@ def matmul_partials_cells(plan: tl.GemmPlanAttr, num_tiles: int) -> np.ndarray:
 
 def matmul_partials_layouts(op: nn.MatmulPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
     """Tile (c, j) (`matmul_partials_cells`) holds chunk c's lhs block [M, kc] (replicated over the gn column
-    groups) and its own rhs block [kc, pn] (worder "full_rows", mirroring a one-row-per-tile GEMM's whole weight
-    rows: chunk c's rows [kc, N], replicated over the groups) and computes the result block (c, j): [1, M, pn]."""
+    groups) and its own rhs block [kc, pn] and computes the result block (c, j): [1, M, pn]."""
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     (_, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
     cells = matmul_partials_cells(plan, num_tiles)
     a = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells), op.lhs.type.element_type)
-    if plan.get("worder") == "full_rows":
-        b = tl.make_layout((k, n), (kc, n), np.ascontiguousarray(cells), op.rhs.type.element_type)
-    else:
-        b = tl.make_layout(
-            (k, n), (kc, pn), np.ascontiguousarray(cells.reshape(-1, 1)), op.rhs.type.element_type
-        )
+    b = tl.make_layout((k, n), (kc, pn), np.ascontiguousarray(cells.reshape(-1, 1)), op.rhs.type.element_type)
     res = tl.make_layout((g, m, n), (1, m, pn), cells.reshape(-1, 1), op.result.type.element_type)
     return [a, b], res
 
 
 def matmul_partials_sum_layout(parts: nn.MatmulPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
     """The sum of `nn.matmul_partials` in blocks of one row of a column group ([1, pn]): each receives one piece
-    per chunk (a row of a partial block, contiguous), row r of group j on cell (r mod G, j)."""
+    per chunk (a row of a partial block, contiguous), row r of group j on cell (r, j) (r < G; else on consecutive
+    tiles from the grid's base, one block per tile)."""
     plan = parts.attributes[tl.PLAN_ATTR]
     g, gn = plan.get("grid")
     m, _, pn = plan.get("panel")
     cells = matmul_partials_cells(plan, num_tiles)
     r, j = np.meshgrid(np.arange(m), np.arange(gn), indexing="ij")
-    tab = np.ascontiguousarray(cells[r % g, j].reshape(-1, 1))
+    if m <= g:  # row r of group j beside chunk r's partial of it
+        tab = np.ascontiguousarray(cells[r, j].reshape(-1, 1))
+    else:  # more rows than chunks: a tile per block all the same
+        tab = ((plan.get("base") + r * gn + j) % num_tiles).astype(np.int32).reshape(-1, 1)
     return tl.make_layout((m, parts.rhs.type.get_shape()[1]), (1, pn), tab, dtype)
 
 
 def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPlanAttr:
-    """A chunk per K block: G = K / kc chunks x gn column groups. When a one-row-per-tile GEMM (the MAP head's
-    scores U X^T, [pm = 1] over gm rows) reads the rhs as its weight in [kc, N] blocks over G panels, the grid
-    mirrors it (gn = gm, column groups of N / gm, base its base): chunk c's rows are already on tiles (c, j) for
-    every j, no exchange brings them."""
+    """G = K / kc chunks x gn column groups. When a K split with chunked weight blocks (the MAP head's scores
+    U X^T, `partials_full_rows_layouts`) reads the rhs as its weight in [kc, kc_s] blocks over G panels and G_s
+    chunks, the grid mirrors it (gn = G_s column groups of kc_s, base its base): cell (c, j)'s rhs block is the
+    scores' weight block on the same tile, no exchange brings it."""
     (m, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
     kc = op.chunk
     g = -(-k // kc)
     for use in x_readers(op.rhs):
-        plan = (
-            use.attributes.get(tl.PLAN_ATTR) if isinstance(use, nn.LinearOp | nn.LinearPartialsOp) else None
-        )
-        if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2:
+        plan = use.attributes.get(tl.PLAN_ATTR) if isinstance(use, nn.LinearPartialsOp) else None
+        if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2 or not full_rows_partials(use):
             continue
-        groups, panels = plan.get("grid")  # [gm rows or G_s chunks, gn panels] on base + i * gn + c
-        rows = plan.get("panel")[2]
-        if isinstance(use, nn.LinearPartialsOp):  # its [pn, kc] blocks must be our [kc, pn] blocks
-            if not full_rows_partials(use) or plan.get("panel")[1] * groups != n:
-                continue
-        elif plan.get("panel")[0] != 1:
-            continue
-        if rows == kc and panels == g and n % groups == 0 and (n // groups) % 4 == 0:
-            cycles = cm.gemm_kernel_cycles(m, kc, n // groups, 2)
-            order = "row_major" if isinstance(use, nn.LinearPartialsOp) else "full_rows"
-            return gemm_plan(g, groups, m, kc, n // groups, plan.get("base"), "f16", "early", order, cycles)
+        groups, panels = plan.get("grid")  # [G_s chunks, gn panels] on base + j * gn + c, [pn, kc_s] blocks
+        _, kc_s, pn_s = plan.get("panel")
+        if pn_s == kc and panels == g and kc_s * groups == n and kc_s % 4 == 0:
+            cycles = cm.gemm_kernel_cycles(m, kc, kc_s, 2)
+            return gemm_plan(g, groups, m, kc, kc_s, plan.get("base"), "f16", "early", "row_major", cycles)
     gn = max(1, min(target.num_tiles // g, n // 16))
     while n % gn or (n // gn) % 4:
         gn -= 1

@@ -534,12 +534,12 @@ class NnOps:
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             (c, _, n0), (_, _, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
-            if nc > 16:
-                raise self.error(f"{what}: tile {t}: a {nc}-column panel (16 at most)")
+            if nc > 32:
+                raise self.error(f"{what}: tile {t}: a {nc}-column panel (32 at most)")
             kw = min(kc, k - c * kc)
             xa = self._panel_addr(x, t, (0, c * kc), (m, kw), what)
             wa = self._panel_addr(w, t, (n0, c * kc), (nc, kw), what)
-            jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4, kw)
+            jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4, kw, -(-nc // 16) * 16)
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
             self.copy_call(
                 {t: [(j[0], a_area, m * j[4] * 2)] + zero_copies(zeros, a_area + m * j[4] * 2, (mpad - m) * j[4] * 2)
@@ -554,7 +554,7 @@ class NnOps:
                 for t, j in jobs.items()
             },
         )
-        pads = {t: (j[2], 16) for t, j in jobs.items() if j[2] < 16}
+        pads = {t: (j[2], j[5]) for t, j in jobs.items() if j[2] < j[5]}
         for kw in sorted({jobs[t][4] for t in pads}):
             sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
             self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
@@ -565,7 +565,7 @@ class NnOps:
                 t: gm.Gemm(
                     mpad,
                     j[4],
-                    16,
+                    j[5],
                     prec=gm.F16,
                     mode="init",
                     coef=coef,
@@ -580,13 +580,18 @@ class NnOps:
         self.kcall(
             f"{what}: to f32",
             {
-                t: ew.Elementwise("cast_f16_f32", m * 4, in0=c_area, out=j[3] if j[2] == 16 else stage)
+                t: ew.Elementwise(
+                    "cast_f16_f32", m * j[5] // 4, in0=c_area, out=j[3] if j[2] == j[5] else stage
+                )
                 for t, j in jobs.items()
             },
         )
         self.copy_call(
             {
-                t: [(stage + r * 64, jobs[t][3] + r * jobs[t][2] * 4, jobs[t][2] * 4) for r in range(m)]
+                t: [
+                    (stage + r * jobs[t][5] * 4, jobs[t][3] + r * jobs[t][2] * 4, jobs[t][2] * 4)
+                    for r in range(m)
+                ]
                 for t in pads
             },
             f"{what}: narrow panel rows",
@@ -796,10 +801,10 @@ class NnOps:
 
     def matmul_partials(self, op: nn.MatmulPartialsOp, plan: tl.GemmPlanAttr) -> None:
         """Per tile (chunk c, column group j; `tile_plan.matmul_partials_layouts`): the chunk's lhs block [M, kw]
-        (f32: padded f16 rows in the A scratch, `_a_from_f32`; f16 rows padded by copies) -> its rhs rows
-        [kw, N]'s columns j * pn .. as F16 weight panels (`WeightsF16`; fewer than 16 rows: copied with zero rows
-        first; zero columns up to 16 from the zero constant) -> one F16 GEMM [M, 16] x [16, npad] -> C's rows cast
-        to f32 into its [1, M, pn] result block."""
+        (f32: padded f16 rows in the A scratch, `_a_from_f32`; f16 rows padded by copies) -> its rhs block
+        [kw, pn] as F16 weight panels (`WeightsF16`; fewer than kc rows: copied with zero rows first; zero columns
+        up to the next 16 from the zero constant) -> one F16 GEMM [M, kc] x [kc, npad] -> C's rows cast to f32 into
+        its [1, M, pn] result block."""
         a, b = op.operands
         what = f"nn.matmul_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
@@ -808,19 +813,17 @@ class NnOps:
             raise self.error(f"{what}: row-major lhs and f16 rhs blocks expected")
         if device_dtype(al.dtype) not in ("f32", "f16") or device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: an f32 or f16 lhs and an f32 result expected")
-        (m, k), n = a.type.get_shape(), b.type.get_shape()[1]
+        m, k = a.type.get_shape()
         kc = op.chunk
-        if kc != 16 or m > 16:
+        if kc % 16 or kc > 64 or m > 16:
             raise self.error(
-                f"{what}: chunks of one 16-deep K block and at most 16 rows are lowered (got {kc}, {m})"
+                f"{what}: chunks of whole 16-deep K blocks up to 64 and at most 16 rows are lowered (got {kc}, {m})"
             )
         g, table = lay.geometry(), lay.table()
         c_area, a_area, zeros = self.scratch()
         panels, restride = self.aux(), c_area + self.target.region1_element_bytes // 2
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (kw, lhs block, rhs columns, pn, npad, result block)
-        full_rows = bl.block_[1] == n
-        brow = n * 2 if full_rows else None  # the rhs rows' stride (else the block's pn columns)
         for blk in range(lay.num_blocks):
             t = int(table[blk, 0])
             (c, _, n0), (_, _, pn) = (
@@ -831,37 +834,35 @@ class NnOps:
             if pn % 4:
                 raise self.error(f"{what}: tile {t}: a {pn}-column group (whole 4-column groups only)")
             ab = self._panel_addr(a, t, (0, c * kc), (m, kw), what)
-            if full_rows:  # chunk c's whole rows [kw, N] (a one-row-per-tile GEMM's weight blocks)
-                bb = self._panel_addr(b, t, (c * kc,), (kw,), what) + n0 * 2
-            else:
-                bb = self._panel_addr(b, t, (c * kc, n0), (kw, pn), what)
+            bb = self._panel_addr(b, t, (c * kc, n0), (kw, pn), what)
             jobs[t] = (kw, ab, bb, pn, -(-pn // 16) * 16, int(res[t]) + int(g.offset[blk, 0]) * 4)
         mpad = max(m, gm.MIN_ROWS)
         if device_dtype(al.dtype) == "f32":
             for kw in sorted({j[0] for j in jobs.values()}):
                 sel = {t: (0, 0, m, 0, mpad, 0, j[1]) for t, j in jobs.items() if j[0] == kw}
-                self._a_from_f32(sel, kw, 16, a_area, c_area, zeros, f"{what} [{kw} deep]")
+                self._a_from_f32(sel, kw, kc, a_area, c_area, zeros, f"{what} [{kw} deep]")
         else:
             self.copy_call(
                 {
-                    t: [(j[1] + r * j[0] * 2, a_area + r * 32, j[0] * 2) for r in range(m)]
-                    + [piece for r in range(m) for piece in zero_copies(zeros, a_area + r * 32 + j[0] * 2, 32 - j[0] * 2)]
-                    + zero_copies(zeros, a_area + m * 32, (mpad - m) * 32)
+                    t: [(j[1] + r * j[0] * 2, a_area + r * kc * 2, j[0] * 2) for r in range(m)]
+                    + [piece for r in range(m)
+                       for piece in zero_copies(zeros, a_area + r * kc * 2 + j[0] * 2, (kc - j[0]) * 2)]
+                    + zero_copies(zeros, a_area + m * kc * 2, (mpad - m) * kc * 2)
                     for t, j in jobs.items()
                 },
                 f"{what}: A rows padded",
             )  # fmt: skip
-        # rhs rows: 16 in place (row stride N), fewer copied with zero rows up to 16 (row stride pn).
+        # rhs rows: kc in place, fewer copied with zero rows up to kc (row stride pn).
         short = {t: j for t, j in jobs.items() if j[0] < kc}
         self.copy_call(
             {
-                t: [(j[2] + r * (brow or j[3] * 2), restride + r * j[3] * 2, j[3] * 2) for r in range(j[0])]
+                t: [(j[2] + r * j[3] * 2, restride + r * j[3] * 2, j[3] * 2) for r in range(j[0])]
                 + zero_copies(zeros, restride + j[0] * j[3] * 2, (kc - j[0]) * j[3] * 2)
                 for t, j in short.items()
             },
             f"{what}: B rows K padding",
         )
-        src = {t: (restride, j[3] * 2) if t in short else (j[2], brow or j[3] * 2) for t, j in jobs.items()}
+        src = {t: (restride, j[3] * 2) if t in short else (j[2], j[3] * 2) for t, j in jobs.items()}
         self.kcall(
             f"{what}: weight panels",
             {t: pk.WeightsF16(kc, j[3], src[t][0], panels, src_row=src[t][1]) for t, j in jobs.items()},
@@ -888,7 +889,7 @@ class NnOps:
                     a=a_area,
                     weights=panels,
                     c=c_area,
-                    a_row_stride=32,
+                    a_row_stride=kc * 2,
                 )  # fmt: skip
                 for t, j in jobs.items()
             },
@@ -925,6 +926,8 @@ class NnOps:
         cols = {}  # tile -> (first column, columns) of its block: the bias's part
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
+            if t in blocks:
+                raise self.error(f"{what}: tile {t} holds two result blocks (one per tile is lowered)")
             n = int(g.block_dims[b].prod())
             cols[t] = int(g.block_origin[b][-1]), int(g.block_dims[b][-1])
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])

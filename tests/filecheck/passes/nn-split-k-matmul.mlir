@@ -1,5 +1,5 @@
 // nn-split-k: a 2-D matmul with few rows (at most 16) over a long contraction (K >= 256; the MAP head's P X)
-// becomes partial products per 16-deep K block (the last one shorter) and their f32 sum. A short contraction,
+// becomes partial products per 32-deep K chunk (the last one shorter) and their f32 sum. A short contraction,
 // more rows or a transposed rhs are left alone.
 
 // RUN: ipu-opt %s -p 'nn-split-k' | filecheck %s
@@ -14,8 +14,8 @@ func.func @px() {
 }
 
 // CHECK-LABEL: func.func @px
-// CHECK:         %[[PARTS:[^ ]+]] = nn.matmul_partials %p, %x k_chunk=16 : tensor<16x300xf32>, tensor<300x64xf16> -> tensor<19x16x64xf32>
-// CHECK-NEXT:    %z = nn.reduce_sum %[[PARTS]] : tensor<19x16x64xf32> -> tensor<16x64xf32>
+// CHECK:         %[[PARTS:[^ ]+]] = nn.matmul_partials %p, %x k_chunk=32 : tensor<16x300xf32>, tensor<300x64xf16> -> tensor<10x16x64xf32>
+// CHECK-NEXT:    %z = nn.reduce_sum %[[PARTS]] : tensor<10x16x64xf32> -> tensor<16x64xf32>
 // CHECK-NEXT:    nn.output "z" %z
 // CHECK-NOT:     nn.matmul %
 
