@@ -1358,15 +1358,30 @@ def attention_program(
             )
 
     qp = panels_of[0]
-    if esizes[0] == 2:  # f16 Q: to f32 rows in C (free until S), then scaled as f32 Q is
-        if qp is None:
-            prog.append(("Q to f32", rw.Rows("to_f32", m, d, in0=qa, out=c_area)))
-        else:  # column panels [d / qp][m][qp] into the f32 rows
+    if esizes[0] == 2:
+        # f16 Q: its rows of dpad in A in one pass (`panels_f16` from column panels, `pad_f16` from rows; zero
+        # columns d..dpad), then scaled in place in f16 (`scale_f16`: f16(q * f16(scale)), zeros stay zeros).
+        if qp is not None and qp % 4 == 0 and qp >= rw.PF_MIN_P:
+            call = rw.Rows("panels_f16", m, dpad, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
+                           panel_step=m * qp * 2, out_stride=dpad * 2)  # fmt: skip
+            prog.append(("Q rows from column panels", call))
+        elif qp is None:
+            prog.append(("Q rows", rw.Rows("pad_f16", m, dpad, in0=qa, out=a_area, valid=d)))
+        else:  # narrow panels: through f32 rows in C, as f32 Q
             panel_rows("Q to f32", "to_f32", m, qp, qa, m, 0, 2, c_area, 4, d * 4)
-        qa, qp = c_area, None
+            qa, qp = c_area, None
+        if qa != c_area:
+            prog.append(
+                (
+                    "Q * scale",
+                    ew.Elementwise("scale_f16", m * dpad // 4, in0=a_area, out=a_area, scalar=scale),
+                )
+            )
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
-    if qp is None:
+    if esizes[0] == 2 and qa != c_area:
+        pass  # done above
+    elif qp is None:
         prog.append(
             ("Q * scale to f16", rw.Rows("to_f16", m, dpad, in0=qa, out=a_area, valid=d, scale=scale))
         )

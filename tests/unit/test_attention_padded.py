@@ -287,10 +287,10 @@ def test_attention_kv_in_column_panels(dtype):
         finally:
             nnops.MAX_KEY_CHUNK = saved
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]
-        # The operands are f16 either way (the default policy's attention_f16): Q one conversion per panel; K one
-        # `panels_f16` call per chunk; V of whole-16 key chunks straight into V^T's rows (O^T = V^T P^T), one call
-        # per panel (a row-major block: one panel of the head) and the zero rows once.
-        marks = {"Q": "columns 20..40", "K": "rows from 2 column panels", "V": "columns 20..40"}
+        # The operands are f16 either way (the default policy's attention_f16): Q one `panels_f16` call (then
+        # scaled in f16); K one `panels_f16` call per chunk; V of whole-16 key chunks straight into V^T's rows
+        # (O^T = V^T P^T), one call per panel (a row-major block: one panel of the head) and the zero rows once.
+        marks = {"Q": "rows from column panels", "K": "rows from 2 column panels", "V": "columns 20..40"}
         for name, mark in marks.items():
             panels = any(w.startswith("nn.attention") and f"{name} " in w and mark in w for w in whats)
             assert panels == (width == 20), (name, width)
