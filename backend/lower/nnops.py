@@ -19,8 +19,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
 - `nn.attention` (`#tile.attention<materialized>`): per result block (m query rows x one head of d) on its tile,
   for any key count seq and head size d (d % 4 == 0), padded exactly: d to dpad (a multiple of 16) and seq to spad;
   operands and result f32 or f16 (`nn-quantize-weights{attention_f16}`):
-    Q * scale -> f16 rows of dpad in A, zero columns d..dpad (`Rows("to_f16")`; f16 Q first to f32 rows in C;
-    GEMM rows padded to 3, left over);
+    Q * scale -> f16 rows of dpad in A, zero columns d..dpad (f32 Q: `Rows("to_f16")`; f16 Q: its rows in one
+    `panels_f16` / `pad_f16` call, then `scale_f16` in place; GEMM rows padded to 3, left over);
     per key chunk: K rows -> f16 rows of dpad, zero columns (`Rows("cast_f16")` from f32, `Rows("pad_f16")` from
     f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
     * (blocks of <= 16 rows, S^T [spad, 16] fits C: the default) transposed: Q rows padded to 16 with zero rows
