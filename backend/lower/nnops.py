@@ -1131,9 +1131,13 @@ class NnOps:
         """One call site per step of per-tile programs of the same shape (the same kernels in the same order; the
         labels of the longest program's first tile: they may differ in key counts)."""
         first = max(progs.values(), key=len)
-        shape = [type(k) for _, k in first]
+
+        def steps(prog):  # a step's kernel: its call type and, for row kernels, the worker op
+            return [(type(k), getattr(k, "op", None)) for _, k in prog]
+
+        shape = steps(first)
         for t, prog in progs.items():
-            if [type(k) for _, k in prog] != shape:
+            if steps(prog) != shape:
                 raise self.error(
                     f"{tag}: tile {t}'s program differs in its steps from the others' (one call per step)"
                 )
