@@ -414,8 +414,8 @@ class NNSplitKPass(ModulePass):
 
     def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
         """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the
-        layer norm's result): each tile then takes all its rows and one K chunk of its weight rows (`tile_plan`'s
-        full-row weight blocks, which the P X product reuses); None when that does not apply."""
+        layer norm's result): each tile then takes all its rows and one K chunk of its weight rows
+        (`tile_plan.device_weight_partials`: [pn, kc] blocks, which the P X product reads in place); None when that does not apply."""
         (m, k), (n, _) = lin.input.type.get_shape(), lin.weight.type.get_shape()
         if (
             len(lin.operands) > 2

@@ -458,8 +458,6 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
     replicated on every tile: one multicast instead of a piece per chunk)."""
     if len(plan.get("grid")) == 3:
         return partials_rows_layouts(op, plan, num_tiles)
-    if full_rows_partials(op):
-        return partials_full_rows_layouts(op, plan, num_tiles)
     g, gn = plan.get("grid")
     m, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -504,46 +502,27 @@ def partials_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: 
 def chunked_x(op: nn.LinearPartialsOp) -> bool:
     """A few-row K split whose x comes in small blocks (a sum of partials, through an add, a GELU or casts: the
     MAP head's MLP and out_proj): each tile takes only its chunk's [M, kc] part of x (kc / 16 pieces) instead of
-    the whole of it (K / 16 pieces; a whole row from one tile, the layer norm's, stays one multicast)."""
+    the whole of it (K / 16 pieces; a whole row from one tile, the layer norm's, stays one multicast). So does
+    a K split of a device-computed weight (`device_weight_partials`)."""
+    if device_weight_partials(op):
+        return True
     v = op.input
     while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
         v = v.owner.operands[0]
     return not op.groups and isinstance(getattr(v, "owner", None), nn.ReduceSumOp | nn.AddOp | nn.GeluOp)
 
 
-def full_rows_partials(op: nn.LinearPartialsOp) -> bool:
+def device_weight_partials(op: nn.LinearPartialsOp) -> bool:
     """A few-row K split whose weight the device computes (`nn_split_k.device_weight_chunk`: the MAP head's
-    scores U X^T): planned with full-row weight blocks (`partials_full_rows_layouts`)."""
+    scores U X^T): its grid is planned by `choose_device_weight_partials`, its x comes in K chunks and its
+    [pn, kc] weight blocks are the ones `nn.matmul_partials` of the same weight reads in place."""
     return not op.groups and computed_on_device(op.weight)
 
 
-def partials_full_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_tiles: int):
-    """Grid [G K chunks, gn column panels], panel [M, kc, pn]: cell (c, j) = panel c, chunk j on base + j * gn +
-    c (`matmul_partials_cells`' order with the panels as its chunks) holds x's chunk j ([M, kc], replicated over
-    the panels) and its own [pn, kc] weight block (one replica: `nn.matmul_partials` of the same weight, its rows
-    as [K, N], finds its [kc', pn'] blocks there), and computes the result block (j, c): [1, M, pn]."""
-    g, gn = plan.get("grid")
-    m, kc, pn = plan.get("panel")
-    (_, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-    if -(-k // kc) != g or -(-n // pn) != gn or g * gn > num_tiles:
-        raise PassFailedException(
-            f"tile-plan: {label(op)}: grid {g}x{gn} does not cover [{m}, {k}] x [{n}, {k}]"
-        )
-    c, j = np.meshgrid(np.arange(gn), np.arange(g), indexing="ij")  # [gn, g]
-    cells = ((plan.get("base") + j * gn + c) % num_tiles).astype(np.int32)
-    x = tl.make_layout((m, k), (m, kc), np.ascontiguousarray(cells.T), op.input.type.element_type)
-    w = tl.make_layout(
-        (n, k), (pn, kc), np.ascontiguousarray(cells.reshape(-1, 1)), op.weight.type.element_type
-    )
-    res = tl.make_layout(
-        (g, m, n), (1, m, pn), np.ascontiguousarray(cells.T.reshape(-1, 1)), op.result.type.element_type
-    )
-    return [x, w], res
-
-
-def full_rows_sum_layout(parts: nn.LinearPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
-    """The sum of full-row partials in blocks of one row of a column panel ([1, pn]: one contiguous piece per
-    chunk), row r of panel c on cell (c, r) (rows past G on the tiles after the grid, one block per tile)."""
+def device_weight_sum_layout(parts: nn.LinearPartialsOp, dtype: Attribute, num_tiles: int) -> tl.LayoutAttr:
+    """The sum of a device-weight K split's partials (`device_weight_partials`) in blocks of one row of a column
+    panel ([1, pn]: one contiguous piece per chunk), row r of panel c on the tile of (chunk r, panel c) (rows
+    past G on the tiles after the grid, one block per tile)."""
     plan = parts.attributes[tl.PLAN_ATTR]
     g, gn = plan.get("grid")
     m, _, pn = plan.get("panel")
@@ -553,7 +532,7 @@ def full_rows_sum_layout(parts: nn.LinearPartialsOp, dtype: Attribute, num_tiles
     return tl.make_layout((m, parts.weight.type.get_shape()[0]), (1, pn), np.ascontiguousarray(tab), dtype)
 
 
-def choose_full_rows_partials(op: nn.LinearPartialsOp, target: Target, base: int) -> tl.GemmPlanAttr:
+def choose_device_weight_partials(op: nn.LinearPartialsOp, target: Target, base: int) -> tl.GemmPlanAttr:
     (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
     kc, pn = op.chunk, DEVICE_WEIGHT_PANEL
     g, gn = -(-k // kc), -(-n // pn)
@@ -606,7 +585,7 @@ def matmul_partials_sum_layout(parts: nn.MatmulPartialsOp, dtype: Attribute, num
 
 def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPlanAttr:
     """G = K / kc chunks x gn column groups. When a K split with chunked weight blocks (the MAP head's scores
-    U X^T, `partials_full_rows_layouts`) reads the rhs as its weight in [kc, kc_s] blocks over G panels and G_s
+    U X^T, `device_weight_partials`) reads the rhs as its weight in [kc, kc_s] blocks over G panels and G_s
     chunks, the grid mirrors it (gn = G_s column groups of kc_s, base its base): cell (c, j)'s rhs block is the
     scores' weight block on the same tile, no exchange brings it."""
     (m, k), n = op.lhs.type.get_shape(), op.rhs.type.get_shape()[1]
@@ -614,9 +593,14 @@ def choose_matmul_partials(op: nn.MatmulPartialsOp, target: Target) -> tl.GemmPl
     g = -(-k // kc)
     for use in x_readers(op.rhs):
         plan = use.attributes.get(tl.PLAN_ATTR) if isinstance(use, nn.LinearPartialsOp) else None
-        if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 2 or not full_rows_partials(use):
+        if (
+            not isinstance(plan, tl.GemmPlanAttr)
+            or len(plan.get("grid")) != 2
+            or not device_weight_partials(use)
+        ):
             continue
-        groups, panels = plan.get("grid")  # [G_s chunks, gn panels] on base + j * gn + c, [pn, kc_s] blocks
+        # [G_s chunks, gn panels], (c, j) on base + c * gn + j, [pn, kc_s] blocks
+        groups, panels = plan.get("grid")
         _, kc_s, pn_s = plan.get("panel")
         if pn_s == kc and panels == g and kc_s * groups == n and kc_s % 4 == 0:
             cycles = cm.gemm_kernel_cycles(m, kc, kc_s, 2)
@@ -1283,10 +1267,10 @@ class _Planner:
                 )
             self.last_gemm = (a_operand, plan.get("grid"), plan.get("panel"), plan.get("base"))
             return plan, gemm_layouts(op, plan, t.num_tiles)[1]
-        if isinstance(op, nn.LinearPartialsOp) and full_rows_partials(op):
-            plan = choose_full_rows_partials(op, t, self.gemm_base)
+        if isinstance(op, nn.LinearPartialsOp) and device_weight_partials(op):
+            plan = choose_device_weight_partials(op, t, self.gemm_base)
             self.gemm_base += math.prod(plan.get("grid"))
-            return plan, partials_full_rows_layouts(op, plan, t.num_tiles)[1]
+            return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp) and op.input.type.get_shape()[0] > FEW_ROWS and not op.groups:
             n = op.weight.type.get_shape()[0]
             g, kc = op.result.type.get_shape()[0], op.chunk
@@ -1333,8 +1317,8 @@ class _Planner:
             res = reduce_result_layout(have, op.result.type.element_type)
             if isinstance(op.input.owner, nn.MatmulPartialsOp):
                 res = matmul_partials_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
-            elif isinstance(op.input.owner, nn.LinearPartialsOp) and full_rows_partials(op.input.owner):
-                res = full_rows_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
+            elif isinstance(op.input.owner, nn.LinearPartialsOp) and device_weight_partials(op.input.owner):
+                res = device_weight_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             count = op.input.type.get_shape()[0]
             n = busiest_elems(res) * max(count - 1, 1)
             return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res

@@ -509,7 +509,7 @@ class NnOps:
         )
 
     def linear_partials_chunked(self, op: nn.LinearPartialsOp) -> None:
-        """A few-row K split whose x arrives in K chunks (`tile_plan.chunked_x`, `partials_full_rows_layouts`: the
+        """A few-row K split whose x arrives in K chunks (`tile_plan.chunked_x`, `partials_layouts`: the
         MAP head's U X^T, out_proj and MLP; f16 weights, 16-column panels), per tile (chunk c, column panel j):
         its x block [M, kw] is the GEMM's A in place (fewer than 3 rows: copied with zero rows); its [nc, kw]
         weight block -> F16 weight panels (`weights_from_bt`; N padding rows zeroed); one F16 GEMM; C cast to f32
