@@ -432,7 +432,7 @@ class NnOps:
         ma = 1 if groups else m
         mpad = max(ma, gm.MIN_ROWS)
         res = self.addrs.of(op.results[0]).addr
-        jobs = {}  # tile -> (first K column, chunk width, panel columns, x, weight block, result block)
+        jobs = {}  # tile -> (chunk width, panel columns, x, weight block, result block)
         npad = {}  # tile -> its panel columns padded to the kernel's 16
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
@@ -442,44 +442,45 @@ class NnOps:
             # Panels of whole 16-column blocks, or (one row) of 4-column groups padded to 16 with zero rows.
             if nc % 16 and not (ma == 1 and nc % 4 == 0):
                 raise self.error(f"{what}: tile {t}: a {nc}-column panel (the kernel needs multiples of 16)")
+            # xa: row 0 of this chunk's columns of x (its rows kw apart in a chunk's block, K apart in the whole x)
             if groups:
                 xa = self._panel_addr(x, t, (n0 // gsize, k0), (1, kw), what)
+            elif x_chunks:  # x in K chunks (`tile_plan.chunked_x`): this chunk's [m, kw] block
+                xa = self._panel_addr(x, t, (0, k0), (m, kw), what)
             else:
-                xa = self._panel_addr(x, t, (0,), (m,), what) if not x_chunks else None
-                if x_chunks:  # x in K chunks (`tile_plan.chunked_x`): this chunk's [m, kw] block
-                    xa = self._panel_addr(x, t, (0, k0), (m, kw), what) - k0 * 2
+                xa = self._panel_addr(x, t, (0,), (m,), what) + k0 * 2
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
-            jobs[t] = (k0, kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
+            jobs[t] = (kw, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * 4)
             npad[t] = -(-nc // 16) * 16
-        if self.target.region1_element_bytes < max(j[1] * npad[t] * 2 for t, j in jobs.items()):
+        if self.target.region1_element_bytes < max(j[0] * npad[t] * 2 for t, j in jobs.items()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
         rows = {}
-        for t, (k0, kw, _nc, xa, _wa, _ra) in jobs.items():
+        for t, (kw, _nc, xa, _wa, _ra) in jobs.items():
             if groups:
                 rows[t] = [(xa, a_area, kw * 2)]
             else:
                 xrow = kw if x_chunks else k
-                rows[t] = [(xa + (r * xrow + k0) * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
+                rows[t] = [(xa + r * xrow * 2, a_area + r * kw * 2, kw * 2) for r in range(m)]
             rows[t] += zero_copies(
                 zeros, a_area + ma * kw * 2, (mpad - ma) * kw * 2
             )  # up to the kernel's minimum
         self.copy_call(rows, f"{what}: A rows")
         if wdt == "f16":
             prep = {
-                t: pk.weights_from_bt(j[2], j[1], "f16", j[4], panels, src_row=j[1] * 2)
+                t: pk.weights_from_bt(j[1], j[0], "f16", j[3], panels, src_row=j[0] * 2)
                 for t, j in jobs.items()
             }
         else:
             fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
             prep = {
-                t: pk.fp8_to_f16_panels(j[2], j[1], j[4], panels, src_row=j[1], **fmt)
+                t: pk.fp8_to_f16_panels(j[1], j[0], j[3], panels, src_row=j[0], **fmt)
                 for t, j in jobs.items()
             }
         self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
         if wdt == "f16":  # (the FP8 conversion zeroes the N padding rows itself)
             zero_rows = {}
             for t, j in jobs.items():  # (chunk widths differ by tile: the last chunk's may be shorter)
-                zero_rows |= n_padding_zeros({t: (j[2], npad[t])}, j[1], panels, zeros)
+                zero_rows |= n_padding_zeros({t: (j[1], npad[t])}, j[0], panels, zeros)
             self.kcall(f"{what}: weight panels N padding", zero_rows)
         coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
         self.kcall(
@@ -497,13 +498,13 @@ class NnOps:
                     c=c_area,
                     a_row_stride=kw * 2,
                 )  # fmt: skip
-                for t, (_k0, kw, *_) in jobs.items()
+                for t, (kw, *_) in jobs.items()
             },
         )
         self.kcall(
             f"{what}: to f32",
             {
-                t: ew.Elementwise("cast_f16_f32", ma * j[2] // 4, in0=c_area, out=j[5])
+                t: ew.Elementwise("cast_f16_f32", ma * j[1] // 4, in0=c_area, out=j[4])
                 for t, j in jobs.items()
             },
         )
