@@ -607,3 +607,36 @@ def test_matmul_partials_on_their_own_grid():
     got = session.run({"p": p, "x": x}).outputs["z"]
     want = p.astype(np.float16).astype(np.float64) @ x.astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=0, atol=4e-3 * np.abs(want).max())
+
+
+def test_chunked_x_with_fp8_weights_matches_reference():
+    """Two rows through two few-row splits: the second linear's x is the first split's sum plus bias, so it
+    arrives in K chunks (`tile_plan.chunked_x`), and its weights are FP8: each tile's two x rows are this chunk's
+    [2, 64] block (rows 64 apart, not K = 256) copied into the GEMM's A; the device matches the reference."""
+    from ipu.dialects import tile as tl
+
+    m, k, h, n = 2, 64, 256, 32
+    mod = run_passes(chain_model(m, k, h, n), "nn-quantize-weights")
+    first, second = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
+    NNSplitKPass.split(first, 32)
+    NNSplitKPass.split(second, 64)
+    opts = "{tiles=64 sram_kib=624}"
+    run_passes(mod, f"nn-to-exchange-pipeline{opts},memory-plan{opts}")
+    parts = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)][1]
+    assert tl.layout_of(parts.operands[0]).block_ == (m, 64)
+    assert tl.dtype_name(tl.layout_of(parts.operands[1]).dtype).startswith("f8")
+    rng = np.random.default_rng(5)
+    params = {
+        "w1": (rng.standard_normal((h, k)) * 0.2).astype(np.float32),
+        "b1": rng.standard_normal(h).astype(np.float32),
+        "w2": (rng.standard_normal((n, h)) * 0.1).astype(np.float32),
+        "b2": rng.standard_normal(n).astype(np.float32),
+    }
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    session = Session(lower_to_package(mod))
+    session.upload_parameters(params)
+    got = session.run({"x": x}).outputs["y"]
+    ref = run_passes(chain_model(m, k, h, n), "nn-quantize-weights")
+    want = evaluate(ref, {"x": x}, params, mode="device").outputs["y"]
+    tol = 4 * np.abs(want).max() * 2.0**-11 * 2
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
