@@ -385,8 +385,8 @@ class NNSplitKPass(ModulePass):
             if lin.groups:
                 self.split_grouped(lin)
                 continue
-            if self.device_weight_chunk(lin):
-                self.split(lin, self.device_weight_chunk(lin))
+            if kc := self.device_weight_chunk(lin):
+                self.split(lin, kc)
                 continue
             few = xs[0] <= self.max_rows
             if len(xs) != 2 or not (few or self.many_rows) or ws[0] % 16:
@@ -415,7 +415,8 @@ class NNSplitKPass(ModulePass):
     def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
         """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the
         layer norm's result): each tile then takes all its rows and one K chunk of its weight rows
-        (`tile_plan.device_weight_partials`: [pn, kc] blocks, which the P X product reads in place); None when that does not apply."""
+        (`tile_plan.device_weight_partials`: [pn, kc] blocks, which the P X product reads in place); None when
+        that does not apply."""
         (m, k), (n, _) = lin.input.type.get_shape(), lin.weight.type.get_shape()
         if (
             len(lin.operands) > 2
