@@ -72,13 +72,19 @@ DEVICE_WEIGHT_PANEL = 32
 MATMUL_CHUNK = 32
 
 
+def through_views(v):
+    """The value v is a view of: v's source through casts, reshapes (and tile-plan's relayouts)."""
+    while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
+        v = v.owner.operands[0]
+    return v
+
+
 def computed_on_device(v) -> bool:
     """v is computed by the device: through casts, reshapes (and tile-plan's relayouts), the result of a layer norm,
     a linear, a sum or an element-wise op (not a parameter, an input or a block argument)."""
-    while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
-        v = v.owner.operands[0]
     return isinstance(
-        getattr(v, "owner", None), nn.LayerNormOp | nn.LinearOp | nn.AddOp | nn.ReduceSumOp | nn.GeluOp
+        getattr(through_views(v), "owner", None),
+        nn.LayerNormOp | nn.LinearOp | nn.AddOp | nn.ReduceSumOp | nn.GeluOp,
     )
 
 

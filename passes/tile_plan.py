@@ -71,6 +71,7 @@ from ipu.passes.nn_split_k import (
     computed_on_device,
     group_panel,
     rows_plan_grid,
+    through_views,
     x_readers,
 )
 
@@ -506,9 +507,7 @@ def chunked_x(op: nn.LinearPartialsOp) -> bool:
     a K split of a device-computed weight (`device_weight_partials`)."""
     if device_weight_partials(op):
         return True
-    v = op.input
-    while isinstance(getattr(v, "owner", None), nn.CastOp | nn.ReshapeOp | tl.RelayoutOp):
-        v = v.owner.operands[0]
+    v = through_views(op.input)
     return not op.groups and isinstance(getattr(v, "owner", None), nn.ReduceSumOp | nn.AddOp | nn.GeluOp)
 
 
