@@ -1,4 +1,5 @@
-"""`nn-to-exchange-pipeline`: tile-plan, exchange-lower and exchange-schedule with one set of target options.
+"""`nn-to-exchange-pipeline`: tile-plan, exchange-lower, exchange-schedule and kernel-select with one set of
+target options.
 
     ipu-opt model.mlir -p 'nn-to-exchange-pipeline{tiles=16 sram_kib=256 mode=compact}'
 
@@ -15,12 +16,13 @@ from xdsl.passes import ModulePass
 
 from ipu.passes.exchange_lower import ExchangeLowerPass
 from ipu.passes.exchange_schedule import ExchangeSchedulePass
+from ipu.passes.kernel_select import KernelSelectPass
 from ipu.passes.tile_plan import TilePlanPass
 
 
 @dataclass(frozen=True)
 class NNToExchangePipelinePass(ModulePass):
-    """nn -> tile -> exchange in one pass (see the module docstring)."""
+    """nn -> tile -> exchange in one pass, the backend's kernel choices recorded (see the module docstring)."""
 
     name = "nn-to-exchange-pipeline"
 
@@ -40,6 +42,7 @@ class NNToExchangePipelinePass(ModulePass):
             TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib, memory_fraction=self.memory_fraction),
             ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
             ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),
+            KernelSelectPass(tiles=self.tiles, sram_kib=self.sram_kib),
         )
 
     def __post_init__(self) -> None:

@@ -25,6 +25,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("exchange-lower", "ipu.passes.exchange_lower", "ExchangeLowerPass"),
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
     ("nn-to-exchange-pipeline", "ipu.passes.exchange_pipeline", "NNToExchangePipelinePass"),
+    ("kernel-select", "ipu.passes.kernel_select", "KernelSelectPass"),
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]

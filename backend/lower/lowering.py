@@ -635,8 +635,14 @@ class Lowering(NnOps):
         wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
         nc = g.block_dims[:, 1].astype(np.int64)
         n = int(nc.max())
-        kc = max(kw for _, kw in cm.gemm_k_chunks(k, n, wsize))
+        kc = max(kw for _, kw in self.k_chunks(op))
         return cm.chunk_staging_areas(n, kc, wsize, k % 16 != 0), int(lay.table()[int(np.argmax(nc)), 0])
+
+    def k_chunks(self, op: nn.LinearOp | nn.MatmulOp) -> list[tuple[int, int]]:
+        """(first column, width) of each K chunk: kernel-select's `k_chunks`."""
+        widths = self.choice(op, "k_chunks")
+        starts = np.concatenate([[0], np.cumsum(widths)[:-1]])
+        return [(int(a), int(w)) for a, w in zip(starts, widths)]
 
     def linear(self, op: nn.LinearOp, plan: tl.GemmPlanAttr) -> None:
         """Per tile: [pad A] and per K chunk (`cost_model.gemm_k_chunks`, the same for every tile): the chunk of
@@ -688,7 +694,7 @@ class Lowering(NnOps):
         if b_kn and wdt != "f16":
             raise LoweringError(f"{what}: the [K, N] operand must be f16 (got {wdt})")
         wsize = tl.element_bytes(wl.dtype)
-        chunks = cm.gemm_k_chunks(k, int(g.block_dims[:, 1].max()), wsize)
+        chunks = self.k_chunks(op)
         if kpad != k and (k * wsize) % 4 and not b_kn:  # a [K, N] B is padded by whole rows
             raise LoweringError(f"{what}: K = {k} {wdt} rows are not whole words (K padding copies words)")
         if kpad == k and (k * wsize) % 8 and not b_kn:
@@ -727,19 +733,49 @@ class Lowering(NnOps):
         if a_f32:
             pad_a = set(jobs)  # staged into the A scratch as padded f16 rows on every tile
         a_panels = kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES and a_cols is None  # rows too long: chunks into panels
+        # kernel-select's A-operand mode: what the layouts force must match it; "padded" may also be asked for an
+        # A that could be read in place, and "cols_gather" for column panels that could be.
+        a_mode = self.choice(op, "a_operand")
+        forced = (
+            ("cols_in_place", "cols_gather")
+            if a_cols is not None
+            else ("f32_rows",)
+            if a_f32
+            else ("panels",)
+            if a_panels
+            else ("padded",)
+            if pad_a
+            else ("in_place", "padded")
+        )
+        if a_mode not in forced:
+            raise LoweringError(
+                f"{what}: kernel choice a_operand = {a_mode!r} does not fit this A ({xl.order.data} {xl.dtype}, "
+                f"K = {k}, rows {sorted({j[2] for j in jobs.values()})}): expected one of {list(forced)}"
+            )
+        if a_mode == "padded":
+            pad_a = set(jobs)
         if a_f32 and a_panels:
             raise LoweringError(
                 f"{what}: f32 A rows of {k} exceed the kernel's {cm.GEMM_MAX_A_ROW_BYTES}-byte row stride once cast "
                 "to f16 (K-block panels of an f32 A are not lowered)"
             )
         in_place = set()
-        if a_cols is not None and a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES:
-            if all(j[4] == j[2] for j in jobs.values()):
-                in_place = {
-                    k0
-                    for k0, kw in chunks
-                    if k0 % 16 == 0 and kw % 16 == 0 and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
-                }
+        if a_mode == "cols_in_place":
+            if not (
+                a_cols % 16 == 0
+                and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES
+                and all(j[4] == j[2] for j in jobs.values())
+            ):
+                raise LoweringError(
+                    f"{what}: kernel choice a_operand = 'cols_in_place' needs column panels of a multiple of 16 "
+                    f"(<= {cm.GEMM_MAX_A_ROW_BYTES // 2}) and >= {gm.MIN_ROWS} rows on every tile (panels of "
+                    f"{a_cols}, rows {sorted({j[2] for j in jobs.values()})}): use 'cols_gather'"
+                )
+            in_place = {
+                k0
+                for k0, kw in chunks
+                if k0 % 16 == 0 and kw % 16 == 0 and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
+            }
         gathered = [kw for k0, kw in chunks if k0 not in in_place]
         if a_cols is not None and gathered and mmax * max(gathered) * 2 > e:
             raise LoweringError(
@@ -811,7 +847,7 @@ class Lowering(NnOps):
 
         # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
         # instead of 64).
-        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        coef = self.gemm_coef(op, panels)
         padded_kw = None  # the chunk size whose F16 panels have zero N padding rows
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what

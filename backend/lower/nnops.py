@@ -32,7 +32,7 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
     then the output, per key chunk (V rows: f16, zero columns, zero rows: 0 * 0 adds nothing), either
-    * (S^T path: the default, `PV_TRANSPOSED`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
+    * (S^T path: the default, kernel-select's `pv`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
       GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as one column block of
       weight panels, `weights_from_bt` from P's m rows, query rows m..16 zero once); V^T's rows by `TransposeF16`
       straight from f16 V's column panels (whole K blocks of keys; zero rows d..dpad once per chunk size) or from
@@ -64,15 +64,6 @@ from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.runtime import fp8
-
-# Keys per K/V packing step of attention at most (None: as many as the scratch holds). Tests lower it to run
-# several chunks at small sizes.
-MAX_KEY_CHUNK: int | None = None
-# Scores as S^T = K Q^T (None: when the scratch holds it; False: always S = Q K^T). Tests switch it.
-SCORES_TRANSPOSED: bool | None = None
-# On the S^T path, the output as O^T = V^T P^T (V^T rows as the GEMM's A, M = dpad); False: O = P V with V's weight
-# panels (M = the block's rows). Tests switch it.
-PV_TRANSPOSED: bool = True
 
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands, padding rows)
 
@@ -177,6 +168,33 @@ class NnOps:
             )
         return lay
 
+    def choice(self, op: Operation, key: str):
+        """kernel-select's choice `key` for op (its `kernel` attribute); a LoweringError when it is missing."""
+        from ipu.passes.kernel_select import KernelChoiceError, check, choices
+
+        try:
+            values = choices(op)
+            check(op, values)
+        except KernelChoiceError as e:
+            raise self.error(str(e)) from None
+        if key not in values:
+            raise self.error(
+                f"{op.name} ({op.results[0].name_hint or 'unnamed'}): no kernel choice '{key}': run kernel-select "
+                "(the last pass of nn-to-exchange-pipeline)"
+            )
+        return values[key]
+
+    def gemm_coef(self, op: Operation, panels: int) -> str:
+        """The GEMM's coefficient loads (kernel-select's `coef`): ld128 needs the weight panels in interleaved
+        memory at a 16-byte boundary."""
+        coef = self.choice(op, "coef")
+        if coef == "ld128" and not (panels >= self.target.region1[0] and panels % 16 == 0):
+            raise self.error(
+                f"{op.name} ({op.results[0].name_hint or 'unnamed'}): kernel choice coef = 'ld128' needs the weight "
+                f"panels in interleaved memory (from {self.target.region1[0]:#x}) at 16 bytes; they are at {panels:#x}"
+            )
+        return coef
+
     def error(self, msg: str):
         from ipu.backend.lower.lowering import LoweringError
 
@@ -227,15 +245,20 @@ class NnOps:
                 in0=a_area, in1=f16_rows[0][t], in2=f16_rows[1][t], out=c_area, eps=eps
             ) | self._ln_out(f16_out, out, t)
 
-        calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
-        # Few rows per tile: every row split across the six workers (`layernorm_split`, partials in aux after
-        # the f16 bias) when its estimate on the slowest tile is lower (one kernel per call site).
-        parts = aux + 2 * slot  # after the f16 weight and bias slots
-        fits = parts - aux + rw.LNS_PART * max(rows.values()) <= self.target.region1_element_bytes
-        if n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits:
-            split = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
-            if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
-                calls = split
+        # kernel-select's row kernel: `layernorm`, or `layernorm_split` (every row split across the six workers,
+        # partials in aux after the f16 bias).
+        if self.choice(op, "rows") == "layernorm_split":
+            parts = aux + 2 * slot  # after the f16 weight and bias slots
+            if parts - aux + rw.LNS_PART * max(rows.values()) > self.target.region1_element_bytes:
+                raise self.error(
+                    f"{what}: kernel choice rows = 'layernorm_split': the partials of {max(rows.values())} rows "
+                    "do not fit the aux scratch"
+                )
+            if n < rw.LNS_MIN_N or min(rows.values()) < 1:
+                raise self.error(f"{what}: kernel choice rows = 'layernorm_split' needs n >= {rw.LNS_MIN_N}")
+            calls = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
+        else:
+            calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
         self.kcall(f"{what}: rows", calls)
         if not f16_out:
             self.kcall(
@@ -316,13 +339,17 @@ class NnOps:
         direct = out16 and (not ragged or most == 1)
         dst = out_at if direct else c_at
         kw = {t: dict(in0=src[t], out=dst[t], valid=n) for t in tiles}
-        calls = {t: rw.Rows("softmax", rows[t], p, **kw[t]) for t in tiles}
-        # Few rows per tile: every row split across the six workers when its estimate is lower on the slowest
-        # tile (one kernel per call site). Partials in aux: its x rows are consumed by now.
-        if n >= rw.SMS_MIN_VALID and rw.SMS_PART * most <= self.target.region1_element_bytes:
-            split = {t: rw.Rows("softmax_split", rows[t], p, st0=aux, **kw[t]) for t in tiles}
-            if max(map(rw.cycles, split.values())) < max(map(rw.cycles, calls.values())):
-                calls = split
+        # kernel-select's row kernel; `softmax_split` (every row split across the six workers) keeps its partials
+        # in aux: its x rows are consumed by now.
+        if self.choice(op, "rows") == "softmax_split":
+            if n < rw.SMS_MIN_VALID or rw.SMS_PART * most > self.target.region1_element_bytes:
+                raise self.error(
+                    f"{what}: kernel choice rows = 'softmax_split' needs >= {rw.SMS_MIN_VALID} columns and its "
+                    f"partials of {most} rows within the aux scratch"
+                )
+            calls = {t: rw.Rows("softmax_split", rows[t], p, st0=aux, **kw[t]) for t in tiles}
+        else:
+            calls = {t: rw.Rows("softmax", rows[t], p, **kw[t]) for t in tiles}
         self.kcall(f"{what}: rows", calls)
         if direct:
             return
@@ -482,7 +509,7 @@ class NnOps:
             for t, j in jobs.items():  # (chunk widths differ by tile: the last chunk's may be shorter)
                 zero_rows |= n_padding_zeros({t: (j[1], npad[t])}, j[0], panels, zeros)
             self.kcall(f"{what}: weight panels N padding", zero_rows)
-        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        coef = self.gemm_coef(op, panels)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -559,7 +586,7 @@ class NnOps:
         for kw in sorted({jobs[t][4] for t in pads}):
             sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
             self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
-        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        coef = self.gemm_coef(op, panels)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -751,7 +778,7 @@ class NnOps:
                     prep[t] = pk.fp8_to_f16_panels(j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
-        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        coef = self.gemm_coef(op, panels)
         for p in range(max(len(v) for v in parts.values())):
             calls = {}
             for t, j in jobs.items():
@@ -876,7 +903,7 @@ class NnOps:
                 if j[4] > j[3]
             },
         )
-        coef = "ld128" if panels >= self.target.region1[0] and panels % 16 == 0 else "ld64"
+        coef = self.gemm_coef(op, panels)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -1101,20 +1128,55 @@ class NnOps:
                     rounds.append({})
                 rounds[j][t] = job
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
-        try:
-            sz = attention_sizes(mmax, seq, d, self.target.region1_element_bytes)
-        except ValueError as exc:
-            raise self.error(f"{what}: tile {tmax}: {exc}") from None
+        sizes, choice = self._attention_choices(op, what, mmax, [seq], tmax)
+        sz = sizes[seq]
         c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
-            progs = {
-                t: attention_program(
-                    sz, *job, scale, *areas, esizes, panels_of, zeros, self.target.region1[0], dv=dv
-                )
-                for t, job in jobs.items()
-            }
+            try:
+                progs = {
+                    t: attention_program(
+                        sz,
+                        *job,
+                        scale,
+                        *areas,
+                        esizes,
+                        panels_of,
+                        zeros,
+                        self.target.region1[0],
+                        dv=dv,
+                        **choice,
+                    )
+                    for t, job in jobs.items()
+                }
+            except ValueError as exc:
+                raise self.error(f"{what}: {exc}") from None
             self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
+
+    def _attention_choices(self, op, what: str, mmax: int, seqs, tile: int):
+        """kernel-select's attention choices: the padded sizes per key count (its key chunk and scores path,
+        checked to fit) and attention_program's keywords (pv, softmax)."""
+        d = op.operands[1].type.get_shape()[-1] // (
+            op.num_heads if isinstance(op, nn.AttentionPartialOp) else op.heads.value.data
+        )
+        key_chunk, scores = self.choice(op, "key_chunk"), self.choice(op, "scores")
+        pv, softmax = self.choice(op, "pv"), self.choice(op, "softmax")
+        sizes = {}
+        for s in seqs:
+            try:
+                sizes[s] = attention_sizes(
+                    mmax,
+                    s,
+                    d,
+                    self.target.region1_element_bytes,
+                    max_chunk=key_chunk,
+                    transposed=scores == "transposed",
+                )
+            except ValueError as exc:
+                raise self.error(
+                    f"{what}: tile {tile}: {exc} (kernel choices key_chunk = {key_chunk}, scores = {scores!r})"
+                ) from None
+        return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax)
 
     def _attention_operands(self, op, what: str):
         """(Q's, K's and V's column panel widths or None, element sizes of Q, K, V and the result), checking that
@@ -1185,15 +1247,9 @@ class NnOps:
                 if i == len(rounds):
                     rounds.append({})
                 rounds[i][t] = job
-        mmax = max(job[3] for r in rounds for job in r.values())
-        sizes = {}
-        for r in rounds:
-            for t, job in r.items():
-                if job[5] not in sizes:
-                    try:
-                        sizes[job[5]] = attention_sizes(mmax, job[5], d, self.target.region1_element_bytes)
-                    except ValueError as exc:
-                        raise self.error(f"{what}: tile {t}: {exc}") from None
+        mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
+        seqs = sorted({job[5] for r in rounds for job in r.values()})
+        sizes, choice = self._attention_choices(op, what, mmax, seqs, tmax)
         c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
         for i, jobs in enumerate(rounds):
@@ -1210,6 +1266,7 @@ class NnOps:
                         self.target.region1[0],
                         o_stride=(d + 2) * 4,
                         stats=True,
+                        **choice,
                     )  # fmt: skip
                     for t, job in jobs.items()
                 }
@@ -1280,19 +1337,22 @@ def attention_sizes(
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
     rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels).
-    transposed (default: when it fits, `SCORES_TRANSPOSED`): S^T [spad, 16] in C, Q^T and S's panels in aux; a
+    transposed (default: when it fits; True: required): S^T [spad, 16] in C, Q^T and S's panels in aux; a
     chunk's P^T weight panels (32 B per key) in A after P's rows, its V^T rows (the O^T GEMM's A, row stride
-    2 * chunk <= 4112 B) in aux."""
+    2 * chunk <= 4112 B) in aux. max_chunk: keys per chunk at most (kernel-select's `key_chunk`)."""
     e = element_bytes
-    if max_chunk is None:
-        max_chunk = MAX_KEY_CHUNK
     if d % 4:
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
     mpad, dpad, spad = max(m, gm.MIN_ROWS), -(-d // 16) * 16, -(-seq // 16) * 16
     # S^T has 16 columns (one weight block of queries): blocks of at most 16 query rows.
     fits_t = mpad <= 16 and spad * 32 <= e and dpad * 32 + spad * 32 <= e
     if transposed is None:
-        transposed = fits_t if SCORES_TRANSPOSED is None else SCORES_TRANSPOSED and fits_t
+        transposed = fits_t
+    elif transposed and not fits_t:
+        raise ValueError(
+            f"transposed scores S^T [{spad}, 16] need blocks of <= 16 query rows (got {mpad}) and S^T with Q^T's "
+            f"panels within a {e}-byte scratch element"
+        )
     qo = -(-(16 if transposed else mpad) * dpad * 2 // 64) * 64
     kc = min((e - qo) // (2 * dpad), e // (2 * dpad))
     if transposed:  # O^T = V^T P^T: P^T's weight panels after P in A; V^T rows (the GEMM's A) of <= 4112 B
@@ -1313,11 +1373,36 @@ def attention_sizes(
     return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed)
 
 
+def softmax_split_fits(sz: AttentionSizes) -> bool:
+    """The split softmax's partials (96 B per row) fit the aux bytes a chunk's weight panels use."""
+    return sz.seq >= rw.SMS_MIN_VALID and rw.SMS_PART * sz.mpad <= sz.chunk * sz.dpad * 2
+
+
+def softmax_kernel(sz: AttentionSizes, stats: bool = False) -> str:
+    """The row kernel of a block's scores: `softmax_split` when it fits and its estimate for the block's mpad rows
+    is lower (mpad, not m: the same choice on every tile of a call site), always for the key-split partials
+    (stats: they need its row max and sum), else `softmax`."""
+    if not softmax_split_fits(sz):
+        if stats:
+            raise ValueError(
+                f"the key-split softmax needs >= {rw.SMS_MIN_VALID} keys per chunk and its partials within the "
+                f"scratch, got {sz.seq} keys"
+            )
+        return "softmax"
+    if stats:
+        return "softmax_split"
+    kw = dict(in0=0, out=0, valid=sz.seq)
+    whole = rw.cycles(rw.Rows("softmax", sz.mpad, sz.spad, **kw))
+    split = rw.cycles(rw.Rows("softmax_split", sz.mpad, sz.spad, st0=0, **kw))
+    return "softmax_split" if split < whole else "softmax"
+
+
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
     region1: int = IPU21.region1[0], dv: int | None = None, o_stride: int | None = None, stats: bool = False,
+    pv_transposed: bool | None = None, softmax: str | None = None,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
@@ -1328,12 +1413,16 @@ def attention_program(
     dv: V's and the result's columns when the block computes a slice of the head's value columns (default d; V's
     rows at va are then dv wide, or its column panels cover those dv columns).
     o_stride: bytes between the result rows (default dv elements). stats (`nn.attention_partial`): the softmax's
-    row max and sum of e (f32) after each result row's dv columns (`softmax_split` then `sms_stats`)."""
+    row max and sum of e (f32) after each result row's dv columns (`softmax_split` then `sms_stats`).
+    pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
+    `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
     dvpad = -(-dv // 16) * 16
     krows, vrows = a_area + sz.qo, c_area + sz.qo
-    pv_t = sz.transposed and PV_TRANSPOSED  # O^T = V^T P^T (else O = P V)
+    if pv_transposed and not sz.transposed:
+        raise ValueError("O^T = V^T P^T (pv = 'transposed') needs the transposed scores")
+    pv_t = sz.transposed if pv_transposed is None else pv_transposed  # O^T = V^T P^T (else O = P V)
     several = len(sz.chunks) > 1
     prog: list[tuple[str, object]] = []
 
@@ -1469,22 +1558,20 @@ def attention_program(
     # S^T: S's zero rows, copied; else the softmax of S's zero rows (m < 3 only: blocks of <= 16 rows take S^T).
     rows = m if sz.transposed else mpad
     kw = dict(in0=s_rows, out=a_area, valid=sz.seq)
-    softmax_op = "softmax"
-    # Few rows: every row split across the six workers (`softmax_split`) when its estimate for the block's mpad
-    # rows is lower (mpad, not m: the same choice on every tile of the call, one kernel entry per call site).
-    # Its partials (rows * 96 B) go to `panels` (aux): nothing there is live during the softmax (Q^T's and S's
-    # panels, or the last chunk's K^T panels, were consumed by the S GEMMs / the S rows copy before it; the first
-    # V panels or V^T rows are written after it), and the softmax itself touches only S (A or C) and P (A).
-    fits = rw.SMS_PART * mpad <= sz.chunk * dpad * 2 and panels % 8 == 0  # within the aux bytes panels use
-    if sz.seq >= rw.SMS_MIN_VALID and fits:
-        whole = rw.cycles(rw.Rows("softmax", mpad, spad, **kw))
-        if stats or rw.cycles(rw.Rows("softmax_split", mpad, spad, st0=panels, **kw)) < whole:
-            softmax_op, kw = "softmax_split", dict(kw, st0=panels)
+    # `softmax_split` (every row split across the six workers) keeps its partials (rows * 96 B) in `panels` (aux):
+    # nothing there is live during the softmax (Q^T's and S's panels, or the last chunk's K^T panels, were
+    # consumed by the S GEMMs / the S rows copy before it; the first V panels or V^T rows are written after it),
+    # and the softmax itself touches only S (A or C) and P (A).
+    softmax_op = softmax_kernel(sz, stats) if softmax is None else softmax
+    if softmax_op == "softmax_split":
+        if not (softmax_split_fits(sz) and panels % 8 == 0):
+            raise ValueError(
+                f"kernel choice softmax = 'softmax_split' needs >= {rw.SMS_MIN_VALID} keys ({sz.seq}) and its partials of {mpad} rows within "
+                f"the {sz.chunk * dpad * 2} bytes of the aux panels at an 8-byte boundary ({panels:#x})"
+            )
+        kw = dict(kw, st0=panels)
     elif stats:
-        raise ValueError(
-            f"the key-split softmax needs >= {rw.SMS_MIN_VALID} keys per chunk and its partials within the scratch, "
-            f"got {sz.seq} keys"
-        )
+        raise ValueError("the key-split attention needs softmax_split (its row max and sum)")
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     if stats:  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
         o_step = o_stride if o_stride is not None else dv * esizes[3]

@@ -43,6 +43,23 @@ TARGET = Target.small(tiles=16, sram_kib=624)
 OUTPUTS = ("last_hidden_state", "pooler_output")
 
 
+def compile_choosing(module_or_cfg, target, **options):
+    """compile_model with kernel-select run again (overwriting) with `options` before memory-plan: the other
+    attention paths (key chunks, S = Q K^T, O = P V) at small sizes, chosen in the IR as a person would."""
+    from ipu.backend.lower.lowering import pipeline_spec
+
+    module = (
+        build_vision_model(module_or_cfg) if isinstance(module_or_cfg, SiglipVisionConfig) else module_or_cfg
+    )
+    opts = " ".join(f"{k}={v}" for k, v in options.items())
+    select = f"kernel-select{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024} overwrite=true {opts}}}"
+    spec = pipeline_spec(target, outline_repeat=True)
+    assert ",memory-plan" in spec
+    spec = spec.replace(",memory-plan", f",{select},memory-plan")
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
+    return compile_model(module, target)
+
+
 def cosine(a, b) -> float:
     a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
@@ -99,11 +116,7 @@ def test_key_chunks_give_the_same_bits(model):
     either way): the same outputs bit for bit."""
     x, pkg, outs, _, _ = model
     assert len(nnops.attention_sizes(11, 81, 24, TARGET.region1_element_bytes, max_chunk=32).chunks) == 3
-    saved, nnops.MAX_KEY_CHUNK = nnops.MAX_KEY_CHUNK, 32
-    try:
-        chunked = compile_model(CFG, TARGET)
-    finally:
-        nnops.MAX_KEY_CHUNK = saved
+    chunked = compile_choosing(CFG, TARGET, max_key_chunk=32)
     assert len(chunked.code) > len(pkg.code)  # more kernel calls
     got = _run(chunked, x, runs=1)[0]
     for name in OUTPUTS:
@@ -215,14 +228,10 @@ def test_attention_op(t, s, c, heads, dtype, out_dtype, chunk, tiles, transposed
     x = {n: rng.standard_normal((r, c)).astype(np.float32) for n, r in (("q", t), ("k", s), ("v", s))}
     if dtype == f16:
         x = {n: a.astype(np.float16).astype(np.float32) for n, a in x.items()}
-    saved = nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED
-    nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED = chunk, transposed
-    try:
-        pkg = compile_model(
-            attention_module(t, s, c, heads, dtype, out_dtype), Target.small(tiles, sram_kib=624)
-        )
-    finally:
-        nnops.MAX_KEY_CHUNK, nnops.SCORES_TRANSPOSED = saved
+    options = {"max_key_chunk": chunk or 0} | ({"scores": "direct"} if transposed is False else {})
+    pkg = compile_choosing(
+        attention_module(t, s, c, heads, dtype, out_dtype), Target.small(tiles, sram_kib=624), **options
+    )
     whats = [site["what"] for site in pkg.metadata["profile_sites"]]
     softmaxes = [w for w in whats if w.endswith("softmax")]
     assert len(softmaxes) == (2 if tiles == 4 else 1)  # rounds: 8 blocks on 4 tiles, else one block per tile
@@ -277,15 +286,11 @@ def test_attention_kv_in_column_panels(dtype):
         nq, nkv = (t // 10) * (c // width), (s // 25) * (c // width)
         kv_layout = tl.make_layout((s, c), (25, width), np.arange(nkv, dtype=np.int32)[:, None], dtype)
         q_layout = tl.make_layout((t, c), (10, width), np.arange(8, 8 + nq, dtype=np.int32)[:, None], dtype)
-        saved = nnops.MAX_KEY_CHUNK
-        nnops.MAX_KEY_CHUNK = 32
-        try:
-            pkg = compile_model(
-                sum_attention_module(t, s, c, heads, dtype, q_layout, kv_layout),
-                Target.small(16, sram_kib=624),
-            )
-        finally:
-            nnops.MAX_KEY_CHUNK = saved
+        pkg = compile_choosing(
+            sum_attention_module(t, s, c, heads, dtype, q_layout, kv_layout),
+            Target.small(16, sram_kib=624),
+            max_key_chunk=32,
+        )
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]
         # The operands are f16 either way (the default policy's attention_f16): Q one `panels_f16` call (then
         # scaled in f16); K one `panels_f16` call per chunk; V of whole-16 key chunks straight into V^T's rows
@@ -338,7 +343,7 @@ def test_two_stage_gather_gives_the_same_bits(monkeypatch):
 @pytest.mark.parametrize("t,m", [(64, 8), (1, 1)])
 def test_output_transposed_gives_the_same_bits(monkeypatch, t, m):
     """O^T = V^T P^T (V^T rows as the GEMM's A, P^T's weight panels, O's rows transposed back at the end) against
-    O = P V (`PV_TRANSPOSED = False`: V's weight panels, P's rows as A) on the S^T path: blocks of m query rows (8,
+    O = P V (kernel-select's `pv = "direct"`: V's weight panels, P's rows as A) on the S^T path: blocks of m query rows (8,
     and 1: GEMM rows padded to 3 for P V, P^T's query rows 1..16 zero), f16 Q, K, V in column panels (20 of a 40
     head, padded to 48: V^T's zero rows), 50 keys in chunks of 32 (the tail of 18 keys through f16 V rows with zero
     rows): per 16 keys the AMP adds the same products into the same f16 partials, so the outputs are equal bit for
@@ -362,13 +367,14 @@ def test_output_transposed_gives_the_same_bits(monkeypatch, t, m):
         return program(sz, qa, ka, va, rows, *args, **kw)
 
     monkeypatch.setattr(nnops, "attention_program", recording)
-    monkeypatch.setattr(nnops, "MAX_KEY_CHUNK", 32)
     outs = []
     for pv_t in (True, False):
-        monkeypatch.setattr(nnops, "PV_TRANSPOSED", pv_t)
         ms.clear()
-        pkg = compile_model(
-            sum_attention_module(t, s, c, heads, f16, q_layout, kv_layout), Target.small(16, sram_kib=624)
+        pkg = compile_choosing(
+            sum_attention_module(t, s, c, heads, f16, q_layout, kv_layout),
+            Target.small(16, sram_kib=624),
+            max_key_chunk=32,
+            pv="transposed" if pv_t else "direct",
         )
         assert ms and {r[:3] for r in ms} == {(m, True, 2)} and all(r[3][2] == 20 for r in ms), ms
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]

@@ -1,0 +1,340 @@
+"""`kernel-select`: the asm lowering's kernel and lowering choices, recorded on each compute op as attributes.
+
+    ipu-opt planned.mlir -p 'kernel-select{tiles=16 sram_kib=624}'
+
+tile-plan decides where each op's blocks live; this pass decides how the backend computes them, with the kernels'
+own cycle estimates and fit checks, and writes every choice into the op's `kernel` attribute (a dictionary). The
+asm lowering reads these attributes and nothing else: it never compares estimates itself, and it refuses a choice
+that does not fit (a `LoweringError` naming the op, the tile and the sizes). A person, a test or a search over
+plans changes a choice by editing the attribute in textual IR; keys already present are kept (only missing ones are
+filled), so overrides survive a second run of the pass.
+
+| op (plan) | key | values |
+|---|---|---|
+| `nn.layer_norm` (`rows`) | `rows` | `"layernorm"`, `"layernorm_split"` (every row split across the six workers) |
+| `nn.softmax` (`rows`) | `rows` | `"softmax"`, `"softmax_split"` |
+| `nn.linear`, `nn.matmul` (`gemm`) | `k_chunks` | widths of the K chunks (multiples of 16, summing to K padded to 16) |
+| | `coef` | `"ld128"` (weight panels in interleaved memory: two coefficient slots per load), `"ld64"` |
+| | `a_operand` | `"in_place"` (A read where the exchange put it), `"padded"` (copied into the A scratch with zero padding), `"panels"` (rows too long for the kernel: K-block panels per chunk), `"f32_rows"` (an f32 A cast to padded f16 rows), `"cols_in_place"` / `"cols_gather"` (column-panel A: chunks read in place where they can be / every chunk's rows gathered) |
+| `nn.linear_partials`, `nn.matmul_partials` (`gemm`) | `coef` | as above |
+| `nn.attention`, `nn.attention_partial` (`materialized`) | `key_chunk` | keys per K/V packing step at most (a multiple of 16) |
+| | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
+| | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
+| | `softmax` | `"softmax"` or `"softmax_split"` (the key-split partial attention needs the split form) |
+
+The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
+ends with it. Options override a choice for every op that has it (tests reach the other paths at small sizes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.ir import Attribute, Operation
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from ipu.backend.kernels import gemm as gm
+from ipu.backend.kernels import rowwise as rw
+from ipu.backend.target import IPU21, Target
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+
+KERNEL_ATTR = "kernel"
+
+SCORES = ("transposed", "direct")
+A_OPERANDS = ("in_place", "padded", "panels", "f32_rows", "cols_in_place", "cols_gather")
+ROWS = {nn.LayerNormOp: ("layernorm", "layernorm_split"), nn.SoftmaxOp: ("softmax", "softmax_split")}
+
+
+class KernelChoiceError(ValueError):
+    pass
+
+
+# -- reading and writing the attribute ------------------------------------------------------------------------
+def _to_attr(value) -> Attribute:
+    if isinstance(value, str):
+        return StringAttr(value)
+    if isinstance(value, bool | np.bool_):
+        raise TypeError("kernel choices are strings or integers")
+    if isinstance(value, int | np.integer):
+        return IntegerAttr(int(value), i64)
+    return DenseArrayBase.from_list(i64, [int(v) for v in value])
+
+
+def _from_attr(attr: Attribute):
+    if isinstance(attr, StringAttr):
+        return attr.data
+    if isinstance(attr, IntegerAttr):
+        return attr.value.data
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.get_values())
+    raise KernelChoiceError(f"unsupported kernel choice value {attr}")
+
+
+def choices(op: Operation) -> dict[str, object]:
+    """The op's recorded choices as Python values ({} when kernel-select did not run)."""
+    attr = op.attributes.get(KERNEL_ATTR)
+    if attr is None:
+        return {}
+    if not isinstance(attr, DictionaryAttr):
+        raise KernelChoiceError(f"{op.name}: the '{KERNEL_ATTR}' attribute must be a dictionary, got {attr}")
+    return {k: _from_attr(v) for k, v in attr.data.items()}
+
+
+def record(op: Operation, values: dict[str, object], overwrite: bool = False) -> None:
+    """Writes choices into the op's `kernel` attribute; existing keys are kept unless overwrite."""
+    choices(op)  # the existing attribute must be a dictionary of choices
+    old = dict(op.attributes[KERNEL_ATTR].data) if KERNEL_ATTR in op.attributes else {}
+    new = {k: _to_attr(v) for k, v in values.items()}
+    merged = (old | new) if overwrite else (new | old)
+    op.attributes[KERNEL_ATTR] = DictionaryAttr(dict(sorted(merged.items())))
+
+
+def override(module: ModuleOp, op_type: type, **values) -> int:
+    """Sets choices on every op of `op_type` that has a `kernel` attribute (what a person does by editing the
+    attribute); returns how many ops changed."""
+    n = 0
+    for op in module.walk():
+        if isinstance(op, op_type) and KERNEL_ATTR in op.attributes:
+            record(op, values, overwrite=True)
+            n += 1
+    return n
+
+
+# -- the choices ------------------------------------------------------------------------------------------------
+def _rows_per_tile(lay) -> dict[int, int]:
+    shard = lay.geometry().shard_elems
+    tiles = np.unique(lay.table())
+    return dict(zip(tiles.tolist(), (shard[tiles] // lay.shape_[-1]).tolist()))
+
+
+def layer_norm_rows(op: nn.LayerNormOp, target: Target) -> str:
+    """`layernorm_split` when every row split across the six workers is faster on the slowest tile and its
+    partials fit the aux scratch after the f16 weight and bias rows."""
+    lay = op.attributes[tl.LAYOUT_ATTR]
+    n = lay.shape_[-1]
+    rows = _rows_per_tile(lay)
+    slot = (n * 2 + 7) // 8 * 8
+    fits = 2 * slot + rw.LNS_PART * max(rows.values()) <= target.region1_element_bytes
+    if not (n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits):
+        return "layernorm"
+    kw = dict(in0=0, in1=0, in2=0, out=0, eps=1e-6)
+    counts = set(rows.values())
+    whole = max(rw.cycles(rw.Rows("layernorm", r, n, **kw)) for r in counts)
+    split = max(rw.cycles(rw.Rows("layernorm_split", r, n, st0=0, **kw)) for r in counts)
+    return "layernorm_split" if split < whole else "layernorm"
+
+
+def softmax_rows(op: nn.SoftmaxOp, target: Target) -> str:
+    lay = op.attributes[tl.LAYOUT_ATTR]
+    n = lay.shape_[-1]
+    rows = _rows_per_tile(lay)
+    p = -(-n // 4) * 4
+    if not (n >= rw.SMS_MIN_VALID and rw.SMS_PART * max(rows.values()) <= target.region1_element_bytes):
+        return "softmax"
+    kw = dict(in0=0, out=0, valid=n)
+    counts = set(rows.values())
+    whole = max(rw.cycles(rw.Rows("softmax", r, p, **kw)) for r in counts)
+    split = max(rw.cycles(rw.Rows("softmax_split", r, p, st0=0, **kw)) for r in counts)
+    return "softmax_split" if split < whole else "softmax"
+
+
+def gemm_shape(op: nn.LinearOp | nn.MatmulOp) -> tuple[int, int, int, int]:
+    """(K, the widest column block, the weight's element bytes, the most rows of a block) of a planned GEMM."""
+    lay = op.attributes[tl.LAYOUT_ATTR]
+    g = lay.geometry()
+    wl = tl.layout_of(op.operands[1])
+    wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
+    return (
+        op.operands[0].type.get_shape()[-1],
+        int(g.block_dims[:, 1].max()),
+        wsize,
+        int(g.block_dims[:, 0].max()),
+    )
+
+
+def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, object]:
+    from ipu.backend.lower.bindings import device_dtype
+    from ipu.passes import cost_model as cm
+
+    k, nmax, wsize, _ = gemm_shape(op)
+    kpad = -(-k // 16) * 16
+    chunks = [kw for _, kw in cm.gemm_k_chunks(k, nmax, wsize)]
+    xl = tl.layout_of(op.operands[0])
+    lay = op.attributes[tl.LAYOUT_ATTR]
+    mr = lay.geometry().block_dims[:, 0]
+    a_cols = tl.col_panel_width(xl)
+    if a_cols is not None:
+        whole = a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES and (mr >= gm.MIN_ROWS).all()
+        a = "cols_in_place" if whole else "cols_gather"
+    elif isinstance(op, nn.MatmulOp) and device_dtype(xl.dtype) == "f32":
+        a = "f32_rows"
+    elif kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES:
+        a = "panels"
+    elif kpad != k or (mr < gm.MIN_ROWS).any():
+        a = "padded"
+    else:
+        a = "in_place"
+    # The weight staging lives in the aux scratch, a region-1 element when the target has interleaved memory.
+    coef = "ld128" if target.region1[1] > target.region1[0] else "ld64"
+    return {"k_chunks": chunks, "coef": coef, "a_operand": a}
+
+
+def attention_choices(
+    op: nn.AttentionOp | nn.AttentionPartialOp,
+    target: Target,
+    max_key_chunk: int = 0,
+    scores: str = "",
+    pv: str = "",
+) -> dict[str, object]:
+    """Chunks as large as the scratch elements allow, S^T where its blocks fit, O^T on the S^T path, the split
+    softmax where its estimate is lower (always for the key-split partials: they need its row statistics)."""
+    from ipu.backend.lower.nnops import attention_sizes, softmax_kernel
+
+    lay = op.attributes[tl.LAYOUT_ATTR]
+    g = lay.geometry()
+    partial = isinstance(op, nn.AttentionPartialOp)
+    if partial:
+        seq, hidden = op.operands[1].type.get_shape()
+        d, kc = hidden // op.num_heads, op.key_chunk()
+        seqs = sorted({min(kc, seq - int(j) * kc) for j in g.block_origin[:, 0]})
+        mmax = int(g.block_dims[:, 1].max())
+    else:
+        seq, hidden = op.operands[1].type.get_shape()[-2:]
+        d = hidden // op.heads.value.data
+        seqs = [seq]
+        mmax = int(g.block_dims[:, 0].max())
+    e = target.region1_element_bytes
+    want_t = {"": None, "transposed": True, "direct": False}[scores]
+    try:
+        sizes = [
+            attention_sizes(mmax, s, d, e, max_chunk=max_key_chunk or None, transposed=want_t) for s in seqs
+        ]
+    except ValueError as exc:
+        raise KernelChoiceError(f"{op.name}: {exc}") from None
+    transposed = all(sz.transposed for sz in sizes)
+    pv_t = transposed and pv != "direct"
+    softmax = "softmax_split"
+    for sz in sizes:
+        kind = softmax_kernel(sz, stats=partial)
+        if kind != "softmax_split":
+            softmax = kind
+    return {
+        "key_chunk": max(sz.chunk for sz in sizes),
+        "scores": "transposed" if transposed else "direct",
+        "pv": "transposed" if pv_t else "direct",
+        "softmax": softmax,
+    }
+
+
+def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) -> dict[str, object] | None:
+    """The choices of one op, or None when the lowering has none to make for it."""
+    plan = op.attributes.get(tl.PLAN_ATTR)
+    kind = plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
+    if isinstance(op, nn.LayerNormOp) and kind == "rows":
+        return {"rows": layer_norm_rows(op, target)}
+    if isinstance(op, nn.SoftmaxOp) and kind == "rows":
+        return {"rows": softmax_rows(op, target)}
+    if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
+        return gemm_choices(op, target)
+    if isinstance(op, nn.LinearPartialsOp | nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
+        return {"coef": "ld128" if target.region1[1] > target.region1[0] else "ld64"}
+    if (
+        isinstance(op, nn.AttentionOp | nn.AttentionPartialOp)
+        and isinstance(plan, tl.AttentionPlanAttr)
+        and plan.get("kind") == "materialized"
+    ):
+        o = opts or KernelSelectPass()
+        return attention_choices(op, target, o.max_key_chunk, o.scores, o.pv)
+    return None
+
+
+def check(op: Operation, values: dict[str, object]) -> None:
+    """Value checks of the choices a person may have edited (the lowering checks that they fit)."""
+    what = f"{op.name} ({op.results[0].name_hint or 'unnamed'})" if op.results else op.name
+
+    def one_of(key, allowed):
+        if key in values and values[key] not in allowed:
+            raise KernelChoiceError(
+                f"{what}: kernel choice {key} = {values[key]!r}: expected one of {list(allowed)}"
+            )
+
+    for t, allowed in ROWS.items():
+        if isinstance(op, t):
+            one_of("rows", allowed)
+    one_of("coef", ("ld128", "ld64"))
+    one_of("a_operand", A_OPERANDS)
+    one_of("scores", SCORES)
+    one_of("pv", SCORES)
+    one_of("softmax", ("softmax", "softmax_split"))
+    if "key_chunk" in values:
+        kc = values["key_chunk"]
+        if not isinstance(kc, int) or kc < 16 or kc % 16:
+            raise KernelChoiceError(f"{what}: kernel choice key_chunk = {kc!r}: a positive multiple of 16")
+    if values.get("pv") == "transposed" and values.get("scores") == "direct":
+        raise KernelChoiceError(f'{what}: pv = "transposed" needs scores = "transposed"')
+    if "k_chunks" in values:
+        ks = values["k_chunks"]
+        k = op.operands[0].type.get_shape()[-1]
+        kpad = -(-k // 16) * 16
+        if not isinstance(ks, tuple) or not ks or any(w <= 0 or w % 16 for w in ks) or sum(ks) != kpad:
+            raise KernelChoiceError(
+                f"{what}: kernel choice k_chunks = {ks}: positive multiples of 16 summing to K = {kpad} (padded)"
+            )
+
+
+@dataclass(frozen=True)
+class KernelSelectPass(ModulePass):
+    """Records the backend's kernel choices on every compute op (see the module docstring)."""
+
+    name = "kernel-select"
+
+    tiles: int = 0
+    """Tiles of the target (0: the full IPU21)."""
+    sram_kib: int = 624
+    """SRAM per tile of the target, KiB."""
+    max_key_chunk: int = 0
+    """Attention: keys per K/V packing step at most (0: as many as the scratch holds)."""
+    scores: str = ""
+    """Attention scores: "transposed" (where it fits), "direct", or "" (the faster that fits: transposed)."""
+    pv: str = ""
+    """Attention output on the S^T path: "transposed", "direct", or "" (transposed)."""
+    overwrite: bool = False
+    """Replace choices already recorded (default: keep them, so edits in the IR survive)."""
+
+    def target(self) -> Target:
+        if self.tiles < 0 or self.sram_kib <= 0:
+            raise PassFailedException(
+                f"kernel-select: tiles >= 0 and sram_kib > 0, got {self.tiles}, {self.sram_kib}"
+            )
+        if self.tiles == 0 and self.sram_kib * 1024 == IPU21.sram_bytes:
+            return IPU21
+        try:
+            return Target.small(tiles=self.tiles or IPU21.num_tiles, sram_kib=self.sram_kib)
+        except ValueError as e:
+            raise PassFailedException(f"kernel-select: {e}") from None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.max_key_chunk < 0 or self.max_key_chunk % 16:
+            raise PassFailedException(
+                f"kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got {self.max_key_chunk}"
+            )
+        for key, allowed in (("scores", SCORES), ("pv", SCORES)):
+            if getattr(self, key) not in ("", *allowed):
+                raise PassFailedException(
+                    f"kernel-select: {key} must be one of {list(allowed)}, got {getattr(self, key)!r}"
+                )
+        target = self.target()
+        for o in op.walk():
+            try:
+                values = select(o, target, self)
+                if values is None:
+                    continue
+                record(o, values, overwrite=self.overwrite)
+                check(o, choices(o))
+            except KernelChoiceError as e:
+                raise PassFailedException(f"kernel-select: {e}") from None

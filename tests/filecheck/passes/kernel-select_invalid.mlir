@@ -1,0 +1,23 @@
+// RUN: not ipu-opt %s -p 'kernel-select{max_key_chunk=40}' 2>&1 | filecheck %s --check-prefix=OPT
+// RUN: not ipu-opt %s -p 'kernel-select{scores=sideways}' 2>&1 | filecheck %s --check-prefix=SCORES
+// RUN: not ipu-opt %s -p 'kernel-select{tiles=-1}' 2>&1 | filecheck %s --check-prefix=TILES
+// RUN: not ipu-opt %s -p 'kernel-select{tiles=4 sram_kib=100}' 2>&1 | filecheck %s --check-prefix=SRAM
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/rows = "softmax[a-z_]*"/rows = "softmax_fast"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=VALUE
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/kernel = {rows = "softmax[a-z_]*"}/kernel = "softmax"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=DICT
+
+// OPT: ipu-opt: error: kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got 40
+// SCORES: ipu-opt: error: kernel-select: scores must be one of ['transposed', 'direct'], got 'sideways'
+// TILES: ipu-opt: error: kernel-select: tiles >= 0 and sram_kib > 0, got -1, 624
+// SRAM: ipu-opt: error: kernel-select: sram_kib must be a multiple of 16
+// An edited choice that names no kernel, or a `kernel` attribute that is not a dictionary:
+// VALUE: ipu-opt: error: kernel-select: nn.softmax (s): kernel choice rows = 'softmax_fast': expected one of ['softmax', 'softmax_split']
+// DICT: ipu-opt: error: kernel-select: nn.softmax: the 'kernel' attribute must be a dictionary, got "softmax"
+
+builtin.module {
+  func.func @rows() {
+    %x = nn.input "x" : tensor<8x64xf32>
+    %s = nn.softmax %x axis=-1 : tensor<8x64xf32> -> tensor<8x64xf32>
+    nn.output "y" %s : tensor<8x64xf32>
+    func.return
+  }
+}
