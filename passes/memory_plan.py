@@ -261,10 +261,12 @@ class MemoryPlanPass(ModulePass):
     """Tiles of the target (0: the full IPU21)."""
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
-    reserve_code_bytes: int = 48 * 1024
-    """Kernel code and tile programs (region 0, rounded up to whole 16 KiB elements); seed 000: ~42 KiB."""
+    reserve_code_bytes: int = -1
+    """Kernel code and tile programs (region 0, rounded up to whole 16 KiB elements); -1: the function's
+    `lowering.storage` code bytes (`lowering-storage`), else 48 KiB."""
     exchange_table_bytes: int = -1
-    """Exchange tables per tile (rounded up to elements); -1: the largest per-tile sum of the phases' rows."""
+    """The lowering's frames and exchange tables per tile (rounded up to elements); -1: `lowering.storage`'s
+    tables bytes, else the largest per-tile sum of the phases' rows."""
     host_descriptor_bytes: int = 256
     """Host transfer descriptors, placed after the runtime state."""
     aperture_reuse: bool = True
@@ -273,19 +275,19 @@ class MemoryPlanPass(ModulePass):
     """Put GEMM results in interleaved memory (region 1) when the target has it."""
     report_dir: str = ""
     """When placement fails, write the memory map up to the failure (placement.json/.html) into this directory."""
-    reserve_scratch_bytes: int = 0
-    """The asm lowering's own storage (kernel scratch, weight staging, kept outputs), kept free at the top of SRAM
-    for the whole program: the plan's buffers stay below it, so the lowering's data above the plan's high-water
-    mark has at least this much room."""
+    reserve_scratch_bytes: int = -1
+    """The asm lowering's own storage (kernel scratch, weight staging, kernel-format biases, kept outputs), kept
+    free at the top of SRAM for the whole program (the lowering_scratch reservation); -1: `lowering.storage`'s
+    scratch bytes, else none (the lowering's data then goes above the plan's high-water mark)."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for key in ("reserve_code_bytes", "host_descriptor_bytes", "reserve_scratch_bytes"):
-            if getattr(self, key) < 0:
-                raise PassFailedException(f"memory-plan: {key.replace('_', '-')} must be >= 0")
-        if self.exchange_table_bytes < -1:
-            raise PassFailedException(
-                "memory-plan: exchange-table-bytes must be >= 0 (or -1: from the phases)"
-            )
+        if self.host_descriptor_bytes < 0:
+            raise PassFailedException("memory-plan: host-descriptor-bytes must be >= 0")
+        for key in ("reserve_code_bytes", "exchange_table_bytes", "reserve_scratch_bytes"):
+            if getattr(self, key) < -1:
+                raise PassFailedException(
+                    f"memory-plan: {key.replace('_', '-')} must be >= 0 (or -1: from lowering.storage)"
+                )
         try:
             target = target_for(self.tiles, self.sram_kib)
         except ValueError as e:
@@ -295,8 +297,25 @@ class MemoryPlanPass(ModulePass):
                 raise PassFailedException(f"memory-plan: @{f.sym_name.data} already has a memory.plan")
             self.plan_function(f, target)
 
+    def sizes(self, f: func.FuncOp, target: Target) -> tuple[int, int, int]:
+        """(code, exchange tables, scratch) bytes: the options, or the function's `lowering.storage`."""
+        from ipu.passes.lowering_storage import storage_of
+
+        measured = storage_of(f) or {}
+        code = self.reserve_code_bytes
+        if code < 0:
+            code = measured.get("code", 48 * 1024)
+        xbytes = self.exchange_table_bytes
+        if xbytes < 0:
+            xbytes = measured["tables"] if "tables" in measured else exchange_table_bytes(f, target.num_tiles)
+        scratch = self.reserve_scratch_bytes
+        if scratch < 0:
+            scratch = measured.get("scratch", 0)
+        return code, xbytes, scratch
+
     def support(self, f: func.FuncOp, target: Target) -> list[tuple[str, ma.Buffer, int]]:
         """(kind, fixed buffer, bytes) of the support reservations, from the target model and the options."""
+        code_bytes, xbytes, scratch_bytes = self.sizes(f, target)
         e0 = target.region0_element_bytes
         r0_lo, r0_hi = target.region0
         runtime = target.runtime_state_bytes
@@ -304,10 +323,7 @@ class MemoryPlanPass(ModulePass):
         desc_at = ma.align_up(r0_lo + runtime, 8)
         if self.host_descriptor_bytes:
             out.append(("host_descriptors", desc_at, self.host_descriptor_bytes, 8))
-        xbytes = self.exchange_table_bytes
-        if xbytes < 0:
-            xbytes = exchange_table_bytes(f, target.num_tiles)
-        code = ma.align_up(self.reserve_code_bytes, e0)
+        code = ma.align_up(code_bytes, e0)
         xtab = ma.align_up(xbytes, e0)
         top = ma.align_down(r0_hi, e0)
         floor = max(ma.align_up(desc_at + self.host_descriptor_bytes, e0), target.host_aperture[1])
@@ -316,7 +332,7 @@ class MemoryPlanPass(ModulePass):
                 f"memory-plan: code ({code} B) and exchange tables ({xtab} B) need {code + xtab} B of whole "
                 f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
             )
-        s0, s1 = self.scratch_span(target)
+        s0, s1 = self.scratch_span(target, scratch_bytes)
         if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
             out.append(("lowering_scratch", s0, s1 - s0, 8))
         if code:
@@ -340,14 +356,15 @@ class MemoryPlanPass(ModulePass):
             for kind, addr, size, align in out
         ]
 
-    def scratch_span(self, target: Target) -> tuple[int, int]:
-        """[start, end) of the lowering's scratch reservation at the top of SRAM (empty when not asked for)."""
-        if not self.reserve_scratch_bytes:
+    def scratch_span(self, target: Target, nbytes: int) -> tuple[int, int]:
+        """[start, end) of the lowering's scratch reservation at the top of SRAM (empty when not asked for): 16-byte
+        aligned, as the lowering's small data there."""
+        if not nbytes:
             return (target.sram_end, target.sram_end)
-        start = ma.align_down(target.sram_end - self.reserve_scratch_bytes, 8)
+        start = ma.align_down(target.sram_end - nbytes, 16)
         if start <= target.sram_base:
             raise PassFailedException(
-                f"memory-plan: reserve-scratch-bytes ({self.reserve_scratch_bytes} B) exceeds the tile's SRAM"
+                f"memory-plan: the lowering's scratch ({nbytes} B) exceeds the tile's SRAM"
             )
         return (start, target.sram_end)
 

@@ -26,6 +26,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
     ("nn-to-exchange-pipeline", "ipu.passes.exchange_pipeline", "NNToExchangePipelinePass"),
     ("kernel-select", "ipu.passes.kernel_select", "KernelSelectPass"),
+    ("lowering-storage", "ipu.passes.lowering_storage", "LoweringStoragePass"),
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]

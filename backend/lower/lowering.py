@@ -127,9 +127,12 @@ def target_of(plan: mem.PlanOp) -> Target:
 
 
 class Lowering(NnOps):
-    def __init__(self, f: func.FuncOp, target: Target):
+    def __init__(self, f: func.FuncOp, target: Target, measure: bool = False):
+        """measure: size the lowering's own storage instead of placing it (`DataImage(measure=True)`; the code
+        may exceed its reservation): `storage_need()` after `run()`; the package is not meant to run."""
         self.f = f
         self.target = target
+        self.measure = measure
         self.n = target.num_tiles
         self.addrs = Addresses(f, self.n)
         code = self.addrs.reserves.get("code")
@@ -158,6 +161,11 @@ class Lowering(NnOps):
         self.layer_ranges: list[tuple[int, int]] = []  # per-iteration storage: [start, end)
         self.repeats: list[dict] = []
 
+    def storage_need(self) -> dict[str, int]:
+        """After a measuring run: bytes of code, of low data (frames, tables) and of high data (small data and whole
+        scratch elements)."""
+        return {"code": int(self.code_bytes), **self.image.need()}
+
     def _reserve(self, kind: str) -> mem.ReserveOp:
         return next(o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind)
 
@@ -182,7 +190,14 @@ class Lowering(NnOps):
     def run(self) -> Package:
         # Code size is only known after emission; reserve the low arena after a generous code estimate and
         # check at the end.
-        self.image = DataImage(self.target, self.low, max(self.addrs.high, self.target.region0[1]))
+        # The lowering's "high" data lives in memory-plan's lowering_scratch reservation when there is one (sized
+        # by `lowering-storage`), else above the plan's high-water mark.
+        scratch = self.addrs.reserves.get("lowering_scratch")
+        if scratch is not None and (scratch.addr >= 0).any():
+            high = int(scratch.addr.max())
+        else:
+            high = max(self.addrs.high, self.target.region0[1])
+        self.image = DataImage(self.target, self.low, high, measure=self.measure)
         self.block(self.f.body.block)
         return self.finish()
 
@@ -1155,7 +1170,8 @@ class Lowering(NnOps):
             )
         )
         program = parse_program(text, self.code_addr)
-        if program.end > self.code_end:
+        self.code_bytes = program.end - program.base
+        if program.end > self.code_end and not self.measure:
             raise LoweringError(
                 f"the code image ({program.end - program.base} B) exceeds memory-plan's code reservation "
                 f"({self.code_end - self.code_addr} B): raise reserve-code-bytes"
@@ -1287,28 +1303,19 @@ def pipeline_spec(
     rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
     room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
     r1 = target.sram_end - target.region1_base
-    mem = xopts = opts
+    xopts = opts
+    # The lowering's code, tables and scratch: measured by lowering-storage, reserved by memory-plan at that size.
+    mem = f"lowering-storage{opts},memory-plan{opts}" if scratch else f"memory-plan{opts}"
     if scratch and r1 >= 2 * room:
-        # The rest of region 0 above the host aperture (after the code) for exchange tables and kernel frames:
-        # the lowering's "low" range (at full size its frames and round tables need ~100 KB).
-        from ipu.passes.memory_alloc import align_up
-
-        e0 = target.region0_element_bytes
-        floor = max(
-            align_up(target.sram_base + target.runtime_state_bytes + 256, e0), target.host_aperture[1]
-        )
-        xtab = target.region0[1] // e0 * e0 - floor - CODE_RESERVE_BYTES
-        mem = f"{opts[:-1]} reserve-scratch-bytes={room} exchange-table-bytes={max(xtab, 0)}}}"
-        # Region 0 is the runtime's, the code's and the lowering's tables': a GEMM's operands and result share
-        # what region 1 keeps besides the scratch with the resident weights and other live values
-        # (RESIDENT_ALLOWANCE).
+        # tile-plan's GEMM budget: a GEMM's operands and result share what region 1 keeps besides the scratch with
+        # the resident weights and other live values (RESIDENT_ALLOWANCE).
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
     split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{keys},{hoist}{split_k},"
-        f"nn-to-exchange-pipeline{xopts},memory-plan{mem}"
+        f"nn-to-exchange-pipeline{xopts},{mem}"
     )
 
 

@@ -115,35 +115,85 @@ def _frozen(p: Placed) -> Placed:
 
 
 class DataImage:
-    """The lowering's per-tile storage: bump allocation in address ranges, contents as segments."""
+    """The lowering's per-tile storage: bump allocation in address ranges, contents as segments.
 
-    def __init__(self, target: Target, low_ranges: list[tuple[int, int]], high_start: int):
+    "low" (frames and tables) grows up from the start of its range and spills into "high" when full. "high" holds
+    small data growing up from its start and whole region-1 elements (the C / A / aux scratch) taken from the top
+    of SRAM down, so that its bytes are `elements * element + small` with no alignment gap between the two.
+
+    With `measure`, nothing fails: an allocation past its range gets an address inside it again (the contents are
+    discarded), and `need()` gives the bytes each range would have needed (the `lowering-storage` pass sizes
+    memory-plan's reservations by it)."""
+
+    def __init__(
+        self, target: Target, low_ranges: list[tuple[int, int]], high_start: int, measure: bool = False
+    ):
         self.target = target
-        # "high" in two pieces: up to the first region-1 element boundary (small data), then whole elements (the
-        # element-aligned scratch areas would otherwise skip the bytes below the boundary).
-        cut = min(
-            max(-(-high_start // target.region1_element_bytes) * target.region1_element_bytes, high_start),
-            target.sram_end,
-        )
+        self.measure = measure
+        high_start = -(-high_start // 16) * 16  # the small data's alignment never depends on the plan's mark
         self.ranges = {
             "low": [list(r) for r in low_ranges if r[1] > r[0]],
-            "high": [r for r in ([high_start, cut], [cut, target.sram_end]) if r[1] > r[0]],
+            "high": [[high_start, target.sram_end]] if target.sram_end > high_start else [],
         }
+        self.start = {k: [r[0] for r in v] for k, v in self.ranges.items()}
+        self.top = target.sram_end  # the lowest element taken from the top
         self.segments: list[Segment] = []
         self.used = {"low": 0, "high": 0}
 
+    def _element_floor(self, a: int) -> int:
+        t = self.target
+        e = t.region1_element_bytes
+        return t.region1_base + (a - t.region1_base) // e * e
+
     def alloc(self, nbytes: int, align: int = 8, where: str = "low", region1: bool = False) -> int:
-        """An address (the same on every tile) for nbytes; "low" spills into "high" when full."""
+        """An address (the same on every tile) for nbytes; "low" spills into "high" when full. Whole region-1
+        elements in "high" come from the top of SRAM down (element aligned)."""
         nbytes = max(int(nbytes), 1)
-        for kind in [where, "high"] if where == "low" else [where]:
+        t = self.target
+        e = t.region1_element_bytes
+        if where == "high" and nbytes % e == 0 and t.region1[1] > t.region1[0]:
+            a = self._element_floor(self.top - nbytes)
+            floor = max(t.region1_base, self.ranges["high"][-1][0] if self.ranges["high"] else t.sram_end)
+            if a >= floor or self.measure:
+                self.top = a
+                if self.ranges["high"]:
+                    self.ranges["high"][-1][1] = min(self.ranges["high"][-1][1], a)
+                self.used["high"] += nbytes
+                return a if a >= t.region1_base else self._element_floor(t.sram_end - nbytes)
+            self._fail(nbytes, where)
+        for kind in [where, "high"] if where == "low" and not self.measure else [where]:
             for r in self.ranges[kind]:
                 a = (r[0] + align - 1) // align * align
                 if region1:
-                    a = max(a, self.target.region1_base)
+                    a = max(a, t.region1_base)
                 if a + nbytes <= r[1]:
                     r[0] = a + nbytes
                     self.used[kind] += nbytes
                     return a
+        if not self.measure:
+            self._fail(nbytes, where)
+        # Measuring: the cursor runs on past the range (need() counts it); an address inside the range (or at the
+        # top of SRAM) keeps the lowering's own checks meaningful.
+        rs = self.ranges[where] or [[t.sram_end - 4096, t.sram_end]]
+        r = rs[-1]
+        a = (r[0] + align - 1) // align * align
+        r[0] = a + nbytes
+        self.used[where] += nbytes
+        lo = self.start[where][-1] if self.ranges[where] else t.sram_end - 4096
+        hi = r[1] if r[1] > lo else t.sram_end
+        return lo + (a - lo) % max(hi - lo - nbytes, align) // align * align
+
+    def need(self) -> dict[str, int]:
+        """Bytes each range needs (measure mode): low from its start, high's small data, high's elements."""
+        low = sum(r[0] - s for r, s in zip(self.ranges["low"], self.start["low"]))
+        small = sum(r[0] - s for r, s in zip(self.ranges["high"], self.start["high"]))
+        return {
+            "low": int(low),
+            "high_small": int(small),
+            "high_elements": int(self.target.sram_end - self.top),
+        }
+
+    def _fail(self, nbytes: int, where: str):
         raise PlacementError(
             f"the lowering's data ({nbytes} more bytes, {where}) does not fit: {self.used} bytes used above the "
             "memory plan; give memory-plan more room (smaller reservations) or a target with more SRAM"

@@ -1,0 +1,20 @@
+// RUN: not ipu-opt %s -p 'lowering-storage{tiles=4 sram_kib=100}' 2>&1 | filecheck %s --check-prefix=SRAM
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/tables = [0-9]* : i64/tables = -5 : i64/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=NEG
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/, tables = [0-9]* : i64//' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=KEYS
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/scratch = [0-9]* : i64/scratch = 700000 : i64/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=BIG
+// RUN: not ipu-opt %s -p 'memory-plan{tiles=4 reserve-scratch-bytes=-2}' 2>&1 | filecheck %s --check-prefix=OPT
+
+// SRAM: ipu-opt: error: lowering-storage: sram_kib must be a multiple of 16
+// NEG: ipu-opt: error: @rows: lowering.storage tables = -5 : i64: a byte count >= 0 expected
+// KEYS: ipu-opt: error: @rows: 'lowering.storage' must be a dictionary of ['code', 'tables', 'scratch'] (bytes)
+// BIG: ipu-opt: error: memory-plan: the lowering's scratch (700000 B) exceeds the tile's SRAM
+// OPT: ipu-opt: error: memory-plan: reserve-scratch-bytes must be >= 0 (or -1: from lowering.storage)
+
+builtin.module {
+  func.func @rows() {
+    %x = nn.input "x" : tensor<8x64xf32>
+    %s = nn.softmax %x axis=-1 : tensor<8x64xf32> -> tensor<8x64xf32>
+    nn.output "y" %s : tensor<8x64xf32>
+    func.return
+  }
+}

@@ -1,0 +1,124 @@
+"""The lowering's own storage is sized by use and lies inside memory-plan's map.
+
+- `lowering-storage` measures the code, the low data (frames, tables) and the high data (scratch elements, small
+  data) of the lowering; memory-plan reserves exactly that (rounded to its elements); the real lowering then fits
+  and uses what was measured;
+- every byte the package writes into a tile's SRAM (code, data segments, parameter and input bindings) lies inside
+  a buffer or reservation of the placement map (`read_placement`), for several models and tile counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.dialects import func
+from xdsl.passes import PassPipeline
+
+from ipu.backend.lower.lowering import Lowering, pipeline_spec
+from ipu.backend.target import Target
+from ipu.frontend.siglip import PRESETS, SiglipVisionConfig, build_vision_model
+from ipu.passes.lowering_storage import storage_of
+from ipu.passes.memory_plan import read_placement
+from ipu.passes.registry import all_passes
+from ipu.runtime.package import DEVICE_DTYPES
+
+ATT81 = SiglipVisionConfig(
+    hidden_size=48,
+    intermediate_size=96,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    image_size=36,
+    patch_size=4,
+)
+CASES = [
+    (PRESETS["tiny"], 16),
+    (PRESETS["tiny"].with_layers(3), 16),
+    (ATT81, 16),
+    (PRESETS["tiny"].with_layers(1), 8),
+]
+
+
+def _placed(cfg, tiles):
+    target = Target.small(tiles=tiles, sram_kib=624)
+    module = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), pipeline_spec(target, outline_repeat=True)).apply(
+        Context(), module
+    )
+    f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    return f, target
+
+
+def _covered(intervals: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether each [lo, hi) lies inside the union of `intervals` ([n, 2], any order)."""
+    iv = intervals[np.argsort(intervals[:, 0])]
+    merged = []
+    for a, b in iv:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    m = np.array(merged, np.int64).reshape(-1, 2)
+    i = np.searchsorted(m[:, 0], lo, side="right") - 1
+    ok = i >= 0
+    return ok & (hi <= np.where(ok, m[np.maximum(i, 0), 1], 0))
+
+
+@pytest.mark.parametrize("cfg,tiles", CASES)
+def test_every_written_byte_is_in_the_map(cfg, tiles):
+    f, target = _placed(cfg, tiles)
+    lowering = Lowering(f, target)
+    pkg = lowering.run()
+    _, placed = read_placement(f)
+    per_tile = []
+    for t in range(tiles):
+        rows = [
+            (int(b.addr[t]), int(b.addr[t] + b.span[t])) for b in placed if b.addr[t] >= 0 and b.span[t] > 0
+        ]
+        per_tile.append(np.array(rows, np.int64).reshape(-1, 2))
+    writes: list[list[tuple[int, int, str]]] = [[] for _ in range(tiles)]
+    for t in range(tiles):
+        writes[t].append((pkg.code_base, pkg.code_base + len(pkg.code), "code"))
+    for s in pkg.segments:
+        n = s.data.shape[1]
+        targets = s.tiles if s.tiles is not None else (range(tiles) if s.data.shape[0] > 1 else range(tiles))
+        for t in targets:
+            writes[int(t)].append((s.address, s.address + n, f"segment {s.name}"))
+    for b in [*pkg.parameters, *pkg.inputs]:
+        esize = DEVICE_DTYPES[b.dtype].itemsize
+        for tile, addr, _off, count, _stride in b.chunks:
+            writes[int(tile)].append((int(addr), int(addr + count * esize), f"binding {b.name}"))
+    total = 0
+    for t in range(tiles):
+        lo = np.array([w[0] for w in writes[t]], np.int64)
+        hi = np.array([w[1] for w in writes[t]], np.int64)
+        ok = _covered(per_tile[t], lo, hi)
+        bad = [writes[t][i] for i in np.nonzero(~ok)[0][:5]]
+        assert not bad, f"tile {t}: writes outside every buffer and reservation: {bad}"
+        total += len(lo)
+    assert total > tiles * 3
+
+
+@pytest.mark.parametrize("cfg,tiles", CASES[:3])
+def test_reservations_are_the_measured_use(cfg, tiles):
+    """memory-plan reserves what lowering-storage measured, rounded to whole elements where memory-plan rounds;
+    the real lowering uses the measured bytes (low and high data, code) exactly."""
+    f, target = _placed(cfg, tiles)
+    measured = storage_of(f)
+    assert measured is not None and all(v > 0 for v in measured.values()), measured
+    plan, placed = read_placement(f)
+    spans = {
+        b.label.removeprefix("reserve "): int(b.span.max()) for b in placed if b.label.startswith("reserve ")
+    }
+    e0 = target.region0_element_bytes
+    assert spans["code"] == -(-measured["code"] // e0) * e0
+    assert spans["exchange_tables"] == -(-measured["tables"] // e0) * e0
+    assert measured["scratch"] <= spans["lowering_scratch"] < measured["scratch"] + 16
+    lowering = Lowering(f, target)
+    pkg = lowering.run()
+    assert len(pkg.code) == measured["code"]
+    low_start = lowering.low[0][0]
+    low_end = max(
+        s.address + s.data.shape[1] for s in pkg.segments if low_start <= s.address < lowering.code_addr
+    )
+    assert low_end - low_start <= measured["tables"]
+    assert lowering.image.used["low"] > 0.9 * measured["tables"] - 64  # measured, not a generous guess
