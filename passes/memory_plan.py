@@ -25,9 +25,9 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
 
 Gaps (said here so nobody is surprised): in-place operators and copy elimination are not modelled (each
 operator's result is a new buffer; a repeat's carried block argument, its yield operand and its result are
-three buffers); the asm lowering's scratch is one span at the top of SRAM (`reserve-scratch-bytes`, the
-`lowering_scratch` reservation), not per-op buffers with lifetimes; access tails are not requested; only the
-GEMM element constraint is declared; the code size is an option, not measured from the asm level.
+three buffers); the asm lowering's storage is three reservations sized by `lowering-storage`'s measurement
+(`lowering.storage` on the function: code, frames and tables, scratch at the top of SRAM), not per-op buffers
+with lifetimes; access tails are not requested; only the GEMM element constraint is declared.
 """
 
 from __future__ import annotations

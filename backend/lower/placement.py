@@ -4,10 +4,10 @@
 function (results of ops, phase results, `tile.repeat` block arguments; views share their operand's buffer).
 
 `DataImage` is the storage the lowering itself adds: kernel frames, exchange tables (region 0, in the
-`exchange_tables` reservation and the unused tail of the `code` reservation) and kernel scratch / weight staging
-(the "high" range: from the plan's high-water mark, which does not count the `lowering_scratch` reservation, to the
-end of SRAM; memory-plan{reserve-scratch-bytes} guarantees that span at the top of SRAM stays free for it). Every
-allocation has one address on all tiles; its contents are per tile (one row per tile) or shared (one row).
+`exchange_tables` reservation) and kernel scratch / weight staging / kernel-format biases (the "high" range: the
+`lowering_scratch` reservation at the top of SRAM, or above the plan's high-water mark when memory-plan reserved
+none). memory-plan sizes those reservations by `lowering-storage`'s measurement (a `DataImage(measure=True)` run).
+Every allocation has one address on all tiles; its contents are per tile (one row per tile) or shared (one row).
 """
 
 from __future__ import annotations
