@@ -26,6 +26,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
     ("nn-to-exchange-pipeline", "ipu.passes.exchange_pipeline", "NNToExchangePipelinePass"),
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
+    ("ipu-compile-pipeline", "ipu.passes.compile_pipeline", "IpuCompilePipelinePass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]
 
