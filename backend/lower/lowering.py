@@ -34,7 +34,7 @@ from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from ipu.backend.asm_text import parse_program
@@ -1208,6 +1208,11 @@ def lower_to_package(
         pkg = DebugLowering(f, target).run()
     else:
         pkg = Lowering(f, target).run()
+    config = module.attributes.get("ipu.model_config") if isinstance(module, ModuleOp) else None
+    if isinstance(config, StringAttr):  # the builder's config (frontend.siglip.MODEL_CONFIG_ATTR)
+        import json
+
+        pkg.metadata["config"] = json.loads(config.data)  # lets a package runner make random weights for it
     pkg.validate()
     return pkg
 
