@@ -130,3 +130,26 @@ def test_unplaced_input_and_stdout_refused(tmp_path, capsys):
     assert "has no asm.kernel ops and is not placed IR" in capsys.readouterr().err
     assert ipu_opt.main([str(mlir), "-p", "ipu-compile-pipeline{tiles=16}", "-t", "ipu-package"]) == 1
     assert "give -o FILE" in capsys.readouterr().err
+
+
+def test_two_steps_through_placed_ir_and_asm(tmp_path, capsys):
+    # nn IR -> placed IR text -> package: the bytes of the one-call route; -t ipu-asm on the placed text prints
+    # what `python -m ipu.backend.lower placed.mlir --print-asm` prints (full=true: the whole code image).
+    from ipu.backend.lower.__main__ import main as lower_main
+
+    cfg = PRESETS["tiny"].with_layers(1)
+    mlir, placed = tmp_path / "model.mlir", tmp_path / "placed.mlir"
+    mlir.write_text(str(build_vision_model(cfg)) + "\n")
+    one = _ipu_opt_package(tmp_path, mlir, "ipu-compile-pipeline{tiles=16}", "one.ipupkg")
+    assert ipu_opt.main([str(mlir), "-p", "ipu-compile-pipeline{tiles=16}", "-o", str(placed)]) == 0
+    two = tmp_path / "two.ipupkg"
+    assert ipu_opt.main([str(placed), "-t", "ipu-package", "-o", str(two)]) == 0
+    assert one.read_bytes() == two.read_bytes()
+    capsys.readouterr()
+    assert lower_main([str(placed), "--print-asm"]) == 0
+    main_text = capsys.readouterr().out
+    assert ipu_opt.main([str(placed), "-t", "ipu-asm"]) == 0
+    assert capsys.readouterr().out == main_text and main_text.startswith(".globl main\n")
+    assert ipu_opt.main([str(placed), "-t", "ipu-asm{full=true}"]) == 0
+    full = capsys.readouterr().out
+    assert full.startswith(main_text) and "\nxch_rounds:" in full and "\nxch_rounds:" not in main_text
