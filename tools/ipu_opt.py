@@ -5,6 +5,13 @@ It registers the project's dialects and passes (plus the builtin ones its IR use
 (`--split-input-file`, `--verify-diagnostics`, `--print-between-passes`, `-o`, `-t`). Every failure (unknown pass,
 bad option, unparsable IR, failed verification, a pass that rejects its input) ends in one diagnostic on stderr
 and a non-zero exit, never a Python traceback.
+
+Targets beside xDSL's `mlir`: `ipu-asm` (assembly text: a module's `asm.kernel`s, or a placed module's program,
+`ipu.backend.asm_target`) and `ipu-package` (the binary `.ipupkg` of a placed module, `ipu.backend.package_target`;
+written by `run_binary` to the `-o` file once it exists, never to stdout). With the named pass
+`ipu-compile-pipeline` the driver goes from nn IR to a package:
+
+    ipu-opt model.mlir --pass-pipeline='builtin.module(ipu-compile-pipeline{tiles=16})' -t ipu-package -o m.ipupkg
 """
 
 from __future__ import annotations
