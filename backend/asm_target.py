@@ -1,8 +1,12 @@
-"""`ipu-opt -t ipu-asm`: print the `asm` kernels of a module as Graphcore-syntax assembly text.
+"""`ipu-opt -t ipu-asm`: print a module's assembly as Graphcore-syntax text.
 
-Options: `layout=true` lays the kernels out at `base` first (see `ipu.backend.isa_program`), so the printed text
-shows the padding `nop`s and bundled rpt bodies that the program really holds, with each line's address as a
-trailing comment.
+- A module of `asm.kernel` ops: its kernels. `layout=true` lays the kernels out at `base` first (see
+  `ipu.backend.isa_program`), so the printed text shows the padding `nop`s and bundled rpt bodies that the
+  program really holds, with each line's address as a trailing comment.
+- Placed IR (after `memory-plan`, e.g. through `ipu-compile-pipeline`): the package's supervisor program `main`
+  (what `python -m ipu.backend.lower placed.mlir --print-asm` prints); `full=true`: the whole code image's source
+  (main, the exchange routines and the kernel library).
+- Anything else is an error (run memory-plan or ipu-compile-pipeline first).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import IO
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.utils.exceptions import DiagnosticException
 from xdsl.utils.target import Target
 
 from ipu.backend.asm_text import print_kernels
@@ -25,11 +30,16 @@ class IpuAsmTarget(Target):
 
     layout: bool = False
     base: int = IPU21.sram_base
+    full: bool = False
+    """Placed IR: print the whole code image's source, not only `main`."""
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
         from ipu.dialects.asm import module_to_kernels
 
         kernels = module_to_kernels(module)
+        if not kernels:
+            output.write(self.placed_asm(module))
+            return
         if not self.layout:
             output.write(print_kernels(kernels))
             return
@@ -41,3 +51,19 @@ class IpuAsmTarget(Target):
                 line = f"{line:<63} // {next(it):#07x}"
             out.append(line)
         output.write("\n".join(out) + "\n")
+
+    def placed_asm(self, module: ModuleOp) -> str:
+        from ipu.backend.lower.lowering import Lowering, LoweringError, target_of
+        from ipu.backend.package_target import placed_func, unplaced_error
+        from ipu.dialects import memory as mem
+
+        f = placed_func(module)
+        if f is None:
+            raise unplaced_error(module, self.name, "has no asm.kernel ops and ")
+        plan = next(o for o in f.body.block.ops if isinstance(o, mem.PlanOp))
+        try:
+            low = Lowering(f, target_of(plan))
+            low.run()
+        except LoweringError as e:
+            raise DiagnosticException(f"-t {self.name}: {e}") from None
+        return low.text if self.full else low.main_text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from xdsl.builder import Builder, InsertPoint
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, TensorType, f32
+from xdsl.dialects.builtin import ModuleOp, StringAttr, TensorType, f32
 from xdsl.ir import Block, Region, SSAValue
 
 from ipu.dialects import nn
@@ -125,6 +125,10 @@ PRESETS: dict[str, SiglipVisionConfig] = {
 }
 PRESETS["siglip-tiny"] = PRESETS["tiny"]
 PRESETS["siglip-so400m"] = PRESETS["so400m-patch14-384"]
+
+# The builder's module attribute holding the config as JSON (`SiglipVisionConfig.to_dict`); the lowering copies
+# it into `Package.metadata["config"]`.
+MODEL_CONFIG_ATTR = "ipu.model_config"
 
 
 def get_config(name_or_path: str) -> SiglipVisionConfig:
@@ -287,7 +291,9 @@ def _hint(param_name: str) -> str:
 def build_vision_model(cfg: SiglipVisionConfig, func_name: str = "siglip_vision") -> ModuleOp:
     """The whole vision tower as one `func.func` of `nn` ops, layers unrolled (`nn-outline-repeat` folds them).
 
-    Outputs: `last_hidden_state` [1, T, D] and, with the head, `pooler_output` [1, D].
+    Outputs: `last_hidden_state` [1, T, D] and, with the head, `pooler_output` [1, D]. The module records the
+    config (`MODEL_CONFIG_ATTR`, JSON): the lowering copies it into the package's `metadata["config"]`, so a
+    package compiled from the IR text (`ipu-opt ... -t ipu-package`) lets a runner make random weights too.
     """
     cfg_p, c, s = cfg.patch_size, cfg.num_channels, cfg.image_size
     d, t = cfg.hidden_size, cfg.num_patches
@@ -328,7 +334,7 @@ def build_vision_model(cfg: SiglipVisionConfig, func_name: str = "siglip_vision"
 
     e.b.insert(func.ReturnOp())
     f = func.FuncOp(func_name, ((), ()), Region(block))
-    return ModuleOp([f])
+    return ModuleOp([f], attributes={MODEL_CONFIG_ATTR: StringAttr(json.dumps(cfg.to_dict()))})
 
 
 def iter_nn_ops(module: ModuleOp) -> Iterator:

@@ -28,6 +28,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("kernel-select", "ipu.passes.kernel_select", "KernelSelectPass"),
     ("lowering-storage", "ipu.passes.lowering_storage", "LoweringStoragePass"),
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
+    ("ipu-compile-pipeline", "ipu.passes.compile_pipeline", "IpuCompilePipelinePass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
 ]
 

@@ -240,6 +240,16 @@ class Package:
     # ------------------------------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         path = Path(path)
+        self._write(path)
+        return path
+
+    def to_bytes(self) -> bytes:
+        """The `.ipupkg` file's bytes (what `save` writes)."""
+        buf = io.BytesIO()
+        self._write(buf)
+        return buf.getvalue()
+
+    def _write(self, dest: Path | io.BytesIO) -> None:
         arrays: dict[str, np.ndarray] = {"arrays/code.npy": np.frombuffer(self.code, dtype=np.uint8)}
         segs = []
         for i, s in enumerate(self.segments):
@@ -277,7 +287,7 @@ class Package:
             "metadata": self.metadata,
             "debug": [b.to_json(arrays, "debug") for b in self.debug],
         }
-        with zipfile.ZipFile(path, "w") as z:
+        with zipfile.ZipFile(dest, "w") as z:
             z.writestr(
                 _member("manifest.json"), json.dumps(manifest, indent=1), compress_type=zipfile.ZIP_DEFLATED
             )
@@ -289,7 +299,6 @@ class Package:
                 deflate = len(raw) > 512 and _deflate_pays(raw)
                 kind = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
                 z.writestr(_member(key), raw, compress_type=kind, compresslevel=1 if deflate else None)
-        return path
 
     @classmethod
     def load(cls, path: str | Path) -> Package:

@@ -5,11 +5,19 @@ It registers the project's dialects and passes (plus the builtin ones its IR use
 (`--split-input-file`, `--verify-diagnostics`, `--print-between-passes`, `-o`, `-t`). Every failure (unknown pass,
 bad option, unparsable IR, failed verification, a pass that rejects its input) ends in one diagnostic on stderr
 and a non-zero exit, never a Python traceback.
+
+Targets beside xDSL's `mlir`: `ipu-asm` (assembly text: a module's `asm.kernel`s, or a placed module's program,
+`ipu.backend.asm_target`) and `ipu-package` (the binary `.ipupkg` of a placed module, `ipu.backend.package_target`;
+written by `run_binary` to the `-o` file once it exists, never to stdout). With the named pass
+`ipu-compile-pipeline` the driver goes from nn IR to a package:
+
+    ipu-opt model.mlir --pass-pipeline='builtin.module(ipu-compile-pipeline{tiles=16})' -t ipu-package -o m.ipupkg
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import re
 import sys
 import time
@@ -21,6 +29,7 @@ from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
+from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -31,6 +40,10 @@ LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
 
 
 class PipelineSyntaxError(ValueError):
+    pass
+
+
+class OutputError(ValueError):
     pass
 
 
@@ -185,6 +198,14 @@ class IpuOptMain(xDSLOptMain):
                 return IpuAsmTarget
 
             self.available_targets["ipu-asm"] = asm_target
+        if find_spec("ipu.backend.package_target") is not None:
+
+            def package_target():
+                from ipu.backend.package_target import IpuPackageTarget
+
+                return IpuPackageTarget
+
+            self.available_targets["ipu-package"] = package_target
 
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
         super().register_all_arguments(arg_parser)
@@ -193,6 +214,35 @@ class IpuOptMain(xDSLOptMain):
             default=None,
             help="pass pipeline in MLIR syntax, e.g. 'builtin.module(nn-fuse-qkv,canonicalize)'",
         )
+
+    def run(self) -> None:
+        spec = parse_spec(self.args.target)
+        factory = self.available_targets[spec.name]
+        target_cls = factory() if not inspect.signature(factory).parameters else None
+        if not getattr(target_cls, "binary", False):
+            return super().run()
+        self.run_binary(target_cls.from_spec(spec))
+
+    def run_binary(self, target) -> None:
+        """A binary target (`ipu-package`): one module in, its bytes written to the -o file once they exist (xDSL's
+        `run` opens -o as text before parsing and would leave an empty file behind on an error)."""
+        if self.args.output_file in (None, "-"):
+            raise OutputError(
+                f"-t {target.name} writes a binary package: give -o FILE (it is not written to stdout)"
+            )
+        if self.args.split_input_file:
+            raise OutputError(f"-t {target.name} writes one package: --split-input-file is not supported")
+        chunks, file_extension = self.prepare_input()
+        (chunk, offset), *_ = chunks
+        try:
+            module = self.parse_chunk(chunk, file_extension, offset)
+        finally:
+            for c, _ in chunks:
+                c.close()
+        self.apply_passes(module)
+        data = target.package_bytes(module)
+        with open(self.args.output_file, "wb") as out:
+            out.write(data)
 
     def setup_pipeline(self) -> None:
         if self.args.pass_pipeline is not None:

@@ -2,6 +2,7 @@
 
     ipu-run model.ipupkg --weights ckpt/ --input x.npy --inferences 3 [--compare-reference]
     ipu-run --model siglip-tiny [--tiles 16] [--weights ckpt/] [-o model.ipupkg] [--compare-reference]
+    ipu-run --model siglip-tiny [--layers N] --emit-nn model.mlir
 
 A package run opens the package on the simulator, uploads the parameters once (from `--weights`, a safetensors
 checkpoint, or seeded random weights for the package's model config) and runs the inferences, printing cycles per
@@ -11,6 +12,11 @@ and relative L2 against the fp32 numpy reference evaluator on the same weights a
 `--model` compiles first (`ipu.backend.lower.compile_model`: nn passes, tile planning, exchange, memory placement,
 asm lowering) for the full 1472-tile IPU21 or, with `--tiles N`, a smaller machine, then runs the package the same
 way. `--reference-only` skips the device and compares the device-precision reference evaluator with fp32 instead.
+
+`--emit-nn FILE` (with `--model`; `-` for stdout) writes the model's nn IR, the builder's output before any pass,
+as MLIR text and stops: `ipu-opt FILE --pass-pipeline='builtin.module(ipu-compile-pipeline{tiles=16})' -t
+ipu-package -o m.ipupkg` then gives the same package, byte for byte, as `ipu-run --model ... --tiles 16 -o`
+(both run the named pass `ipu-compile-pipeline`; the IR records the config for the package's metadata).
 
 `--per-op` (with `--compare-reference`; `--model` compiles with `debug_values=True`, see
 `ipu.backend.lower.debug`) reads every kept nn op result back from the device and prints, per op in program order,
@@ -237,6 +243,28 @@ def compile_and_run(args) -> int:
     return run_package(args, pkg)
 
 
+def emit_nn(args) -> int:
+    from ipu.frontend.siglip import build_vision_model, get_config
+
+    if args.weights:
+        _, cfg = _weights_and_config(args)
+    else:
+        cfg = get_config(args.model)
+        if args.layers is not None:
+            cfg = cfg.with_layers(args.layers)
+    text = str(build_vision_model(cfg)) + "\n"
+    if args.emit_nn == "-":
+        sys.stdout.write(text)
+    else:
+        with open(args.emit_nn, "w") as f:
+            f.write(text)
+        print(
+            f"nn IR of SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}) written to "
+            f"{args.emit_nn}"
+        )
+    return 0
+
+
 def run_reference_only(args) -> int:
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
@@ -303,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("-o", "--output", help="--model: also write the compiled package here")
     p.add_argument(
+        "--emit-nn",
+        metavar="FILE",
+        help="--model: write the model's nn IR (MLIR text, before any pass) to FILE (- for stdout) and stop",
+    )
+    p.add_argument(
         "--reference-only",
         action="store_true",
         help="--model: no device; compare the device-precision reference evaluator with fp32",
@@ -343,7 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--per-op needs --compare-reference")
     if args.profile and args.reference_only:
         p.error("--profile needs a device run (not --reference-only)")
+    if args.emit_nn and not args.model:
+        p.error("--emit-nn needs --model")
     try:
+        if args.emit_nn:
+            return emit_nn(args)
         if args.package:
             return run_package(args)
         return run_reference_only(args) if args.reference_only else compile_and_run(args)

@@ -34,7 +34,7 @@ from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 
 from ipu.backend.asm_text import parse_program
@@ -55,18 +55,18 @@ from ipu.dialects import memory as mem
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
+from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeline moved to the named pass)
+    CODE_RESERVE_BYTES,
+    RESIDENT_ALLOWANCE,
+    SCRATCH_ELEMENTS,
+    SCRATCH_EXTRA_BYTES,
+    IpuCompilePipelinePass,
+    pipeline_spec,
+)
 from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
-SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
-# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
-# (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
-SCRATCH_EXTRA_BYTES = 48 * 1024
-CODE_RESERVE_BYTES = 48 * 1024  # memory-plan's default reserve-code-bytes
-# Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
-# So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
-RESIDENT_ALLOWANCE = 80 * 1024
 
 
 # rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
@@ -1260,6 +1260,11 @@ def lower_to_package(
         pkg = DebugLowering(f, target).run()
     else:
         pkg = Lowering(f, target).run()
+    config = module.attributes.get("ipu.model_config") if isinstance(module, ModuleOp) else None
+    if isinstance(config, StringAttr):  # the builder's config (frontend.siglip.MODEL_CONFIG_ATTR)
+        import json
+
+        pkg.metadata["config"] = json.loads(config.data)  # lets a package runner make random weights for it
     pkg.validate()
     return pkg
 
@@ -1274,49 +1279,6 @@ def derived_parameters(f: func.FuncOp) -> dict[str, dict]:
     except DerivationError as e:
         raise LoweringError(str(e)) from None
     return {name: {"spec": spec, "shape": list(shape)} for name, (spec, shape) in specs.items()}
-
-
-def pipeline_spec(
-    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = True
-) -> str:
-    """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
-
-    - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
-      operands take half a tile;
-    - `nn-hoist-stacked` (with the loop): the per-layer weight casts and slices leave the loop body, so the host
-      uploads each prepared weight as one Repeat sequence instead of the f32 parameters;
-    - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
-      attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
-      `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
-      (`#tile.single`), which does not fit at full size;
-    - `nn-split-attention-keys`: long attentions' keys in chunks over each head's tiles, merged (So400m: two
-      chunks of 365 / 364 keys; each tile receives half of its head's K and V);
-    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
-      with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
-      where its estimate wins (not: `nn-split-k{many_rows=false}`);
-    - memory-plan keeps `SCRATCH_ELEMENTS` region-1 elements at the top of SRAM for the lowering's scratch (C, A
-      and aux areas, see `scratch()` / `NnOps.aux`) when region 1 has room for them besides GEMM results (not
-      with `scratch=False`: per-op debug values are kept above the plan too)."""
-    from ipu.passes.nn_quantize import DEFAULT_SPEC
-
-    opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
-    rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
-    room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
-    r1 = target.sram_end - target.region1_base
-    xopts = opts
-    # The lowering's code, tables and scratch: measured by lowering-storage, reserved by memory-plan at that size.
-    mem = f"lowering-storage{opts},memory-plan{opts}" if scratch else f"memory-plan{opts}"
-    if scratch and r1 >= 2 * room:
-        # tile-plan's GEMM budget: a GEMM's operands and result share what region 1 keeps besides the scratch with
-        # the resident weights and other live values (RESIDENT_ALLOWANCE).
-        frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
-        xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
-    split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
-    keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
-    return (
-        f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{keys},{hoist}{split_k},"
-        f"nn-to-exchange-pipeline{xopts},{mem}"
-    )
 
 
 def compile_model(
@@ -1351,16 +1313,22 @@ def compile_model(
     else:
         module = module_or_config
     f = _single_func(module)
+    compile_pass = IpuCompilePipelinePass(  # the named pass `ipu-opt` runs (ipu.passes.compile_pipeline)
+        tiles=target.num_tiles,
+        sram_kib=target.sram_bytes // 1024,
+        repeat=repeat,
+        split_rows=split_rows,
+        scratch=not debug_values,
+    )
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(pipeline_spec(target, repeat, scratch=False, split_rows=split_rows))
+        head, tail = nn_passes(compile_pass.pipeline_text())
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
-        spec = pipeline_spec(target, repeat, split_rows=split_rows)
-        PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
+        compile_pass.apply(Context(), module)
     pkg = lower_to_package(module, target, debug_values)
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it

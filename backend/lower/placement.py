@@ -196,7 +196,8 @@ class DataImage:
     def _fail(self, nbytes: int, where: str):
         raise PlacementError(
             f"the lowering's data ({nbytes} more bytes, {where}) does not fit: {self.used} bytes used above the "
-            "memory plan; give memory-plan more room (smaller reservations) or a target with more SRAM"
+            "memory plan; the lowering-storage pass sizes memory-plan's reservations (run it after any edit of the "
+            "kernel choices), or give the target more SRAM"
         )
 
     def put(self, name: str, addr: int, rows: np.ndarray, tiles: np.ndarray | None = None) -> None:

@@ -44,7 +44,7 @@ OUTPUTS = ("last_hidden_state", "pooler_output")
 
 
 def compile_choosing(module_or_cfg, target, **options):
-    """compile_model with kernel-select run again (overwriting) with `options` before memory-plan: the other
+    """compile_model with kernel-select run again (overwriting) with `options` before lowering-storage: the other
     attention paths (key chunks, S = Q K^T, O = P V) at small sizes, chosen in the IR as a person would."""
     from ipu.backend.lower.lowering import pipeline_spec
 
@@ -54,8 +54,10 @@ def compile_choosing(module_or_cfg, target, **options):
     opts = " ".join(f"{k}={v}" for k, v in options.items())
     select = f"kernel-select{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024} overwrite=true {opts}}}"
     spec = pipeline_spec(target, outline_repeat=True)
-    assert ",memory-plan" in spec
-    spec = spec.replace(",memory-plan", f",{select},memory-plan")
+    assert (
+        ",lowering-storage" in spec
+    )  # the choices size the lowering's storage: edited before it is measured
+    spec = spec.replace(",lowering-storage", f",{select},lowering-storage")
     PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), module)
     return compile_model(module, target)
 

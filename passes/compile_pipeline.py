@@ -1,0 +1,141 @@
+"""`ipu-compile-pipeline`: nn IR -> placed IR (after `memory-plan`), the pipeline `compile_model` and
+`ipu-run --model` run, as one named pass.
+
+    ipu-opt model.mlir --pass-pipeline='builtin.module(ipu-compile-pipeline{tiles=16})' -t ipu-package -o m.ipupkg
+    ipu-opt model.mlir -p 'ipu-compile-pipeline{tiles=16 sram_kib=624 repeat=false split_rows=false}'
+
+Options: `tiles` (default 1472: the full IPU21), `sram_kib` (SRAM per tile, default 624; with 1472 tiles the
+IPU21 itself), `repeat` (default true: the layers outlined into one `tile.repeat` loop, `nn-outline-repeat` +
+`nn-hoist-stacked`), `split_rows` (default true: many-row linears split along K too where the estimate wins),
+`scratch` (default true: lowering-storage sizes and memory-plan reserves the lowering's storage; false for per-op debug builds,
+whose kept values live there).
+
+The pass applies, in order, the passes of `pipeline_spec(target, repeat, scratch, split_rows)` (spelled out by
+`IpuCompilePipelinePass.pipeline_text()`); `ipu.backend.lower.lowering` re-exports `pipeline_spec` and the
+constants below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+
+from ipu.backend.target import IPU21, Target
+
+SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
+# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
+# (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
+SCRATCH_EXTRA_BYTES = 48 * 1024
+CODE_RESERVE_BYTES = 48 * 1024  # memory-plan's default reserve-code-bytes
+# Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
+# So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
+RESIDENT_ALLOWANCE = 80 * 1024
+
+
+def pipeline_spec(
+    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = True
+) -> str:
+    """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
+
+    - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
+      operands take half a tile;
+    - `nn-hoist-stacked` (with the loop): the per-layer weight casts and slices leave the loop body, so the host
+      uploads each prepared weight as one Repeat sequence instead of the f32 parameters;
+    - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
+      attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
+      `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
+      (`#tile.single`), which does not fit at full size;
+    - `nn-split-attention-keys`: long attentions' keys in chunks over each head's tiles, merged (So400m: two
+      chunks of 365 / 364 keys; each tile receives half of its head's K and V);
+    - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
+      with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
+      where its estimate wins (not: `nn-split-k{many_rows=false}`);
+    - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
+      placed copy) and memory-plan reserves exactly that (not with `scratch=False`: per-op debug values are kept
+      above the plan); tile-plan's GEMM budget still assumes `SCRATCH_ELEMENTS` elements + `SCRATCH_EXTRA_BYTES`
+      of scratch and `RESIDENT_ALLOWANCE` for resident values."""
+    from ipu.passes.nn_quantize import DEFAULT_SPEC
+
+    opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
+    rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
+    room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
+    r1 = target.sram_end - target.region1_base
+    mem, xopts = f"memory-plan{opts}", opts
+    if scratch and r1 >= 2 * room:
+        # The lowering's code, tables and scratch: measured by lowering-storage, reserved by memory-plan at that
+        # size (targets without room in region 1 for the scratch get no reservation, as before).
+        mem = f"lowering-storage{opts},memory-plan{opts}"
+        # tile-plan's GEMM budget: a GEMM's operands and result share what region 1 keeps besides the scratch with
+        # the resident weights and other live values (RESIDENT_ALLOWANCE).
+        frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
+        xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
+    split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
+    keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
+    return (
+        f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{keys},{hoist}{split_k},"
+        f"nn-to-exchange-pipeline{xopts},{mem}"
+    )
+
+
+def compile_target(tiles: int = IPU21.num_tiles, sram_kib: int = IPU21.sram_bytes // 1024) -> Target:
+    """The target of `tiles` x `sram_kib` KiB: the IPU21 itself for 1472 x 624 (as `target_of` maps a plan back),
+    else `Target.small` (ValueError naming the bad value)."""
+    if tiles == IPU21.num_tiles and sram_kib * 1024 == IPU21.sram_bytes:
+        return IPU21
+    return Target.small(tiles=tiles, sram_kib=sram_kib)
+
+
+@dataclass(frozen=True)
+class IpuCompilePipelinePass(ModulePass):
+    """nn IR -> placed IR for one target (see the module docstring)."""
+
+    name = "ipu-compile-pipeline"
+
+    tiles: int = IPU21.num_tiles
+    """Tiles of the target (default: the full IPU21's 1472)."""
+    sram_kib: int = IPU21.sram_bytes // 1024
+    """SRAM per tile, KiB (a multiple of 16, at most 624)."""
+    repeat: bool = True
+    """Outline the layers into one `tile.repeat` loop (nn-outline-repeat, nn-hoist-stacked)."""
+    split_rows: bool = True
+    """nn-split-k splits many-row linears too (false: `many_rows=false`)."""
+    scratch: bool = True
+    """memory-plan reserves the lowering's scratch (false: per-op debug builds)."""
+
+    def __post_init__(self) -> None:
+        # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.
+        for opt in ("tiles", "sram_kib"):
+            value = getattr(self, opt)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{self.name}: option '{opt}' must be an integer, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"{self.name}: option '{opt}' must be positive, got {value}")
+        for opt in ("repeat", "split_rows", "scratch"):
+            if not isinstance(getattr(self, opt), bool):
+                raise ValueError(
+                    f"{self.name}: option '{opt}' must be true or false, got {getattr(self, opt)!r}"
+                )
+        try:
+            compile_target(self.tiles, self.sram_kib)
+        except ValueError as e:
+            raise ValueError(f"{self.name}: {e}") from None
+
+    @property
+    def target(self) -> Target:
+        return compile_target(self.tiles, self.sram_kib)
+
+    def pipeline_text(self) -> str:
+        """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target)."""
+        return pipeline_spec(self.target, self.repeat, scratch=self.scratch, split_rows=self.split_rows)
+
+    def passes(self) -> tuple[ModulePass, ...]:
+        from ipu.passes.registry import all_passes
+
+        return PassPipeline.parse_spec(dict(all_passes()), self.pipeline_text()).passes
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        for p in self.passes():
+            p.apply(ctx, op)

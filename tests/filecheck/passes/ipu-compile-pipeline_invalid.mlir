@@ -1,0 +1,35 @@
+// Bad options of ipu-compile-pipeline: one diagnostic naming the option, a non-zero exit, no traceback.
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=0}' 2>&1 | filecheck %s --check-prefix=TILES
+// TILES: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' must be positive, got 0
+// TILES-NOT: Traceback
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=-3}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
+// NEGATIVE: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' must be positive, got -3
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{sram_kib=0}' 2>&1 | filecheck %s --check-prefix=SRAM
+// SRAM: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'sram_kib' must be positive, got 0
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=2000}' 2>&1 | filecheck %s --check-prefix=MANY
+// MANY: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: tiles must be in [1, 1472], got 2000
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{sram_kib=100}' 2>&1 | filecheck %s --check-prefix=KIB
+// KIB: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: sram_kib must be a multiple of 16 in [48, 624], got 100
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{sram_kib=1024}' 2>&1 | filecheck %s --check-prefix=BIG
+// BIG: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: sram_kib must be a multiple of 16 in [48, 624], got 1024
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{repeat=maybe}' 2>&1 | filecheck %s --check-prefix=BOOL
+// BOOL: ipu-opt: error: bad pass pipeline: Incompatible types: given ('maybe',), expected <class 'bool'>
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=sixteen}' 2>&1 | filecheck %s --check-prefix=INT
+// INT: ipu-opt: error: bad pass pipeline: Incompatible types: given ('sixteen',), expected <class 'int'>
+
+// RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch"]
+
+func.func @f() {
+  %x = nn.input "x" : tensor<4x8xf32>
+  nn.output "y" %x : tensor<4x8xf32>
+  func.return
+}
