@@ -29,7 +29,7 @@ Op lowering (what exists, see docs/lowering.md for what does not):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 
 import numpy as np
@@ -64,7 +64,7 @@ from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeli
     pipeline_spec,
 )
 from ipu.runtime import fp8
-from ipu.runtime.package import Binding, Package
+from ipu.runtime.package import Binding, Package, Segment
 
 FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
 
@@ -104,6 +104,7 @@ class KernelCall:
     build: Callable[[dict[str, int]], tuple[np.ndarray, np.ndarray]]  # labels -> (active [tiles], frames)
     all_active: bool
     built: np.ndarray | None = field(default=None, repr=False, compare=False)
+    what: str = field(default="", compare=False)  # the op (diagnostics)
 
     def data(self, labels: dict[str, int], tiles: int) -> np.ndarray:
         """uint32 [tiles, 2 + words]: the active word, padding, the kernel frame. Built once: a tile.repeat's
@@ -127,10 +128,13 @@ def target_of(plan: mem.PlanOp) -> Target:
 
 
 class Lowering(NnOps):
-    def __init__(self, f: func.FuncOp, target: Target, measure: bool = False):
+    def __init__(self, f: func.FuncOp, target: Target, measure: bool = False, per_iteration: bool = False):
         """measure: size the lowering's own storage instead of placing it (`DataImage(measure=True)`; the code
-        may exceed its reservation): `storage_need()` after `run()`; the package is not meant to run."""
+        may exceed its reservation): `storage_need()` after `run()`; the package is not meant to run.
+        per_iteration: lower a tile.repeat body once per iteration (the reference path of `repeat`) instead of
+        at `repeat_samples`."""
         self.f = f
+        self.per_iteration = per_iteration
         self.target = target
         self.measure = measure
         self.n = target.num_tiles
@@ -173,7 +177,7 @@ class Lowering(NnOps):
     def call(self, entry: str, words: int, build, all_active: bool = False, what: str = "") -> None:
         addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low")
         k = len(self.calls)
-        self.calls.append(KernelCall(entry, addr, words, build, all_active))
+        self.calls.append(KernelCall(entry, addr, words, build, all_active, what=what))
         self.lines.append(f"    setzi $m0, {addr:#x}" + (f"  // {what}" if what else ""))
         if not all_active:
             self.lines += ["    ld32 $m1, $m0, $mzero, 0", f"    brz $m1, .Lskip{k}"]
@@ -295,15 +299,28 @@ class Lowering(NnOps):
         self.copy_call(rows, what)
 
     def repeat(self, op: tl.RepeatOp) -> None:
-        """`tile.repeat` as a supervisor loop over one copy of the body's code. The body is lowered once per
-        iteration (stacked block arguments at member i, per-iteration storage at member i); the code must come
-        out identical and every data word an arithmetic progression in i. Iteration 0's data is kept; the words
-        that change get a per-tile patch table (address, stride) that `rep_patch` applies before each further
-        iteration, and a reset table (-(count - 1) * stride) applied after the last, so the next run starts
-        again at iteration 0."""
+        """`tile.repeat` as a supervisor loop over one copy of the body's code, lowered at a fixed number of
+        iterations whatever the count (`repeat_samples`: 0, 1 and the last; every iteration with
+        `per_iteration`, the reference path). A sampled iteration i is lowered with the stacked block arguments at
+        member i (`Addresses.iteration`) and the per-iteration storage at member i (`layer_alloc`).
+
+        Derived (from iterations 0 and 1, every iteration by the arithmetic progression w_i = w_0 + i (w_1 - w_0)):
+        - every frame / table word: the words that change get a per-tile patch table (address, stride) that
+          `rep_patch` applies before each further iteration, and a reset table (-(count - 1) * stride) applied after
+          the last, so the next run starts again at iteration 0 (`_patch_tables`); iteration 0's data is kept;
+        - the body's host bindings (`Binding.chunks`: per-iteration storage addresses, the stacked parameter's flat
+          offsets) and the data of the per-iteration storage (segments at `layer_alloc` addresses: same bytes,
+          address by the progression), for every iteration, in iteration order.
+        Checked: every sampled iteration lowers to the same code and allocations as iteration 0, and each one past
+        1 (the last) equals the progression in every word, binding chunk and per-iteration segment; a word that
+        varies otherwise (not an arithmetic progression at the sampled points) is a `LoweringError` naming the
+        word's address, the tile and the frame or table. Words are only compared at the sampled iterations: an
+        iteration between 1 and the last is assumed to follow the progression (addresses of stacked values and
+        per-iteration storage are base + i * stride by construction)."""
         if self.layer is not None:
             raise LoweringError("tile.repeat nested in a tile.repeat is not lowered")
         count = op.iterations
+        what = f"tile.repeat x{count}"
         block = op.body.block
         nc = len(op.carried)
         self.scratch()
@@ -325,21 +342,22 @@ class Lowering(NnOps):
             [list(x) for x in image.ranges["high"]],
             dict(image.used),
         )
-        n_calls, n_lines, n_segs, n_lr = (
+        n_calls, n_lines, n_segs, n_lr, n_par = (
             len(self.calls),
             len(self.lines),
             len(image.segments),
             len(self.layer_ranges),
+            len(self.params),
         )
         runs = []
         self.layers = count
-        for i in range(count):
+        for i in repeat_samples(count, self.per_iteration):
             image.ranges["low"], image.ranges["high"] = (
                 [list(x) for x in state[0]],
                 [list(x) for x in state[1]],
             )
             image.used = dict(state[2])
-            del self.calls[n_calls:], self.lines[n_lines:], self.layer_ranges[n_lr:]
+            del self.calls[n_calls:], self.lines[n_lines:], self.layer_ranges[n_lr:], self.params[n_par:]
             del image.segments[n_segs:]  # kept per run below
             self.layer = self.addrs.iteration = i
             n_in, n_out = len(self.inputs), len(self.outputs)
@@ -351,40 +369,53 @@ class Lowering(NnOps):
             after = ([list(x) for x in image.ranges["low"]], [list(x) for x in image.ranges["high"]])
             runs.append(
                 dict(
+                    i=i,
                     lines=self.lines[n_lines:],
                     calls=self.calls[n_calls:],
                     segs=image.segments[n_segs:],
                     ranges=after,
                     used=dict(image.used),
                     layer_ranges=self.layer_ranges[n_lr:],
+                    params=self.params[n_par:],
                 )
             )
-            if runs[i]["lines"] != runs[0]["lines"] or after != runs[0]["ranges"]:
+            run, first = runs[-1], runs[0]
+            if run["lines"] != first["lines"]:
+                k = next((j for j, (a, b) in enumerate(zip(run["lines"], first["lines"])) if a != b), None)
+                at = f": line {k} is {run['lines'][k]!r}, not {first['lines'][k]!r}" if k is not None else ""
                 raise LoweringError(
-                    f"tile.repeat: iteration {i} does not lower to the same code as iteration 0"
+                    f"{what}: iteration {i} does not lower to the same code as iteration 0{at}"
                 )
+            if after != first["ranges"] or run["layer_ranges"] != first["layer_ranges"]:
+                raise LoweringError(f"{what}: iteration {i} allocates other storage than iteration 0")
         self.layer, self.addrs.iteration, self.layers = None, 0, 1
-        # Keep iteration 0's code, frames and tables; every iteration's per-iteration storage.
-        image.ranges["low"], image.ranges["high"] = runs[0]["ranges"]
-        image.used = runs[0]["used"]
+        # Keep iteration 0's code, frames and tables; every iteration's per-iteration storage and bindings.
+        first = runs[0]
+        image.ranges["low"], image.ranges["high"] = first["ranges"]
+        image.used = first["used"]
         del self.calls[n_calls:], self.lines[n_lines:], image.segments[n_segs:]
-        self.lines += runs[0]["lines"]
-        self.calls += runs[0]["calls"]
-        lr = runs[0]["layer_ranges"]
+        del self.layer_ranges[n_lr:], self.params[n_par:]
+        self.lines += first["lines"]
+        self.calls += first["calls"]
+        lr = first["layer_ranges"]
         self.layer_ranges += lr
 
         def in_layer(seg):
             return any(a <= seg.address < b for a, b in lr)
 
-        image.segments += [sg for sg in runs[0]["segs"]]
-        for run in runs[1:]:
-            image.segments += [sg for sg in run["segs"] if in_layer(sg)]
+        image.segments += first["segs"]
+        for run in runs:
+            run["layer_segs"] = [sg for sg in run["segs"] if in_layer(sg)]
+            run["segs"] = [sg for sg in run["segs"] if not in_layer(sg)]
+        layer_segs = _progression(runs, count, "layer_segs", what)
+        params = _progression(runs, count, "params", what)
+        for i in range(1, count):
+            image.segments += layer_segs[i]
+        for i in range(count):
+            self.params += params[i]
         self.repeats.append(
             dict(
-                rec=rec,
-                count=count,
-                calls=[run["calls"] for run in runs],
-                segs=[[sg for sg in run["segs"] if not in_layer(sg)] for run in runs],
+                rec=rec, count=count, runs=[(run["i"], run["calls"], run["segs"]) for run in runs], what=what
             )
         )
         self.lines += [
@@ -404,59 +435,57 @@ class Lowering(NnOps):
             self._carried_copy(arg, res, "tile.repeat: carried values out")
 
     def _patch_tables(self, rep: dict, labels: dict[str, int]) -> None:
-        """Per-address words of every iteration -> (forward, reset) patch tables of one repeat."""
-        n = self.n
-        words: list[dict[int, np.ndarray]] = []  # per iteration: address -> uint32 [tiles]
-        for calls, segs in zip(rep["calls"], rep["segs"]):
-            w: dict[int, np.ndarray] = {}
-            for c in calls:
-                data = c.data(labels, n)
-                for j in range(data.shape[1]):
-                    w[c.addr + 4 * j] = data[:, j]
-            for sg in segs:
-                d = np.asarray(sg.data, np.uint8)
-                if d.shape[1] % 4 or sg.address % 4 or sg.tiles is not None:
-                    w[sg.address] = None  # compared bytewise below
-                    w[("raw", sg.address)] = np.broadcast_to(d, (n, d.shape[1])).copy()
-                    continue
-                d32 = np.broadcast_to(d.view("<u4"), (n, d.shape[1] // 4))
-                for j in range(d32.shape[1]):
-                    w[sg.address + 4 * j] = d32[:, j].copy()
-            words.append(w)
-        base = words[0]
-        delta: dict[int, np.ndarray] = {}
-        for i, w in enumerate(words[1:], 1):
-            if w.keys() != base.keys():
-                raise LoweringError(f"tile.repeat: iteration {i} has other frames/tables than iteration 0")
-            for k, v0 in base.items():
-                v = w[k]
-                if v0 is None:
-                    continue
-                if isinstance(k, tuple):
-                    if not np.array_equal(v, v0):
-                        raise LoweringError(f"tile.repeat: unaligned data at {k[1]:#x} differs per iteration")
-                    continue
-                d = (v.astype(np.int64) - v0.astype(np.int64)) % (1 << 32)
-                if i == 1:
-                    if d.any():
-                        delta[k] = d
-                    continue
-                want = (v0.astype(np.int64) + i * delta.get(k, 0)) % (1 << 32)
-                if not np.array_equal(v.astype(np.int64), want):
-                    raise LoweringError(
-                        f"tile.repeat: the word at {k:#x} is not an arithmetic progression over iterations"
-                    )
-        addrs = sorted(delta)
-        per_tile = [[(a, int(delta[a][t])) for a in addrs if delta[a][t]] for t in range(n)]
-        most = max((len(p) for p in per_tile), default=0)
+        """The frame / table words of the sampled iterations -> (forward, reset) patch tables of one repeat: the
+        stride of each word from iterations 0 and 1, every further sampled iteration checked against it (see
+        `repeat`)."""
+        n, what = self.n, rep["what"]
+        base = delta = None
+        for i, calls, segs in rep["runs"]:
+            w = _Words(calls, segs, labels, n)
+            if base is None:
+                base = w
+                continue
+            if not (
+                np.array_equal(w.addr, base.addr)
+                and np.array_equal(w.skip, base.skip)
+                and w.raw.keys() == base.raw.keys()
+            ):
+                raise LoweringError(f"{what}: iteration {i} has other frames/tables than iteration 0")
+            for a, v0 in base.raw.items():
+                if not np.array_equal(w.raw[a], v0):
+                    raise LoweringError(f"{what}: unaligned data at {a:#x} differs per iteration")
+            if delta is None:  # iteration 1: the strides (uint32 arithmetic: modulo 2^32)
+                delta = w.vals - base.vals
+                delta[:, base.skip] = 0
+                continue
+            want = base.vals + np.uint32(i) * delta
+            bad = w.vals != want
+            bad[:, base.skip] = False
+            if bad.any():
+                t, j = (int(x[0]) for x in np.nonzero(bad))
+                raise LoweringError(
+                    f"{what}: the word at {int(base.addr[j]):#x} on tile {t} ({base.label(j)}) is not an arithmetic "
+                    f"progression over iterations: {int(base.vals[t, j]):#x} at iteration 0, "
+                    f"{int(base.vals[t, j] + delta[t, j]):#x} at 1, {int(w.vals[t, j]):#x} at {i} "
+                    f"({int(want[t, j]):#x} expected)"
+                )
+        rep["runs"] = None  # the sampled iterations' frames are not needed any more
+        if delta is None:
+            addrs, d = np.zeros(0, np.int64), np.zeros((n, 0), np.uint32)
+        else:
+            var = delta.any(0)
+            addrs, d = base.addr[var], delta[:, var]
+        nz = d != 0
+        most = int(nz.sum(1).max(initial=0))
         back = -(rep["count"] - 1)
         tabs = []
         for sign in (1, back):
             tab = np.zeros((n, 1 + 2 * most), np.uint32)
-            for t, p in enumerate(per_tile):
-                tab[t, 0] = len(p)
-                for j, (a, d) in enumerate(p):
-                    tab[t, 1 + 2 * j : 3 + 2 * j] = [a, (sign * d) % (1 << 32)]
+            for t in range(n):
+                cols = np.nonzero(nz[t])[0]
+                tab[t, 0] = len(cols)
+                tab[t, 1 : 1 + 2 * len(cols) : 2] = addrs[cols]
+                tab[t, 2 : 2 + 2 * len(cols) : 2] = (sign * d[t, cols].astype(np.int64)) % (1 << 32)
             addr = self.image.alloc(tab.shape[1] * 4, 8, "low")
             self.image.put("tile.repeat patch table", addr, tab)
             tabs.append(addr)
@@ -1207,6 +1236,155 @@ class Lowering(NnOps):
         )
 
 
+def repeat_samples(count: int, per_iteration: bool = False) -> list[int]:
+    """The iterations of a `tile.repeat` body that `Lowering.repeat` lowers: 0, 1 and the last (at most three,
+    whatever the count); every one with per_iteration."""
+    if per_iteration:
+        return list(range(count))
+    return sorted({i for i in (0, 1, count - 1) if 0 <= i < count})
+
+
+def _progression(runs: list[dict], count: int, key: str, what: str) -> list[list]:
+    """Per iteration 0 .. count - 1: the items `key` of a repeat body (host bindings or per-iteration segments),
+    those of the sampled iteration or else the arithmetic progression of iterations 0 and 1. Each sampled
+    iteration past 1 must equal the progression (`LoweringError` otherwise)."""
+    at, diff = _PROGRESSIONS[key]
+    items = {"params": "host bindings", "layer_segs": "per-iteration segments"}[key]
+    by_i = {run["i"]: run[key] for run in runs}
+    if count == 1:
+        return [by_i[0]]
+    r0, r1 = by_i[0], by_i[1]
+    if len(r0) != len(r1):
+        raise LoweringError(f"{what}: iteration 1 has {len(r1)} {items}, iteration 0 {len(r0)}")
+    out = []
+    for i in range(count):
+        if i < 2:
+            out.append(by_i[i])
+            continue
+        ext = [at(a, b, i, what) for a, b in zip(r0, r1)]
+        if i in by_i:
+            act = by_i[i]
+            if len(act) != len(ext):
+                raise LoweringError(f"{what}: iteration {i} has {len(act)} {items}, iteration 0 {len(ext)}")
+            for k, (x, y) in enumerate(zip(ext, act)):
+                bad = diff(x, y)
+                if bad:
+                    raise LoweringError(
+                        f"{what}: iteration {i}'s {items} #{k} is not the progression of iterations 0 and 1: {bad}"
+                    )
+            out.append(act)
+        else:
+            out.append(ext)
+    return out
+
+
+def _binding_at(b0: Binding, b1: Binding, i: int, what: str) -> Binding:
+    """Iteration i's binding from iterations 0 and 1's: the chunks (addresses, flat offsets) by the progression."""
+    same = (b0.name, b0.shape, b0.dtype, b0.scale, b0.via, b0.via_scale) == (
+        b1.name,
+        b1.shape,
+        b1.dtype,
+        b1.scale,
+        b1.via,
+        b1.via_scale,
+    )
+    if not same or b0.chunks.shape != b1.chunks.shape:
+        raise LoweringError(
+            f"{what}: the binding of {b0.name!r} in iteration 1 ({b1.name!r}, {b1.dtype}, {len(b1.chunks)} chunks) "
+            f"differs from iteration 0's ({b0.dtype}, {len(b0.chunks)} chunks) by more than its chunk positions"
+        )
+    c0 = np.asarray(b0.chunks, np.int64)
+    return replace(b0, chunks=c0 + i * (np.asarray(b1.chunks, np.int64) - c0))
+
+
+def _binding_diff(ext: Binding, act: Binding) -> str | None:
+    if (ext.name, ext.shape, ext.dtype, ext.scale, ext.via, ext.via_scale) != (
+        act.name,
+        act.shape,
+        act.dtype,
+        act.scale,
+        act.via,
+        act.via_scale,
+    ) or ext.chunks.shape != act.chunks.shape:
+        return f"binding of {act.name!r} ({act.dtype}, {len(act.chunks)} chunks), expected {ext.name!r}"
+    rows = np.nonzero((np.asarray(ext.chunks) != np.asarray(act.chunks)).any(1))[0]
+    if len(rows):
+        k = int(rows[0])
+        return (
+            f"binding of {act.name!r}: chunk {k} (tile, address, offset, count, stride) is "
+            f"{act.chunks[k].tolist()}, the progression gives {ext.chunks[k].tolist()}"
+        )
+    return None
+
+
+def _segment_at(s0: Segment, s1: Segment, i: int, what: str) -> Segment:
+    """Iteration i's data in per-iteration storage: iteration 0's bytes at the progression's address."""
+    same_tiles = (s0.tiles is None and s1.tiles is None) or (
+        s0.tiles is not None and s1.tiles is not None and np.array_equal(s0.tiles, s1.tiles)
+    )
+    if s0.name != s1.name or not same_tiles or not np.array_equal(s0.data, s1.data):
+        raise LoweringError(
+            f"{what}: the per-iteration data {s1.name!r} at {s1.address:#x} in iteration 1 is not iteration 0's "
+            f"{s0.name!r} (at {s0.address:#x}) moved by the storage's stride"
+        )
+    return Segment(s0.name, s0.address + i * (s1.address - s0.address), s0.data, s0.tiles)
+
+
+def _segment_diff(ext: Segment, act: Segment) -> str | None:
+    try:
+        _segment_at(ext, act, 0, "")
+    except LoweringError:
+        return f"per-iteration data {act.name!r} at {act.address:#x} differs from {ext.name!r}'s bytes"
+    if act.address != ext.address:
+        return f"per-iteration data {act.name!r} at {act.address:#x}, the progression gives {ext.address:#x}"
+    return None
+
+
+_PROGRESSIONS = {"params": (_binding_at, _binding_diff), "layer_segs": (_segment_at, _segment_diff)}
+
+
+class _Words:
+    """The frame and table words of one iteration of a repeat body: per word address (sorted, one entry per
+    address: the last write wins) the uint32 value on every tile; unaligned / per-tile-row segments (`skip`) are
+    compared bytewise (`raw`)."""
+
+    def __init__(self, calls: list[KernelCall], segs: list[Segment], labels: dict[str, int], n: int):
+        addrs, vals, skips, self.names, self.raw = [], [], [], [], {}
+        for c in calls:
+            d = c.data(labels, n)
+            addrs.append(c.addr + 4 * np.arange(d.shape[1], dtype=np.int64))
+            vals.append(d)
+            skips.append(np.zeros(d.shape[1], bool))
+            self.names.append(f"frame of {c.entry}" + (f": {c.what}" if c.what else ""))
+        for sg in segs:
+            d = np.asarray(sg.data, np.uint8)
+            self.names.append(f"{sg.name!r}")
+            if d.shape[1] % 4 or sg.address % 4 or sg.tiles is not None:
+                addrs.append(np.array([sg.address], np.int64))
+                vals.append(np.zeros((n, 1), np.uint32))
+                skips.append(np.ones(1, bool))
+                self.raw[sg.address] = d
+                continue
+            d32 = np.broadcast_to(d.view("<u4"), (n, d.shape[1] // 4))
+            addrs.append(sg.address + 4 * np.arange(d32.shape[1], dtype=np.int64))
+            vals.append(d32)
+            skips.append(np.zeros(d32.shape[1], bool))
+        if not addrs:
+            self.addr, self.vals = np.zeros(0, np.int64), np.zeros((n, 0), np.uint32)
+            self.skip, self.block = np.zeros(0, bool), np.zeros(0, np.int64)
+            return
+        a = np.concatenate(addrs)
+        block = np.repeat(np.arange(len(addrs)), [len(x) for x in addrs])
+        self.addr, first = np.unique(a[::-1], return_index=True)
+        keep = len(a) - 1 - first  # each address's last write
+        self.vals = np.concatenate(vals, axis=1)[:, keep]
+        self.skip = np.concatenate(skips)[keep]
+        self.block = block[keep]
+
+    def label(self, j: int) -> str:
+        return self.names[int(self.block[j])]
+
+
 def _split_halves(rows: dict[int, list[tuple[int, int, int]]]):
     """Copies -> (whole-word copies, single-half copies) for copies of f16 pieces that are not whole aligned
     words (e.g. one f16 element per tile gathered into a row)."""
@@ -1243,10 +1421,14 @@ def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
 
 
 def lower_to_package(
-    module: ModuleOp | func.FuncOp, target: Target | None = None, debug_values: bool = False
+    module: ModuleOp | func.FuncOp,
+    target: Target | None = None,
+    debug_values: bool = False,
+    per_iteration: bool = False,
 ) -> Package:
     """The placed module (after memory-plan) as a package. debug_values: keep nn op results tagged with
-    `debug.pos` (ipu.backend.lower.debug) in `Package.debug`."""
+    `debug.pos` (ipu.backend.lower.debug) in `Package.debug`. per_iteration: a tile.repeat body lowered once per
+    iteration (the reference path of `Lowering.repeat`; the same package)."""
     f = _single_func(module)
     plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
     if plan is None:
@@ -1259,7 +1441,7 @@ def lower_to_package(
 
         pkg = DebugLowering(f, target).run()
     else:
-        pkg = Lowering(f, target).run()
+        pkg = Lowering(f, target, per_iteration=per_iteration).run()
     config = module.attributes.get("ipu.model_config") if isinstance(module, ModuleOp) else None
     if isinstance(config, StringAttr):  # the builder's config (frontend.siglip.MODEL_CONFIG_ATTR)
         import json
