@@ -223,6 +223,14 @@ class _Builder:
             first = self.events.start.get(op, 0)
             for r in op.results:
                 self.value(r, first, block, op_label(op))
+            if isinstance(op, ex.PhaseOp):
+                # On-tile copies of a phase (operand -> result on one tile) run at the copy kernel's full rate
+                # only when the two are not in one region-0 bank (backend/kernels/copy.py): keep them apart.
+                copied = np.unique(op.copy_table()[:, 1]) if op.copies is not None else ()
+                for i in copied:
+                    src, dst = op.operands[int(i)], op.results[int(i)]
+                    if src in self.value_buffer and dst in self.value_buffer:
+                        self.pairs.append((self.value_buffer[src], self.value_buffer[dst]))
             plan = op.attributes.get(tl.PLAN_ATTR)
             if isinstance(plan, tl.GemmPlanAttr) and op.results and op.results[0] in self.value_buffer:
                 out = self.value_buffer[op.results[0]]
