@@ -104,6 +104,9 @@ class IpuCompilePipelinePass(ModulePass):
     """nn-split-k splits many-row linears too (false: `many_rows=false`)."""
     scratch: bool = True
     """memory-plan reserves the lowering's scratch (false: per-op debug builds)."""
+    stop_after: str = ""
+    """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
+    edit before `lowering-storage,memory-plan`); "" runs it all."""
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.
@@ -122,6 +125,9 @@ class IpuCompilePipelinePass(ModulePass):
             compile_target(self.tiles, self.sram_kib)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e}") from None
+        names = [p.name for p in self.passes()] if self.stop_after else []
+        if self.stop_after and self.stop_after not in names:
+            raise ValueError(f"{self.name}: option 'stop_after': no pass {self.stop_after!r} in {names}")
 
     @property
     def target(self) -> Target:
@@ -139,3 +145,5 @@ class IpuCompilePipelinePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         for p in self.passes():
             p.apply(ctx, op)
+            if p.name == self.stop_after:
+                return

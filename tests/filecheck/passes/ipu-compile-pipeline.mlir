@@ -2,6 +2,7 @@
 // RUN: filecheck %s --input-file %t.named.mlir
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 scratch=false}' | filecheck %s --check-prefix=NOSCRATCH
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 sram_kib=256}' | filecheck %s --check-prefix=SMALL
+// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 stop_after=nn-to-exchange-pipeline}' | filecheck %s --check-prefix=STOP
 // The named pass is the pipeline it spells out (`pipeline_spec`; update this line when that changes): the same IR.
 // RUN: ipu-opt %s -p 'nn-fold-probe-attention,nn-split-mlp,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16 keep_f16=patch_embedding,q_proj,k_proj,head attention_f16=true},nn-split-attention-keys{tiles=4},nn-hoist-stacked,nn-split-k{tiles=4},nn-to-exchange-pipeline{tiles=4 sram_kib=624 memory_fraction=0.3077},lowering-storage{tiles=4 sram_kib=624},memory-plan{tiles=4 sram_kib=624}' -o %t.spelled.mlir
 // RUN: diff %t.named.mlir %t.spelled.mlir
@@ -18,6 +19,11 @@ func.func @mlp() {
   nn.output "g" %g : tensor<24x32xf32>
   func.return
 }
+
+// stop_after: the IR with the kernel choices, before lowering-storage and memory-plan (to edit them).
+// STOP-NOT:   lowering.storage
+// STOP:       nn.linear {{.*}}kernel = {a_operand =
+// STOP-NOT:   memory.plan
 
 // CHECK:      builtin.module attributes {exchange.compute_cycles = {{[0-9]+}} : i64, exchange.exchange_cycles = {{[0-9]+}} : i64, exchange.sync_cycles = 150 : i64}
 // CHECK:      memory.plan {tiles = 4 : i64, {{.*}}sram = [311296 : i64, 524288 : i64, 950272 : i64]

@@ -4,6 +4,9 @@
 // TILES: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' must be positive, got 0
 // TILES-NOT: Traceback
 
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 stop_after=tile-planner}' 2>&1 | filecheck %s --check-prefix=STOP
+// STOP: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'stop_after': no pass 'tile-planner' in ['nn-fold-probe-attention',
+
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=-3}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // NEGATIVE: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' must be positive, got -3
 
@@ -26,7 +29,7 @@
 // INT: ipu-opt: error: bad pass pipeline: Incompatible types: given ('sixteen',), expected <class 'int'>
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
-// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch"]
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "stop_after"]
 
 func.func @f() {
   %x = nn.input "x" : tensor<4x8xf32>
