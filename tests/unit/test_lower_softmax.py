@@ -13,6 +13,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType, f16, f32
 from xdsl.ir import Block, Region
 from xdsl.rewriter import InsertPoint
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import compile_model
@@ -120,5 +121,8 @@ def test_debug_values_keep_the_softmax():
 
 
 def test_rows_over_a_scratch_element_are_rejected():
-    with pytest.raises(LoweringError, match=r"nn\.softmax \(probs\).*exceeds a scratch element"):
+    # Met first by lowering-storage's measuring lowering (a pass failure), else by the lowering.
+    with pytest.raises(
+        (LoweringError, PassFailedException), match=r"nn\.softmax \(probs\).*exceeds a scratch element"
+    ):
         compile_model(softmax_model([2, 20000], "f32", "f32"), Target.small(tiles=2, sram_kib=624))
