@@ -135,6 +135,15 @@ class DataImage:
             "low": [list(r) for r in low_ranges if r[1] > r[0]],
             "high": [[high_start, target.sram_end]] if target.sram_end > high_start else [],
         }
+        if (
+            measure
+        ):  # a window for each range even when the provisional plan left none: its cursor counts the need
+            for kind, window in (
+                ("low", [target.region0[1] - 4096, target.region0[1]]),
+                ("high", [target.sram_end - 4096, target.sram_end]),
+            ):
+                if not self.ranges[kind]:
+                    self.ranges[kind] = [window]
         self.start = {k: [r[0] for r in v] for k, v in self.ranges.items()}
         self.top = target.sram_end  # the lowest element taken from the top
         self.segments: list[Segment] = []
@@ -174,12 +183,11 @@ class DataImage:
             self._fail(nbytes, where)
         # Measuring: the cursor runs on past the range (need() counts it); an address inside the range (or at the
         # top of SRAM) keeps the lowering's own checks meaningful.
-        rs = self.ranges[where] or [[t.sram_end - 4096, t.sram_end]]
-        r = rs[-1]
+        r = self.ranges[where][-1]
         a = (r[0] + align - 1) // align * align
         r[0] = a + nbytes
         self.used[where] += nbytes
-        lo = self.start[where][-1] if self.ranges[where] else t.sram_end - 4096
+        lo = self.start[where][-1]
         hi = r[1] if r[1] > lo else t.sram_end
         return lo + (a - lo) % max(hi - lo - nbytes, align) // align * align
 

@@ -122,3 +122,22 @@ def test_reservations_are_the_measured_use(cfg, tiles):
     )
     assert low_end - low_start <= measured["tables"]
     assert lowering.image.used["low"] > 0.9 * measured["tables"] - 64  # measured, not a generous guess
+
+
+def test_measuring_counts_when_the_provisional_plan_leaves_no_room():
+    """A provisional plan that fills SRAM to its end (So400m with 8 layers) leaves the lowering no high range: the
+    measuring image still counts every byte asked of each range (small data, whole elements, low data)."""
+    from ipu.backend.lower.placement import DataImage, PlacementError
+
+    t = Target.small(tiles=2, sram_kib=624)
+    e = t.region1_element_bytes
+    img = DataImage(t, [], t.sram_end, measure=True)
+    for n in (96, 40, 8):
+        img.alloc(n, 8, "high")
+    img.alloc(e, e, "high", region1=True)
+    img.alloc(2 * e, 16, "high")
+    img.alloc(12, 8, "low")
+    img.alloc(5000, 8, "low")
+    assert img.need() == {"low": 12 + 5000 + 4, "high_small": 96 + 40 + 8, "high_elements": 3 * e}
+    with pytest.raises(PlacementError, match="does not fit"):
+        DataImage(t, [], t.sram_end).alloc(96, 8, "high")
