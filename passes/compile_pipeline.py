@@ -29,7 +29,6 @@ SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A an
 # ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
 # (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
 SCRATCH_EXTRA_BYTES = 48 * 1024
-CODE_RESERVE_BYTES = 48 * 1024  # memory-plan's default reserve-code-bytes
 # Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
 # So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
 RESIDENT_ALLOWANCE = 80 * 1024
@@ -81,11 +80,10 @@ def pipeline_spec(
 
 
 def compile_target(tiles: int = IPU21.num_tiles, sram_kib: int = IPU21.sram_bytes // 1024) -> Target:
-    """The target of `tiles` x `sram_kib` KiB: the IPU21 itself for 1472 x 624 (as `target_of` maps a plan back),
-    else `Target.small` (ValueError naming the bad value)."""
-    if tiles == IPU21.num_tiles and sram_kib * 1024 == IPU21.sram_bytes:
-        return IPU21
-    return Target.small(tiles=tiles, sram_kib=sram_kib)
+    """The target of `tiles` x `sram_kib` KiB (`tile_plan.target_for`: the IPU21 itself for 1472 x 624)."""
+    from ipu.passes.tile_plan import target_for
+
+    return target_for(tiles, sram_kib)
 
 
 @dataclass(frozen=True)

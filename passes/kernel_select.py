@@ -39,7 +39,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import rowwise as rw
-from ipu.backend.target import IPU21, Target
+from ipu.backend.target import Target
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 
@@ -118,9 +118,7 @@ def layer_norm_rows(op: nn.LayerNormOp, target: Target) -> str:
     lay = op.attributes[tl.LAYOUT_ATTR]
     n = lay.shape_[-1]
     rows = _rows_per_tile(lay)
-    slot = (n * 2 + 7) // 8 * 8
-    fits = 2 * slot + rw.LNS_PART * max(rows.values()) <= target.region1_element_bytes
-    if not (n >= rw.LNS_MIN_N and min(rows.values()) >= 1 and fits):
+    if not layernorm_split_fits(n, rows, target.region1_element_bytes):
         return "layernorm"
     kw = dict(in0=0, in1=0, in2=0, out=0, eps=1e-6)
     counts = set(rows.values())
@@ -134,7 +132,7 @@ def softmax_rows(op: nn.SoftmaxOp, target: Target) -> str:
     n = lay.shape_[-1]
     rows = _rows_per_tile(lay)
     p = -(-n // 4) * 4
-    if not (n >= rw.SMS_MIN_VALID and rw.SMS_PART * max(rows.values()) <= target.region1_element_bytes):
+    if not softmax_split_fits(n, max(rows.values()), target.region1_element_bytes):
         return "softmax"
     kw = dict(in0=0, out=0, valid=n)
     counts = set(rows.values())
@@ -143,30 +141,39 @@ def softmax_rows(op: nn.SoftmaxOp, target: Target) -> str:
     return "softmax_split" if split < whole else "softmax"
 
 
-def gemm_shape(op: nn.LinearOp | nn.MatmulOp) -> tuple[int, int, int, int]:
-    """(K, the widest column block, the weight's element bytes, the most rows of a block) of a planned GEMM."""
-    lay = op.attributes[tl.LAYOUT_ATTR]
-    g = lay.geometry()
-    wl = tl.layout_of(op.operands[1])
-    wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
+def gemm_coef(target: Target) -> str:
+    """ld128 when the weight staging (the aux scratch, a region-1 element) is in interleaved memory."""
+    return "ld128" if target.region1[1] > target.region1[0] else "ld64"
+
+
+def layernorm_split_fits(n: int, rows: dict[int, int], element_bytes: int) -> bool:
+    """`layernorm_split` takes rows of >= LNS_MIN_N and its partials fit the aux scratch after the f16 weight and
+    bias rows (rows: tile -> rows of the shard)."""
+    slot = (n * 2 + 7) // 8 * 8
     return (
-        op.operands[0].type.get_shape()[-1],
-        int(g.block_dims[:, 1].max()),
-        wsize,
-        int(g.block_dims[:, 0].max()),
+        n >= rw.LNS_MIN_N
+        and min(rows.values()) >= 1
+        and 2 * slot + rw.LNS_PART * max(rows.values()) <= element_bytes
     )
+
+
+def softmax_split_fits(n: int, most: int, element_bytes: int) -> bool:
+    """`softmax_split` takes rows of >= SMS_MIN_VALID and the partials of `most` rows fit the aux scratch."""
+    return n >= rw.SMS_MIN_VALID and rw.SMS_PART * most <= element_bytes
 
 
 def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, object]:
     from ipu.backend.lower.bindings import device_dtype
     from ipu.passes import cost_model as cm
 
-    k, nmax, wsize, _ = gemm_shape(op)
+    k = op.operands[0].type.get_shape()[-1]
     kpad = -(-k // 16) * 16
-    chunks = [kw for _, kw in cm.gemm_k_chunks(k, nmax, wsize)]
+    dims = op.attributes[tl.LAYOUT_ATTR].geometry().block_dims
+    wl = tl.layout_of(op.operands[1])
+    wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
+    chunks = [kw for _, kw in cm.gemm_k_chunks(k, int(dims[:, 1].max()), wsize)]
     xl = tl.layout_of(op.operands[0])
-    lay = op.attributes[tl.LAYOUT_ATTR]
-    mr = lay.geometry().block_dims[:, 0]
+    mr = dims[:, 0]
     a_cols = tl.col_panel_width(xl)
     if a_cols is not None:
         whole = a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES and (mr >= gm.MIN_ROWS).all()
@@ -179,9 +186,7 @@ def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, obj
         a = "padded"
     else:
         a = "in_place"
-    # The weight staging lives in the aux scratch, a region-1 element when the target has interleaved memory.
-    coef = "ld128" if target.region1[1] > target.region1[0] else "ld64"
-    return {"k_chunks": chunks, "coef": coef, "a_operand": a}
+    return {"k_chunks": chunks, "coef": gemm_coef(target), "a_operand": a}
 
 
 def attention_choices(
@@ -242,7 +247,7 @@ def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) 
     if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
         return gemm_choices(op, target)
     if isinstance(op, nn.LinearPartialsOp | nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
-        return {"coef": "ld128" if target.region1[1] > target.region1[0] else "ld64"}
+        return {"coef": gemm_coef(target)}
     if (
         isinstance(op, nn.AttentionOp | nn.AttentionPartialOp)
         and isinstance(plan, tl.AttentionPlanAttr)
@@ -307,14 +312,14 @@ class KernelSelectPass(ModulePass):
     """Replace choices already recorded (default: keep them, so edits in the IR survive)."""
 
     def target(self) -> Target:
+        from ipu.passes.tile_plan import target_for
+
         if self.tiles < 0 or self.sram_kib <= 0:
             raise PassFailedException(
                 f"kernel-select: tiles >= 0 and sram_kib > 0, got {self.tiles}, {self.sram_kib}"
             )
-        if self.tiles == 0 and self.sram_kib * 1024 == IPU21.sram_bytes:
-            return IPU21
         try:
-            return Target.small(tiles=self.tiles or IPU21.num_tiles, sram_kib=self.sram_kib)
+            return target_for(self.tiles, self.sram_kib)
         except ValueError as e:
             raise PassFailedException(f"kernel-select: {e}") from None
 

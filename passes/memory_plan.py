@@ -51,6 +51,7 @@ from ipu.dialects import tile as tl
 from ipu.passes import memory_alloc as ma
 from ipu.passes.tile_plan import target_for
 
+DEFAULT_CODE_BYTES = 48 * 1024  # the code reservation without `lowering.storage`; seed 000: ~42 KiB
 NO_EVENT_OPS = (ex.SyncOp, func.ReturnOp, nn.ParamOp, nn.InputOp, nn.OutputOp, mem.PlanOp, mem.ReserveOp)
 REGION_OF = {ma.REGION_ANY: "any", ma.REGION_0: "r0", ma.REGION_1: "r1"}
 
@@ -312,7 +313,7 @@ class MemoryPlanPass(ModulePass):
         measured = storage_of(f) or {}
         code = self.reserve_code_bytes
         if code < 0:
-            code = measured.get("code", 48 * 1024)
+            code = measured.get("code", DEFAULT_CODE_BYTES)
         xbytes = self.exchange_table_bytes
         if xbytes < 0:
             xbytes = measured["tables"] if "tables" in measured else exchange_table_bytes(f, target.num_tiles)

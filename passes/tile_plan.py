@@ -106,10 +106,12 @@ def view_layout(layout: tl.LayoutAttr, shape) -> tl.LayoutAttr | None:
 
 
 def target_for(tiles: int, sram_kib: int) -> Target:
-    """The target a pass option pair names: 0 tiles = the full IPU21."""
-    if tiles == 0 and sram_kib == 624:
+    """The target a pass option pair names: 0 tiles = the full IPU21's; 1472 x 624 KiB is the IPU21 itself, else
+    `Target.small` (ValueError naming the bad value)."""
+    tiles = tiles or IPU21.num_tiles
+    if tiles == IPU21.num_tiles and sram_kib * 1024 == IPU21.sram_bytes:
         return IPU21
-    return Target.small(tiles=tiles or IPU21.num_tiles, sram_kib=sram_kib)
+    return Target.small(tiles=tiles, sram_kib=sram_kib)
 
 
 def label(op: Operation) -> str:

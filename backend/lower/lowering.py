@@ -56,7 +56,6 @@ from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeline moved to the named pass)
-    CODE_RESERVE_BYTES,
     RESIDENT_ALLOWANCE,
     SCRATCH_ELEMENTS,
     SCRATCH_EXTRA_BYTES,
@@ -119,12 +118,10 @@ class KernelCall:
 
 
 def target_of(plan: mem.PlanOp) -> Target:
-    tiles = plan.tiles.value.data
+    from ipu.passes.tile_plan import target_for
+
     base, _, end = (x.value.data for x in plan.sram.data)
-    kib = (end - base) // 1024
-    if tiles == IPU21.num_tiles and kib * 1024 == IPU21.sram_bytes:
-        return IPU21
-    return Target.small(tiles=tiles, sram_kib=kib)
+    return target_for(plan.tiles.value.data, (end - base) // 1024)
 
 
 class Lowering(NnOps):
@@ -1205,8 +1202,6 @@ class Lowering(NnOps):
                 f"the code image ({program.end - program.base} B) exceeds memory-plan's code reservation "
                 f"({self.code_end - self.code_addr} B): raise reserve-code-bytes"
             )
-        low_top = min(r[0] for r in self.image.ranges["low"]) if self.image.ranges["low"] else 0
-        del low_top
         for c in self.calls:
             data = c.data(program.labels, self.n)
             self.image.put(f"frame {c.entry}", c.addr, data if self.n > 1 else data[:1])

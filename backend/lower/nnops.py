@@ -248,14 +248,14 @@ class NnOps:
         # kernel-select's row kernel: `layernorm`, or `layernorm_split` (every row split across the six workers,
         # partials in aux after the f16 bias).
         if self.choice(op, "rows") == "layernorm_split":
-            parts = aux + 2 * slot  # after the f16 weight and bias slots
-            if parts - aux + rw.LNS_PART * max(rows.values()) > self.target.region1_element_bytes:
+            from ipu.passes.kernel_select import layernorm_split_fits
+
+            if not layernorm_split_fits(n, rows, self.target.region1_element_bytes):
                 raise self.error(
-                    f"{what}: kernel choice rows = 'layernorm_split': the partials of {max(rows.values())} rows "
-                    "do not fit the aux scratch"
+                    f"{what}: kernel choice rows = 'layernorm_split' needs n >= {rw.LNS_MIN_N} and the partials "
+                    f"of {max(rows.values())} rows within the aux scratch"
                 )
-            if n < rw.LNS_MIN_N or min(rows.values()) < 1:
-                raise self.error(f"{what}: kernel choice rows = 'layernorm_split' needs n >= {rw.LNS_MIN_N}")
+            parts = aux + 2 * slot  # after the f16 weight and bias slots
             calls = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
         else:
             calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
@@ -342,7 +342,9 @@ class NnOps:
         # kernel-select's row kernel; `softmax_split` (every row split across the six workers) keeps its partials
         # in aux: its x rows are consumed by now.
         if self.choice(op, "rows") == "softmax_split":
-            if n < rw.SMS_MIN_VALID or rw.SMS_PART * most > self.target.region1_element_bytes:
+            from ipu.passes.kernel_select import softmax_split_fits
+
+            if not softmax_split_fits(n, most, self.target.region1_element_bytes):
                 raise self.error(
                     f"{what}: kernel choice rows = 'softmax_split' needs >= {rw.SMS_MIN_VALID} columns and its "
                     f"partials of {most} rows within the aux scratch"

@@ -135,9 +135,8 @@ class DataImage:
             "low": [list(r) for r in low_ranges if r[1] > r[0]],
             "high": [[high_start, target.sram_end]] if target.sram_end > high_start else [],
         }
-        if (
-            measure
-        ):  # a window for each range even when the provisional plan left none: its cursor counts the need
+        if measure:
+            # A window for each range even when the provisional plan left none: its cursor counts the need.
             for kind, window in (
                 ("low", [target.region0[1] - 4096, target.region0[1]]),
                 ("high", [target.sram_end - 4096, target.sram_end]),

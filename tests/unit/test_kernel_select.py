@@ -63,6 +63,15 @@ def _planned(module: ModuleOp, target: Target = TARGET) -> ModuleOp:
     return module
 
 
+def _placed(module: ModuleOp, target: Target = TARGET) -> ModuleOp:
+    """The rest of the pipeline after `_planned` (lowering-storage, memory-plan): the choices as they are now."""
+    spec = pipeline_spec(target, outline_repeat=True)
+    PassPipeline.parse_spec(dict(all_passes()), spec[spec.index("lowering-storage") :]).apply(
+        Context(), module
+    )
+    return module
+
+
 def _op(module, cls):
     return next(o for o in module.walk() if isinstance(o, cls))
 
@@ -116,10 +125,7 @@ def _compile_with(cfg, edits: dict[type, dict] | None = None, edit=None):
         assert ks.override(module, cls, **values) > 0
     if edit is not None:
         edit(module)
-    spec = pipeline_spec(TARGET, outline_repeat=True)
-    PassPipeline.parse_spec(dict(all_passes()), spec[spec.index("lowering-storage") :]).apply(
-        Context(), module
-    )
+    _placed(module)
     return compile_model(module, TARGET)
 
 
@@ -207,11 +213,8 @@ def test_bad_choices_are_named_errors():
     module = _planned(build_vision_model(cfg))
     for o in module.walk():
         o.attributes.pop(ks.KERNEL_ATTR, None)
-    spec = pipeline_spec(TARGET, outline_repeat=True)
     with pytest.raises(BAD, match="no kernel choice .*run kernel-select"):
-        PassPipeline.parse_spec(dict(all_passes()), spec[spec.index("lowering-storage") :]).apply(
-            Context(), module
-        )
+        _placed(module)
         compile_model(module, TARGET)
 
 
@@ -231,11 +234,8 @@ builtin.module {
     att = _op(module, nn.AttentionOp)
     assert ks.choices(att)["scores"] == "direct"
     ks.record(att, {"scores": "transposed", "pv": "direct"}, overwrite=True)
-    spec = pipeline_spec(TARGET, outline_repeat=True)
     with pytest.raises(BAD, match=r"nn.attention \(a\): tile \d+: transposed scores .* 16 query rows"):
-        PassPipeline.parse_spec(dict(all_passes()), spec[spec.index("lowering-storage") :]).apply(
-            Context(), module
-        )
+        _placed(module)
         compile_model(module, TARGET)
 
 
@@ -252,10 +252,7 @@ def test_flipped_row_kernels_compute_the_same_rows(rows, n):
                 if kinds is not None:
                     now = ks.choices(o)["rows"]
                     ks.record(o, {"rows": kinds[1] if now == kinds[0] else kinds[0]}, overwrite=True)
-        spec = pipeline_spec(TARGET, outline_repeat=True)
-        PassPipeline.parse_spec(dict(all_passes()), spec[spec.index("lowering-storage") :]).apply(
-            Context(), module
-        )
+        _placed(module)
         pkg = compile_model(module, TARGET)
         session = Session(pkg)
         rng = np.random.default_rng(rows + n)
