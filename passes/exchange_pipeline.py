@@ -1,4 +1,4 @@
-"""`nn-to-exchange-pipeline`: tile-plan, exchange-lower, exchange-schedule and kernel-select with one set of
+"""`nn-to-exchange-pipeline`: tile-plan, tile-balance-homes, exchange-lower, exchange-schedule and kernel-select with one set of
 target options.
 
     ipu-opt model.mlir -p 'nn-to-exchange-pipeline{tiles=16 sram_kib=256 mode=compact}'
@@ -17,6 +17,7 @@ from xdsl.passes import ModulePass
 from ipu.passes.exchange_lower import ExchangeLowerPass
 from ipu.passes.exchange_schedule import ExchangeSchedulePass
 from ipu.passes.kernel_select import KernelSelectPass
+from ipu.passes.tile_balance_homes import TileBalanceHomesPass
 from ipu.passes.tile_plan import TilePlanPass
 
 
@@ -36,10 +37,20 @@ class NNToExchangePipelinePass(ModulePass):
     """Exchange schedule: "latency" or "compact"."""
     stream_words: int = 256
     """Compact mode: words per stream wave."""
+    balance_homes: bool = True
+    """tile-balance-homes: spread the resident parameters' homes evenly over the tiles."""
+    resident_budget_kib: int = 0
+    """tile-balance-homes: per-tile limit of resident parameter bytes, KiB (0: none)."""
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
             TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib, memory_fraction=self.memory_fraction),
+            TileBalanceHomesPass(
+                tiles=self.tiles,
+                sram_kib=self.sram_kib,
+                resident_budget_kib=self.resident_budget_kib,
+                enable=self.balance_homes,
+            ),
             ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
             ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),
             KernelSelectPass(tiles=self.tiles, sram_kib=self.sram_kib),

@@ -22,6 +22,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-split-k", "ipu.passes.nn_split_k", "NNSplitKPass"),
     ("nn-hoist-stacked", "ipu.passes.nn_hoist_stacked", "NNHoistStackedPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
+    ("tile-balance-homes", "ipu.passes.tile_balance_homes", "TileBalanceHomesPass"),
     ("exchange-lower", "ipu.passes.exchange_lower", "ExchangeLowerPass"),
     ("exchange-schedule", "ipu.passes.exchange_schedule", "ExchangeSchedulePass"),
     ("nn-to-exchange-pipeline", "ipu.passes.exchange_pipeline", "NNToExchangePipelinePass"),

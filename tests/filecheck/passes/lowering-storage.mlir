@@ -4,7 +4,7 @@
 
 // lowering-storage measures the asm lowering's own storage of the function (code, frames and tables, scratch and
 // kernel-format data) by lowering a placed copy, and records it; memory-plan reserves exactly that.
-// CHECK: func.func @lin() attributes {lowering.storage = {code = {{[0-9]+}} : i64, tables = {{[0-9]+}} : i64, scratch = {{[0-9]+}} : i64}}
+// CHECK: func.func @lin() attributes {{{.*}}lowering.storage = {code = {{[0-9]+}} : i64, tables = {{[0-9]+}} : i64, scratch = {{[0-9]+}} : i64}}
 
 // Code and tables in whole 16 KiB elements of region 0; the scratch (three 32 KiB elements for the GEMM's C, A and
 // weight staging, and the f16 bias) at the top of SRAM, 16-byte aligned.

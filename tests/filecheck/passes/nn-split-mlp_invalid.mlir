@@ -4,3 +4,6 @@
 func.func @f() {
   func.return
 }
+
+// RUN: not ipu-opt %s -p 'nn-split-mlp{order=zigzag}' 2>&1 | filecheck %s --check-prefix=ORDER
+// ORDER: ipu-opt: error: bad pass pipeline: nn-split-mlp: option 'order' must be one of stages, parts, got 'zigzag'
