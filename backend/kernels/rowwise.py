@@ -100,6 +100,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -107,6 +108,31 @@ from ipu.backend.kernels.codegen import WorkerCode as Code
 from ipu.backend.kernels.elementwise import split
 from ipu.backend.target import Target
 from ipu.runtime.semantics import exp_f16, exp_f32, recip_f32, rsqrt_f32, tanh_f16
+
+
+@lru_cache(maxsize=65536)
+def _pf_bank_clash(
+    in0: int, out: int, pstep: int, istride: int, ostride: int, rows: int, panels: int, width: int
+) -> bool:
+    """panels_f16: does any pace bundle load and store one bank (`RowsKernel.pf_pace`)? Each worker walks its
+    rows of one panel atom by atom; bundle t loads atom t + 1 and stores atom t of that walk. All panels and
+    workers at once (the lowering asks for every call site of every tile: memoized, the calls repeat)."""
+    a = width // 4
+    cols = 8 * np.arange(a, dtype=np.int64)
+    r = np.arange(rows, dtype=np.int64)[:, None]
+    j = np.arange(panels, dtype=np.int64)[:, None, None]
+    src = (in0 + j * pstep + r * istride + cols).reshape(panels, -1)  # [panel, row-major walk over all rows]
+    dst = (out + r * ostride + 2 * j * width + cols).reshape(panels, -1)
+    x, d = src[:, 1:], src[:, 1:] ^ dst[:, :-1]
+    # A pair that crosses from one worker's rows to the next is not a bundle.
+    starts = np.array([first for first, cnt in split(rows) if cnt and first], np.int64) * a
+    keep = np.ones(x.shape[1], bool)
+    keep[starts - 1] = False
+    r1 = x >= Target.region1_base
+    same0 = (d < Target.region0_element_bytes) & ~r1
+    same1 = (d < Target.region1_element_bytes) & r1 & ((d & 8) == 0)
+    return bool(((same0 | same1) & keep).any())
+
 
 # Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.
 CNT, FIRST = 0, 6
@@ -1117,19 +1143,16 @@ class Rows:
         bank (the simulator's rule: region 0, one 16 KiB element; region 1, one 32 KiB element and the same bit 3)."""
         if any(not -PACE_FIELD <= j < PACE_FIELD for j in self.pf_jumps()):
             return False
-        cols = 8 * np.arange(self.panel_width // 4, dtype=np.int64)
-        for first, cnt in split(self.rows):
-            rows = (first + np.arange(cnt, dtype=np.int64))[:, None]
-            for j in range(self.panels):
-                src = (self.in0 + j * self.pstep + rows * self.istride + cols).reshape(-1)
-                dst = (self.out + rows * self.ostride + 2 * j * self.panel_width + cols).reshape(-1)
-                x, d = src[1:], src[1:] ^ dst[:-1]  # bundle t: load atom t + 1, store atom t
-                r1 = x >= Target.region1_base
-                same0 = (d < Target.region0_element_bytes) & ~r1
-                same1 = (d < Target.region1_element_bytes) & r1 & ((d & 8) == 0)
-                if (same0 | same1).any():
-                    return False
-        return True
+        return not _pf_bank_clash(
+            self.in0,
+            self.out,
+            self.pstep,
+            self.istride,
+            self.ostride,
+            self.rows,
+            self.panels,
+            self.panel_width,
+        )
 
     @property
     def nvalid(self) -> int:

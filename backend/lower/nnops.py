@@ -132,8 +132,16 @@ class NnOps:
         def build(labels):
             active = np.zeros(self.n, np.uint32)
             frames = np.zeros((self.n, words), np.uint32)
+            # Tiles of one class get equal kernel objects (same addresses, sizes): one frame each.
+            memo: dict = {}
             for t, k in per_tile.items():
-                frames[t] = k.frame(labels)
+                try:
+                    frame = memo.get(k)
+                    if frame is None:
+                        frame = memo[k] = k.frame(labels)
+                except TypeError:  # a kernel with an unhashable field
+                    frame = k.frame(labels)
+                frames[t] = frame
                 active[t] = 1
             return active, frames
 
