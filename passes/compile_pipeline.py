@@ -40,7 +40,8 @@ def pipeline_spec(
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
     - `nn-split-mlp`: MLPs with a hidden size over 2304 run as parts (So400m's 4304: two), so that no GEMM's
-      operands take half a tile;
+      operands take half a tile, in stage order (both fc1s, both GELUs, both fc2s: the fc1s' shared input is
+      dead before the fc2 operands arrive);
     - `nn-hoist-stacked` (with the loop): the per-layer weight casts and slices leave the loop body, so the host
       uploads each prepared weight as one Repeat sequence instead of the f32 parameters;
     - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
@@ -52,6 +53,8 @@ def pipeline_spec(
     - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
       with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
       where its estimate wins (not: `nn-split-k{many_rows=false}`);
+    - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
+      spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
       placed copy) and memory-plan reserves exactly that (not with `scratch=False`: per-op debug values are kept
       above the plan); tile-plan's GEMM budget still assumes `SCRATCH_ELEMENTS` elements + `SCRATCH_EXTRA_BYTES`

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import chain
 
 import numpy as np
@@ -122,6 +123,32 @@ def target_of(plan: mem.PlanOp) -> Target:
 
     base, _, end = (x.value.data for x in plan.sram.data)
     return target_for(plan.tiles.value.data, (end - base) // 1024)
+
+
+@lru_cache(maxsize=4096)
+def _panel_offsets(lay: tl.LayoutAttr, origin: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
+    """Per tile, the byte offset inside its shard of the block of `lay` that starts at `origin` and spans exactly
+    `dims` in its first dimensions and the whole tensor in the rest; -1 where the tile holds no such block (the
+    first matching block in block order counts, and its first replica on the tile). One pass over the layout
+    per (layout, panel): the lowering asks for it on every tile of every GEMM call."""
+    g = lay.geometry()
+    table = lay.table()
+    n = int(table.max()) + 1
+    out = np.full(n, -1, np.int64)
+    decided = np.zeros(n, bool)
+    eb = tl.element_bytes(lay.dtype)
+    rest = np.array(lay.shape_[len(dims) :])
+    for b in np.nonzero((g.block_origin[:, : len(origin)] == origin).all(1))[0]:
+        if tuple(g.block_dims[b][: len(dims)]) != dims:
+            continue
+        whole = not (g.block_dims[b][len(dims) :] != rest).any()
+        for r in range(table.shape[1]):
+            t = int(table[b, r])
+            if not decided[t]:
+                decided[t] = True
+                out[t] = int(g.offset[b, r]) * eb if whole else -1
+    out.flags.writeable = False
+    return out
 
 
 class Lowering(NnOps):
@@ -567,15 +594,9 @@ class Lowering(NnOps):
         """Address on tile t of the block of v's layout that starts at `origin` and spans exactly `dims` in its
         first dimensions and the whole tensor in the rest (a GEMM row panel, a bias slice)."""
         lay = tl.layout_of(v)
-        g = lay.geometry()
-        blocks = np.nonzero((g.block_origin[:, : len(origin)] == origin).all(1))[0]
-        table = lay.table()
-        for b in blocks:
-            rs = np.nonzero(table[b] == t)[0]
-            if rs.size and tuple(g.block_dims[b][: len(dims)]) == tuple(dims):
-                if (g.block_dims[b][len(dims) :] != np.array(lay.shape_[len(dims) :])).any():
-                    break
-                return int(self.addrs.of(v).addr[t]) + int(g.offset[b, rs[0]]) * tl.element_bytes(lay.dtype)
+        off = _panel_offsets(lay, tuple(int(x) for x in origin), tuple(int(x) for x in dims))
+        if t < len(off) and int(off[t]) >= 0:
+            return int(self.addrs.of(v).addr[t]) + int(off[t])
         raise LoweringError(
             f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
         )
