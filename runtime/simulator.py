@@ -48,6 +48,7 @@ records every tile's supervisor clock at the run's start, whenever its superviso
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +102,10 @@ class Group:
     idx: np.ndarray  # sorted context indices
     supervisor: bool
     rpt: tuple[int, int, int] | None = None  # (body start, body end, iterations left incl. the current one)
+    # Fast path (see Simulator.fast): per-context iterations left (aligned with idx; rpt[2] is then -1), and the
+    # contexts that finished the loop early (or had a zero count), which rejoin the group at the body's end.
+    left: np.ndarray | None = None
+    parked: list[np.ndarray] | None = None
 
     @property
     def sel(self) -> slice | np.ndarray:
@@ -191,8 +196,13 @@ class RunResult:
 class Simulator:
     """All tiles of one IPU (or of a small test target). See the module docstring."""
 
-    def __init__(self, target: Target, *, check_poison: bool = True):
+    def __init__(self, target: Target, *, check_poison: bool = True, reference: bool | None = None):
         self.target = target
+        # The fast path (default) schedules groups differently (see `_run_fast`); `reference=True` (or the
+        # environment variable IPU_SIM_REFERENCE=1) selects the original scheduling, which tests compare against.
+        if reference is None:
+            reference = os.environ.get("IPU_SIM_REFERENCE", "") not in ("", "0")
+        self.fast = not reference
         T, W = target.num_tiles, target.num_workers
         self.T, self.W = T, W
         self.NW = T * W  # worker contexts
@@ -249,6 +259,7 @@ class Simulator:
         self._units: list = []  # indexed by (pc - program.base) // 4 -> compiled unit or None
         self._groups: list[Group] = []
         self._spawned: list[Group] = []
+        self._parked: dict[tuple[int, bool], Group] = {}  # fast path: groups waiting at a reconvergence PC
         self._waiting: dict[int, int] = {}  # supervisor ctx -> sync zone
         self._worker_exited = False
         self._n_internal = 0  # supervisors waiting on the internal sync
@@ -463,7 +474,9 @@ class Simulator:
         if rec is not None:
             rec.reset()
             rec.mark(sup - self.NW, -1, Recorder.START, self.cycles[sup])
-        while True:
+        if self.fast:
+            self._run_fast(start_rounds, max_rounds)
+        while not self.fast:
             if not self._groups:
                 self._release_syncs(force_check=True)
                 if not self._groups:
@@ -505,11 +518,95 @@ class Simulator:
         ins = np.concatenate([issued[self.NW :, None], issued[: self.NW].reshape(T, W)], axis=1)
         return RunResult(elapsed[self.NW :].copy(), ctxc, ins, self.rounds)
 
+    def _run_fast(self, start_rounds: int, max_rounds: int) -> None:
+        """The fast path's rounds: the same steps per context as the reference loop, in fewer, larger groups.
+
+        - A group that splits two ways on a branch parks the part at the higher PC there (the join of an `if`
+          that skips code, or the exit of a loop that some contexts leave early) until other contexts of the
+          same kind arrive at that PC and merge with it, or nothing else can run.
+        - An rpt loop keeps its group together (per-context iterations left, see `_rpt_end`).
+        Contexts of different tiles only meet at syncs and the workers of one tile only through memory they
+        synchronise on, so the order of steps across groups changes no result, cycle count or profile (every
+        context's clock advances by its own instructions); tests/unit/test_sim_fast_path.py compares both."""
+        parked = self._parked
+        parked.clear()
+        while True:
+            if not self._groups:
+                if parked:
+                    self._groups = list(parked.values())
+                    parked.clear()
+                else:
+                    self._release_syncs(force_check=True)
+                    if not self._groups:
+                        break
+            groups, self._groups = self._groups, []
+            step = self._step
+            for g in groups:
+                step(g)
+            if self._spawned:
+                self._groups.extend(self._spawned)
+                self._spawned = []
+            if self._waiting:
+                self._release_syncs()
+            if parked:
+                for g in self._groups:
+                    if g.rpt is None:
+                        h = parked.pop((g.pc, g.supervisor), None)
+                        if h is not None:
+                            g.idx = np.sort(np.concatenate([g.idx, h.idx]))
+                            if not parked:
+                                break
+            if len(self._groups) > 1:
+                self._merge_groups()
+            self.rounds += 1
+            if self.rounds - start_rounds > max_rounds:
+                raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
+
+    def _park(self, g: Group) -> None:
+        key = (g.pc, g.supervisor)
+        h = self._parked.get(key)
+        if h is not None:
+            g.idx = np.sort(np.concatenate([g.idx, h.idx]))
+        self._parked[key] = g
+
+    def _rpt_end(self, g: Group) -> None:
+        """Fast path, end of an rpt body: contexts with iterations left run it again; the others wait (parked
+        in the group) and the whole group leaves together after the last iteration of the longest count."""
+        start, end, _ = g.rpt
+        left = g.left - 1
+        keep = left > 0
+        if keep.all():
+            g.pc, g.left = start, left
+            self._groups.append(g)
+            return
+        parked = g.parked or []
+        if not keep.any():
+            idx = np.sort(np.concatenate([*parked, g.idx])) if parked else g.idx
+            self._groups.append(Group(end, idx, g.supervisor))
+            return
+        self._groups.append(
+            Group(start, g.idx[keep], g.supervisor, g.rpt, left[keep], [*parked, g.idx[~keep]])
+        )
+
+    def _merge_rpt(self, h: Group, g: Group) -> None:
+        """Fast path: one group of two at the same PC of the same rpt body."""
+        idx = np.concatenate([h.idx, g.idx])
+        order = np.argsort(idx, kind="stable")
+        h.idx = idx[order]
+        h.left = np.concatenate([h.left, g.left])[order]
+        h.parked = (h.parked or []) + (g.parked or []) or None
+
     def _merge_groups(self) -> None:
         merged: dict[tuple, Group] = {}
         out: list[Group] = []
         for g in self._groups:
             if g.rpt is not None:
+                if g.left is not None:  # fast path: rpt groups at one PC of one body merge too
+                    key = (g.pc, g.supervisor, g.rpt[0], g.rpt[1])
+                    if key in merged:
+                        self._merge_rpt(merged[key], g)
+                        continue
+                    merged[key] = g
                 out.append(g)
                 continue
             key = (g.pc, g.supervisor)
@@ -571,6 +668,9 @@ class Simulator:
         nxt = g.pc + u.size
         if result is None:
             if g.rpt is not None and nxt == g.rpt[1]:
+                if g.left is not None:
+                    self._rpt_end(g)
+                    return
                 start, end, left = g.rpt
                 if left > 1:
                     self._groups.append(Group(start, g.idx, g.supervisor, (start, end, left - 1)))
@@ -587,10 +687,28 @@ class Simulator:
                 g.pc = int(targets[0])
                 self._groups.append(g)
                 return
-            for t in np.unique(targets):
+            u = np.unique(targets)
+            if self.fast and len(u) == 2:  # park the part at the higher PC (see _run_fast)
+                lo = targets == u[0]
+                self._groups.append(Group(int(u[0]), g.idx[lo], g.supervisor))
+                self._park(Group(int(u[1]), g.idx[~lo], g.supervisor))
+                return
+            for t in u:
                 self._groups.append(Group(int(t), g.idx[targets == t], g.supervisor))
         elif kind == "rpt":  # (per-context counts, body start, body end)
             counts, start, end = result[1], result[2], result[3]
+            if self.fast:  # one group through the loop (see _rpt_end)
+                counts = np.asarray(counts, dtype=np.int64)
+                nz = counts > 0
+                if not nz.any():
+                    self._groups.append(Group(end, g.idx, g.supervisor))
+                elif nz.all():
+                    self._groups.append(Group(start, g.idx, g.supervisor, (start, end, -1), counts))
+                else:
+                    self._groups.append(
+                        Group(start, g.idx[nz], g.supervisor, (start, end, -1), counts[nz], [g.idx[~nz]])
+                    )
+                return
             for c in np.unique(counts):
                 idx = g.idx[counts == c]
                 if c == 0:
