@@ -766,10 +766,56 @@ def sem_delay(sim, g, sel, ins):
     sim.cycles[sel] += int(ins.ops[0])
 
 
+def _deliver_exchange_fast(sim, tiles) -> bool:
+    """deliver_exchange as a few array operations. Returns False, having changed nothing, when any check would
+    fail (deliver_exchange then reports the failure exactly)."""
+    sup = sim.NW + tiles
+    c_dcount = _col(SC["INCOMING_DCOUNT"])
+    n = sim.csr[sup, c_dcount].astype(np.int64)
+    recv = n > 0
+    if not recv.any():
+        sim.exchange_log = []
+        return True
+    rt, ctx, n = tiles[recv], sup[recv], n[recv]
+    T = sim.T
+    log = sim.exchange_log
+    if log:
+        src = np.concatenate([np.repeat(s, d.shape[1]) for s, d in log])
+        atoms = np.concatenate([d.reshape(-1) for _, d in log])
+        order = np.argsort(src, kind="stable")  # per source tile, in the order sent
+        atoms = atoms[order]
+        count = np.bincount(src, minlength=T)
+    else:
+        atoms = np.zeros(0, np.uint64)
+        count = np.zeros(T, np.int64)
+    first = np.cumsum(count) - count
+    mux = sim.csr[ctx, _col(SC["INCOMING_MUX"])].astype(np.int64)
+    base = sim.csr[ctx, _col(SC["INCOMING_BASE"])].astype(np.int64)
+    known = mux < T
+    muxk = np.where(known, mux, 0)
+    ok = known & (count[muxk] >= n) & (base % 8 == 0) & (base >= sim.base) & (base + 8 * n <= sim.end)
+    if not ok.all():
+        return False
+    total = int(n.sum())
+    within = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    rows = np.repeat((base - sim.base) // 8, n) + within
+    cols = np.repeat(rt, n)
+    st = sim.wstate[rows, cols]
+    if (st & PROTECTED).any():
+        return False
+    sim.mem64[rows, cols] = atoms[np.repeat(first[muxk], n) + within]
+    sim.wstate[rows, cols] = st | WRITTEN
+    sim.csr[ctx, c_dcount] = 0
+    sim.exchange_log = []
+    return True
+
+
 def deliver_exchange(sim, tiles):
     """At an internal sync: every tile with $INCOMING_DCOUNT > 0 receives, in order, the atoms sent since the
     last sync by the tile named in its $INCOMING_MUX, at $INCOMING_BASE upwards. A receiver left waiting for
     data no one sent is an error (a receive with no matching send)."""
+    if sim.fast and _deliver_exchange_fast(sim, np.asarray(tiles)):
+        return
     sup = sim.NW + np.asarray(tiles)
     dcount = sim.csr[sup, _col(SC["INCOMING_DCOUNT"])].astype(np.int64)
     sent: dict[int, list] = {}
@@ -1068,10 +1114,30 @@ def _tile_products(sim, sel, x, w):
     x = x.astype(np.float64)
     if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
         t0, t1 = sel.start // W, sel.stop // W
-        prod = np.matmul(x.reshape(t1 - t0, W, -1), w[t0:t1].astype(np.float64)).reshape(-1, 16)
+        prod = np.matmul(x.reshape(t1 - t0, W, -1), np.asarray(w[t0:t1], np.float64)).reshape(-1, 16)
+    elif sim.fast:
+        return _tile_products_fast(sim, sel, x, w)
     else:
-        prod = np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]].astype(np.float64))
+        prod = np.einsum("ci,cie->ce", x, np.asarray(w[sim.ctx_tile[sel]], np.float64))
     return prod.astype(np.float32)
+
+
+def _tile_products_fast(sim, sel, x, w):
+    """_tile_products of a group of parts of tiles without gathering a weight matrix per context: the contexts are
+    placed in a zero-filled [tiles, W, inputs] block over the group's range of tiles and multiplied per tile (the
+    same exact float64 products and sums, rounded once to float32)."""
+    W = sim.W
+    ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
+    tiles, slot = np.divmod(ctx, W)
+    t0 = int(tiles.min())
+    nt = int(tiles.max()) + 1 - t0
+    if nt * W > 4 * len(ctx):  # sparse: a weight matrix per context after all
+        return np.einsum("ci,cie->ce", x, np.asarray(w[tiles], np.float64)).astype(np.float32)
+    rel = tiles - t0
+    block = np.zeros((nt, W, x.shape[1]), np.float64)
+    block[rel, slot] = x
+    prod = np.matmul(block, np.asarray(w[t0 : t0 + nt], np.float64))
+    return prod[rel, slot].astype(np.float32)
 
 
 def _amp(sim, g, sel, ins, kind, scale=0):

@@ -239,6 +239,10 @@ class Simulator:
 
         self.cwei = np.zeros((T, 64, 8), dtype=np.uint8)
         self._cw_cache: dict[tuple, np.ndarray] = {}
+        # Fast path: decoded weights per AMP kind as float64 [T, 4 * K, 16], recomputed lazily for the tiles whose
+        # slots changed since (a GEMM loads a block of slots, then runs AMP groups with one kind).
+        self._cw64: dict[int, np.ndarray] = {}
+        self._cw_dirty: dict[int, np.ndarray] = {}
         # AMP state per worker context (see semantics.py): in-progress sums (float32), the next group's partials
         # and the finished results as raw half bits per phase, and the raw inputs of the group in progress,
         # whose products are added when the group ends (amp_kind: 0 none, 1 F16, 2/3 FP8 with F143/F152
@@ -798,6 +802,8 @@ class Simulator:
     def cwei_matrix(self, kind: int) -> np.ndarray:
         """Common weights as one matrix per tile, [tiles, 4 phases * K, 16 engines] (kind 1: F16, K = 4;
         2/3: FP8 F143/F152, K = 8), so a whole AMP group is one product."""
+        if self.fast:
+            return self._cwei_matrix64(kind)
         key = ("matrix", kind)
         w = self._cw_cache.get(key)
         if w is None:
@@ -813,6 +819,10 @@ class Simulator:
         data = data.reshape(len(tiles), -1, 8)
         m = data.shape[1]
         self.cwei[tiles, slot : slot + m] = data
+        if self.fast:
+            for dirty in self._cw_dirty.values():
+                dirty[tiles] = True
+            return
         if not self._cw_cache:
             return
         engine, phase = np.divmod(np.arange(slot, slot + m), 4)
@@ -825,6 +835,22 @@ class Simulator:
                 k = vals.shape[2]
                 rows = phase[:, None] * k + np.arange(k)[None, :]  # [m, k]
                 w[tt[:, :, None], rows[None], engine[None, :, None]] = vals
+
+    def _cwei_matrix64(self, kind: int) -> np.ndarray:
+        """Fast path's cwei_matrix: the same values as float64, decoded again only for tiles whose slots changed."""
+        w = self._cw64.get(kind)
+        if w is None:
+            k = 4 if kind == 1 else 8
+            w = self._cw64[kind] = np.zeros((self.T, 4 * k, 16), np.float64)
+            self._cw_dirty[kind] = np.ones(self.T, dtype=bool)
+        dirty = self._cw_dirty[kind]
+        if dirty.any():
+            d = np.flatnonzero(dirty)
+            raw = self.cwei[d].reshape(len(d), 16, 4, 8)  # slot = engine * 4 + phase
+            vals = _decode_cwei(CWEI_FORMAT[kind], raw)  # [n, engine, phase, k]
+            w[d] = vals.transpose(0, 2, 3, 1).reshape(len(d), -1, 16)  # rows phase * K + k
+            dirty[d] = False
+        return w
 
     def cwei_f32(self, fmt: str, tiles=None) -> np.ndarray:
         """Common weights as float32 [tiles, 4 phases, 16 engines, k], k = 4 (F16) or 8 (FP8 F143/F152)."""
