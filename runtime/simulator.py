@@ -272,6 +272,7 @@ class Simulator:
         self.exchange_log: list = []  # pending sends until the next internal sync
         self.rounds = 0
         self.recorder: Recorder | None = None  # profiling (off unless set; see the module docstring)
+        self.progress = None  # a runtime.progress.Progress (off unless set): cycles, rate and ETA on stderr
 
     # ------------------------------------------------------------------------------------------------------------
     # Context helpers
@@ -478,9 +479,35 @@ class Simulator:
         if rec is not None:
             rec.reset()
             rec.mark(sup - self.NW, -1, Recorder.START, self.cycles[sup])
+        prog = self.progress
+        if prog is not None:
+            prog.start()
+        try:
+            self._run_loop(start_rounds, max_rounds)
+        finally:
+            if prog is not None:
+                prog.finish()
+        if self._waiting:
+            ctx = next(iter(self._waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} forever",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+        if rec is not None:
+            rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
+        return self.result()
+
+    def _show_progress(self) -> None:
+        """Every 256 rounds, when a Progress is set: the furthest supervisor clock since the run's start."""
+        self.progress.update(int((self.cycles[self.NW :] - self._run_start[self.NW :]).max()))
+
+    def _run_loop(self, start_rounds: int, max_rounds: int) -> None:
         if self.fast:
             self._run_fast(start_rounds, max_rounds)
-        while not self.fast:
+            return
+        while True:
             if not self._groups:
                 self._release_syncs(force_check=True)
                 if not self._groups:
@@ -498,17 +525,8 @@ class Simulator:
             self.rounds += 1
             if self.rounds - start_rounds > max_rounds:
                 raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
-        if self._waiting:
-            ctx = next(iter(self._waiting))
-            raise SimError(
-                "sync",
-                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} forever",
-                tile=int(self.ctx_tile[ctx]),
-                context="supervisor",
-            )
-        if rec is not None:
-            rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
-        return self.result()
+            if self.progress is not None and not self.rounds & 255:
+                self._show_progress()
 
     def result(self) -> RunResult:
         """Cycles of the last run (clocks keep counting across runs; the result is this run's share)."""
@@ -565,6 +583,8 @@ class Simulator:
             self.rounds += 1
             if self.rounds - start_rounds > max_rounds:
                 raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
+            if self.progress is not None and not self.rounds & 255:
+                self._show_progress()
 
     def _park(self, g: Group) -> None:
         key = (g.pc, g.supervisor)
