@@ -43,9 +43,9 @@ from ipu.backend.isa import (
     SUPERVISOR_CSRS,
 )
 from ipu.backend.isa import WORKER_CSRS as WC
-from ipu.runtime import fp8
+from ipu.runtime import fp8, jit
 from ipu.runtime.errors import SimError
-from ipu.runtime.halfconv import f16_bits_to_f32, f32_to_f16_bits
+from ipu.runtime.halfconv import F16_TO_F32, f16_bits_to_f32, f32_to_f16_bits
 
 WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
 WRITTEN = 3
@@ -409,6 +409,21 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     The (up to three) accesses are checked and gathered together, as one [k, n] array: this is the simulator's
     hottest path (the AMP inner loop), and one numpy call per check instead of three matters."""
     areg = ins.operand("addr")
+    if (
+        sim.fast and jit.pace_kernel is not None
+    ):  # the same steps compiled (runtime/jit.py), if no check fails
+        nl = len(loads)
+        out = np.empty((nl, len(g.idx)), np.uint64)
+        s = [-1, -1, -1]
+        for i, bits in sel_bits:
+            s[i] = bits
+        t = sim.target
+        if jit.pace_kernel(
+            sim.m, sim.a64, sim.flat_state, sim.flat64, sim.ctx_word_base, g.idx, areg, ins.operand("stride"),
+            nl, store, (store_src or 0) // 2, s[0], s[1], s[2], sim.base, sim.end, sim.r1,
+            t.region0_element_bytes, t.region1_element_bytes, sim.check_poison, sim.word_stride, out,
+        ):  # fmt: skip
+            return out
     acc = list(unpack_triple(sim.m[sel, areg], sim.m[sel, areg + 1]))
     used = list(loads) + ([2] if store else [])
     pairs = [(i, j) for i, j in ((0, 1), (0, 2), (1, 2)) if i in used and j in used]
@@ -1084,7 +1099,12 @@ def amp_flush(sim, sel=None) -> None:
         return
     uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
     scales = sim.amp_scale[sel]
-    for kind in (1, 2, 3) if uniform < 0 else (uniform,):
+    todo = (1, 2, 3) if uniform < 0 else (uniform,)
+    if sim.fast and jit.amp_flush_f16 is not None and 1 in todo:  # F16 products compiled (runtime/jit.py)
+        ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
+        jit.amp_flush_f16(ctx, sim.amp_xraw, sim.amp_kind, sim.acc_cur, sim.cwei_matrix(1), F16_TO_F32, sim.W)
+        todo = tuple(k for k in todo if k != 1)
+    for kind in todo:
         w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
         rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]
         if uniform < 0 and len(rows) == 0:  # no context of this kind (e.g. idle workers have kind 0)
