@@ -764,15 +764,31 @@ def sem_ld128putcs(sim, g, sel, ins):
     _putcs(sim, g, sel, ins, 16)
 
 
+def _send_block(sim, sel, addr, n):
+    """Fast path: the n atoms of every context's send as one gather [contexts, n], or None when any check of
+    `_words` would fail (sem_send then reads them one at a time, which reports the failure exactly)."""
+    a = (addr[:, None] + 8 * np.arange(n)[None, :]).astype(U32)  # 32-bit wrapping, as _words sees them
+    off = a - U32(sim.base)
+    if (off > sim.end - sim.base - 8).any() or np.bitwise_and(a, 7).any():
+        return None
+    words = (off >> 3) * U32(sim.word_stride) + sim.ctx_word_base[sel][:, None]
+    if sim.check_poison and (np.take(sim.flat_state, words, mode="clip") & WRITTEN != WRITTEN).any():
+        return None
+    return np.take(sim.flat64, words, mode="clip")
+
+
 def sem_send(sim, g, sel, ins):
     areg, count = ins.ops
     n = int(count) + 1
     addr = sim.m[sel, areg].astype(np.int64)
-    data = []
-    for k in range(n):
-        w = _words(sim, g, sel, ins, addr + 8 * k, 8)
-        data.append(sim.flat64[w])
-    sim.exchange_log.append((sim.ctx_tile[sel].copy(), np.stack(data, axis=1)))
+    block = _send_block(sim, sel, addr, n) if sim.fast else None
+    if block is None:
+        data = []
+        for k in range(n):
+            w = _words(sim, g, sel, ins, addr + 8 * k, 8)
+            data.append(sim.flat64[w])
+        block = np.stack(data, axis=1)
+    sim.exchange_log.append((sim.ctx_tile[sel].copy(), block))
     _set_m(sim, sel, areg, (addr + 8 * n).astype(U32))
     sim.cycles[sel] += sim.target.exchange_send_latency + n * 8 // sim.target.exchange_bytes_per_cycle
 
@@ -1034,8 +1050,27 @@ def _per_setting(sim, g, sel, ins, fn):
         fn(mask, int(k) & 1, fp8.scale_from_csr((int(k) >> 1) & 0x3F), bool(int(k) >> 8))
 
 
+_F8_TO_F16: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _f8_table(fmt: int, scale: int) -> np.ndarray:
+    """Fast path: fp8 bits -> the float16 that _fp8_to_f16 computes, for all 256 bit patterns (the same
+    operations on every possible input, so the lookup equals the conversion)."""
+    t = _F8_TO_F16.get((fmt, scale))
+    if t is None:
+        with np.errstate(all="ignore"):
+            t = fp8.decode(np.arange(256, dtype=np.uint8), fmt, scale).astype(np.float16)
+        t = _F8_TO_F16[(fmt, scale)] = t
+    return t
+
+
 def _fp8_to_f16(sim, g, sel, ins, nbytes):
     raw = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.uint8).reshape(-1, 4)[:, :nbytes]
+    if sim.fast:
+        fmt, scl, _ = _fp8_csrs(sim, sel)
+        key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1
+        if (key == key[0]).all():  # one setting for the whole group (the usual case)
+            return _f8_table(int(fmt[0]), fp8.scale_from_csr(int(scl[0]) & 0x3F))[raw]
     out = np.zeros((len(g.idx), nbytes), dtype=np.float16)
 
     def conv(mask, fmt, scale, nanoo):
