@@ -128,3 +128,49 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers):
 
 
 amp_flush_f16 = numba.njit(cache=True, nogil=True)(_amp_flush_f16) if numba is not None else None
+
+
+def _amp_step_f16(
+    idx, phase, xpair, ppair, a64, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, f16_to_f32, out
+):
+    """semantics._amp for f16v4hihov4amp after the flush: at phase 0 finished <- in-progress rounded to half
+    (round to nearest even, as numpy), in-progress <- next partials, next partials <- 0; then out[j] <- the
+    finished halves of `phase`, and the partials and inputs of `phase` are kept. False (nothing changed) when a
+    phase-0 sum is NaN (its half encoding is left to numpy)."""
+    n = idx.shape[0]
+    if phase == 0:
+        for j in range(n):
+            c = idx[j]
+            for e in range(16):
+                if np.isnan(acc_cur[c, e]):
+                    return False
+        for j in range(n):
+            c = idx[j]
+            for q in range(4):
+                bits = np.uint64(0)
+                for h in range(4):
+                    b = np.int64(acc_bits[c, 4 * q + h])
+                    mag = b & 0x7FFFFFFF
+                    if mag >= 0x38800000:  # a normal half, or overflow to infinity
+                        r = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
+                        v = min(r - 0x1C000, 0x7C00)
+                    else:  # zero or a subnormal half: multiples of 2^-24, ties to even (exact in float64)
+                        v = np.int64(np.rint(abs(np.float64(acc_cur[c, 4 * q + h])) * 16777216.0))
+                    v |= (b >> 16) & 0x8000
+                    bits |= np.uint64(v) << np.uint64(16 * h)
+                done_raw[c, q] = bits
+            for q in range(4):
+                w = next_raw[c, q]
+                for h in range(4):
+                    acc_cur[c, 4 * q + h] = f16_to_f32[(w >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
+                next_raw[c, q] = 0
+    for j in range(n):
+        c = idx[j]
+        out[j] = done_raw[c, phase]
+        next_raw[c, phase] = a64[c, ppair]
+        xraw[c, phase] = a64[c, xpair]
+        amp_kind[c] = 1
+    return True
+
+
+amp_step_f16 = numba.njit(cache=True, nogil=True)(_amp_step_f16) if numba is not None else None

@@ -1205,6 +1205,15 @@ def _amp(sim, g, sel, ins, kind, scale=0):
     kinds = sim.amp_kind[sel]
     if phase == 0 or ((kinds != kind) & (kinds != 0)).any():
         amp_flush(sim, sel)
+    if kind == 1 and sim.fast and jit.amp_step_f16 is not None:  # the rest compiled (runtime/jit.py)
+        out = np.empty(len(g.idx), np.uint64)
+        acc = sim.acc_cur
+        if jit.amp_step_f16(
+            g.idx, phase, xreg // 2, p // 2, sim.a64, sim.amp_kind, acc, acc.view(U32), sim.amp_next_raw,
+            sim.amp_done_raw, sim.amp_xraw, F16_TO_F32, out,
+        ):  # fmt: skip
+            _set_a64(sim, sel, d, out)
+            return
     if phase == 0:
         # finished <- in progress, in progress <- next partials, next partials <- 0
         sim.amp_done_raw[sel] = _u64(f32_to_f16_bits(sim.acc_cur[sel])).reshape(-1, 4)

@@ -14,6 +14,8 @@ from ipu.backend.lower import compile_model
 from ipu.backend.target import Target
 from ipu.frontend.siglip import PRESETS
 from ipu.frontend.weights import random_weights
+from ipu.runtime import jit
+from ipu.runtime.halfconv import F16_TO_F32
 from ipu.runtime.host import Session
 from ipu.runtime.simulator import Simulator
 
@@ -70,3 +72,41 @@ def test_fast_path_equals_reference(layers, tiles, seed):
     for name in STATE:
         np.testing.assert_array_equal(getattr(fast_sim, name), getattr(ref_sim, name), err_msg=name)
     assert fast_steps < ref_steps
+
+
+@pytest.mark.skipif(jit.amp_step_f16 is None, reason="numba is not installed")
+def test_compiled_amp_rounds_to_half_as_numpy():
+    """The compiled AMP step's float32 -> half rounding (phase 0: finished <- in-progress) against numpy's, on
+    every half's neighbourhood: each half value, the ties halfway to the next, and one float32 step either side
+    (normals, subnormals, zeros, overflow to infinity, infinities; NaN is left to numpy)."""
+    with np.errstate(over="ignore"):
+        _check_half_rounding()
+
+
+def _check_half_rounding():
+    h = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    h = h[np.isfinite(h) | np.isinf(h)]
+    lo = h.astype(np.float32)
+    hi = np.nextafter(h, np.float16(np.inf)).astype(np.float32)
+    mid = ((lo.astype(np.float64) + hi.astype(np.float64)) / 2).astype(np.float32)
+    vals = np.concatenate(
+        [lo, mid, np.nextafter(mid, np.float32(np.inf)), np.nextafter(mid, np.float32(-np.inf))]
+    )
+    rng = np.random.default_rng(0)
+    bits = rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    vals = np.concatenate([vals, bits, [np.float32(65520), np.float32(-65520), np.float32(65519.996)]])
+    vals = vals[~np.isnan(vals)].astype(np.float32)
+    vals = np.concatenate([vals, np.zeros(-len(vals) % 16, np.float32)])
+    n = len(vals) // 16
+    acc = vals.reshape(n, 16).copy()
+    done = np.zeros((n, 4), np.uint64)
+    z = np.zeros((n, 4), np.uint64)
+    a64 = np.zeros((n, 8), np.uint64)
+    out = np.zeros(n, np.uint64)
+    ok = jit.amp_step_f16(
+        np.arange(n), 0, 0, 1, a64, np.zeros(n, np.int8), acc, acc.view(np.uint32), z.copy(), done, z.copy(),
+        F16_TO_F32, out,
+    )  # fmt: skip
+    assert ok
+    want = np.ascontiguousarray(vals.astype(np.float16)).view(np.uint64).reshape(n, 4)
+    np.testing.assert_array_equal(done, want)
