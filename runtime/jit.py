@@ -108,7 +108,6 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers):
     float64 sum of the exact products x[c] * w[tile(c)], rounded once to float32 (inputs and weights are halves:
     every product is exact in float64, and so, for any but extreme exponent spreads, is the sum in any order)."""
     x = np.empty(16, np.float64)
-    s = np.empty(16, np.float64)
     for j in range(ctx.shape[0]):
         c = ctx[j]
         if kind[c] != 1:
@@ -118,16 +117,17 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers):
             v = xraw[c, p]
             for h in range(4):
                 x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
-        s[:] = 0.0
-        for i in range(16):  # per engine e: the sum over i in order (vectorised over e)
-            xi = x[i]
-            for e in range(16):
-                s[e] += xi * w[t, i, e]
-        for e in range(16):
-            acc_cur[c, e] += np.float32(s[e])
+        wt = w[t]
+        for e in range(16):  # per engine: the sum over the inputs in order (a fused multiply-add rounds as a
+            s = 0.0  # multiply and an add: every product of two halves is exact in float64)
+            for i in range(16):
+                s += x[i] * wt[i, e]
+            acc_cur[c, e] += np.float32(s)
 
 
-amp_flush_f16 = numba.njit(cache=True, nogil=True)(_amp_flush_f16) if numba is not None else None
+amp_flush_f16 = (
+    numba.njit(cache=True, nogil=True, fastmath={"contract"})(_amp_flush_f16) if numba is not None else None
+)
 
 
 def _amp_step_f16(

@@ -18,6 +18,14 @@ Execution is SIMT: contexts at the same PC form a group and execute one instruct
 operation across tiles and workers. A round advances every running group once; groups split on divergent branches
 and merge when they meet again. An rpt loop is held by its group, so looping costs nothing per context.
 
+Two paths (issue 23), with identical results, cycles, profiles and checks: the fast path (default) keeps groups
+larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
+waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
+(`runtime/jit.py`, numba) and cached tables; `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
+reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
+against. Only what depends on the order of rounds rather than on simulated time could differ: a `run` into a
+worker slot that another worker left without a sync in between (the compiler's code uses `runall` after a sync).
+
 Time (barrel model): every context keeps its own clock in tile cycles. A worker issues every sixth cycle, so an
 instruction of cost c advances its clock by 6c (S6, S9 [D]); the supervisor's instructions cost their
 `supervisor_cycles` (1, or 6 for control/system stalls, S1 [C]); workers start at the supervisor's clock when it
@@ -198,8 +206,8 @@ class Simulator:
 
     def __init__(self, target: Target, *, check_poison: bool = True, reference: bool | None = None):
         self.target = target
-        # The fast path (default) schedules groups differently (see `_run_fast`); `reference=True` (or the
-        # environment variable IPU_SIM_REFERENCE=1) selects the original scheduling, which tests compare against.
+        # The fast path (default; see the module docstring); `reference=True` (or the environment variable
+        # IPU_SIM_REFERENCE=1) selects the original scheduling and numpy semantics, which tests compare against.
         if reference is None:
             reference = os.environ.get("IPU_SIM_REFERENCE", "") not in ("", "0")
         self.fast = not reference
