@@ -779,6 +779,9 @@ class Simulator:
         n_internal = self._n_internal
         if not (self._worker_exited or force_check) and n_internal < self.active[self.NW :].sum():
             return
+        if self.fast:
+            self._release_syncs_fast(force_check)
+            return
         T, W = self.T, self.W
         local = [c for c, z in self._waiting.items() if z == 2]
         if local and (self._worker_exited or force_check):
@@ -816,8 +819,52 @@ class Simulator:
                 context="supervisor",
             )
 
+    def _release_syncs_fast(self, force_check: bool) -> None:
+        """_release_syncs without a pass over every waiting supervisor per round: sync zones are 2 or 3 only
+        (sem_sync), so the local waiters are counted as len(_waiting) - _n_internal; the same releases."""
+        waiting = self._waiting
+        T, W = self.T, self.W
+        if len(waiting) > self._n_internal and (self._worker_exited or force_check):
+            self._worker_exited = False
+            busy = self.active[: self.NW].reshape(T, W).any(axis=1)
+            release = [c for c, z in waiting.items() if z == 2 and not busy[c - self.NW]]
+            if release:
+                rel = np.array(release, dtype=np.int64)
+                tiles = rel - self.NW
+                wclock = self.cycles[: self.NW].reshape(T, W)[tiles].max(axis=1)
+                self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
+                for c in release:
+                    del waiting[c]
+                self._resume(rel)
+        n_internal = self._n_internal
+        if n_internal and n_internal == len(waiting) and n_internal == self.active[self.NW :].sum():
+            if self._groups and any(g.supervisor for g in self._groups):
+                return
+            rel = np.array(sorted(waiting), dtype=np.int64)
+            self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
+            if self.recorder is not None:
+                self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
+            semantics.deliver_exchange(self, rel - self.NW)
+            waiting.clear()
+            self._n_internal = 0
+            self._resume(rel)
+        elif force_check and waiting and not self._groups:
+            ctx = next(iter(waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {waiting[ctx]} and nothing else runs",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+
     def _resume(self, ctxs: np.ndarray) -> None:
         """Restart supervisors after their sync instruction."""
+        if self.fast:
+            ctxs = np.sort(ctxs)
+            pcs = self._sync_pc[ctxs]
+            for pc in np.unique(pcs):
+                self._groups.append(Group(int(pc) + 4, ctxs[pcs == pc], True))
+            return
         pcs = {}
         for c in ctxs:
             pcs.setdefault(int(self._sync_pc[c]), []).append(int(c))
