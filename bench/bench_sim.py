@@ -1,6 +1,15 @@
-"""Simulator throughput and memory (issue 3). Not a test: run by hand, results go to BENCHMARKS.md.
+"""Simulator throughput and memory (issue 3), reference path against fast path (issue 23). Not a test: run by
+hand, results go to BENCHMARKS.md.
 
-    .venv/bin/python bench/bench_sim.py [--tiles 16 184 1472] [--repeats 5] [--groups 180] [--no-poison]
+    .venv/bin/python -m bench.bench_sim [--tiles 16 184 1472] [--repeats 5] [--groups 180] [--no-poison]
+    .venv/bin/python -m bench.bench_sim --packages tiny [PKG.ipupkg ...] [--repeats 3] [--warmup 1]
+
+`--packages`: whole inferences of compiled packages ("tiny": the tiny SigLIP compiled here for --package-tiles,
+default 16), each through `Simulator(reference=True)` (the original scheduling and numpy semantics: "before") and
+the default fast path ("after") in one process, the runs of the two paths alternating so that a shared machine's
+load falls on both; outputs, cycles and instructions are checked identical. Reported: medians (and min..max) of
+wall and CPU seconds per inference, their ratios, group steps (`Simulator._step` calls, counted in the first
+run), context-instructions per wall second, simulated cycles, and the process's peak RSS.
 
 Workload: the 16x16 AMP example (runtime/examples.py) on every worker of every tile: per worker a loop of
 4 (groups + 2) bundles `{ ld2xst64pace ; f16v4hihov4amp }` (two loads, one store, one AMP each), after ~12 setup
@@ -18,12 +27,13 @@ import time
 
 import numpy as np
 
+from bench.common import header
 from ipu.backend.target import Target
 from ipu.runtime import examples as ex
 from ipu.runtime.simulator import Simulator
 
 
-def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
+def bench(tiles: int, groups: int, repeats: int, check_poison: bool, reference: bool = False) -> dict:
     t = Target.ipu21() if tiles == 1472 else Target.small(tiles=tiles, sram_kib=624)
     lay = ex.BENCH_LAYOUT
     rng = np.random.default_rng(0)
@@ -31,7 +41,7 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
     x = rng.standard_normal((tiles, 6, groups, 16)).astype(np.float16)
     p = rng.standard_normal((tiles, 6, groups, 16)).astype(np.float16)
     t0 = time.perf_counter()
-    sim = Simulator(t, check_poison=check_poison)
+    sim = Simulator(t, check_poison=check_poison, reference=reference)
     sim.load(ex.amp_program(t, lay=lay))
     ex.amp_setup(sim, groups, w.view(np.uint8).reshape(tiles, -1), x.view(np.uint8), p, lay=lay)
     setup_s = time.perf_counter() - t0
@@ -51,6 +61,7 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
     parts = sim.state_bytes()
     state = sum(parts.values())
     return {
+        "path": "reference" if reference else "fast",
         "tiles": tiles,
         "contexts": tiles * 6,
         "median_Minstr_s": statistics.median(rates) / 1e6,
@@ -68,23 +79,125 @@ def bench(tiles: int, groups: int, repeats: int, check_poison: bool) -> dict:
     }
 
 
+def _package(spec: str, tiles: int):
+    from ipu.runtime.package import Package
+
+    if spec == "tiny":
+        from ipu.backend.lower import compile_model
+
+        return f"tiny ({tiles} tiles)", compile_model("tiny", Target.small(tiles=tiles, sram_kib=624))
+    return spec, Package.load(spec)
+
+
+def bench_package(spec: str, tiles: int, repeats: int, warmup: int) -> dict:
+    """Inferences of one package through the reference and the fast path, alternating (see the docstring)."""
+    from ipu.frontend.siglip import SiglipVisionConfig
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime.host import Session
+
+    name, pkg = _package(spec, tiles)
+    cfg = SiglipVisionConfig.from_dict(pkg.metadata["config"])
+    weights = random_weights(cfg, seed=0)
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    sessions, steps, first = {}, {}, {}
+    for path in ("reference", "fast"):
+        s = Session(pkg, Simulator(pkg.target, reference=path == "reference"))
+        s.upload_parameters(weights)
+        sessions[path] = s
+    wall = {p: [] for p in sessions}
+    cpu = {p: [] for p in sessions}
+    for i in range(warmup + repeats):
+        for path, s in sessions.items():
+            sim = s.device
+            counter = [0]
+            if i == 0:  # count the group steps once (the counting wrapper costs a little time)
+                step = sim._step
+
+                def count(g, step=step, counter=counter):
+                    counter[0] += 1
+                    return step(g)
+
+                sim._step = count
+            t0, c0 = time.perf_counter(), time.process_time()
+            r = s.run({"pixel_values": x})
+            dt, cdt = time.perf_counter() - t0, time.process_time() - c0
+            if i == 0:
+                del sim._step
+                steps[path] = counter[0]
+                first[path] = r
+            if i >= warmup:
+                wall[path].append(dt)
+                cpu[path].append(cdt)
+    ref, fast = first["reference"], first["fast"]
+    for k in ref.outputs:
+        assert np.array_equal(ref.outputs[k], fast.outputs[k], equal_nan=True), f"{name}: {k} differs"
+    assert np.array_equal(ref.run.tile_cycles, fast.run.tile_cycles), f"{name}: cycles differ"
+    assert np.array_equal(ref.run.context_cycles, fast.run.context_cycles), f"{name}: context cycles differ"
+    assert np.array_equal(ref.run.instructions, fast.run.instructions), f"{name}: instructions differ"
+    med = {p: (statistics.median(wall[p]), statistics.median(cpu[p])) for p in sessions}
+    return {
+        "name": name,
+        "runs": repeats,
+        "cycles": ref.cycles,
+        "instructions": int(ref.run.instructions.sum()),
+        "steps": steps,
+        "wall": wall,
+        "cpu": cpu,
+        "median": med,
+        "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
+    }
+
+
+def main_packages(args) -> None:
+    print(f"{header()}; repeats {args.repeats} per path after {args.warmup} warm-up")
+    print(
+        "| package | simulated cycles | path | group steps | wall s per inference, median (min..max) | CPU s, median "
+        "| M ctx-instr/s (wall) | wall ratio | CPU ratio | peak RSS MB (process) |"
+    )
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for spec in args.packages:
+        r = bench_package(spec, args.package_tiles, args.repeats, args.warmup)
+        (rw, rc), (fw, fc) = r["median"]["reference"], r["median"]["fast"]
+        for path in ("reference", "fast"):
+            w, c = r["median"][path]
+            ratio = (f"{rw / fw:.2f}x", f"{rc / fc:.2f}x") if path == "fast" else ("", "")
+            print(
+                f"| {r['name']} | {r['cycles']:,} | {path} | {r['steps'][path]:,} | {w:.2f} ({min(r['wall'][path]):.2f}.."
+                f"{max(r['wall'][path]):.2f}) | {c:.2f} | {r['instructions'] / w / 1e6:.2f} | {ratio[0]} | {ratio[1]} "
+                f"| {r['peak_rss_MB']:.0f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiles", type=int, nargs="+", default=[16, 184, 1472])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--groups", type=int, default=180)
     ap.add_argument("--no-poison", action="store_true", help="disable poison tracking on loads")
+    ap.add_argument(
+        "--packages",
+        nargs="+",
+        metavar="PKG",
+        help='inferences of packages ("tiny" or .ipupkg paths), both paths',
+    )
+    ap.add_argument("--package-tiles", type=int, default=16, help='tiles of the "tiny" package')
+    ap.add_argument("--warmup", type=int, default=1, help="--packages: unmeasured runs per path first")
     args = ap.parse_args()
+    if args.packages:
+        main_packages(args)
+        return
+    print(header())
     print(
-        "| tiles | contexts | median M ctx-instr/s (wall) | min..max | median per CPU second | AMP-loop share "
+        "| tiles | contexts | path | median M ctx-instr/s (wall) | min..max | median per CPU second | AMP-loop share "
         "| simulated cycles per run "
         "| state MB (SRAM + word state + other) | peak RSS MB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
-    for tiles in args.tiles:
-        r = bench(tiles, args.groups, args.repeats, not args.no_poison)
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for tiles, reference in ((t, ref) for t in args.tiles for ref in (True, False)):
+        r = bench(tiles, args.groups, args.repeats, not args.no_poison, reference)
         print(
-            f"| {r['tiles']} | {r['contexts']} | {r['median_Minstr_s']:.1f} | {r['min_Minstr_s']:.1f}.."
+            f"| {r['tiles']} | {r['contexts']} | {r['path']} | {r['median_Minstr_s']:.1f} | {r['min_Minstr_s']:.1f}.."
             f"{r['max_Minstr_s']:.1f} | {r['cpu_Minstr_s']:.1f} | {r['loop_share']:.2f} | {r['sim_cycles']} | {r['state_MB']:.0f} "
             f"({r['sram_MB']:.0f} + {r['word_state_MB']:.0f} + {r['other_MB']:.1f}) "
             f"| {r['peak_rss_MB']:.0f} |",

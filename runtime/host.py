@@ -42,8 +42,12 @@ class InferenceResult:
 class Session:
     """One package loaded on one device."""
 
-    def __init__(self, package: Package, device: Simulator | None = None):
+    def __init__(self, package: Package, device: Simulator | None = None, *, progress: bool = False):
+        """`progress`: show simulated cycles, rate and ETA on stderr while an inference runs, if stderr is a
+        terminal (`ipu.runtime.progress`; the ETA from the previous inference's cycles)."""
         package.validate()
+        self.progress = progress
+        self._last_cycles: int | None = None
         self.package = package
         self.target = package.target
         self.device = device or Simulator(package.target)
@@ -117,6 +121,22 @@ class Session:
                 raise PackageError(f"input {b.name!r} (shape {list(b.shape)}) is missing")
             self._scatter(b, np.asarray(inputs[b.name]))
         trace = None
+        if self.progress:
+            from ipu.runtime.progress import Progress
+
+            self.device.progress = Progress(
+                expected_cycles=self._last_cycles, label=f"inference {self.inferences + 1}"
+            )
+        try:
+            result, trace = self._run(profile)
+        finally:
+            self.device.progress = None
+        self._last_cycles = result.max_cycles
+        self.inferences += 1
+        return InferenceResult({b.name: self._gather(b) for b in self.package.outputs}, result, trace)
+
+    def _run(self, profile: bool):
+        trace = None
         if profile:
             sites = self.package.metadata.get("profile_sites")
             if sites is None:
@@ -129,8 +149,7 @@ class Session:
                 self.device.recorder = None
         else:
             result = self.device.run(self.package.labels[self.package.entry])
-        self.inferences += 1
-        return InferenceResult({b.name: self._gather(b) for b in self.package.outputs}, result, trace)
+        return result, trace
 
     def read(self, binding: Binding) -> np.ndarray:
         """Reads any binding (e.g. an intermediate tensor's) from the device as float32."""

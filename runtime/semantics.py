@@ -43,9 +43,9 @@ from ipu.backend.isa import (
     SUPERVISOR_CSRS,
 )
 from ipu.backend.isa import WORKER_CSRS as WC
-from ipu.runtime import fp8
+from ipu.runtime import fp8, jit
 from ipu.runtime.errors import SimError
-from ipu.runtime.halfconv import f16_bits_to_f32, f32_to_f16_bits
+from ipu.runtime.halfconv import F16_TO_F32, f16_bits_to_f32, f32_to_f16_bits
 
 WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
 WRITTEN = 3
@@ -409,6 +409,21 @@ def _pace(sim, g, sel, ins, loads, store, sel_bits, store_src=None):
     The (up to three) accesses are checked and gathered together, as one [k, n] array: this is the simulator's
     hottest path (the AMP inner loop), and one numpy call per check instead of three matters."""
     areg = ins.operand("addr")
+    if (
+        sim.fast and jit.pace_kernel is not None
+    ):  # the same steps compiled (runtime/jit.py), if no check fails
+        nl = len(loads)
+        out = np.empty((nl, len(g.idx)), np.uint64)
+        s = [-1, -1, -1]
+        for i, bits in sel_bits:
+            s[i] = bits
+        t = sim.target
+        if jit.pace_kernel(
+            sim.m, sim.a64, sim.flat_state, sim.flat64, sim.ctx_word_base, g.idx, areg, ins.operand("stride"),
+            nl, store, (store_src or 0) // 2, s[0], s[1], s[2], sim.base, sim.end, sim.r1,
+            t.region0_element_bytes, t.region1_element_bytes, sim.check_poison, sim.word_stride, out,
+        ):  # fmt: skip
+            return out
     acc = list(unpack_triple(sim.m[sel, areg], sim.m[sel, areg + 1]))
     used = list(loads) + ([2] if store else [])
     pairs = [(i, j) for i, j in ((0, 1), (0, 2), (1, 2)) if i in used and j in used]
@@ -749,15 +764,31 @@ def sem_ld128putcs(sim, g, sel, ins):
     _putcs(sim, g, sel, ins, 16)
 
 
+def _send_block(sim, sel, addr, n):
+    """Fast path: the n atoms of every context's send as one gather [contexts, n], or None when any check of
+    `_words` would fail (sem_send then reads them one at a time, which reports the failure exactly)."""
+    a = (addr[:, None] + 8 * np.arange(n)[None, :]).astype(U32)  # 32-bit wrapping, as _words sees them
+    off = a - U32(sim.base)
+    if (off > sim.end - sim.base - 8).any() or np.bitwise_and(a, 7).any():
+        return None
+    words = (off >> 3) * U32(sim.word_stride) + sim.ctx_word_base[sel][:, None]
+    if sim.check_poison and (np.take(sim.flat_state, words, mode="clip") & WRITTEN != WRITTEN).any():
+        return None
+    return np.take(sim.flat64, words, mode="clip")
+
+
 def sem_send(sim, g, sel, ins):
     areg, count = ins.ops
     n = int(count) + 1
     addr = sim.m[sel, areg].astype(np.int64)
-    data = []
-    for k in range(n):
-        w = _words(sim, g, sel, ins, addr + 8 * k, 8)
-        data.append(sim.flat64[w])
-    sim.exchange_log.append((sim.ctx_tile[sel].copy(), np.stack(data, axis=1)))
+    block = _send_block(sim, sel, addr, n) if sim.fast else None
+    if block is None:
+        data = []
+        for k in range(n):
+            w = _words(sim, g, sel, ins, addr + 8 * k, 8)
+            data.append(sim.flat64[w])
+        block = np.stack(data, axis=1)
+    sim.exchange_log.append((sim.ctx_tile[sel].copy(), block))
     _set_m(sim, sel, areg, (addr + 8 * n).astype(U32))
     sim.cycles[sel] += sim.target.exchange_send_latency + n * 8 // sim.target.exchange_bytes_per_cycle
 
@@ -766,10 +797,56 @@ def sem_delay(sim, g, sel, ins):
     sim.cycles[sel] += int(ins.ops[0])
 
 
+def _deliver_exchange_fast(sim, tiles) -> bool:
+    """deliver_exchange as a few array operations. Returns False, having changed nothing, when any check would
+    fail (deliver_exchange then reports the failure exactly)."""
+    sup = sim.NW + tiles
+    c_dcount = _col(SC["INCOMING_DCOUNT"])
+    n = sim.csr[sup, c_dcount].astype(np.int64)
+    recv = n > 0
+    if not recv.any():
+        sim.exchange_log = []
+        return True
+    rt, ctx, n = tiles[recv], sup[recv], n[recv]
+    T = sim.T
+    log = sim.exchange_log
+    if log:
+        src = np.concatenate([np.repeat(s, d.shape[1]) for s, d in log])
+        atoms = np.concatenate([d.reshape(-1) for _, d in log])
+        order = np.argsort(src, kind="stable")  # per source tile, in the order sent
+        atoms = atoms[order]
+        count = np.bincount(src, minlength=T)
+    else:
+        atoms = np.zeros(0, np.uint64)
+        count = np.zeros(T, np.int64)
+    first = np.cumsum(count) - count
+    mux = sim.csr[ctx, _col(SC["INCOMING_MUX"])].astype(np.int64)
+    base = sim.csr[ctx, _col(SC["INCOMING_BASE"])].astype(np.int64)
+    known = mux < T
+    muxk = np.where(known, mux, 0)
+    ok = known & (count[muxk] >= n) & (base % 8 == 0) & (base >= sim.base) & (base + 8 * n <= sim.end)
+    if not ok.all():
+        return False
+    total = int(n.sum())
+    within = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
+    rows = np.repeat((base - sim.base) // 8, n) + within
+    cols = np.repeat(rt, n)
+    st = sim.wstate[rows, cols]
+    if (st & PROTECTED).any():
+        return False
+    sim.mem64[rows, cols] = atoms[np.repeat(first[muxk], n) + within]
+    sim.wstate[rows, cols] = st | WRITTEN
+    sim.csr[ctx, c_dcount] = 0
+    sim.exchange_log = []
+    return True
+
+
 def deliver_exchange(sim, tiles):
     """At an internal sync: every tile with $INCOMING_DCOUNT > 0 receives, in order, the atoms sent since the
     last sync by the tile named in its $INCOMING_MUX, at $INCOMING_BASE upwards. A receiver left waiting for
     data no one sent is an error (a receive with no matching send)."""
+    if sim.fast and _deliver_exchange_fast(sim, np.asarray(tiles)):
+        return
     sup = sim.NW + np.asarray(tiles)
     dcount = sim.csr[sup, _col(SC["INCOMING_DCOUNT"])].astype(np.int64)
     sent: dict[int, list] = {}
@@ -973,8 +1050,27 @@ def _per_setting(sim, g, sel, ins, fn):
         fn(mask, int(k) & 1, fp8.scale_from_csr((int(k) >> 1) & 0x3F), bool(int(k) >> 8))
 
 
+_F8_TO_F16: dict[tuple[int, int], np.ndarray] = {}
+
+
+def _f8_table(fmt: int, scale: int) -> np.ndarray:
+    """Fast path: fp8 bits -> the float16 that _fp8_to_f16 computes, for all 256 bit patterns (the same
+    operations on every possible input, so the lookup equals the conversion)."""
+    t = _F8_TO_F16.get((fmt, scale))
+    if t is None:
+        with np.errstate(all="ignore"):
+            t = fp8.decode(np.arange(256, dtype=np.uint8), fmt, scale).astype(np.float16)
+        t = _F8_TO_F16[(fmt, scale)] = t
+    return t
+
+
 def _fp8_to_f16(sim, g, sel, ins, nbytes):
     raw = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.uint8).reshape(-1, 4)[:, :nbytes]
+    if sim.fast:
+        fmt, scl, _ = _fp8_csrs(sim, sel)
+        key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1
+        if (key == key[0]).all():  # one setting for the whole group (the usual case)
+            return _f8_table(int(fmt[0]), fp8.scale_from_csr(int(scl[0]) & 0x3F))[raw]
     out = np.zeros((len(g.idx), nbytes), dtype=np.float16)
 
     def conv(mask, fmt, scale, nanoo):
@@ -1038,7 +1134,12 @@ def amp_flush(sim, sel=None) -> None:
         return
     uniform = int(kinds[0]) if (kinds == kinds[0]).all() else -1
     scales = sim.amp_scale[sel]
-    for kind in (1, 2, 3) if uniform < 0 else (uniform,):
+    todo = (1, 2, 3) if uniform < 0 else (uniform,)
+    if sim.fast and jit.amp_flush_f16 is not None and 1 in todo:  # F16 products compiled (runtime/jit.py)
+        ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
+        jit.amp_flush_f16(ctx, sim.amp_xraw, sim.amp_kind, sim.acc_cur, sim.cwei_matrix(1), F16_TO_F32, sim.W)
+        todo = tuple(k for k in todo if k != 1)
+    for kind in todo:
         w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
         rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]
         if uniform < 0 and len(rows) == 0:  # no context of this kind (e.g. idle workers have kind 0)
@@ -1068,10 +1169,30 @@ def _tile_products(sim, sel, x, w):
     x = x.astype(np.float64)
     if isinstance(sel, slice) and sel.start % W == 0 and sel.stop % W == 0:
         t0, t1 = sel.start // W, sel.stop // W
-        prod = np.matmul(x.reshape(t1 - t0, W, -1), w[t0:t1].astype(np.float64)).reshape(-1, 16)
+        prod = np.matmul(x.reshape(t1 - t0, W, -1), np.asarray(w[t0:t1], np.float64)).reshape(-1, 16)
+    elif sim.fast:
+        return _tile_products_fast(sim, sel, x, w)
     else:
-        prod = np.einsum("ci,cie->ce", x, w[sim.ctx_tile[sel]].astype(np.float64))
+        prod = np.einsum("ci,cie->ce", x, np.asarray(w[sim.ctx_tile[sel]], np.float64))
     return prod.astype(np.float32)
+
+
+def _tile_products_fast(sim, sel, x, w):
+    """_tile_products of a group of parts of tiles without gathering a weight matrix per context: the contexts are
+    placed in a zero-filled [tiles, W, inputs] block over the group's range of tiles and multiplied per tile (the
+    same exact float64 products and sums, rounded once to float32)."""
+    W = sim.W
+    ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel)
+    tiles, slot = np.divmod(ctx, W)
+    t0 = int(tiles.min())
+    nt = int(tiles.max()) + 1 - t0
+    if nt * W > 4 * len(ctx):  # sparse: a weight matrix per context after all
+        return np.einsum("ci,cie->ce", x, np.asarray(w[tiles], np.float64)).astype(np.float32)
+    rel = tiles - t0
+    block = np.zeros((nt, W, x.shape[1]), np.float64)
+    block[rel, slot] = x
+    prod = np.matmul(block, np.asarray(w[t0 : t0 + nt], np.float64))
+    return prod[rel, slot].astype(np.float32)
 
 
 def _amp(sim, g, sel, ins, kind, scale=0):
@@ -1084,6 +1205,15 @@ def _amp(sim, g, sel, ins, kind, scale=0):
     kinds = sim.amp_kind[sel]
     if phase == 0 or ((kinds != kind) & (kinds != 0)).any():
         amp_flush(sim, sel)
+    if kind == 1 and sim.fast and jit.amp_step_f16 is not None:  # the rest compiled (runtime/jit.py)
+        out = np.empty(len(g.idx), np.uint64)
+        acc = sim.acc_cur
+        if jit.amp_step_f16(
+            g.idx, phase, xreg // 2, p // 2, sim.a64, sim.amp_kind, acc, acc.view(U32), sim.amp_next_raw,
+            sim.amp_done_raw, sim.amp_xraw, F16_TO_F32, out,
+        ):  # fmt: skip
+            _set_a64(sim, sel, d, out)
+            return
     if phase == 0:
         # finished <- in progress, in progress <- next partials, next partials <- 0
         sim.amp_done_raw[sel] = _u64(f32_to_f16_bits(sim.acc_cur[sel])).reshape(-1, 4)

@@ -18,6 +18,14 @@ Execution is SIMT: contexts at the same PC form a group and execute one instruct
 operation across tiles and workers. A round advances every running group once; groups split on divergent branches
 and merge when they meet again. An rpt loop is held by its group, so looping costs nothing per context.
 
+Two paths (issue 23), with identical results, cycles, profiles and checks: the fast path (default) keeps groups
+larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
+waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
+(`runtime/jit.py`, numba) and cached tables; `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
+reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
+against. Only what depends on the order of rounds rather than on simulated time could differ: a `run` into a
+worker slot that another worker left without a sync in between (the compiler's code uses `runall` after a sync).
+
 Time (barrel model): every context keeps its own clock in tile cycles. A worker issues every sixth cycle, so an
 instruction of cost c advances its clock by 6c (S6, S9 [D]); the supervisor's instructions cost their
 `supervisor_cycles` (1, or 6 for control/system stalls, S1 [C]); workers start at the supervisor's clock when it
@@ -48,6 +56,7 @@ records every tile's supervisor clock at the run's start, whenever its superviso
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +110,10 @@ class Group:
     idx: np.ndarray  # sorted context indices
     supervisor: bool
     rpt: tuple[int, int, int] | None = None  # (body start, body end, iterations left incl. the current one)
+    # Fast path (see Simulator.fast): per-context iterations left (aligned with idx; rpt[2] is then -1), and the
+    # contexts that finished the loop early (or had a zero count), which rejoin the group at the body's end.
+    left: np.ndarray | None = None
+    parked: list[np.ndarray] | None = None
 
     @property
     def sel(self) -> slice | np.ndarray:
@@ -191,8 +204,13 @@ class RunResult:
 class Simulator:
     """All tiles of one IPU (or of a small test target). See the module docstring."""
 
-    def __init__(self, target: Target, *, check_poison: bool = True):
+    def __init__(self, target: Target, *, check_poison: bool = True, reference: bool | None = None):
         self.target = target
+        # The fast path (default; see the module docstring); `reference=True` (or the environment variable
+        # IPU_SIM_REFERENCE=1) selects the original scheduling and numpy semantics, which tests compare against.
+        if reference is None:
+            reference = os.environ.get("IPU_SIM_REFERENCE", "") not in ("", "0")
+        self.fast = not reference
         T, W = target.num_tiles, target.num_workers
         self.T, self.W = T, W
         self.NW = T * W  # worker contexts
@@ -229,6 +247,10 @@ class Simulator:
 
         self.cwei = np.zeros((T, 64, 8), dtype=np.uint8)
         self._cw_cache: dict[tuple, np.ndarray] = {}
+        # Fast path: decoded weights per AMP kind as float64 [T, 4 * K, 16], recomputed lazily for the tiles whose
+        # slots changed since (a GEMM loads a block of slots, then runs AMP groups with one kind).
+        self._cw64: dict[int, np.ndarray] = {}
+        self._cw_dirty: dict[int, np.ndarray] = {}
         # AMP state per worker context (see semantics.py): in-progress sums (float32), the next group's partials
         # and the finished results as raw half bits per phase, and the raw inputs of the group in progress,
         # whose products are added when the group ends (amp_kind: 0 none, 1 F16, 2/3 FP8 with F143/F152
@@ -249,6 +271,7 @@ class Simulator:
         self._units: list = []  # indexed by (pc - program.base) // 4 -> compiled unit or None
         self._groups: list[Group] = []
         self._spawned: list[Group] = []
+        self._parked: dict[tuple[int, bool], Group] = {}  # fast path: groups waiting at a reconvergence PC
         self._waiting: dict[int, int] = {}  # supervisor ctx -> sync zone
         self._worker_exited = False
         self._n_internal = 0  # supervisors waiting on the internal sync
@@ -257,6 +280,7 @@ class Simulator:
         self.exchange_log: list = []  # pending sends until the next internal sync
         self.rounds = 0
         self.recorder: Recorder | None = None  # profiling (off unless set; see the module docstring)
+        self.progress = None  # a runtime.progress.Progress (off unless set): cycles, rate and ETA on stderr
 
     # ------------------------------------------------------------------------------------------------------------
     # Context helpers
@@ -463,6 +487,34 @@ class Simulator:
         if rec is not None:
             rec.reset()
             rec.mark(sup - self.NW, -1, Recorder.START, self.cycles[sup])
+        prog = self.progress
+        if prog is not None:
+            prog.start()
+        try:
+            self._run_loop(start_rounds, max_rounds)
+        finally:
+            if prog is not None:
+                prog.finish()
+        if self._waiting:
+            ctx = next(iter(self._waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} forever",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+        if rec is not None:
+            rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
+        return self.result()
+
+    def _show_progress(self) -> None:
+        """Every 256 rounds, when a Progress is set: the furthest supervisor clock since the run's start."""
+        self.progress.update(int((self.cycles[self.NW :] - self._run_start[self.NW :]).max()))
+
+    def _run_loop(self, start_rounds: int, max_rounds: int) -> None:
+        if self.fast:
+            self._run_fast(start_rounds, max_rounds)
+            return
         while True:
             if not self._groups:
                 self._release_syncs(force_check=True)
@@ -481,17 +533,8 @@ class Simulator:
             self.rounds += 1
             if self.rounds - start_rounds > max_rounds:
                 raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
-        if self._waiting:
-            ctx = next(iter(self._waiting))
-            raise SimError(
-                "sync",
-                f"deadlock: supervisor waits on sync zone {self._waiting[ctx]} forever",
-                tile=int(self.ctx_tile[ctx]),
-                context="supervisor",
-            )
-        if rec is not None:
-            rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
-        return self.result()
+            if self.progress is not None and not self.rounds & 255:
+                self._show_progress()
 
     def result(self) -> RunResult:
         """Cycles of the last run (clocks keep counting across runs; the result is this run's share)."""
@@ -505,11 +548,97 @@ class Simulator:
         ins = np.concatenate([issued[self.NW :, None], issued[: self.NW].reshape(T, W)], axis=1)
         return RunResult(elapsed[self.NW :].copy(), ctxc, ins, self.rounds)
 
+    def _run_fast(self, start_rounds: int, max_rounds: int) -> None:
+        """The fast path's rounds: the same steps per context as the reference loop, in fewer, larger groups.
+
+        - A group that splits two ways on a branch parks the part at the higher PC there (the join of an `if`
+          that skips code, or the exit of a loop that some contexts leave early) until other contexts of the
+          same kind arrive at that PC and merge with it, or nothing else can run.
+        - An rpt loop keeps its group together (per-context iterations left, see `_rpt_end`).
+        Contexts of different tiles only meet at syncs and the workers of one tile only through memory they
+        synchronise on, so the order of steps across groups changes no result, cycle count or profile (every
+        context's clock advances by its own instructions); tests/unit/test_sim_fast_path.py compares both."""
+        parked = self._parked
+        parked.clear()
+        while True:
+            if not self._groups:
+                if parked:
+                    self._groups = list(parked.values())
+                    parked.clear()
+                else:
+                    self._release_syncs(force_check=True)
+                    if not self._groups:
+                        break
+            groups, self._groups = self._groups, []
+            step = self._step
+            for g in groups:
+                step(g)
+            if self._spawned:
+                self._groups.extend(self._spawned)
+                self._spawned = []
+            if self._waiting:
+                self._release_syncs()
+            if parked:
+                for g in self._groups:
+                    if g.rpt is None:
+                        h = parked.pop((g.pc, g.supervisor), None)
+                        if h is not None:
+                            g.idx = np.sort(np.concatenate([g.idx, h.idx]))
+                            if not parked:
+                                break
+            if len(self._groups) > 1:
+                self._merge_groups()
+            self.rounds += 1
+            if self.rounds - start_rounds > max_rounds:
+                raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
+            if self.progress is not None and not self.rounds & 255:
+                self._show_progress()
+
+    def _park(self, g: Group) -> None:
+        key = (g.pc, g.supervisor)
+        h = self._parked.get(key)
+        if h is not None:
+            g.idx = np.sort(np.concatenate([g.idx, h.idx]))
+        self._parked[key] = g
+
+    def _rpt_end(self, g: Group) -> None:
+        """Fast path, end of an rpt body: contexts with iterations left run it again; the others wait (parked
+        in the group) and the whole group leaves together after the last iteration of the longest count."""
+        start, end, _ = g.rpt
+        left = g.left - 1
+        keep = left > 0
+        if keep.all():
+            g.pc, g.left = start, left
+            self._groups.append(g)
+            return
+        parked = g.parked or []
+        if not keep.any():
+            idx = np.sort(np.concatenate([*parked, g.idx])) if parked else g.idx
+            self._groups.append(Group(end, idx, g.supervisor))
+            return
+        self._groups.append(
+            Group(start, g.idx[keep], g.supervisor, g.rpt, left[keep], [*parked, g.idx[~keep]])
+        )
+
+    def _merge_rpt(self, h: Group, g: Group) -> None:
+        """Fast path: one group of two at the same PC of the same rpt body."""
+        idx = np.concatenate([h.idx, g.idx])
+        order = np.argsort(idx, kind="stable")
+        h.idx = idx[order]
+        h.left = np.concatenate([h.left, g.left])[order]
+        h.parked = (h.parked or []) + (g.parked or []) or None
+
     def _merge_groups(self) -> None:
         merged: dict[tuple, Group] = {}
         out: list[Group] = []
         for g in self._groups:
             if g.rpt is not None:
+                if g.left is not None:  # fast path: rpt groups at one PC of one body merge too
+                    key = (g.pc, g.supervisor, g.rpt[0], g.rpt[1])
+                    if key in merged:
+                        self._merge_rpt(merged[key], g)
+                        continue
+                    merged[key] = g
                 out.append(g)
                 continue
             key = (g.pc, g.supervisor)
@@ -571,6 +700,9 @@ class Simulator:
         nxt = g.pc + u.size
         if result is None:
             if g.rpt is not None and nxt == g.rpt[1]:
+                if g.left is not None:
+                    self._rpt_end(g)
+                    return
                 start, end, left = g.rpt
                 if left > 1:
                     self._groups.append(Group(start, g.idx, g.supervisor, (start, end, left - 1)))
@@ -587,10 +719,28 @@ class Simulator:
                 g.pc = int(targets[0])
                 self._groups.append(g)
                 return
-            for t in np.unique(targets):
+            u = np.unique(targets)
+            if self.fast and len(u) == 2:  # park the part at the higher PC (see _run_fast)
+                lo = targets == u[0]
+                self._groups.append(Group(int(u[0]), g.idx[lo], g.supervisor))
+                self._park(Group(int(u[1]), g.idx[~lo], g.supervisor))
+                return
+            for t in u:
                 self._groups.append(Group(int(t), g.idx[targets == t], g.supervisor))
         elif kind == "rpt":  # (per-context counts, body start, body end)
             counts, start, end = result[1], result[2], result[3]
+            if self.fast:  # one group through the loop (see _rpt_end)
+                counts = np.asarray(counts, dtype=np.int64)
+                nz = counts > 0
+                if not nz.any():
+                    self._groups.append(Group(end, g.idx, g.supervisor))
+                elif nz.all():
+                    self._groups.append(Group(start, g.idx, g.supervisor, (start, end, -1), counts))
+                else:
+                    self._groups.append(
+                        Group(start, g.idx[nz], g.supervisor, (start, end, -1), counts[nz], [g.idx[~nz]])
+                    )
+                return
             for c in np.unique(counts):
                 idx = g.idx[counts == c]
                 if c == 0:
@@ -629,6 +779,9 @@ class Simulator:
         n_internal = self._n_internal
         if not (self._worker_exited or force_check) and n_internal < self.active[self.NW :].sum():
             return
+        if self.fast:
+            self._release_syncs_fast(force_check)
+            return
         T, W = self.T, self.W
         local = [c for c, z in self._waiting.items() if z == 2]
         if local and (self._worker_exited or force_check):
@@ -666,8 +819,52 @@ class Simulator:
                 context="supervisor",
             )
 
+    def _release_syncs_fast(self, force_check: bool) -> None:
+        """_release_syncs without a pass over every waiting supervisor per round: sync zones are 2 or 3 only
+        (sem_sync), so the local waiters are counted as len(_waiting) - _n_internal; the same releases."""
+        waiting = self._waiting
+        T, W = self.T, self.W
+        if len(waiting) > self._n_internal and (self._worker_exited or force_check):
+            self._worker_exited = False
+            busy = self.active[: self.NW].reshape(T, W).any(axis=1)
+            release = [c for c, z in waiting.items() if z == 2 and not busy[c - self.NW]]
+            if release:
+                rel = np.array(release, dtype=np.int64)
+                tiles = rel - self.NW
+                wclock = self.cycles[: self.NW].reshape(T, W)[tiles].max(axis=1)
+                self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
+                for c in release:
+                    del waiting[c]
+                self._resume(rel)
+        n_internal = self._n_internal
+        if n_internal and n_internal == len(waiting) and n_internal == self.active[self.NW :].sum():
+            if self._groups and any(g.supervisor for g in self._groups):
+                return
+            rel = np.array(sorted(waiting), dtype=np.int64)
+            self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
+            if self.recorder is not None:
+                self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
+            semantics.deliver_exchange(self, rel - self.NW)
+            waiting.clear()
+            self._n_internal = 0
+            self._resume(rel)
+        elif force_check and waiting and not self._groups:
+            ctx = next(iter(waiting))
+            raise SimError(
+                "sync",
+                f"deadlock: supervisor waits on sync zone {waiting[ctx]} and nothing else runs",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+
     def _resume(self, ctxs: np.ndarray) -> None:
         """Restart supervisors after their sync instruction."""
+        if self.fast:
+            ctxs = np.sort(ctxs)
+            pcs = self._sync_pc[ctxs]
+            for pc in np.unique(pcs):
+                self._groups.append(Group(int(pc) + 4, ctxs[pcs == pc], True))
+            return
         pcs = {}
         for c in ctxs:
             pcs.setdefault(int(self._sync_pc[c]), []).append(int(c))
@@ -680,6 +877,8 @@ class Simulator:
     def cwei_matrix(self, kind: int) -> np.ndarray:
         """Common weights as one matrix per tile, [tiles, 4 phases * K, 16 engines] (kind 1: F16, K = 4;
         2/3: FP8 F143/F152, K = 8), so a whole AMP group is one product."""
+        if self.fast:
+            return self._cwei_matrix64(kind)
         key = ("matrix", kind)
         w = self._cw_cache.get(key)
         if w is None:
@@ -695,6 +894,10 @@ class Simulator:
         data = data.reshape(len(tiles), -1, 8)
         m = data.shape[1]
         self.cwei[tiles, slot : slot + m] = data
+        if self.fast:
+            for dirty in self._cw_dirty.values():
+                dirty[tiles] = True
+            return
         if not self._cw_cache:
             return
         engine, phase = np.divmod(np.arange(slot, slot + m), 4)
@@ -707,6 +910,22 @@ class Simulator:
                 k = vals.shape[2]
                 rows = phase[:, None] * k + np.arange(k)[None, :]  # [m, k]
                 w[tt[:, :, None], rows[None], engine[None, :, None]] = vals
+
+    def _cwei_matrix64(self, kind: int) -> np.ndarray:
+        """Fast path's cwei_matrix: the same values as float64, decoded again only for tiles whose slots changed."""
+        w = self._cw64.get(kind)
+        if w is None:
+            k = 4 if kind == 1 else 8
+            w = self._cw64[kind] = np.zeros((self.T, 4 * k, 16), np.float64)
+            self._cw_dirty[kind] = np.ones(self.T, dtype=bool)
+        dirty = self._cw_dirty[kind]
+        if dirty.any():
+            d = np.flatnonzero(dirty)
+            raw = self.cwei[d].reshape(len(d), 16, 4, 8)  # slot = engine * 4 + phase
+            vals = _decode_cwei(CWEI_FORMAT[kind], raw)  # [n, engine, phase, k]
+            w[d] = vals.transpose(0, 2, 3, 1).reshape(len(d), -1, 16)  # rows phase * K + k
+            dirty[d] = False
+        return w
 
     def cwei_f32(self, fmt: str, tiles=None) -> np.ndarray:
         """Common weights as float32 [tiles, 4 phases, 16 engines, k], k = 4 (F16) or 8 (FP8 F143/F152)."""

@@ -161,7 +161,7 @@ def run_package(args, pkg=None) -> int:
         return _error("the package names no model config; give --weights with a config.json")
     params, cfg = _weights_and_config(args, cfg)
     x = _input(args, cfg)
-    session = Session(pkg)
+    session = Session(pkg, progress=not getattr(args, "quiet", False))
     session.upload_parameters(params)
     print(
         f"package {args.package or '(compiled)'}: {pkg.target.name}, {pkg.target.num_tiles} tiles; loaded and parameters uploaded "
@@ -367,6 +367,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "linears are split too where the estimate wins",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress line (simulated cycles, rate, ETA) on stderr; it is only shown on a terminal anyway",
+    )
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
         p.error("give a package, or --model to compile one")
