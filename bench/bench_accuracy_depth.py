@@ -1,0 +1,176 @@
+"""Accuracy at depth (issue 20): per-operator bisection of the device-precision error against fp32, and policies.
+
+Reference evaluator only (no simulator). The model is So400m/14-384 with `--layers` encoder layers (default 27)
+and the MAP head, through the device's nn-level passes (`DEVICE_PASSES`: the probe fold, the MLP split, the layer
+loop, the precision policy, the key split, the hoisted weight casts, the K splits with their f16 partials), so the
+evaluated IR holds every f16 / FP8 type the device computes in. Each row switches sources of rounding on or off
+(`ipu.frontend.reference.DeviceModel`: `exact` leaves a source out, `kernels` models the device's f16 kernels the
+default device mode does not):
+
+- "only ..." rows: fp32 everywhere except the one source (isolated contribution);
+- "device ..." rows: the policy with the default device mode, or with every device kernel modelled ("full");
+- "full - ..." rows: the full device model with one source left out (what removing it buys).
+
+Each cell: min token cosine / pooler cosine / max rel-L2 over every embedding (each token row of
+last_hidden_state and the pooled output) against the fp32 reference of the plain model on the same weights
+(`random_weights(cfg, seed, perturbed=...)`; "hf" = Hugging Face's initialisation, unperturbed) and image (uniform
+in [-1, 1], seed + 1).
+
+    python -m bench.bench_accuracy_depth --layers 4 --seeds 2 --rows bisect          # rank the sources
+    python -m bench.bench_accuracy_depth --layers 27 --seeds 3 --init hf --rows policies
+    python -m bench.bench_accuracy_depth --layers 27 --rows policies --policy 'nn-quantize-weights{...}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+
+from ipu.frontend.reference import DEVICE_KERNELS, EXACT_SOURCES, DeviceModel, evaluate
+from ipu.frontend.siglip import PRESETS, build_vision_model
+from ipu.frontend.weights import random_weights
+from ipu.passes.nn_quantize import DEFAULT_SPEC
+from ipu.passes.registry import all_passes
+from ipu.tools.ipu_run import per_embedding
+
+# The nn-level passes of `pipeline_spec` (passes/compile_pipeline.py) around the precision policy {spec}.
+DEVICE_PASSES = (
+    "nn-fold-probe-attention,nn-split-mlp,nn-outline-repeat,{spec},nn-split-attention-keys{{tiles=1472}},"
+    "nn-hoist-stacked,nn-split-k{{tiles=1472}}"
+)
+# Linear kinds by parameter-name substring (keep_f16 of nn-quantize-weights). "head" also covers the MAP head's
+# fc1 / out_proj, so a kind is isolated by keeping every other kind, "head" included, in F16.
+KINDS = ("patch_embedding", "q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", "head")
+BASE = "format=f143 scale={scale} activations=f16 attention_f16=true"
+ALL = frozenset(EXACT_SOURCES)
+
+
+def spec(fp8: tuple[str, ...] = (), scale: int = -4) -> str:
+    """nn-quantize-weights with FP8 weights for the kinds `fp8`, F16 for the others."""
+    keep = [k for k in KINDS if k not in fp8]
+    keep_opt = f" keep_f16={','.join(keep)}" if keep else ""
+    return f"nn-quantize-weights{{{BASE.format(scale=scale)}{keep_opt}}}"
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    spec: str
+    model: DeviceModel
+
+
+def only(name: str, sp: str, source: str | None = None, kernel: str | None = None) -> Row:
+    exact = ALL - {source} if source else ALL
+    return Row(name, sp, DeviceModel(exact=exact, kernels={kernel} if kernel else set()))
+
+
+FULL = frozenset(DEVICE_KERNELS)
+ALL_FP8 = spec(KINDS)
+
+
+def bisect_rows() -> list[Row]:
+    f16_everywhere = spec(())
+    rows = [only("nothing rounds (the passes' IR in fp32)", ALL_FP8)]
+    rows += [only(f"only FP8 {k}", spec((k,)), "fp8") for k in KINDS]
+    rows += [
+        only("only FP8 every projection", ALL_FP8, "fp8"),
+        only("only FP8 every projection, scale -8", spec(KINDS, -8), "fp8"),
+        only("only FP8 every projection, scale -12 (max-abs)", spec(KINDS, -12), "fp8"),
+        only("only F16 weights (every linear F16)", f16_everywhere, "f16_weights"),
+        only("only f16 activations", f16_everywhere, "f16_activations"),
+        only("only f16 partials and sums", f16_everywhere, "f16_partials"),
+        only("only AMP f16 accumulation", f16_everywhere, kernel="amp_f16"),
+        only("only layer norm f16 kernel (f16 residual into LN)", f16_everywhere, kernel="layer_norm_f16"),
+        only("only softmax / attention f16", f16_everywhere, kernel="softmax_f16"),
+        only("only GELU f16", f16_everywhere, kernel="gelu_f16"),
+        Row("device, every linear F16, full kernels", f16_everywhere, DeviceModel(kernels=FULL)),
+        Row("device, FP8 every projection, full kernels", ALL_FP8, DeviceModel(kernels=FULL)),
+    ]
+    rows += [
+        Row(f"full FP8 - {s}", ALL_FP8, DeviceModel(exact={s}, kernels=FULL))
+        for s in EXACT_SOURCES
+        if s != "fp8"
+    ]
+    rows += [Row(f"full FP8 - {k}", ALL_FP8, DeviceModel(kernels=FULL - {k})) for k in DEVICE_KERNELS]
+    return rows
+
+
+def policy_rows(extra: list[str]) -> list[Row]:
+    """Today's policy (default device mode, as issue 20 quotes it, and with the device kernels), then FP8 for more
+    projections, with every device kernel modelled ("full")."""
+    rows = [
+        Row("today's DEFAULT_SPEC, device", DEFAULT_SPEC, DeviceModel()),
+        Row("today's DEFAULT_SPEC, full", DEFAULT_SPEC, DeviceModel(kernels=FULL)),
+        Row("FP8 but patch_embedding, head, full", spec(KINDS[1:-1]), DeviceModel(kernels=FULL)),
+        Row("FP8 but patch_embedding, full", spec(KINDS[1:]), DeviceModel(kernels=FULL)),
+        Row("FP8 every projection, full", ALL_FP8, DeviceModel(kernels=FULL)),
+    ]
+    for i, sp in enumerate(extra):
+        rows.append(Row(f"--policy {i}, full", sp, DeviceModel(kernels=FULL)))
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layers", type=int, default=27)
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--first-seed", type=int, default=0)
+    p.add_argument("--init", choices=("perturbed", "hf", "both"), default="both")
+    p.add_argument("--rows", choices=("bisect", "policies"), default="bisect")
+    p.add_argument("--only", action="append", help="run only rows whose name contains this (repeatable)")
+    p.add_argument(
+        "--policy", action="append", default=[], help="an nn-quantize-weights spec to add (policies)"
+    )
+    args = p.parse_args()
+    cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
+    rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy)
+    if args.only:
+        rows = [r for r in rows if any(o in r.name for o in args.only)]
+    inits = ("perturbed", "hf") if args.init == "both" else (args.init,)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    print(f"So400m/14-384, {args.layers} layers + MAP head; cells: min token cos / pooler cos / max rel-L2")
+    modules: dict[str, object] = {}
+    for init in inits:
+        cols = [f"{init} seed {s}" for s in seeds]
+        print(f"\n| {init} init | " + " | ".join(cols) + " |")
+        print("|---|" + "---:|" * len(cols), flush=True)
+        results: dict[str, list[str]] = {r.name: [] for r in rows}
+        for seed in seeds:
+            w = random_weights(cfg, seed, perturbed=init == "perturbed")
+            x = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size))
+            x = x.astype(np.float32)
+            t0 = time.perf_counter()
+            ref = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp32").outputs
+            print(f"  (fp32 reference, seed {seed}: {time.perf_counter() - t0:.0f} s)", flush=True)
+            for r in rows:
+                if r.spec not in modules:
+                    m = build_vision_model(cfg)
+                    PassPipeline.parse_spec(dict(all_passes()), DEVICE_PASSES.format(spec=r.spec)).apply(
+                        Context(), m
+                    )
+                    modules[r.spec] = m
+                t0 = time.perf_counter()
+                d = evaluate(
+                    modules[r.spec], {"pixel_values": x}, w, mode="device", device_model=r.model
+                ).outputs
+                tok = per_embedding(d["last_hidden_state"], ref["last_hidden_state"])
+                pool = per_embedding(d["pooler_output"], ref["pooler_output"])
+                cell = f"{tok[0]:.5f} / {pool[0]:.5f} / {max(tok[1], pool[1]):.4f}"
+                results[r.name].append(cell)
+                print(f"  {r.name}, seed {seed}: {cell} ({time.perf_counter() - t0:.0f} s)", flush=True)
+            del w
+        for r in rows:
+            print(f"| {r.name} | " + " | ".join(results[r.name]) + " |")
+        print(flush=True)
+    print("specs:")
+    for r in rows:
+        print(f"  {r.name}: `{r.spec}` exact={sorted(r.model.exact)} kernels={sorted(r.model.kernels)}")
+
+
+if __name__ == "__main__":
+    main()
