@@ -431,7 +431,8 @@ def _gelu(ev: _Evaluator, op: nn.GeluOp, x: np.ndarray):
         c0 = np.float32(np.float16(math.sqrt(2.0 / math.pi)))
         c1 = np.float32(np.float16(c0 * 0.044715))
         t = r(r(r(r(x * x) * c1) + c0) * x)
-        return r(r(x * np.float32(0.5)) * r(r(np.tanh(t)) + np.float32(1.0)))
+        th = r(np.tanh(t.astype(np.float64)).astype(np.float32))  # correctly rounded, as the simulator's
+        return r(r(x * np.float32(0.5)) * r(th + np.float32(1.0)))
     if op.approximate.data == "tanh":
         # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with Python-float constants so float32 stays float32.
         t = x * x
@@ -460,7 +461,7 @@ def _softmax_f16(s: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.n
     y = f16(e * f16(1 / l))."""
     s = _round_f16(np.asarray(s, np.float32))
     m = s.max(axis=axis, keepdims=True)
-    e = _round_f16(np.exp(_round_f16(s - m)))
+    e = _round_f16(np.exp(_round_f16(s - m).astype(np.float64)).astype(np.float32))  # correctly rounded
     lsum = e.sum(axis=axis, keepdims=True, dtype=np.float32)
     return _round_f16(e * _round_f16(np.float32(1.0) / lsum)), m, lsum
 
