@@ -17,7 +17,7 @@ last_hidden_state and the pooled output) against the fp32 reference of the plain
 in [-1, 1], seed + 1).
 
     python -m bench.bench_accuracy_depth --layers 4 --seeds 2 --rows bisect          # rank the sources
-    python -m bench.bench_accuracy_depth --layers 27 --seeds 3 --init hf --rows policies
+    python -m bench.bench_accuracy_depth --layers 27 --seeds 3 --init hf --rows policies --kernels device
     python -m bench.bench_accuracy_depth --layers 27 --rows policies --policy 'nn-quantize-weights{...}'
 """
 
@@ -100,19 +100,19 @@ def bisect_rows() -> list[Row]:
     return rows
 
 
-def policy_rows(extra: list[str]) -> list[Row]:
-    """Today's policy (default device mode, as issue 20 quotes it, and with the device kernels), then FP8 for more
-    projections, with every device kernel modelled ("full")."""
-    rows = [
-        Row("today's DEFAULT_SPEC, device", DEFAULT_SPEC, DeviceModel()),
-        Row("today's DEFAULT_SPEC, full", DEFAULT_SPEC, DeviceModel(kernels=FULL)),
-        Row("FP8 but patch_embedding, head, full", spec(KINDS[1:-1]), DeviceModel(kernels=FULL)),
-        Row("FP8 but patch_embedding, full", spec(KINDS[1:]), DeviceModel(kernels=FULL)),
-        Row("FP8 every projection, full", ALL_FP8, DeviceModel(kernels=FULL)),
+def policy_rows(extra: list[str], kernels: str = "both") -> list[Row]:
+    """Today's policy, then FP8 for more projections; each in the default device mode and / or with every device
+    kernel modelled ("full")."""
+    policies = [
+        ("today's DEFAULT_SPEC", DEFAULT_SPEC),
+        ("FP8 but patch_embedding, head", spec(KINDS[1:-1])),
+        ("FP8 but patch_embedding", spec(KINDS[1:])),
+        ("FP8 every projection", ALL_FP8),
+        *((f"--policy {i}", sp) for i, sp in enumerate(extra)),
     ]
-    for i, sp in enumerate(extra):
-        rows.append(Row(f"--policy {i}, full", sp, DeviceModel(kernels=FULL)))
-    return rows
+    models = {"device": DeviceModel(), "full": DeviceModel(kernels=FULL)}
+    chosen = ("device", "full") if kernels == "both" else (kernels,)
+    return [Row(f"{name}, {m}", sp, models[m]) for name, sp in policies for m in chosen]
 
 
 def main() -> None:
@@ -128,7 +128,7 @@ def main() -> None:
     )
     args = p.parse_args()
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
-    rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy)
+    rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy, args.kernels)
     if args.only:
         rows = [r for r in rows if any(o in r.name for o in args.only)]
     inits = ("perturbed", "hf") if args.init == "both" else (args.init,)
