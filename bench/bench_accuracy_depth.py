@@ -154,6 +154,12 @@ def main() -> None:
     p.add_argument(
         "--policy", action="append", default=[], help="an nn-quantize-weights spec to add (policies)"
     )
+    p.add_argument(
+        "--kernels",
+        choices=("device", "full", "both"),
+        default="both",
+        help="policies: the default device mode, every device kernel modelled, or both",
+    )
     args = p.parse_args()
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
     rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy, args.kernels)
