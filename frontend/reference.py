@@ -36,6 +36,34 @@ Modes
          - Only these ops may produce an FP8 result: `nn.cast`, data movement, `nn.param`, `nn.input`;
            anything else is an error (an FP8 result needs a scale, which only `nn.cast` carries).
 
+Device-model options (device mode only; `evaluate(..., device_model=DeviceModel(...))`)
+-------------------------------------------------------------------------------------
+The default `DeviceModel()` is device mode exactly as described above. For per-operator accuracy bisection
+(`bench/bench_accuracy_depth.py`) it can switch single sources of rounding off, or model more of the device:
+
+`exact` (sources device mode leaves out, computing those values in float32 as fp32 mode does):
+  "fp8"              `nn.cast` to FP8 is the identity (the FP8 weights' rounding and scale).
+  "f16_weights"      `nn.cast` to f16 of a parameter-derived value (F16 weights, layer-norm parameters) does not
+                     round.
+  "f16_activations"  no other f16 result rounds (casts of computed values, layer norm, GELU, attention, sums
+                     typed f16: the activations the device stores as f16), except the partials below.
+  "f16_partials"     `nn.linear_partials` / `nn.matmul_partials` f16 results do not round and `nn.reduce_sum`
+                     adds f16 partials in float32 (its result still rounds to its type, under "f16_activations").
+
+`kernels` (device behaviour the default leaves out, each as the lowering's kernels compute; off by default):
+  "amp_f16"          every GEMM (linear, partials, the attention's Q K^T and P V) accumulates as the AMP with half
+                     partials does (backend/kernels/gemm.py "Numerics"): C = f16(f32(C) + A_blk @ B_blk) per
+                     inner block of 16, from C = 0 (per K chunk for partials); an f32 A operand is rounded to f16
+                     first (the AMP reads f16).
+  "layer_norm_f16"   the row kernel `layernorm` (backend/kernels/rowwise.py "Numerics"): x cast to f16, mean and
+                     variance in float32, y = f16(f16(f16((x - mean) * rstd) * w) + b).
+  "softmax_f16"      `nn.softmax` and the attention's softmax as `softmax_split`: e = f16(exp(f16(x - m))),
+                     sum of e in float32, y = f16(e * f16(1 / sum)); the attention's Q scaled and rounded to f16
+                     before Q K^T, its scores S rounded to f16 (the GEMM's f16 C), its output O rounded to f16.
+  "gelu_f16"         tanh GELU as the row kernel `gelu`: every operation rounded to f16.
+The device could keep any of the `exact` sources in float32 instead (f32 partials are what the few-row splits use;
+f32 casts and adds exist), at the cost of memory and exchange bytes; FP8 weights in float32 would not fit.
+
 Operator semantics are those of the op docstrings in `ipu.dialects.nn`. `nn.gelu "none"` (exact erf GELU)
 evaluates erf in float64 from a piecewise Chebyshev fit of libm's erf/erfc, accurate to ~1 ulp in float64,
 then continues in the mode's precision; `"tanh"` is PyTorch's gelu_pytorch_tanh evaluated in the mode's
@@ -88,6 +116,32 @@ FP8_FORMATS: dict[type[Attribute], tuple[Any, float]] = {
 
 class EvaluationError(Exception):
     """A model cannot be evaluated: a missing or mis-shaped input or parameter, or an unsupported construct."""
+
+
+EXACT_SOURCES = ("fp8", "f16_weights", "f16_activations", "f16_partials")
+DEVICE_KERNELS = ("amp_f16", "layer_norm_f16", "softmax_f16", "gelu_f16")
+AMP_BLOCK = 16  # inner elements per AMP weight block (F16; FP8 weights become F16 panels first)
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """What device mode rounds beyond / short of its default (see the module docstring, "Device-model options")."""
+
+    exact: frozenset[str] = frozenset()
+    kernels: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "exact", frozenset(self.exact))
+        object.__setattr__(self, "kernels", frozenset(self.kernels))
+        for what, given, known in (
+            ("exact", self.exact, EXACT_SOURCES),
+            ("kernels", self.kernels, DEVICE_KERNELS),
+        ):
+            unknown = sorted(given - set(known))
+            if unknown:
+                raise ValueError(
+                    f"DeviceModel: unknown {what} {', '.join(unknown)} (known: {', '.join(known)})"
+                )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -233,7 +287,51 @@ def _dot(ev: _Evaluator, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     and a later f16 rounding can turn that into a visible difference)."""
     if not ev.device:
         return np.matmul(a, b)
+    if ev.amp_f16:
+        return _amp_dot(a, b)
     return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(ev.dtype)
+
+
+def _amp_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a [.., M, K] @ b [.., K, N] as the AMP with half partials: C = f16(C + a_blk @ b_blk) per inner block of
+    AMP_BLOCK (the block's products are exact in float32: f16 x f16; their float32 sum differs from the device's
+    once-rounded one far below the f16 rounding that follows)."""
+    a = _round_f16(np.asarray(a, np.float32))  # the AMP reads f16 (an f32 operand is cast first)
+    b = np.asarray(b, np.float32)
+    k = a.shape[-1]
+    c = None
+    for k0 in range(0, k, AMP_BLOCK):
+        p = np.matmul(a[..., k0 : k0 + AMP_BLOCK], b[..., k0 : k0 + AMP_BLOCK, :])
+        if c is None:
+            c = p
+        else:
+            c += p
+        _round_f16_inplace(c)
+    return c
+
+
+_F16_MIN_NORMAL = np.float32(2.0**-14)
+
+
+def _round_f16_inplace(x: np.ndarray) -> np.ndarray:
+    """x (float32, C-contiguous) rounded to float16 values in place; the same values as `_round_f16`, faster
+    (integer round-to-nearest-even of the 13 dropped mantissa bits; subnormals to multiples of 2^-24)."""
+    a = np.abs(x)
+    if not np.isfinite(a).all() or a.max() >= 65504.0:
+        x[...] = _round_f16(x)  # inf / NaN / overflow: the plain conversion
+        return x
+    small = a < _F16_MIN_NORMAL
+    has_small = bool(small.any())
+    xs = np.ldexp(np.rint(np.ldexp(x[small], 24)), -24) if has_small else None
+    u = x.view(np.uint32)
+    t = np.right_shift(u, 13)
+    t &= 1
+    t += 0x0FFF
+    u += t
+    u &= np.uint32(0xFFFFE000)
+    if has_small:
+        x[small] = xs
+    return x
 
 
 def _grouped_dot(ev: _Evaluator, h: int, x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -271,7 +369,7 @@ def _matmul_partials(ev: _Evaluator, op: nn.MatmulPartialsOp, a: np.ndarray, b: 
 
 
 def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):
-    if ev.device and isinstance(op.input.type.element_type, Float16Type):
+    if ev.device and isinstance(op.input.type.element_type, Float16Type) and "f16_partials" not in ev.exact:
         # f16 partials: summed as the device does, pairwise in f16 (while more than one is left, the first half
         # gets the last half added, an odd one out staying), then the f16 bias added in f16.
         parts = list(x)
@@ -305,6 +403,15 @@ def _scale(ev: _Evaluator, op: nn.ScaleOp, x: np.ndarray):
 
 def _layer_norm(ev: _Evaluator, op: nn.LayerNormOp, x: np.ndarray, w: np.ndarray, b: np.ndarray):
     eps = ev.dtype.type(op.eps.value.data)
+    if ev.device and "layer_norm_f16" in ev.kernels:
+        # The row kernel: f16 x, float32 statistics, three f16 roundings (rowwise.py "Numerics").
+        x = _round_f16(np.asarray(x, np.float32))
+        inv_n = np.float32(1.0 / x.shape[-1])
+        d = x - x.sum(axis=-1, keepdims=True, dtype=np.float32) * inv_n
+        var = (d * d).sum(axis=-1, keepdims=True, dtype=np.float32) * inv_n
+        rstd = np.float32(1.0) / np.sqrt(var + eps)
+        y = _round_f16(_round_f16(_round_f16(d * rstd) * _round_f16(w)) + _round_f16(b))
+        return y
     mean = x.mean(axis=-1, keepdims=True)
     d = x - mean
     var = np.mean(d * d, axis=-1, keepdims=True)  # biased variance
@@ -317,6 +424,15 @@ def _layer_norm(ev: _Evaluator, op: nn.LayerNormOp, x: np.ndarray, w: np.ndarray
 
 
 def _gelu(ev: _Evaluator, op: nn.GeluOp, x: np.ndarray):
+    if ev.device and "gelu_f16" in ev.kernels and op.approximate.data == "tanh":
+        # The row kernel `gelu`: every operation rounded to f16 (rowwise.py "Numerics").
+        r = _round_f16
+        x = r(np.asarray(x, np.float32))
+        c0 = np.float32(np.float16(math.sqrt(2.0 / math.pi)))
+        c1 = np.float32(np.float16(c0 * 0.044715))
+        t = r(r(r(r(x * x) * c1) + c0) * x)
+        th = r(np.tanh(t.astype(np.float64)).astype(np.float32))  # correctly rounded, as the simulator's
+        return r(r(x * np.float32(0.5)) * r(th + np.float32(1.0)))
     if op.approximate.data == "tanh":
         # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with Python-float constants so float32 stays float32.
         t = x * x
@@ -340,7 +456,19 @@ def _softmax_inplace(s: np.ndarray, axis: int) -> np.ndarray:
     return s
 
 
+def _softmax_f16(s: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`softmax_split`'s numerics on f16 rows: (y, m, l) with e = f16(exp(f16(x - m))), l = the float32 sum of e,
+    y = f16(e * f16(1 / l))."""
+    s = _round_f16(np.asarray(s, np.float32))
+    m = s.max(axis=axis, keepdims=True)
+    e = _round_f16(np.exp(_round_f16(s - m).astype(np.float64)).astype(np.float32))  # correctly rounded
+    lsum = e.sum(axis=axis, keepdims=True, dtype=np.float32)
+    return _round_f16(e * _round_f16(np.float32(1.0) / lsum)), m, lsum
+
+
 def _softmax(ev: _Evaluator, op: nn.SoftmaxOp, x: np.ndarray):
+    if ev.device and "softmax_f16" in ev.kernels:
+        return _softmax_f16(x, op.axis.value.data)[0]
     return _softmax_inplace(np.array(x, copy=True), op.axis.value.data)
 
 
@@ -353,11 +481,24 @@ def _attention(ev: _Evaluator, op: nn.AttentionOp, q: np.ndarray, k: np.ndarray,
     qh = np.ascontiguousarray(q.reshape(t, heads, d).transpose(1, 0, 2))  # [H, T, D]
     kh = np.ascontiguousarray(k.reshape(s, heads, d).transpose(1, 2, 0))  # [H, D, S]
     vh = np.ascontiguousarray(v.reshape(s, heads, d).transpose(1, 0, 2))  # [H, S, D]
+    if ev.device and "softmax_f16" in ev.kernels:
+        out = _attention_f16(ev, qh, kh, vh, op.scale.value.data)[0]
+        return out.transpose(1, 0, 2).reshape(t, channels)
     scores = np.matmul(qh, kh)  # [H, T, S]
     scores *= ev.dtype.type(op.scale.value.data)  # the scale multiplies q k^T, as the op docstring says
     probs = _softmax_inplace(scores, -1)
     out = np.matmul(probs, vh)  # [H, T, D]
     return out.transpose(1, 0, 2).reshape(t, channels)
+
+
+def _attention_f16(ev: _Evaluator, qh: np.ndarray, kh: np.ndarray, vh: np.ndarray, scale: float):
+    """One block of keys as the device's attention ("softmax_f16"): f16(Q * scale), S = Q K^T in f16 (the GEMM's
+    f16 C; per inner block with "amp_f16"), `softmax_split` on S, O = P V in f16. Returns (O, m, l) per head."""
+    qs = _round_f16(qh * np.float32(scale))
+    mm = _amp_dot if ev.amp_f16 else np.matmul
+    scores = _round_f16(mm(qs, kh))  # [H, T, S]
+    probs, m, lsum = _softmax_f16(scores, -1)
+    return _round_f16(mm(probs, vh)), m, lsum
 
 
 def _attention_partial(
@@ -372,6 +513,12 @@ def _attention_partial(
         kj, vj = k[j * c : min(s, (j + 1) * c)], v[j * c : min(s, (j + 1) * c)]
         kh = np.ascontiguousarray(kj.reshape(-1, heads, d).transpose(1, 2, 0))  # [H, D, c]
         vh = np.ascontiguousarray(vj.reshape(-1, heads, d).transpose(1, 0, 2))  # [H, c, D]
+        if ev.device and "softmax_f16" in ev.kernels:
+            o, m, lsum = _attention_f16(ev, qh, kh, vh, op.scale.value.data)
+            out[j, :, :, :d] = o.transpose(1, 0, 2)
+            out[j, :, :, d] = m[..., 0].T
+            out[j, :, :, d + 1] = lsum[..., 0].T
+            continue
         scores = np.matmul(qh, kh) * ev.dtype.type(op.scale.value.data)  # [H, T, c]
         m = scores.max(axis=-1, keepdims=True)
         e = np.exp(scores - m)
@@ -425,6 +572,8 @@ def _cast(ev: _Evaluator, op: nn.CastOp, x: np.ndarray):
         return x  # the pure-model modes ignore precision
     fp8 = FP8_FORMATS.get(type(op.result.type.element_type))
     if fp8 is not None:
+        if "fp8" in ev.exact:
+            return x
         return quantize_fp8(x, type(op.result.type.element_type), op.fp8_scale)
     return x  # to f32 (exact), or to f16: rounded by the evaluator like every f16 result
 
@@ -508,9 +657,22 @@ def _frees(block: Block) -> dict[int, list[SSAValue]]:
 
 
 class _Evaluator:
-    def __init__(self, inputs: Mapping[str, Any], params: Mapping[str, Any], mode: str, capture: bool):
+    def __init__(
+        self,
+        inputs: Mapping[str, Any],
+        params: Mapping[str, Any],
+        mode: str,
+        capture: bool,
+        device_model: DeviceModel | None = None,
+    ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        dm = device_model or DeviceModel()
+        if dm != DeviceModel() and mode != "device":
+            raise ValueError(f"device_model applies to mode 'device' only, not {mode!r}")
+        self.exact, self.kernels = dm.exact, dm.kernels
+        self.amp_f16 = "amp_f16" in dm.kernels
+        self._param_memo: dict = {}
         self.inputs = inputs
         self.params = params
         self.device = mode == "device"
@@ -661,7 +823,20 @@ class _Evaluator:
             and isinstance(op, (nn.CastOp, *_FP8_PASS_THROUGH))
         ):
             return [y]  # already quantized (by the cast, or upstream for data movement)
+        if self.exact and self.device and isinstance(t.element_type, Float16Type) and self._exact_f16(op):
+            return [y]
         return [self.to_type(y, t, label)]
+
+    def _exact_f16(self, op: Operation) -> bool:
+        """The f16 result of op is left unrounded by DeviceModel.exact (see the module docstring)."""
+        if isinstance(op, nn.LinearPartialsOp | nn.MatmulPartialsOp):
+            return "f16_partials" in self.exact
+        if isinstance(op, nn.CastOp):
+            from ipu.passes.nn_utils import is_param_derived
+
+            source = "f16_weights" if is_param_derived(op.input, self._param_memo) else "f16_activations"
+            return source in self.exact
+        return "f16_activations" in self.exact
 
     def eval_repeat(
         self, op: nn.RepeatOp, scope: _Scope, path: tuple[int, ...], iterations: tuple[int, ...], label: str
@@ -718,12 +893,15 @@ def evaluate(
     mode: Mode = "fp32",
     capture: bool = False,
     verify: bool = True,
+    device_model: DeviceModel | None = None,
 ) -> Result:
     """Evaluates the function with NumPy and returns its `nn.output` values (see the module docstring).
 
     inputs: `nn.input` name -> array. params: `nn.param` name -> array; any mapping, read only for the names the
     IR uses (a lazy mapping of memmaps works and is not copied). mode: "fp32", "fp64" or "device".
     capture: also return every op result (Result.values). verify: run the IR verifier first.
+    device_model: with mode "device", sources to leave out or device kernels to model (`DeviceModel`; default:
+    device mode as documented).
     """
     func = _single_func(module_or_func)
     if verify:
@@ -732,6 +910,6 @@ def evaluate(
         params = with_derived(params, func)  # parameters the host derives at upload, derived alike
     except DerivationError as e:
         raise EvaluationError(str(e)) from None
-    ev = _Evaluator(inputs, params, mode, capture)
+    ev = _Evaluator(inputs, params, mode, capture, device_model)
     ev.run_block(func.body.block, _Scope(), (), ())
     return Result(ev.outputs, ev.values, ev.positions)

@@ -584,3 +584,164 @@ def test_evaluate_op_matches_whole_program_evaluation():
     one = evaluate_op(linear, x, w, mode="device")
     np.testing.assert_array_equal(one, whole)
     assert np.array_equal(one, one.astype(np.float16).astype(np.float32))  # rounded to the f16 result type
+
+
+# --------------------------------------------------------------------------------------------------------------
+# DeviceModel: sources left out (exact) and device kernels modelled (kernels)
+
+
+def _device(body: str, inputs: dict, params: dict | None = None, name: str = "y", **model) -> np.ndarray:
+    from ipu.frontend.reference import DeviceModel
+
+    dm = DeviceModel(**model) if model else None
+    return evaluate(parse(body), inputs, params or {}, mode="device", device_model=dm).outputs[name]
+
+
+def test_round_f16_inplace_matches_the_conversion():
+    from ipu.frontend.reference import _round_f16, _round_f16_inplace
+
+    for scale in (1e-7, 1e-5, 1e-3, 1.0, 1e3, 6e4):  # subnormal, normal, overflow ranges
+        x = randn(64, 33, scale=scale)
+        assert np.array_equal(_round_f16_inplace(x.copy()), _round_f16(x)), scale
+    ties = np.array([1 + 2**-11, 1 + 3 * 2**-11, 1.5 * 2**-24, 2.5 * 2**-24, -(2**-25), 65519.0], np.float32)
+    assert np.array_equal(_round_f16_inplace(ties.copy()), _round_f16(ties))
+
+
+def test_device_model_rejects_unknown_names_and_other_modes():
+    from ipu.frontend.reference import DeviceModel
+
+    with pytest.raises(ValueError, match="unknown exact fp9"):
+        DeviceModel(exact={"fp9"})
+    with pytest.raises(ValueError, match="unknown kernels"):
+        DeviceModel(kernels={"layer_norm_f8"})
+    body = """
+  %x = nn.input "x" : tensor<2x4xf32>
+  nn.output "y" %x : tensor<2x4xf32>"""
+    with pytest.raises(ValueError, match="mode 'device' only"):
+        evaluate(parse(body), {"x": randn(2, 4)}, {}, mode="fp32", device_model=DeviceModel(exact={"fp8"}))
+
+
+CASTS = """
+  %x = nn.input "x" : tensor<4x64xf32>
+  %w = nn.param "w" : tensor<8x64xf32>
+  %v = nn.param "v" : tensor<8x64xf32>
+  %w8 = nn.cast %w {scale = -4 : i64} : tensor<8x64xf32> -> tensor<8x64xf8E4M3FNUZ>
+  %v16 = nn.cast %v : tensor<8x64xf32> -> tensor<8x64xf16>
+  %x16 = nn.cast %x : tensor<4x64xf32> -> tensor<4x64xf16>
+  %a = nn.linear %x16, %w8 : tensor<4x64xf16>, tensor<8x64xf8E4M3FNUZ> -> tensor<4x8xf32>
+  %b = nn.linear %x16, %v16 : tensor<4x64xf16>, tensor<8x64xf16> -> tensor<4x8xf16>
+  nn.output "a" %a : tensor<4x8xf32>
+  nn.output "b" %b : tensor<4x8xf16>"""
+
+
+@pytest.mark.parametrize(
+    "exact, exact_a, exact_b",
+    [
+        ({"fp8"}, False, False),  # a keeps its f16 x; b unchanged
+        ({"fp8", "f16_activations"}, True, False),  # a all exact; b's f16 weights and result still round
+        ({"fp8", "f16_activations", "f16_weights"}, True, True),
+    ],
+)
+def test_device_model_exact_sources(exact, exact_a, exact_b):
+    x, w, v = randn(4, 64), randn(8, 64, scale=0.1), randn(8, 64, scale=0.1)
+    inputs, params = {"x": x}, {"w": w, "v": v}
+    m = parse(CASTS)
+    ref = evaluate(m, inputs, params, mode="fp64").outputs
+    dflt = evaluate(m, inputs, params, mode="device").outputs
+    from ipu.frontend.reference import DeviceModel
+
+    got = evaluate(m, inputs, params, mode="device", device_model=DeviceModel(exact=exact)).outputs
+    for name, exact_one in (("a", exact_a), ("b", exact_b)):
+        err, err_dflt = np.abs(got[name] - ref[name]).max(), np.abs(dflt[name] - ref[name]).max()
+        if exact_one:
+            assert err < 1e-5 < err_dflt, (name, err, err_dflt)
+        else:
+            assert err > 1e-4, (name, err)
+    if "fp8" in exact:
+        # FP8 left out: a is the f16-x product with f32 weights (not the FP8 one).
+        x16 = x.astype(np.float16).astype(np.float64)
+        want = x16 @ w.T.astype(np.float64) if "f16_activations" not in exact else ref["a"]
+        close(got["a"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_device_model_exact_partials():
+    body = """
+  %x = nn.input "x" : tensor<3x64xf16>
+  %w = nn.param "w" : tensor<5x64xf16>
+  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<3x64xf16>, tensor<5x64xf16> -> tensor<4x3x5xf16>
+  %y = nn.reduce_sum %p : tensor<4x3x5xf16> -> tensor<3x5xf32>
+  nn.output "y" %y : tensor<3x5xf32>"""
+    x, w = randn(3, 64), randn(5, 64)
+    x16, w16 = (a.astype(np.float16).astype(np.float64) for a in (x, w))
+    want = x16 @ w16.T
+    dflt = _device(body, {"x": x}, {"w": w})
+    got = _device(body, {"x": x}, {"w": w}, exact={"f16_partials"})
+    close(got, want, rtol=1e-6, atol=1e-6)
+    assert np.abs(dflt - want).max() > 1e-4  # the f16 partials and pairwise f16 sums round by default
+
+
+def test_device_model_amp_f16_accumulates_per_block_of_16():
+    # x = ones: block 0 sums to 2048 (f16 spacing 2 there), block 1 adds 16 x 0.0625 = 1: 2049 in float32, but
+    # f16(2048 + 1) = 2048 with half partials.
+    body = """
+  %x = nn.input "x" : tensor<3x32xf16>
+  %w = nn.param "w" : tensor<2x32xf16>
+  %y = nn.linear %x, %w : tensor<3x32xf16>, tensor<2x32xf16> -> tensor<3x2xf32>
+  nn.output "y" %y : tensor<3x2xf32>"""
+    w = np.concatenate([np.full((2, 16), 128.0), np.full((2, 16), 0.0625)], axis=1).astype(np.float32)
+    x = np.ones((3, 32), np.float32)
+    assert np.all(_device(body, {"x": x}, {"w": w}) == 2049.0)
+    assert np.all(_device(body, {"x": x}, {"w": w}, kernels={"amp_f16"}) == 2048.0)
+
+
+def _row_kernel(op: str, x16, w16=None, b16=None):
+    from ipu.backend.kernels import rowwise as rw
+
+    rows, n = x16.shape if x16.ndim == 2 else (x16.size // 4, 4)
+    return rw.semantics(rw.Rows(op, rows, n), x16, w16, b16)["out"].astype(np.float32)
+
+
+def test_device_model_layer_norm_f16_is_the_row_kernel():
+    body = """
+  %x = nn.input "x" : tensor<6x64xf32>
+  %w = nn.param "w" : tensor<64xf16>
+  %b = nn.param "b" : tensor<64xf16>
+  %y = nn.layer_norm %x, %w, %b eps=1.0e-06 : tensor<6x64xf32>, tensor<64xf16>, tensor<64xf16> -> tensor<6x64xf32>
+  nn.output "y" %y : tensor<6x64xf32>"""
+    x = randn(6, 64, scale=3.0) + 5.0  # a mean far from 0: the f16 input cast shows
+    w, b = 1.0 + randn(64, scale=0.1), randn(64, scale=0.1)
+    w16, b16 = w.astype(np.float16), b.astype(np.float16)
+    kern = _row_kernel("layernorm", x.astype(np.float16), w16, b16)
+    got = _device(body, {"x": x}, {"w": w, "b": b}, kernels={"layer_norm_f16"})
+    dflt = _device(body, {"x": x}, {"w": w, "b": b})
+    assert np.mean(got == kern) > 0.99  # the kernel's sums run in another order: a rare last-bit difference
+    assert np.mean(dflt == kern) < 0.9
+
+
+def test_device_model_gelu_f16_is_the_row_kernel():
+    body = """
+  %x = nn.input "x" : tensor<8x64xf16>
+  %y = nn.gelu %x "tanh" : tensor<8x64xf16> -> tensor<8x64xf16>
+  nn.output "y" %y : tensor<8x64xf16>"""
+    x = randn(8, 64, scale=2.0)
+    kern = _row_kernel("gelu", x.astype(np.float16).reshape(-1))
+    got = _device(body, {"x": x}, kernels={"gelu_f16"}).reshape(-1)
+    dflt = _device(body, {"x": x}).reshape(-1)
+    assert np.array_equal(got, kern)
+    assert not np.array_equal(dflt, kern)
+
+
+def test_device_model_softmax_f16_is_the_split_row_kernel():
+    from ipu.backend.kernels import rowwise as rw
+
+    body = """
+  %x = nn.input "x" : tensor<6x96xf32>
+  %y = nn.softmax %x axis=-1 : tensor<6x96xf32> -> tensor<6x96xf16>
+  nn.output "y" %y : tensor<6x96xf16>"""
+    x = randn(6, 96, scale=3.0)
+    k = rw.Rows("softmax_split", 6, 96)
+    kern = rw.semantics(k, x.astype(np.float16))["out"].astype(np.float32)
+    got = _device(body, {"x": x}, kernels={"softmax_f16"})
+    dflt = _device(body, {"x": x})
+    assert np.mean(got == kern) > 0.99
+    assert np.mean(dflt == kern) < 0.95
