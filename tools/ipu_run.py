@@ -30,6 +30,10 @@ exchange routine call and internal sync; `Session.run(..., profile=True)`) and w
 self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and per-operator tables, busiest tiles,
 the layer loop's first iteration in detail and the rest summed. `--profile-merge-rounds` sums each exchange
 phase's rounds into one exchange and one sync step (smaller files for phases of many rounds).
+
+`--save-outputs DIR` writes the outputs of the last inference as `DIR/last_hidden_state.npy` and
+`DIR/pooler_output.npy` (float32). `--model` shows the compile phases (each pass, then the asm lowering) as a
+progress bar on stderr when stderr is a terminal; `--quiet` turns it off (`ipu.progress`).
 """
 
 from __future__ import annotations
@@ -189,6 +193,9 @@ def run_package(args, pkg=None) -> int:
             f"simulated in {wall:.2f} s{same}"
         )
         previous = result.outputs
+    if getattr(args, "save_outputs", None):
+        for path in save_outputs(previous, args.save_outputs):
+            print(f"  output written to {path}")
     if args.compare_reference:
         ref = _reference(cfg, params, x)
         for name, value in previous.items():
@@ -204,6 +211,20 @@ def run_package(args, pkg=None) -> int:
                 return _error("--per-op: the package keeps no debug values (compile with --model --per-op)")
             print_per_op(per_op(session, pkg, cfg, params, x), args.threshold)
     return 0
+
+
+def save_outputs(outputs, out_dir) -> list:
+    """Each output of the last inference as OUT_DIR/<name>.npy (float32); returns the paths."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, value in outputs.items():
+        path = out / f"{name}.npy"
+        np.save(path, np.asarray(value, np.float32))
+        paths.append(path)
+    return paths
 
 
 def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> dict:
@@ -228,8 +249,18 @@ def compile_and_run(args) -> int:
 
     params, cfg = _weights_and_config(args)
     target = Target.ipu21() if args.tiles in (None, 1472) else Target.small(tiles=args.tiles, sram_kib=624)
+    from ipu.progress import CompileProgress
+
     t0 = time.perf_counter()
-    pkg = compile_model(cfg, target, weights=params, debug_values=args.per_op, split_rows=args.split_rows)
+    with CompileProgress(enabled=False if args.quiet else None) as progress:
+        pkg = compile_model(
+            cfg,
+            target,
+            weights=params,
+            debug_values=args.per_op,
+            split_rows=args.split_rows,
+            progress=progress,
+        )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
         f"tokens) for {target.name} ({target.num_tiles} tiles) in {time.perf_counter() - t0:.2f} s; "
@@ -365,6 +396,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="--model: split only few-row linears along K (nn-split-k{many_rows=false}); by default many-row "
         "linears are split too where the estimate wins",
+    )
+    p.add_argument(
+        "--save-outputs",
+        metavar="DIR",
+        help="write the outputs of the last inference as DIR/<name>.npy (last_hidden_state, pooler_output)",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress display on stderr (it is shown only when stderr is a terminal)",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     args = p.parse_args(argv)
