@@ -234,11 +234,12 @@ def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> dict:
     from ipu.runtime.reports.profile_sim import profile_from_run
 
     doc = profile_from_run(pkg, result, merge_rounds)
-    jpath, hpath = write_profile_report(doc, out_dir)
+    jpath, hpath, tpath = write_profile_report(doc, out_dir)
     t = doc["totals"]
     print(
         f"profile of inference 1: {doc['total_cycles']} cycles (compute {t['compute']}, exchange {t['exchange']}, "
-        f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}"
+        f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}, "
+        f"{tpath} (Perfetto / chrome://tracing)"
     )
     return doc
 

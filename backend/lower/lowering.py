@@ -1442,6 +1442,10 @@ def lower_to_package(
         import json
 
         pkg.metadata["config"] = json.loads(config.data)  # lets a package runner make random weights for it
+    if not debug_values:  # the planner's estimate, which a measured profile is compared with
+        from ipu.runtime.reports.profile import estimate_summary, profile_from_function
+
+        pkg.metadata["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
     pkg.validate()
     return pkg
 
