@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from xdsl.universe import Universe
 
-from ipu.dialects.registry import _PROJECT_DIALECTS, _loader as _dialect_loader
-from ipu.passes.registry import _PROJECT_PASSES, _loader as _pass_loader
+from ipu.dialects.registry import _PROJECT_DIALECTS
+from ipu.dialects.registry import _loader as _dialect_loader
+from ipu.passes.registry import _PROJECT_PASSES
+from ipu.passes.registry import _loader as _pass_loader
 
 CLASHING_DIALECTS = {"asm"}
 
