@@ -31,7 +31,8 @@ self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and 
 the layer loop's first iteration in detail and the rest summed. `--profile-merge-rounds` sums each exchange
 phase's rounds into one exchange and one sync step (smaller files for phases of many rounds).
 
-`--save-outputs DIR` writes the outputs of the last inference as `DIR/last_hidden_state.npy` and
+`--memory-map DIR` writes the package's memory map (`DIR/placement.{json,html}`: per tile class what is live
+at each program step, the fullest tiles and what holds them at their peak). `--save-outputs DIR` writes the outputs of the last inference as `DIR/last_hidden_state.npy` and
 `DIR/pooler_output.npy` (float32). `--model` shows the compile phases (each pass, then the asm lowering) as a
 progress bar on stderr when stderr is a terminal; `--quiet` turns it off (`ipu.progress`).
 """
@@ -193,6 +194,8 @@ def run_package(args, pkg=None) -> int:
             f"simulated in {wall:.2f} s{same}"
         )
         previous = result.outputs
+    if getattr(args, "memory_map", None):
+        write_memory_map(pkg, args.memory_map)
     if getattr(args, "save_outputs", None):
         for path in save_outputs(previous, args.save_outputs):
             print(f"  output written to {path}")
@@ -211,6 +214,25 @@ def run_package(args, pkg=None) -> int:
                 return _error("--per-op: the package keeps no debug values (compile with --model --per-op)")
             print_per_op(per_op(session, pkg, cfg, params, x), args.threshold)
     return 0
+
+
+def write_memory_map(pkg, out_dir) -> None:
+    """The package's memory map (placement.json + placement.html, with liveness per program step) into
+    out_dir."""
+    from ipu.runtime.reports.placement import write_placement_report
+
+    doc = pkg.metadata.get("memory_map")
+    if not doc:
+        raise ValueError("--memory-map: the package carries no memory map")
+    jpath, hpath = write_placement_report(doc, out_dir)
+    top = doc["fullest"][0] if doc.get("fullest") else None
+    peak = (
+        f"; fullest: tile {top['first_tile']} (a class of {top['tiles']}), {top['peak_bytes']} B live at "
+        f"{top['peak_event_name']}"
+        if top
+        else ""
+    )
+    print(f"memory map: {jpath}, {hpath}{peak}")
 
 
 def save_outputs(outputs, out_dir) -> list:
@@ -397,6 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="--model: split only few-row linears along K (nn-split-k{many_rows=false}); by default many-row "
         "linears are split too where the estimate wins",
+    )
+    p.add_argument(
+        "--memory-map",
+        metavar="DIR",
+        help="write the package's memory map (what is live on each tile at each program step) as "
+        "DIR/placement.json and DIR/placement.html",
     )
     p.add_argument(
         "--save-outputs",

@@ -1446,6 +1446,10 @@ def lower_to_package(
         from ipu.runtime.reports.profile import estimate_summary, profile_from_function
 
         pkg.metadata["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
+    # The memory map (placement.json) travels with the package: `ipu-run --memory-map`, `ipu-report placement`.
+    from ipu.runtime.reports.placement import model_from_function, placement_json
+
+    pkg.metadata["memory_map"] = placement_json(model_from_function(f))
     pkg.validate()
     return pkg
 
