@@ -378,13 +378,13 @@ const LIVE = (function live() {
   }
   function draw() {
     const c = cls(), occ = D.occupancy[c] || [], g = plot.getContext("2d"), w = plot.width, h = plot.height;
-    const top = (D.sram.end - D.sram.base) || 1;
+    const top = Math.max(1, ...D.classes.map(k => k.peak_bytes));  // the highest peak of any tile: plots compare
     g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
     g.strokeStyle = "#bbb"; g.strokeRect(0, 0, w, h);
     g.fillStyle = "#7a9cc6";
     for (let e = 0; e < NE; e++) { const x0 = e * w / NE, x1 = (e + 1) * w / NE, y = h * (1 - occ[e] / top); g.fillRect(x0, y, Math.max(1, x1 - x0), h - y); }
     g.fillStyle = "#c00"; g.fillRect(L.event * w / NE, 0, Math.max(1, w / NE), h);
-    g.fillStyle = "#333"; g.font = "10px monospace"; g.fillText("SRAM " + top + " B", 3, 10);
+    g.fillStyle = "#333"; g.font = "10px monospace"; g.fillText("scale: the fullest tile's peak, " + top + " B", 3, 10);
   }
   function show() {
     const c = cls(), rows = liveAt(c, L.event), occ = (D.occupancy[c] || [])[L.event] || 0;
