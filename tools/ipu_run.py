@@ -31,9 +31,12 @@ self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and 
 the layer loop's first iteration in detail and the rest summed. `--profile-merge-rounds` sums each exchange
 phase's rounds into one exchange and one sync step (smaller files for phases of many rounds).
 
+The profile also goes to `DIR/profile.trace.json`, a Chrome trace / Perfetto file (`ipu.runtime.reports.trace`),
+and profile.html shows the cycles per layer and the planner's estimate beside the measurement.
+
 `--memory-map DIR` writes the package's memory map (`DIR/placement.{json,html}`: per tile class what is live
-at each program step, the fullest tiles and what holds them at their peak). `--save-outputs DIR` writes the outputs of the last inference as `DIR/last_hidden_state.npy` and
-`DIR/pooler_output.npy` (float32). `--model` shows the compile phases (each pass, then the asm lowering) as a
+at each program step, the fullest tiles and what holds them at their peak). `--save-outputs DIR` writes the
+outputs of the last inference as `DIR/last_hidden_state.npy` and `DIR/pooler_output.npy` (float32). `--model` shows the compile phases (each pass, then the asm lowering) as a
 progress bar on stderr when stderr is a terminal; `--quiet` turns it off (`ipu.progress`).
 """
 
