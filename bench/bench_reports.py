@@ -139,7 +139,7 @@ def main() -> None:
     doc = profile_from_trace(trace, sites, args.tiles, "synthetic", SYNC, args.merge_rounds)
     t2 = time.perf_counter()
     out = Path(tempfile.mkdtemp(prefix="bench-reports-"))
-    jpath, hpath = write_profile_report(doc, out)
+    jpath, hpath, _ = write_profile_report(doc, out)
     t3 = time.perf_counter()
     assert doc["total_cycles"] == int((trace.clock[-1] - trace.clock[0]).max())
     assert sum(s["cycles"] for s in doc["supersteps"]) == doc["total_cycles"]

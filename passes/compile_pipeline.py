@@ -144,7 +144,15 @@ class IpuCompilePipelinePass(ModulePass):
         return PassPipeline.parse_spec(dict(all_passes()), self.pipeline_text()).passes
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in self.passes():
+        self.apply_with_progress(ctx, op)
+
+    def apply_with_progress(self, ctx: Context, op: ModuleOp, progress=None, extra_phases: int = 0) -> None:
+        """`apply`, calling `progress(pass name, passes done, total)` before each pass (total: the passes to run
+        plus `extra_phases` a caller runs after them, as `compile_model`'s lowering)."""
+        passes = self.passes()
+        if self.stop_after:
+            passes = passes[: [p.name for p in passes].index(self.stop_after) + 1]
+        for i, p in enumerate(passes):
+            if progress is not None:
+                progress(p.name, i, len(passes) + extra_phases)
             p.apply(ctx, op)
-            if p.name == self.stop_after:
-                return

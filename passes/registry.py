@@ -40,6 +40,13 @@ _XDSL_PASSES: list[tuple[str, str, str]] = [
 ]
 
 
+# Summaries of the xDSL passes whose classes have no docstring (`ipu-opt --list-passes`).
+_XDSL_SUMMARIES = {
+    "cse": "xDSL's common subexpression elimination: merges identical side-effect-free ops.",
+    "dce": "xDSL's dead code elimination: erases ops whose results are unused and that have no side effects.",
+}
+
+
 def _loader(module: str, cls: str) -> Callable[[], type[ModulePass]]:
     return lambda: getattr(import_module(module), cls)
 
@@ -51,3 +58,78 @@ def all_passes() -> list[tuple[str, Callable[[], type[ModulePass]]]]:
         for name, module, cls in _XDSL_PASSES + _PROJECT_PASSES
         if find_spec(module) is not None
     ]
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The attribute docstrings of a pass class's options (the string literal under each field), first line."""
+    import ast
+    import inspect
+    import textwrap
+
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__.startswith(("xdsl.", "builtins")):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for a, b in zip(body, body[1:]):
+            if (
+                isinstance(a, ast.AnnAssign)
+                and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr)
+                and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)
+            ):
+                docs[a.target.id] = " ".join(b.value.value.strip().split())
+    return docs
+
+
+def _value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return "none" if v is None else str(v)
+
+
+def describe_pass(cls: type[ModulePass]) -> tuple[str, list[str]]:
+    """(one-line summary, one line per option: `name: type = default  doc`) of a pass class."""
+    import dataclasses
+
+    doc = (cls.__doc__ or "").strip()
+    summary = " ".join(doc.split("\n\n")[0].split()) if doc else ""
+    if summary.startswith(cls.__name__ + "("):  # a dataclass's generated docstring: no summary
+        summary = ""
+    if not summary:  # the module's docstring, first sentence
+        import sys
+
+        mdoc = (getattr(sys.modules.get(cls.__module__), "__doc__", None) or "").strip()
+        summary = " ".join(mdoc.split("\n\n")[0].split())
+    if len(summary) > 160 and ". " in summary:
+        summary = summary.split(". ")[0] + "."
+    options = []
+    docs = _field_docs(cls)
+    for f in dataclasses.fields(cls) if dataclasses.is_dataclass(cls) else ():
+        if f.name == "name" or not f.init:
+            continue
+        kind = getattr(f.type, "__name__", str(f.type))
+        default = f.default if f.default is not dataclasses.MISSING else None
+        line = f"{f.name}: {kind} = {_value(default)}"
+        if f.name in docs:
+            line += f"  -- {docs[f.name]}"
+        options.append(line)
+    return summary, options
+
+
+def list_passes() -> str:
+    """Every pass `ipu-opt` knows with its one-line summary and options (`ipu-opt --list-passes`)."""
+    out = []
+    for name, factory in all_passes():
+        summary, options = describe_pass(factory())
+        summary = summary or _XDSL_SUMMARIES.get(name, "")
+        out.append(f"{name}: {summary or '(no summary)'}")
+        out += [f"    {o}" for o in options]
+    return "\n".join(out)

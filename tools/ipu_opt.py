@@ -1,8 +1,12 @@
 """`ipu-opt`: the modular optimizer driver for this project's IR, built on xDSL's `xDSLOptMain`.
 
 It registers the project's dialects and passes (plus the builtin ones its IR uses), accepts MLIR's
-`--pass-pipeline='builtin.module(a,b{opt=1})'` beside xDSL's `-p a,b{opt=1}`, and keeps xDSL's flags
-(`--split-input-file`, `--verify-diagnostics`, `--print-between-passes`, `-o`, `-t`). Every failure (unknown pass,
+`--pass-pipeline='builtin.module(a,b{opt=1})'` beside xDSL's `-p a,b{opt=1}` (with nested pass managers:
+`func.func(...)` runs its passes on each function alone, `any(...)` on the module, `NestedPasses`), and keeps
+xDSL's flags (`--split-input-file`, `--verify-diagnostics`, `--print-between-passes`, `-o`, `-t`).
+`--list-passes` prints every pass with its summary and options. `--verify-diagnostics` on input with
+`expected-error` annotations checks them as mlir-opt does (`run_verify_diagnostics`); without, it prints the
+diagnostics and exits 0, as xDSL does. Every failure (unknown pass,
 bad option, unparsable IR, failed verification, a pass that rejects its input) ends in one diagnostic on stderr
 and a non-zero exit, never a Python traceback.
 
@@ -17,14 +21,19 @@ written by `run_binary` to the `-o` file once it exists, never to stdout). With 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
 import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib.util import find_spec
+from io import BytesIO
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.passes import ModulePass, PassPipeline
@@ -47,12 +56,13 @@ class OutputError(ValueError):
     pass
 
 
-def mlir_pipeline_to_xdsl(spec: str) -> str:
-    """Translates MLIR pass-pipeline syntax into xDSL's `-p` syntax.
+NEST_ANCHORS = ("func.func", "builtin.module", "any")
 
-    `builtin.module(a, b{x=1 y=2})` becomes `a,b{x=1 y=2}`. Blanks outside braces and strings are dropped;
-    nested pass managers (`func.func(...)`) have no meaning on this IR and are rejected.
-    """
+
+def parse_mlir_pipeline(spec: str) -> list:
+    """MLIR pass-pipeline syntax as a tree: a list of pass texts (`b{x=1 y=2}`, blanks outside braces and strings
+    dropped) and nested pass managers `(anchor, [items])`. A top-level `builtin.module(...)` (or `any(...)`) is the
+    module itself, as in mlir-opt."""
     s = spec.strip()
     for anchor in ("builtin.module(", "any("):
         if s.startswith(anchor):
@@ -60,37 +70,129 @@ def mlir_pipeline_to_xdsl(spec: str) -> str:
                 raise PipelineSyntaxError(f"unbalanced parentheses in pass pipeline {spec!r}")
             s = s[len(anchor) : -1]
             break
-    out: list[str] = []
+    stack: list[list] = [[]]
+    anchors: list[str] = []
+    word: list[str] = []
     depth = 0
     in_string = False
     prev = ""
+
+    def flush() -> None:
+        if word:
+            stack[-1].append("".join(word))
+            word.clear()
+
     for ch in s:
         if in_string:
-            out.append(ch)
+            word.append(ch)
             in_string = not (ch == '"' and prev != "\\")
         elif ch == '"':
             in_string = True
-            out.append(ch)
+            word.append(ch)
         elif ch == "{":
             depth += 1
-            out.append(ch)
+            word.append(ch)
         elif ch == "}":
             depth -= 1
             if depth < 0:
                 raise PipelineSyntaxError(f"unbalanced braces in pass pipeline {spec!r}")
-            out.append(ch)
-        elif ch == "(" and depth == 0:
-            raise PipelineSyntaxError(
-                f"nested pass managers are not supported (all passes here run on builtin.module): {spec!r}"
-            )
-        elif ch.isspace() and depth == 0:
+            word.append(ch)
+        elif depth > 0:
+            word.append(ch)
+        elif ch == "(":
+            anchor = "".join(word)
+            word.clear()
+            if anchor not in NEST_ANCHORS:
+                raise PipelineSyntaxError(
+                    f"nested pass manager on {anchor!r}: only {', '.join(NEST_ANCHORS)} are supported: {spec!r}"
+                )
+            anchors.append(anchor)
+            stack.append([])
+        elif ch == ")":
+            flush()
+            if not anchors:
+                raise PipelineSyntaxError(f"unbalanced parentheses in pass pipeline {spec!r}")
+            items = stack.pop()
+            stack[-1].append((anchors.pop(), items))
+        elif ch == ",":
+            flush()
+        elif ch.isspace():
             pass
         else:
-            out.append(ch)
+            word.append(ch)
         prev = ch
+    flush()
     if depth != 0 or in_string:
         raise PipelineSyntaxError(f"unbalanced braces or quotes in pass pipeline {spec!r}")
-    return "".join(out)
+    if anchors:
+        raise PipelineSyntaxError(f"unbalanced parentheses in pass pipeline {spec!r}")
+    return stack[0]
+
+
+def mlir_pipeline_to_xdsl(spec: str) -> str:
+    """Translates a flat MLIR pass pipeline into xDSL's `-p` syntax: `builtin.module(a, b{x=1 y=2})` becomes
+    `a,b{x=1 y=2}` (nested pass managers: `pipeline_passes`)."""
+    items = parse_mlir_pipeline(spec)
+    if any(isinstance(i, tuple) for i in items):
+        raise PipelineSyntaxError(f"nested pass managers have no xDSL -p spelling: {spec!r}")
+    return ",".join(items)
+
+
+@dataclass(frozen=True)
+class NestedPasses(ModulePass):
+    """A nested pass manager of an MLIR pipeline: `func.func(...)` runs its passes on each top-level function
+    alone (the function moved into a module of its own for the time, so a pass sees that function only, as in
+    MLIR), `builtin.module(...)` on each nested module, `any(...)` on the module itself."""
+
+    name = "nested"
+    anchor: str = "any"
+    passes: tuple = ()
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if self.anchor == "any":
+            for p in self.passes:
+                p.apply(ctx, op)
+            return
+        cls = FuncOp if self.anchor == "func.func" else ModuleOp
+        for target in [o for o in op.body.block.ops if isinstance(o, cls)]:
+            if cls is ModuleOp:
+                for p in self.passes:
+                    p.apply(ctx, target)
+                continue
+            block, after = target.parent_block(), target.next_op
+            target.detach()
+            holder = ModuleOp([target])
+            try:
+                for p in self.passes:
+                    p.apply(ctx, holder)
+            finally:
+                for f in list(holder.body.block.ops):
+                    f.detach()
+                    if after is not None:
+                        block.insert_op_before(f, after)
+                    else:
+                        block.add_op(f)
+
+
+def pipeline_passes(items: list, available: dict) -> tuple[ModulePass, ...]:
+    """The passes of a parsed MLIR pipeline (`parse_mlir_pipeline`), nested managers as `NestedPasses`."""
+    out: list[ModulePass] = []
+    flat: list[str] = []
+
+    def flush() -> None:
+        if flat:
+            out.extend(PassPipeline.parse_spec(available, ",".join(flat)).passes)
+            flat.clear()
+
+    for item in items:
+        if isinstance(item, tuple):
+            flush()
+            anchor, inner = item
+            out.append(NestedPasses(anchor, pipeline_passes(inner, available)))
+        else:
+            flat.append(item)
+    flush()
+    return tuple(out)
 
 
 class LocatingParser(Parser):
@@ -165,6 +267,82 @@ def verify_with_location(
     raise DiagnosticException(f"{where}: error: {message}{suffix}") from None
 
 
+EXPECTED = re.compile(
+    r"//\s*expected-(error|warning|note|remark)\s*(@above|@below|@unknown|@[+-]\d+)?\s*\{\{(.*?)\}\}"
+)
+DIAG_LINE = re.compile(r"^\S+?:(\d+):\d+(?::|$)")
+
+
+@dataclass
+class Expected:
+    kind: str
+    line: int | None  # the line it expects its diagnostic at (1-based in the file; None: @unknown)
+    text: str
+    at: int  # the annotation's own line
+    seen: bool = False
+
+
+def expectations(text: str, line_offset: int) -> list[Expected]:
+    """The `// expected-error {{...}}` annotations of a chunk, as mlir-opt reads them: on the annotation's own
+    line, `@above` / `@below` / `@+N` / `@-N` relative to it, `@unknown` for a diagnostic without location."""
+    out = []
+    for i, line in enumerate(text.split("\n")):
+        for m in EXPECTED.finditer(line):
+            at = line_offset + i + 1
+            where = m.group(2)
+            target: int | None = at
+            if where == "@above":
+                target = at - 1
+            elif where == "@below":
+                target = at + 1
+            elif where == "@unknown":
+                target = None
+            elif where:
+                target = at + int(where[1:])
+            out.append(Expected(m.group(1), target, m.group(3), at))
+    return out
+
+
+def diagnostic_line(message: str) -> int | None:
+    m = DIAG_LINE.match(message)
+    return int(m.group(1)) if m else None
+
+
+def check_diagnostic(message: str | None, expected: list[Expected]) -> list[str]:
+    """Matches a chunk's diagnostic (None: none was produced) against its expectations; returns the mismatches.
+    An error matches an unmet `expected-error` at its line whose text it contains."""
+    problems = []
+    if message is not None:
+        line = diagnostic_line(message)
+        first = message.splitlines()[0] if message else ""
+        hit = next(
+            (
+                e
+                for e in expected
+                if not e.seen and e.kind == "error" and e.line == line and e.text in message
+            ),
+            None,
+        )
+        if hit is not None:
+            hit.seen = True
+        else:
+            there = [e for e in expected if not e.seen and e.kind == "error" and e.line == line]
+            if there:
+                problems.append(
+                    f"line {there[0].at}: expected error {{{{{there[0].text}}}}} at line {line}, but the error there is: {first}"
+                )
+                there[0].seen = True
+            else:
+                problems.append(
+                    f"unexpected error{'' if line else ' (no location: expect it with @unknown)'}: {first}"
+                )
+    for e in expected:
+        if not e.seen:
+            where = "without location" if e.line is None else f"at line {e.line}"
+            problems.append(f"line {e.at}: expected {e.kind} {where} was not produced: {{{{{e.text}}}}}")
+    return problems
+
+
 class IpuOptMain(xDSLOptMain):
     version_format = "ipu-opt (xdsl {xdsl_version})"
     locations: SourceLocations | None = None
@@ -214,8 +392,66 @@ class IpuOptMain(xDSLOptMain):
             default=None,
             help="pass pipeline in MLIR syntax, e.g. 'builtin.module(nn-fuse-qkv,canonicalize)'",
         )
+        arg_parser.add_argument(
+            "--list-passes",
+            action="store_true",
+            help="print every pass with its one-line summary and its options (name: type = default), and exit",
+        )
+
+    def annotated(self) -> bool:
+        """Whether --verify-diagnostics checks expectations (the input file has `expected-*` annotations)."""
+        path = self.args.input_file
+        if not self.args.verify_diagnostics or path is None:
+            return False
+        with open(path, "rb") as f:
+            return EXPECTED.search(f.read().decode(errors="replace")) is not None
+
+    def run_verify_diagnostics(self) -> None:
+        """--verify-diagnostics on annotated input, as mlir-opt: each chunk's diagnostic must be expected (same
+        line, the expected text contained in it) and every expectation met; else one error listing the
+        mismatches. The diagnostics are printed as without annotations (for FileCheck), output as usual."""
+        chunks, file_extension = self.prepare_input()
+        output = self.prepare_output()
+        problems: list[str] = []
+        try:
+            for i, (chunk, offset) in enumerate(chunks):
+                text = chunk.read()
+                chunk.close()
+                if i > 0:
+                    output.write("// -----\n")
+                expected = expectations(text.decode(errors="replace"), offset)
+                message = None
+                try:
+                    module = self.parse_chunk(BytesIO(text), file_extension, offset)
+                    if module is not None:
+                        self.apply_passes(module)
+                        output.write(self.output_resulting_program(module))
+                except ParseError as e:
+                    e.span = dataclasses.replace(e.span, line_offset=offset)
+                    message = str(e)
+                except DiagnosticException as e:
+                    message = "\n".join([str(e), *map(str, getattr(e, "__notes__", ()))])
+                if message is not None:
+                    print(message, file=output)
+                problems += check_diagnostic(message, expected)
+                output.flush()
+        finally:
+            if output is not sys.stdout:
+                output.close()
+        if problems:
+            raise DiagnosticException(
+                f"--verify-diagnostics: {len(problems)} mismatch{'es' if len(problems) > 1 else ''} in "
+                f"{self.args.input_file}:\n" + "\n".join(f"  {p}" for p in problems)
+            )
 
     def run(self) -> None:
+        if self.annotated():
+            return self.run_verify_diagnostics()
+        if self.args.list_passes:
+            from ipu.passes.registry import list_passes
+
+            print(list_passes())
+            return
         spec = parse_spec(self.args.target)
         factory = self.available_targets[spec.name]
         target_cls = factory() if not inspect.signature(factory).parameters else None
@@ -245,10 +481,15 @@ class IpuOptMain(xDSLOptMain):
             out.write(data)
 
     def setup_pipeline(self) -> None:
+        nested = None
         if self.args.pass_pipeline is not None:
             if self.args.passes:
                 raise PipelineSyntaxError("give either --pass-pipeline or -p/--passes, not both")
-            self.args.passes = mlir_pipeline_to_xdsl(self.args.pass_pipeline)
+            items = parse_mlir_pipeline(self.args.pass_pipeline)
+            if any(isinstance(i, tuple) for i in items):
+                nested = items
+            else:
+                self.args.passes = ",".join(items)
         start = time.perf_counter()
 
         def callback(previous: ModulePass | None, module: ModuleOp, following: ModulePass | None) -> None:
@@ -266,7 +507,10 @@ class IpuOptMain(xDSLOptMain):
                 start = time.perf_counter()
 
         try:
-            self.pipeline = PassPipeline.parse_spec(self.available_passes, self.args.passes, callback)
+            if nested is not None:
+                self.pipeline = PassPipeline(pipeline_passes(nested, self.available_passes), callback)
+            else:
+                self.pipeline = PassPipeline.parse_spec(self.available_passes, self.args.passes, callback)
         except ValueError as e:  # unknown pass or option, bad option value
             raise PipelineSyntaxError(f"bad pass pipeline: {e}") from None
 

@@ -1,6 +1,7 @@
 """`ipu-report`: writes the static reports of a compiled model (see docs/reports.md).
 
-    ipu-report placement model.mlir -o out/     memory map: out/placement.json + out/placement.html
+    ipu-report placement placed.mlir -o out/    memory map: out/placement.json + out/placement.html
+    ipu-report placement model.ipupkg -o out/   ... of a package (the map it carries)
     ipu-report profile model.mlir -o out/       cycle profile (exchange-level estimates): out/profile.{json,html}
 
 (The profile measured on the simulator comes from `ipu-run ... --profile out/`.)
@@ -8,7 +9,8 @@
 The input is exchange-level IR (after `nn-to-exchange-pipeline`) or memory-level IR (after `memory-plan`);
 `-p PIPELINE` runs passes first (xDSL `-p` syntax), e.g. `-p nn-fuse-qkv,nn-outline-repeat,nn-to-exchange-pipeline`
 on a model straight from the frontend. `placement` runs `memory-plan` (options from `--memory-plan`) when the IR
-has no memory plan yet; if placement fails, it writes the memory map up to the failure and exits 1 with the
+has no memory plan yet (IR that is not exchange level, e.g. the frontend's nn IR, is an error: there is nothing
+placed to show); a package (`.ipupkg`) shows the map the lowering stored in it. If placement fails, it writes the memory map up to the failure and exits 1 with the
 allocator's diagnostic.
 """
 
@@ -50,6 +52,39 @@ def _functions(module: ModuleOp) -> list[func.FuncOp]:
     return [op for op in module.walk() if isinstance(op, func.FuncOp)]
 
 
+def _is_package(path: str) -> bool:
+    if path == "-":
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"  # a zip file: an .ipupkg
+
+
+def package_memory_map(path: str) -> dict:
+    """The memory map a package carries (`metadata["memory_map"]`, written by the lowering)."""
+    from ipu.runtime.package import Package
+
+    doc = Package.load(path).metadata.get("memory_map")
+    if not doc:
+        raise ValueError(f"{path}: the package carries no memory map (compiled before packages kept one?)")
+    return doc
+
+
+def _unplaced(f: func.FuncOp) -> str | None:
+    """Why a function without a memory plan cannot be placed here (None: it is exchange-level IR)."""
+    from ipu.dialects import exchange as ex
+    from ipu.dialects import tile as tl
+
+    if any(isinstance(o, ex.PhaseOp | ex.SyncOp) for o in f.walk()) or any(
+        tl.LAYOUT_ATTR in o.attributes for o in f.walk()
+    ):
+        return None
+    return (
+        f"@{f.sym_name.data} has no placement: it is not exchange-level IR (no tile layouts, no exchange "
+        "phases), so a memory map would show nothing but the reservations. Compile it first, e.g. "
+        "-p 'ipu-compile-pipeline{tiles=16}' (placed IR), or give a package (.ipupkg)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ipu-report", description=__doc__.split("\n\n")[0])
     ap.add_argument("report", choices=("placement", "profile"))
@@ -65,6 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.output)
     try:
+        if args.report == "placement" and _is_package(args.input):
+            from ipu.runtime.reports.placement import write_placement_report
+
+            for p in write_placement_report(package_memory_map(args.input), out):
+                print(p)
+            return 0
         module = _load(args.input)
         if args.passes:
             _run(module, args.passes)
@@ -77,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             from ipu.runtime.reports.placement import model_from_function, write_placement_report
 
             if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+                why = _unplaced(f)
+                if why is not None:
+                    raise ValueError(why)
                 opts = f'{args.memory_plan} report-dir="{out.resolve()}"'.strip()
                 _run(module, f"memory-plan{{{opts}}}")
             paths = write_placement_report(model_from_function(f), out)

@@ -30,6 +30,14 @@ exchange routine call and internal sync; `Session.run(..., profile=True)`) and w
 self-contained `DIR/profile.html` (docs/reports.md): supersteps, per-kernel and per-operator tables, busiest tiles,
 the layer loop's first iteration in detail and the rest summed. `--profile-merge-rounds` sums each exchange
 phase's rounds into one exchange and one sync step (smaller files for phases of many rounds).
+
+The profile also goes to `DIR/profile.trace.json`, a Chrome trace / Perfetto file (`ipu.runtime.reports.trace`),
+and profile.html shows the cycles per layer and the planner's estimate beside the measurement.
+
+`--memory-map DIR` writes the package's memory map (`DIR/placement.{json,html}`: per tile class what is live
+at each program step, the fullest tiles and what holds them at their peak). `--save-outputs DIR` writes the
+outputs of the last inference as `DIR/last_hidden_state.npy` and `DIR/pooler_output.npy` (float32). `--model` shows the compile phases (each pass, then the asm lowering) as a
+progress bar on stderr when stderr is a terminal; `--quiet` turns it off (`ipu.progress`).
 """
 
 from __future__ import annotations
@@ -189,6 +197,11 @@ def run_package(args, pkg=None) -> int:
             f"simulated in {wall:.2f} s{same}"
         )
         previous = result.outputs
+    if getattr(args, "memory_map", None):
+        write_memory_map(pkg, args.memory_map)
+    if getattr(args, "save_outputs", None):
+        for path in save_outputs(previous, args.save_outputs):
+            print(f"  output written to {path}")
     if args.compare_reference:
         ref = _reference(cfg, params, x)
         for name, value in previous.items():
@@ -206,6 +219,39 @@ def run_package(args, pkg=None) -> int:
     return 0
 
 
+def write_memory_map(pkg, out_dir) -> None:
+    """The package's memory map (placement.json + placement.html, with liveness per program step) into
+    out_dir."""
+    from ipu.runtime.reports.placement import write_placement_report
+
+    doc = pkg.metadata.get("memory_map")
+    if not doc:
+        raise ValueError("--memory-map: the package carries no memory map")
+    jpath, hpath = write_placement_report(doc, out_dir)
+    top = doc["fullest"][0] if doc.get("fullest") else None
+    peak = (
+        f"; fullest: tile {top['first_tile']} (a class of {top['tiles']}), {top['peak_bytes']} B live at "
+        f"{top['peak_event_name']}"
+        if top
+        else ""
+    )
+    print(f"memory map: {jpath}, {hpath}{peak}")
+
+
+def save_outputs(outputs, out_dir) -> list:
+    """Each output of the last inference as OUT_DIR/<name>.npy (float32); returns the paths."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, value in outputs.items():
+        path = out / f"{name}.npy"
+        np.save(path, np.asarray(value, np.float32))
+        paths.append(path)
+    return paths
+
+
 def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> dict:
     """profile.json + profile.html of one profiled inference into out_dir; prints where and a one-line summary;
     returns the profile document."""
@@ -213,11 +259,12 @@ def write_profile(pkg, result, out_dir, merge_rounds: bool = False) -> dict:
     from ipu.runtime.reports.profile_sim import profile_from_run
 
     doc = profile_from_run(pkg, result, merge_rounds)
-    jpath, hpath = write_profile_report(doc, out_dir)
+    jpath, hpath, tpath = write_profile_report(doc, out_dir)
     t = doc["totals"]
     print(
         f"profile of inference 1: {doc['total_cycles']} cycles (compute {t['compute']}, exchange {t['exchange']}, "
-        f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}"
+        f"sync {t['sync']}), {len(doc['supersteps'])} superstep entries, {len(doc['steps'])} steps: {jpath}, {hpath}, "
+        f"{tpath} (Perfetto / chrome://tracing)"
     )
     return doc
 
@@ -228,8 +275,18 @@ def compile_and_run(args) -> int:
 
     params, cfg = _weights_and_config(args)
     target = Target.ipu21() if args.tiles in (None, 1472) else Target.small(tiles=args.tiles, sram_kib=624)
+    from ipu.progress import CompileProgress
+
     t0 = time.perf_counter()
-    pkg = compile_model(cfg, target, weights=params, debug_values=args.per_op, split_rows=args.split_rows)
+    with CompileProgress(enabled=False if args.quiet else None) as progress:
+        pkg = compile_model(
+            cfg,
+            target,
+            weights=params,
+            debug_values=args.per_op,
+            split_rows=args.split_rows,
+            progress=progress,
+        )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
         f"tokens) for {target.name} ({target.num_tiles} tiles) in {time.perf_counter() - t0:.2f} s; "
@@ -365,6 +422,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_false",
         help="--model: split only few-row linears along K (nn-split-k{many_rows=false}); by default many-row "
         "linears are split too where the estimate wins",
+    )
+    p.add_argument(
+        "--memory-map",
+        metavar="DIR",
+        help="write the package's memory map (what is live on each tile at each program step) as "
+        "DIR/placement.json and DIR/placement.html",
+    )
+    p.add_argument(
+        "--save-outputs",
+        metavar="DIR",
+        help="write the outputs of the last inference as DIR/<name>.npy (last_hidden_state, pooler_output)",
+    )
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="no progress display on stderr (it is shown only when stderr is a terminal)",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
     p.add_argument(

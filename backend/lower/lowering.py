@@ -1463,6 +1463,14 @@ def lower_to_package(
         import json
 
         pkg.metadata["config"] = json.loads(config.data)  # lets a package runner make random weights for it
+    if not debug_values:  # the planner's estimate, which a measured profile is compared with
+        from ipu.runtime.reports.profile import estimate_summary, profile_from_function
+
+        pkg.metadata["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
+    # The memory map (placement.json) travels with the package: `ipu-run --memory-map`, `ipu-report placement`.
+    from ipu.runtime.reports.placement import model_from_function, placement_json
+
+    pkg.metadata["memory_map"] = placement_json(model_from_function(f))
     pkg.validate()
     return pkg
 
@@ -1486,6 +1494,7 @@ def compile_model(
     debug_values: bool = False,
     repeat: bool | None = None,
     split_rows: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1493,7 +1502,8 @@ def compile_model(
     loop's stacked parameters are named `encoder.layers.*.<suffix>`: give a `WeightStore`, which resolves them).
     `repeat` (default: on unless debug_values): outline the layers into one `tile.repeat` (`nn-outline-repeat`),
     lowered as a loop over one copy of the layer's code; False: layers unrolled. `split_rows` (default): many-row
-    linears split along K too (`pipeline_spec`)."""
+    linears split along K too (`pipeline_spec`). `progress(phase, done, total)`, when given, is called before each
+    pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1526,8 +1536,13 @@ def compile_model(
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
-        compile_pass.apply(Context(), module)
+        compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
+    total = len(compile_pass.passes()) + 1
+    if progress is not None:
+        progress("asm lowering", total - 1, total)
     pkg = lower_to_package(module, target, debug_values)
+    if progress is not None:
+        progress("done", total, total)
     if config is not None:
         pkg.metadata["config"] = config.to_dict()  # lets a package runner make random weights for it
     if weights is not None:

@@ -24,12 +24,15 @@ sites of a `tile.repeat` body and its control code, else None), `role` (body, se
 
 from __future__ import annotations
 
+import json
 import re
 
+import numpy as np
 from xdsl.ir import BlockArgument, Operation, SSAValue
 
 SITE_PREFIX = ".Lsite"
 OP_MARKER = "    // op: "
+PHASE_MARKER = "    // phase: "
 NO_CODE = {"nn.param", "nn.input", "memory.plan", "memory.reserve", "func.return", "tile.yield", "exchange.sync",
            "exchange.phase"}  # fmt: skip
 _REP_END = re.compile(r"^\.Lrep(\d+)_end:")
@@ -92,8 +95,53 @@ def op_name(op: Operation) -> str:
     return ("layer " if parent is not None and parent.name == "tile.repeat" else "") + name
 
 
+def _ranges(tiles) -> str:
+    """Tile numbers as ranges: `0-3,8,10-11`."""
+    out, ts = [], sorted({int(t) for t in tiles})
+    i = 0
+    while i < len(ts):
+        j = i
+        while j + 1 < len(ts) and ts[j + 1] == ts[j] + 1:
+            j += 1
+        out.append(str(ts[i]) if i == j else f"{ts[i]}-{ts[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def phase_detail(op: Operation) -> dict:
+    """What an `exchange.phase` moves, for its profile sites: the values (source -> result, by IR name), the
+    transfers, bytes, sending and receiving tiles, and its largest sends (tile -> receiving tiles, bytes)."""
+    s, r = op.send_table(), op.recv_table()
+
+    def name(v: SSAValue) -> str:
+        if v.name_hint:
+            return f"%{v.name_hint}"
+        if isinstance(v, BlockArgument):
+            return f"%arg{v.index}"
+        owner = v.owner
+        return f"{op_name(owner)}#{v.index}" if owner.name == "exchange.phase" else op_name(owner)
+
+    largest = []
+    if len(s):
+        for i in np.argsort(-s[:, 3], kind="stable")[:3].tolist():
+            to = r[r[:, 3] == i, 0] if len(r) else []
+            largest.append([int(s[i, 0]), _ranges(to), int(s[i, 3])])
+    return {
+        "phase": f"exchange.phase {name(op.results[0])}" if op.results else "exchange.phase",
+        "values": [f"{name(a)} -> {name(b)}" for a, b in zip(op.operands, op.results)],
+        "transfers": int(len(s)),
+        "bytes": int(s[:, 3].sum()) if len(s) else 0,
+        "senders": _ranges(s[:, 0]) if len(s) else "",
+        "receivers": _ranges(r[:, 0]) if len(r) else "",
+        "largest": largest,
+    }
+
+
 def op_marker(op: Operation) -> list[str]:
-    """The marker line the walk puts before an operator's code ([] for operators without code of their own)."""
+    """The marker line the walk puts before an operator's code ([] for operators without code of their own; an
+    exchange phase's marker carries `phase_detail` as JSON for its sites)."""
+    if op.name == "exchange.phase":
+        return [PHASE_MARKER + json.dumps(phase_detail(op), separators=(",", ":"))]
     if op.name in NO_CODE:
         return []
     return [OP_MARKER + op_name(op)]
@@ -118,6 +166,7 @@ def label_sites(lines: list[str]) -> list[dict]:
     loops = 0
     open_loop: list[int] = []  # repeat ids whose body is being read
     current_op: list[str | None] = [None]  # the operator of the last marker
+    current_phase: list[dict | None] = [None]  # the exchange phase of the last phase marker
 
     def add(what: str, kind: str, role: str | None = None, repeat: int | None = None) -> None:
         label = f"{SITE_PREFIX}{len(sites)}"
@@ -128,10 +177,16 @@ def label_sites(lines: list[str]) -> list[dict]:
         if current_op[0] and kind == "compute" and op not in ("tile.repeat", "exchange.phase"):
             op = current_op[0]
         sites.append(dict(label=label, kind=kind, kernel=None, what=what, op=op, repeat=repeat, role=role))
+        if op == "exchange.phase" and current_phase[0] is not None:
+            sites[-1]["detail"] = current_phase[0]
 
     for line in lines:
         if line.startswith(OP_MARKER):
             current_op[0] = line[len(OP_MARKER) :]
+            current_phase[0] = None
+            continue
+        if line.startswith(PHASE_MARKER):
+            current_phase[0] = json.loads(line[len(PHASE_MARKER) :])
             continue
         s = line.strip()
         comment = s.split("//", 1)[1].strip() if "//" in s else ""

@@ -11,7 +11,9 @@ to its class; 1472 copies of identical tiles are never expanded. A Repeat sequen
 expanded into its members (`kind = "repeat-member"`, member index, stride): member i lives at
 addr + i * stride, and `padding` is the stride padding after it. `row` is the map row: 0 for the first occupants
 of an address range, 1.. for later allocations reusing addresses already used on that tile (reuse rows).
-`occupancy[class][event]` is the live bytes (spans, padding included) of each class at each event.
+`occupancy[class][event]` is the live bytes (spans, padding included) of each class at each event (the liveness
+plot); `fullest` lists the classes of highest peak with the allocations live at their peak event (`fullest`).
+Buffers are named by their IR value (`%name`), unnamed results by their operator (`value_name`).
 
 Kinds: "parameter" (resident: whole program, every inference), "input", "output", "transient", "repeat-member"
 (of a parameter sequence), "reservation" (with `reserve` = code, exchange_tables, runtime_state,
@@ -143,8 +145,50 @@ def model_from_function(f: func.FuncOp) -> PlacementModel:
         for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):
             add(f"carried #{i}", op_label(op), b, "transient")
         for r, b in zip(op.results, mem.buffers_of(op.attributes.get(mem.BUFFERS_ATTR))):
-            add(_label(r), op_label(op), b, "input" if isinstance(op, nn.InputOp) else "auto")
+            add(value_name(r), op_label(op), b, "input" if isinstance(op, nn.InputOp) else "auto")
     return model
+
+
+def value_name(v) -> str:
+    """A buffer's name: its IR value (`%name`); an unnamed result by its operator as the profile names it
+    (`nn.linear self_attn.q_proj`, `exchange.phase #3`, `ipu.backend.lower.sites.op_name`), with the result
+    index when the operator has several."""
+    label = _label(v)
+    if label != "%?":
+        return label
+    from ipu.backend.lower.sites import op_name
+
+    op = v.owner
+    name = op_name(op)
+    return f"{name} result {v.index}" if len(op.results) > 1 else name
+
+
+def fullest(doc: dict, count: int = 8, holders: int = 16) -> list[dict]:
+    """The tile classes of highest peak live bytes and what holds them at that peak: per class its tiles,
+    peak, peak event and the allocations live there, largest first (`bytes` = payload + padding)."""
+    out = []
+    occ = doc["occupancy"]
+    order = sorted(range(len(doc["classes"])), key=lambda c: (-doc["classes"][c]["peak_bytes"], c))
+    for c in order[:count]:
+        row = occ[c]
+        if not row:
+            continue
+        event = max(range(len(row)), key=lambda e: (row[e], -e))
+        live = []
+        for al in doc["allocations"]:
+            f, last = al["live"]
+            if not f <= event <= last:
+                continue
+            for p in al["placed"]:
+                if p[0] == c:
+                    live.append({"id": al["id"], "name": al["name"], "owner": al["owner"], "kind": al["kind"],
+                                 "addr": p[1], "bytes": p[2] + p[3]})  # fmt: skip
+        live.sort(key=lambda x: (-x["bytes"], x["id"]))
+        cls = doc["classes"][c]
+        out.append({"class": c, "first_tile": cls["first_tile"], "tiles": cls["tiles"], "peak_bytes": row[event],
+                    "peak_event": event, "peak_event_name": doc["events"][event], "live": len(live),
+                    "holders": live[:holders]})  # fmt: skip
+    return out
 
 
 def model_from_problem(
@@ -303,7 +347,7 @@ def placement_json(model: PlacementModel) -> dict:
     kinds: dict[str, int] = {}
     for a in allocations:
         kinds[a["kind"]] = kinds.get(a["kind"], 0) + 1
-    return {
+    doc = {
         "format": "ipu-placement",
         "version": FORMAT_VERSION,
         "function": model.function,
@@ -339,6 +383,8 @@ def placement_json(model: PlacementModel) -> dict:
         "summary": {"allocations": len(allocations), "placements": len(pending), "kinds": kinds},
         "failure": model.failure,
     }
+    doc["fullest"] = fullest(doc)
+    return doc
 
 
 def _embed(doc: dict) -> str:

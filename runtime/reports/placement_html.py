@@ -1,7 +1,9 @@
 """The placement.html viewer (inline CSS/JS; `placement.placement_html` embeds the JSON at __DATA__).
 
 Rendering draws only the rows and the address range in view (canvas), so a 1472-tile map with reuse rows stays
-responsive. `window.placementReport.state()` exposes the view for the browser tests.
+responsive. Below it, "Live at a program step": for a tile (its class) and a step (event) the allocations live
+there, largest first, with the tile's liveness plot (live bytes per step); and the fullest tiles with what holds
+them at their peak. `window.placementReport.state()` (and `.live.state()`) expose the view for the browser tests.
 """
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -25,6 +27,13 @@ TEMPLATE = r"""<!DOCTYPE html>
       white-space:pre;display:none;z-index:10;box-shadow:2px 2px 4px rgba(0,0,0,.2)}
  .legend span{display:inline-block;width:11px;height:11px;margin:0 3px 0 8px;vertical-align:-1px}
  #status{color:#055}
+ #livewrap{padding:4px 10px 8px;display:flex;gap:12px;max-height:270px;border-top:1px solid #ccc;background:#fff}
+ #livewrap > div{overflow:auto}
+ #livewrap table{border-collapse:collapse;font:12px monospace}
+ #livewrap td,#livewrap th{border:1px solid #ddd;padding:1px 5px;text-align:right}
+ #livewrap td:first-child,#livewrap td.l{text-align:left} #livewrap th{background:#f0f0f0}
+ #livewrap tr.click{cursor:pointer} #livewrap tr.click:hover{background:#eef}
+ #liveplot{border:1px solid #bbb;display:block;cursor:crosshair}
 </style></head><body>
 <header>
  <h1>__TITLE__</h1>
@@ -47,6 +56,15 @@ TEMPLATE = r"""<!DOCTYPE html>
 </div>
 <div id="heatwrap"><div>Occupancy per tile (rows, tiles top to bottom) and event (columns), white = the least occupied, dark red = the peak; click to go to a tile.</div>
  <canvas id="heat" height="110"></canvas></div>
+<div id="livewrap">
+ <div><b>Live at a program step</b> (liveness: the tile's live bytes at each step; click the plot to pick a step)<br>
+  <label>Tile <input id="live-tile" type="number" min="0" value="0" style="width:70px"></label>
+  <label>Step <input id="live-event" type="range" min="0" value="0" style="width:220px"></label>
+  <button id="live-peak">Its peak</button><br><span id="live-info"></span><br>
+  <canvas id="liveplot" width="420" height="120"></canvas></div>
+ <div><table id="live-table"></table></div>
+ <div><b>Fullest tiles</b> (what holds them at their peak; click to show)<table id="fullest"></table></div>
+</div>
 <div id="tip"></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>
@@ -343,11 +361,61 @@ heat.addEventListener("click", ev => gotoTile(heatAt(ev).t));
 })();
 layoutRows(); drawHeat(); redrawNow();
 if (D.failure) gotoTile(D.failure.tile);
+// Live at a program step: per tile (its class), the allocations live at the chosen event, and the liveness plot.
+const LIVE = (function live() {
+  const esc = x => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;");
+  const ev = $("live-event"), tin = $("live-tile"), plot = $("liveplot"), NE = D.events.length;
+  ev.max = Math.max(0, NE - 1);
+  const L = {tile: 0, event: 0};
+  function cls() { return D.tile_class[L.tile]; }
+  function liveAt(c, e) {
+    const out = [];
+    for (const al of D.allocations) {
+      if (al.live[0] > e || e > al.live[1]) continue;
+      for (const p of al.placed) if (p[0] === c) out.push({id: al.id, name: al.name, owner: al.owner, kind: al.kind, addr: p[1], bytes: p[2] + p[3]});
+    }
+    return out.sort((a, b) => b.bytes - a.bytes || a.id - b.id);
+  }
+  function draw() {
+    const c = cls(), occ = D.occupancy[c] || [], g = plot.getContext("2d"), w = plot.width, h = plot.height;
+    const top = Math.max(1, ...D.classes.map(k => k.peak_bytes));  // the highest peak of any tile: plots compare
+    g.fillStyle = "#fff"; g.fillRect(0, 0, w, h);
+    g.strokeStyle = "#bbb"; g.strokeRect(0, 0, w, h);
+    g.fillStyle = "#7a9cc6";
+    for (let e = 0; e < NE; e++) { const x0 = e * w / NE, x1 = (e + 1) * w / NE, y = h * (1 - occ[e] / top); g.fillRect(x0, y, Math.max(1, x1 - x0), h - y); }
+    g.fillStyle = "#c00"; g.fillRect(L.event * w / NE, 0, Math.max(1, w / NE), h);
+    g.fillStyle = "#333"; g.font = "10px monospace"; g.fillText("scale: the fullest tile's peak, " + top + " B", 3, 10);
+  }
+  function show() {
+    const c = cls(), rows = liveAt(c, L.event), occ = (D.occupancy[c] || [])[L.event] || 0;
+    ev.value = L.event; tin.value = L.tile;
+    $("live-info").textContent = "tile " + L.tile + " (class " + c + ", " + D.classes[c].tiles + " tiles), step " + L.event + " of " + NE + " (" + D.events[L.event] + "): " + occ + " B live in " + rows.length + " allocations; peak " + D.classes[c].peak_bytes + " B";
+    $("live-table").innerHTML = "<tr><th>live allocation</th><th>owner</th><th>kind</th><th>address</th><th>bytes</th></tr>" +
+      rows.slice(0, 200).map(r => "<tr><td>" + esc(r.name) + '</td><td class="l">' + esc(r.owner) + '</td><td class="l">' + r.kind + "</td><td>0x" + r.addr.toString(16) + "</td><td>" + r.bytes + "</td></tr>").join("");
+    draw();
+  }
+  function select(tile, event) {
+    L.tile = Math.max(0, Math.min(D.tiles - 1, tile | 0));
+    L.event = event === undefined ? L.event : Math.max(0, Math.min(NE - 1, event | 0)); show();
+  }
+  function peak() { const occ = D.occupancy[cls()] || [0]; let e = 0; for (let i = 1; i < occ.length; i++) if (occ[i] > occ[e]) e = i; select(L.tile, e); }
+  ev.oninput = () => select(L.tile, +ev.value);
+  tin.onchange = () => select(+tin.value);
+  $("live-peak").onclick = peak;
+  plot.addEventListener("click", e2 => { const r = plot.getBoundingClientRect(); select(L.tile, Math.floor((e2.clientX - r.left) / r.width * NE)); });
+  const F = D.fullest || [];
+  $("fullest").innerHTML = "<tr><th>tile</th><th>tiles alike</th><th>peak B</th><th>at step</th><th>largest holders</th></tr>" +
+    F.map((f, k) => '<tr class="click" data-k="' + k + '"><td>' + f.first_tile + "</td><td>" + f.tiles + "</td><td>" + f.peak_bytes + '</td><td class="l">' + f.peak_event + " " + esc(f.peak_event_name) + '</td><td class="l">' +
+      f.holders.slice(0, 3).map(hh => esc(hh.name) + " " + hh.bytes).join(", ") + "</td></tr>").join("");
+  for (const tr of $("fullest").querySelectorAll("tr.click")) tr.onclick = () => { const f = F[+tr.dataset.k]; select(f.first_tile, f.peak_event); };
+  if (F.length) select(F[0].first_tile, F[0].peak_event); else show();
+  return {select, state: () => ({tile: L.tile, event: L.event, live: liveAt(cls(), L.event).length}), liveAt};
+})();
 window.placementReport = {
   state: () => ({lo: S.lo, hi: S.hi, rowH: S.rowH, reuse: S.reuse, pinned: S.pinned, zoomDepth: S.zoom.length,
     firstTile: tileOfRow(Math.floor(scroller.scrollTop / S.rowH)), marker: S.marker}),
   rowY: (tile, row) => (rowStart[tile] + (row || 0)) * S.rowH - scroller.scrollTop + S.rowH / 2,
-  addrX: a => xOf(a), gotoTile, gotoAddr, zoomTo, ready: true,
+  addrX: a => xOf(a), gotoTile, gotoAddr, zoomTo, live: LIVE, ready: true,
 };
 </script></body></html>
 """

@@ -130,6 +130,12 @@ def profile_from_function(f: func.FuncOp, tiles: int | None = None) -> dict:
                 walk(op.body.block, rid)
                 body = steps[first:]
                 info["first_step"], info["last_step"] = first, len(steps) - 1
+                # Every iteration is estimated as the first (the body is estimated once).
+                one = {k: sum(_wall(s) for s in body if s.kind == k) for k in ("compute", "exchange", "sync")}
+                info["iterations"] = [
+                    {"iteration": i + 1, "cycles": sum(one.values()), **one}
+                    for i in range(op.count.value.data)
+                ]
                 rest = op.count.value.data - 1
                 if rest > 0 and body:
                     per_tile = sum(s.tile_cycles for s in body) * rest
@@ -288,11 +294,28 @@ def profile_html(doc: dict) -> str:
     return TEMPLATE.replace("__TITLE__", title).replace("__DATA__", data)
 
 
-def write_profile_report(doc: dict, out_dir: str | Path, name: str = "profile") -> tuple[Path, Path]:
-    """Writes `<name>.json` and `<name>.html` into out_dir; returns their paths."""
+def estimate_summary(doc: dict) -> dict:
+    """The part of an estimate's profile a measured one is compared with (`metadata["estimate"]` of a package):
+    total cycles, cycles by kind and, per loop, each iteration's cycles."""
+    return {
+        "total_cycles": doc["total_cycles"],
+        "totals": dict(doc["totals"]),
+        "repeats": [
+            {"label": r["label"], "iterations": [it["cycles"] for it in r.get("iterations", [])]}
+            for r in doc["repeats"]
+        ],
+    }
+
+
+def write_profile_report(doc: dict, out_dir: str | Path, name: str = "profile") -> tuple[Path, Path, Path]:
+    """Writes `<name>.json`, `<name>.html` and the Chrome trace / Perfetto JSON `<name>.trace.json`
+    (`ipu.runtime.reports.trace`) into out_dir; returns their paths."""
+    from ipu.runtime.reports.trace import write_trace
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jpath, hpath = out / f"{name}.json", out / f"{name}.html"
     jpath.write_text(json.dumps(doc, separators=(",", ":")))
     hpath.write_text(profile_html(doc))
-    return jpath, hpath
+    tpath = write_trace(doc, out / f"{name}.trace.json", doc.get("clock_hz", 1.5e9))
+    return jpath, hpath, tpath

@@ -4,7 +4,10 @@ A timeline of steps (compute / exchange / sync, a Repeat loop's first iteration 
 with a superstep lane when the profile has `supersteps` (simulator runs), a per-tile view on the same cycle axis
 (one row per tile; only the rows and steps in view are drawn, one step per pixel column where steps are
 narrower), the per-kernel table, the per-operator table (when the profile has `ops`), the busiest tiles and a
-virtualised step list. `window.profileReport.state()` exposes the view for the browser tests.
+virtualised step list; per-layer cycles (each iteration of a layer loop, with the planner's estimate beside a
+measurement when the package carries one) and how the measured total compares with the estimate. Exchange
+steps' tooltips name the values moved, bytes, sending and receiving tiles and the largest sends.
+`window.profileReport.state()` exposes the view for the browser tests.
 """
 
 TEMPLATE = r"""<!DOCTYPE html>
@@ -52,6 +55,8 @@ TEMPLATE = r"""<!DOCTYPE html>
  <div id="tilebox"><h2>Per tile (rows: tiles; cell shade: the tile's share of the step's cycles)</h2>
   <div id="scroller"><canvas id="tiles"></canvas><div id="spacer"></div></div></div>
  <div id="side">
+  <div id="estbox" style="display:none"><h2>Estimate vs measurement</h2><div id="estimate"></div><table id="estkinds"></table></div>
+  <div id="layersbox" style="display:none"><h2>Layers (iterations of the layer loop)</h2><table id="layers"></table></div>
   <div><h2>Kernels</h2><table id="kernels"></table></div>
   <div id="opsbox" style="display:none"><h2>Operators</h2><table id="ops"></table></div>
   <div><h2>Busiest tiles</h2><table id="busiest"></table></div>
@@ -170,6 +175,10 @@ function stepText(i) {
   if (s.rounds !== undefined) lines.push(s.rounds + " exchange rounds summed (--profile-merge-rounds)");
   if (s.by_kind !== undefined) lines.push("measured: compute " + s.by_kind.compute + ", exchange " + s.by_kind.exchange + ", sync " + s.by_kind.sync);
   if (s.bytes !== undefined) lines.push("transfers " + s.transfers + ", " + s.bytes + " B" + (s.max_row_bytes !== undefined ? ", max table " + s.max_row_bytes + " B/tile" : ""));
+  if (s.phase !== undefined) {
+    lines.push(s.phase + ": " + s.values.join(", "), "tiles " + s.senders + " -> " + s.receivers);
+    for (const [from, to, b] of s.largest) lines.push("  send tile " + from + " -> " + to + ": " + b + " B");
+  }
   if (s.repeat !== null && s.repeat !== undefined) lines.push(s.kind === "repeat-rest" ? s.iterations + " iterations summed" : "in " + D.repeats[s.repeat].label + ", iteration 1");
   return lines.join("\n");
 }
@@ -229,6 +238,23 @@ $("undo").onclick = undoZoom; $("reset").onclick = reset;
     $("opsbox").style.display = "";
     $("ops").innerHTML = "<tr><th>operator</th><th>steps</th><th>cycles</th><th>compute</th><th>exchange</th><th>sync</th></tr>" +
       D.ops.slice(0, 40).map(o => "<tr><td>" + esc(o.name) + "</td><td>" + o.steps + "</td><td>" + o.cycles + "</td><td>" + o.compute + "</td><td>" + o.exchange + "</td><td>" + o.sync + "</td></tr>").join("");
+  }
+  const its = D.repeats.flatMap(r => (r.iterations || []).map(it => [r, it]));
+  const E = D.estimate, est = E ? E.repeats.flatMap(r => r.iterations) : [];
+  if (its.length) {
+    $("layersbox").style.display = "";
+    $("layers").innerHTML = "<tr><th>layer</th><th>cycles</th><th>share</th><th>compute</th><th>exchange</th><th>sync</th>" + (E ? "<th>estimate</th><th>measured / est.</th>" : "") + "</tr>" +
+      its.map(([r, it], k) => '<tr class="click" data-layer="' + k + '"><td>' + r.label + " #" + it.iteration + "</td><td>" + it.cycles + "</td><td>" + pct(it.cycles, TOTAL) + "</td><td>" + it.compute + "</td><td>" + it.exchange + "</td><td>" + it.sync + "</td>" +
+        (E ? "<td>" + (est[k] !== undefined ? est[k] : "") + "</td><td>" + (est[k] ? (it.cycles / est[k]).toFixed(2) + "x" : "") + "</td>" : "") + "</tr>").join("");
+    for (const tr of $("layers").querySelectorAll("tr.click")) tr.onclick = () => { const [r, it] = its[+tr.dataset.layer], a = it.start !== undefined ? it.start : ST[r.first_step].start + (it.iteration - 1) * it.cycles; zoomTo(a, a + it.cycles); };
+  }
+  if (E && D.source !== "estimate") {
+    const ratio = D.total_cycles / Math.max(1, E.total_cycles), off = Math.abs(ratio - 1) >= 0.1;
+    $("estbox").style.display = "";
+    $("estimate").textContent = "The planner's estimate (ipu-report profile) is " + E.total_cycles + " cycles; measured " + D.total_cycles +
+      " (" + ratio.toFixed(2) + "x the estimate" + (off ? ": the estimate is " + (ratio > 1 ? "too low" : "too high") + " by " + Math.round(Math.abs(D.total_cycles - E.total_cycles)) + " cycles, " + pct(Math.abs(D.total_cycles - E.total_cycles), D.total_cycles) + " of the measurement)" : ", within 10%)");
+    $("estkinds").innerHTML = "<tr><th>kind</th><th>estimate</th><th>measured</th><th>measured / est.</th></tr>" +
+      ["compute", "exchange", "sync"].map(k => "<tr><td>" + k + "</td><td>" + E.totals[k] + "</td><td>" + t[k] + "</td><td>" + (E.totals[k] ? (t[k] / E.totals[k]).toFixed(2) + "x" : "") + "</td></tr>").join("");
   }
   const list = $("steplist"), RH = 18; $("stepspacer").style.height = ST.length * RH + "px";
   const rows = [];

@@ -21,7 +21,10 @@ the loop id); iterations 2..N are summed into one `repeat-rest` step measured as
 scaled), with their breakdown by kind and kernel. `supersteps` lists per superstep its wall cycles split into
 compute / exchange / sync (a superstep cut by the end of iteration 1 keeps its iteration-1 part; the rest of the
 loop is one entry with `kind = "repeat-rest"`); their `cycles` sum to `total_cycles`. `ops` sums the steps by the
-lowering's operator name (the site comment's part before ": ").
+lowering's operator name (the site comment's part before ": "). Each loop in `repeats` has `iterations`: per
+iteration (a layer of the encoder) its start on the frontier and its wall cycles by kind, which sum to the first
+iteration's steps plus the repeat-rest step. Steps of an exchange phase carry its `phase_detail`
+(`ipu.backend.lower.sites`: values, transfers, bytes, senders, receivers, largest sends).
 """
 
 from __future__ import annotations
@@ -114,6 +117,14 @@ def profile_from_trace(
             continue
         loop = s["repeat"] if s["role"] in ("body", "next") else None
         in_rest = loop is not None and visits.get(site, 1) > 1
+        if loop is not None:  # per iteration (layer) of the loop: its start on the frontier and its cycles
+            its = repeats[loop].setdefault("iterations", [])
+            n = visits.get(site, 1)
+            while len(its) < n:
+                its.append({"iteration": len(its) + 1, "start": int(frontier[e]), "cycles": 0, "compute": 0,
+                            "exchange": 0, "sync": 0})  # fmt: skip
+            its[n - 1]["cycles"] += w
+            its[n - 1][kind] += w
         name = s["kernel"] if kind != "sync" else ("exchange.sync" if s["kernel"] == "sync" else "sync")
         label = s["what"] if kind != "sync" or s["kernel"] == "sync" else f"internal sync in {s['what']}"
         op = ops.setdefault(s["op"], {"name": s["op"], "steps": 0, "cycles": 0, "compute": 0, "exchange": 0,
@@ -155,6 +166,8 @@ def profile_from_trace(
             at = open_merged.get(key) if merged else (len(steps) - 1 if key == current_key else None)
             if at is None:
                 extra = {"kernel": s["kernel"], "op": s["op"], "site": site if site is not None else -1}
+                if s.get("detail"):  # an exchange phase's values, bytes and endpoints (sites.phase_detail)
+                    extra.update(s["detail"])
                 steps.append(Step(kind, name, label, np.zeros(tiles, np.int64), 0,
                                   loop, superstep, extra=extra))  # fmt: skip
                 at = len(steps) - 1
@@ -210,7 +223,7 @@ def profile_from_run(package, result, merge_rounds: bool = False) -> dict:
     sites = package.metadata.get("profile_sites")
     if not sites:
         raise ValueError("profile: the package names no profile sites")
-    return profile_from_trace(
+    doc = profile_from_trace(
         result.trace,
         sites,
         package.target.num_tiles,
@@ -218,3 +231,7 @@ def profile_from_run(package, result, merge_rounds: bool = False) -> dict:
         package.target.sync_internal_cycles,
         merge_rounds,
     )
+    doc["clock_hz"] = package.target.clock_hz
+    if package.metadata.get("estimate"):  # the planner's estimate of the same program (lower_to_package)
+        doc["estimate"] = package.metadata["estimate"]
+    return doc

@@ -298,3 +298,79 @@ def test_merged_rounds_keep_totals_and_supersteps(run):
     assert n_rounds == sum(1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync")
     assert sum(s["cycles"] for s in merged["steps"]) == doc["total_cycles"]
     assert merged["tile_busy"] == doc["tile_busy"]
+
+
+def test_trace_json_matches_the_profile(run):
+    """profile.trace.json (Chrome trace / Perfetto) beside profile.html: its slices against the profile and the
+    simulator's own end clocks."""
+    doc, trace = run["doc"], json.loads((run["out"] / "profile.trace.json").read_text())
+    per_us = trace["otherData"]["cycles_per_us"]
+    assert per_us == run["pkg"].target.clock_hz / 1e6
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"
+    }
+    track = {v: k for k, v in names.items()}
+    steps = [e for e in slices if (e["pid"], e["tid"]) == track["steps"]]
+    assert len(steps) == len(doc["steps"])
+    total = doc["total_cycles"]
+    assert sum(e["args"]["cycles"] for e in steps) == total == run["result"].cycles
+    end = 0
+    for e, s in zip(steps, doc["steps"], strict=True):
+        assert e["args"]["start"] == s["start"] == end and e["name"] == s["label"] and e["cat"] == s["kind"]
+        assert e["ts"] * per_us == pytest.approx(s["start"]) and e["dur"] * per_us == pytest.approx(
+            s["cycles"]
+        )
+        end += s["cycles"]
+    # Exchange steps name what they move.
+    xch = [e for e in steps if e["args"].get("kernel") == "xch_rounds"]
+    assert xch and all(
+        e["args"]["bytes"] > 0 and e["args"]["senders"] and e["args"]["receivers"] for e in xch
+    )
+    assert all(max(b for _, _, b in e["args"]["largest"]) <= e["args"]["bytes"] for e in xch)
+    # Layers: one slice per iteration; the first is the first iteration's steps, the rest the measured rest.
+    (loop,) = doc["repeats"]
+    layers = [e for e in slices if (e["pid"], e["tid"]) == track["layers (tile.repeat iterations)"]]
+    assert [e["args"]["layer"] for e in layers] == list(range(1, loop["count"] + 1))
+    body = doc["steps"][loop["first_step"] : loop["last_step"] + 1]
+    rest = doc["steps"][loop["rest_step"]]
+    assert layers[0]["args"]["cycles"] == sum(s["cycles"] for s in body)
+    assert layers[0]["args"]["start"] == body[0]["start"]
+    assert sum(e["args"]["cycles"] for e in layers[1:]) == rest["cycles"]
+    assert layers[1]["args"]["start"] == rest["start"]
+    assert all(e["args"].get("layer") == 1 for e in steps[loop["first_step"] : loop["last_step"] + 1])
+    # Tiles: one track each (16 <= MAX_TILE_TRACKS); a tile's slices follow its own clock without overlapping
+    # and end at its elapsed cycles as the simulator counted them.
+    elapsed = run["result"].run.tile_cycles
+    for t in range(TILES):
+        mine = sorted(
+            (e for e in slices if (e["pid"], e["tid"]) == track[f"tile {t}"]), key=lambda e: e["ts"]
+        )
+        at = 0
+        for e in mine:
+            assert e["args"]["start"] == at
+            at += e["args"]["cycles"]
+        assert at == elapsed[t] <= total
+
+
+def test_profile_compares_with_the_estimate(run):
+    doc = run["doc"]
+    est = doc["estimate"]
+    assert est == run["pkg"].metadata["estimate"]
+    assert est["total_cycles"] > 0 and sum(est["totals"].values()) == est["total_cycles"]
+    assert len(est["repeats"][0]["iterations"]) == doc["repeats"][0]["count"]
+    html = (run["out"] / "profile.html").read_text()
+    assert 'id="estbox"' in html and 'id="layers"' in html and "x the estimate" in html
+
+
+def test_tile_classes_group_equal_tiles():
+    from ipu.runtime.reports.trace import tile_classes
+
+    tc = np.zeros((3, 100), np.int64)
+    tc[0, :50] = 5  # tiles 0..49 alike, 50..99 alike but idle; tile 7 the busiest
+    tc[1, 7] = 9
+    classes = tile_classes(tc, limit=64)
+    assert classes[0] == [7] and classes[1] == [t for t in range(50) if t != 7]
+    assert classes[2] == list(range(50, 100)) and len(classes) == 3
+    assert tile_classes(tc[:, :10], limit=64) == [[t] for t in range(10)]
+    assert len(tile_classes(np.arange(300).reshape(3, 100), limit=8)) == 8

@@ -270,6 +270,7 @@ def sim_profile(tmp_path_factory):
     doc = profile_from_run(pkg, result)
     out = tmp_path_factory.mktemp("sim_profile")
     write_profile_report(doc, out)
+    write_placement_report(pkg.metadata["memory_map"], out)  # the map the package carries
     return out, doc, result.cycles
 
 
@@ -332,3 +333,71 @@ def test_placement_access_tail_hover(driver, tmp_path):
     tip = _text(driver, "tip")
     assert "a  op1" in tip and "access tail 2 B (alignment slack to 8 B" in tip
     assert "(pointer is on the access tail)" in tip
+
+
+def test_simulator_profile_layers_exchange_and_estimate(sim_profile, driver):
+    """The per-layer table (each iteration measured, the estimate beside it; a click zooms to the layer), the
+    estimate-vs-measurement box, and an exchange step's tooltip naming its bytes and endpoints."""
+    out, doc, cycles = sim_profile
+    _load(driver, out / "profile.html", "profileReport")
+    state = lambda: driver.execute_script("return window.profileReport.state()")  # noqa: E731
+    loop = doc["repeats"][0]
+    its, est = loop["iterations"], doc["estimate"]
+    rows = driver.find_elements("css selector", "#layers tr.click")
+    assert len(rows) == loop["count"] == len(its)
+    for row, it, e in zip(rows, its, est["repeats"][0]["iterations"], strict=True):
+        cells = [c.text for c in row.find_elements("tag name", "td")]
+        assert cells[1] == str(it["cycles"]) and cells[6] == str(e) and cells[7] == f"{it['cycles'] / e:.2f}x"
+    rows[1].click()
+    s = state()
+    assert s["zoomDepth"] == 1 and (s["lo"], s["hi"]) == (its[1]["start"], its[1]["start"] + its[1]["cycles"])
+    text = _text(driver, "estimate")
+    assert f"estimate (ipu-report profile) is {est['total_cycles']} cycles; measured {cycles}" in text
+    assert f"{cycles / est['total_cycles']:.2f}x the estimate" in text
+    driver.find_element("id", "reset").click()
+    # The longest exchange step: zoom to it, hover it.
+    i = max((s["index"] for s in doc["steps"] if "senders" in s), key=lambda k: doc["steps"][k]["cycles"])
+    step = doc["steps"][i]
+    driver.execute_script("window.profileReport.gotoTile(0)")
+    x = driver.execute_script("return window.profileReport.stepX(arguments[0])", i)
+    _at(driver, driver.find_element("id", "timeline"), x, 53).perform()
+    tip = _text(driver, "tip")
+    assert f"{step['bytes']} B" in tip and f"tiles {step['senders']} -> {step['receivers']}" in tip
+    assert f"send tile {step['largest'][0][0]} -> {step['largest'][0][1]}: {step['largest'][0][2]} B" in tip
+
+
+def test_memory_map_live_at_a_step(sim_profile, driver):
+    """placement.html's "Live at a program step": opens on the fullest tile at its peak; a row of the fullest
+    table and a click on the liveness plot pick a tile and a step; the live table lists what the JSON says is
+    live there."""
+    out, _, _ = sim_profile
+    import json
+
+    doc = json.loads((out / "placement.json").read_text())
+    _load(driver, out / "placement.html", "placementReport")
+    live = lambda: driver.execute_script("return window.placementReport.live.state()")  # noqa: E731
+
+    def expected(tile, event):
+        c = doc["tile_class"][tile]
+        return sum(1 for al in doc["allocations"] if al["live"][0] <= event <= al["live"][1] for p in al["placed"]
+                   if p[0] == c)  # fmt: skip
+
+    top = doc["fullest"][0]
+    assert live() == {"tile": top["first_tile"], "event": top["peak_event"], "live": top["live"]}
+    assert f"{top['peak_bytes']} B live in {top['live']} allocations" in _text(driver, "live-info")
+    rows = driver.find_elements("css selector", "#fullest tr.click")
+    assert len(rows) == len(doc["fullest"])
+    rows[-1].click()
+    f = doc["fullest"][-1]
+    assert live() == {"tile": f["first_tile"], "event": f["peak_event"], "live": f["live"]}
+    table = driver.find_elements("css selector", "#live-table tr")
+    assert len(table) - 1 == min(200, f["live"]) and f["holders"][0]["name"] in table[1].text
+    # Click a third of the way along the liveness plot: that step.
+    plot = driver.find_element("id", "liveplot")
+    _at(driver, plot, plot.size["width"] / 3, plot.size["height"] / 2).click().perform()
+    state = live()
+    n = len(doc["events"])
+    assert abs(state["event"] - n // 3) <= 1 and state["tile"] == f["first_tile"]
+    assert state["live"] == expected(state["tile"], state["event"])
+    occupancy = doc["occupancy"][doc["tile_class"][state["tile"]]][state["event"]]
+    assert f"{occupancy} B live" in _text(driver, "live-info")

@@ -1,6 +1,7 @@
 // The q/k/v projections of an attention become one linear over concatenated weights, and slices.
 
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-fuse-qkv)' | filecheck %s
+// RUN: xdsl-opt %s --split-input-file -p nn-fuse-qkv | filecheck %s
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-fuse-qkv{fuse-kv=true})' | filecheck %s --check-prefix=KV
 // RUN: ipu-opt %s --split-input-file --pass-pipeline='builtin.module(nn-fuse-qkv{require-attention=false})' | filecheck %s --check-prefix=ANY
 

@@ -1,4 +1,5 @@
 // RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' | filecheck %s
+// RUN: xdsl-opt %s --split-input-file -p "tile-plan{tiles=4 sram_kib=256}" | filecheck %s
 
 // A GEMM on all 4 tiles: x row panels and w column panels replicated over the grid (multicast relayouts), the
 // parameters' resident homes unreplicated; GELU in the GEMM's layout; layer norm needs whole rows.

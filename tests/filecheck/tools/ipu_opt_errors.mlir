@@ -11,8 +11,8 @@
 // OPTION: ipu-opt: error: bad pass pipeline: Provided arguments ["bogus"] not found
 // OPTION-NOT: Traceback
 
-// RUN: not ipu-opt %s --pass-pipeline='builtin.module(func.func(canonicalize))' 2>&1 | filecheck %s --check-prefix=NESTED
-// NESTED: ipu-opt: error: nested pass managers are not supported
+// RUN: not ipu-opt %s --pass-pipeline='builtin.module(tile.repeat(canonicalize))' 2>&1 | filecheck %s --check-prefix=NESTED
+// NESTED: ipu-opt: error: nested pass manager on 'tile.repeat': only func.func, builtin.module, any are supported
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(cse' 2>&1 | filecheck %s --check-prefix=UNBALANCED
 // UNBALANCED: ipu-opt: error: unbalanced parentheses in pass pipeline
