@@ -438,14 +438,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-q",
         "--quiet",
         action="store_true",
-        help="no progress display on stderr (it is shown only when stderr is a terminal)",
+        help="no progress on stderr (compile phases; simulated cycles, rate, ETA): it is shown only when stderr "
+        "is a terminal",
     )
     p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
-    p.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress line (simulated cycles, rate, ETA) on stderr; it is only shown on a terminal anyway",
-    )
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
         p.error("give a package, or --model to compile one")
