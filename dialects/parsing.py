@@ -1,0 +1,184 @@
+"""The project's parse entry: checks xDSL 0.74's parser does not make, before and after it parses.
+
+- `check_string_literals(text, name)`: every string literal ends on its line with valid escapes. xDSL 0.74 lexes a
+  string with `"(?:[^"\\\\\\n\\v\\f]+|\\\\(...))*"`, whose nested repetition backtracks exponentially when no closing quote
+  follows (a file truncated inside a `dense<"0x...` ran for minutes). This scan is linear (a possessive
+  repetition of the same language), so the lexer only ever sees literals it matches at once.
+- `dominance_failure(module)`: a use of a value before its definition (xDSL's parser resolves forward references
+  and its verifier does not check dominance), or of a value not visible from the use.
+- `parse_module(ctx, text, name)`: both checks around xDSL's `Parser`.
+
+Diagnostics are `SourceError`s (an xDSL `DiagnosticException`) in MLIR's `file:line:col: error: message` form.
+"""
+
+from __future__ import annotations
+
+import re
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, BlockArgument, Operation, OpResult
+from xdsl.parser import Parser
+from xdsl.utils.exceptions import DiagnosticException
+
+# xDSL's string literal (xdsl.utils.mlir_lexer), as a possessive repetition: linear, same language.
+_STRING = re.compile(r'"(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"')
+_STRING_START_OR_COMMENT = re.compile(r'"|//')
+
+
+class SourceError(DiagnosticException):
+    """An input error located in the source text."""
+
+
+def location(text: str, offset: int, name: str) -> str:
+    line = text.count("\n", 0, offset) + 1
+    col = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"{name}:{line}:{col}"
+
+
+def check_string_literals(text: str, name: str = "<input>", line_offset: int = 0) -> None:
+    """Raises a SourceError at the first string literal xDSL's lexer would not match (see the module docstring)."""
+    pos = 0
+    n = len(text)
+    while pos < n:
+        m = _STRING_START_OR_COMMENT.search(text, pos)
+        if m is None:
+            return
+        if m.group() == "//":
+            nl = text.find("\n", m.end())
+            pos = n if nl < 0 else nl + 1
+            continue
+        lit = _STRING.match(text, m.start())
+        if lit is not None:
+            pos = lit.end()
+            continue
+        # Why it does not match: the first character the literal cannot contain.
+        bad = re.compile(r'(?:[^"\\\n\v\f]|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+').match(text, m.start() + 1).end()
+        where = location(text, m.start(), name)
+        if line_offset:
+            line, col = where.rsplit(":", 2)[1:]
+            where = f"{name}:{int(line) + line_offset}:{col}"
+        if bad >= n:
+            why = "unterminated string literal: the input ends inside it"
+        elif text[bad] == "\\":
+            why = f"invalid escape sequence {text[bad : bad + 3]!r} in string literal"
+        else:
+            why = "unterminated string literal: it reaches the end of the line"
+        raise SourceError(f"{where}: error: {why}")
+
+
+def dominance_failure(module: Operation) -> tuple[Operation, str] | None:
+    """(op, message) of the first operand whose definition does not dominate its use, or None.
+
+    Within a block, the defining op must come before the user (or before the user's ancestor in that block); a
+    value defined in another block must belong to a block enclosing the use. Regions of more than one block are
+    checked within each block only (this IR has none)."""
+    position: dict[Operation, int] = {}
+
+    def index_block(block: Block) -> None:
+        for i, op in enumerate(block.ops):
+            position[op] = i
+
+    for op in module.walk():
+        for region in op.regions:
+            for block in region.blocks:
+                index_block(block)
+
+    for op in module.walk():
+        for k, operand in enumerate(op.operands):
+            if isinstance(operand, OpResult):
+                def_op = operand.op
+                def_block = def_op.parent_block()
+                if def_block is None:
+                    return op, f"operand #{k} is the result of an operation that is not in the IR"
+                user = op
+                while user is not None and user.parent_block() is not def_block:
+                    user = user.parent_op()
+                name = f"%{operand.name_hint}" if operand.name_hint else "a value"
+                if user is None:
+                    if def_block.parent is not None and len(def_block.parent.blocks) > 1:
+                        continue  # another block of a CFG region: not checked here
+                    return op, f"operand #{k} ({name}) is defined in a region that does not enclose this use"
+                if user is def_op or position[def_op] >= position[user]:
+                    return op, f"operand #{k} ({name}) is used before its definition ('{def_op.name}' below)"
+            elif isinstance(operand, BlockArgument):
+                block = operand.block
+                user = op
+                while user is not None and user.parent_block() is not block:
+                    user = user.parent_op()
+                if user is None:
+                    name = f"%{operand.name_hint}" if operand.name_hint else "a value"
+                    return (
+                        op,
+                        f"operand #{k} ({name}) is an argument of a block that does not enclose this use",
+                    )
+    return None
+
+
+def check_dominance(module: Operation, name: str = "<input>", where=None) -> None:
+    """Raises a SourceError at the first use not dominated by its definition; `where(op)` gives a location."""
+    failure = dominance_failure(module)
+    if failure is None:
+        return
+    op, message = failure
+    loc = where(op) if where is not None else None
+    raise SourceError(f"{loc or name}: error: '{op.name}' op {message}")
+
+
+def parse_module(
+    ctx: Context, text: str, name: str = "<input>", parser_cls: type[Parser] = Parser, implicit: bool = True
+) -> ModuleOp:
+    """xDSL's parse of `text`, with the string-literal scan before, the dominance check and verification after."""
+    check_string_literals(text, name)
+    module = parser_cls(ctx, text, name).parse_module(implicit)
+    check_dominance(module, name)
+    verify_module(module, name)
+    return module
+
+
+def read_text(path: str, data: bytes | None = None) -> str:
+    """A file's (or stdin's, `-`) text; not UTF-8 is a diagnostic naming the file and the byte offset."""
+    import sys
+
+    if data is None:
+        data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise SourceError(
+            f"{path}: error: not UTF-8 text (byte {e.start}: {data[e.start : e.start + 1]!r})"
+        ) from None
+
+
+def verify_module(module: Operation, name: str = "<input>") -> None:
+    """module.verify() and the dominance check, failing with ONE diagnostic naming the op (its index in the walk
+    and its enclosing symbol) instead of xDSL's dump of the whole module."""
+    from xdsl.utils.exceptions import VerifyException
+
+    try:
+        module.verify()
+    except VerifyException as whole:
+        for i, op in enumerate(module.walk()):
+            try:
+                op.verify(verify_nested_ops=False)
+            except VerifyException as e:
+                message = str(e).removeprefix("Operation does not verify: ").splitlines()[0]
+                if not message.startswith(f"'{op.name}'") and not message.startswith(op.name):
+                    message = f"'{op.name}' op {message}"
+                raise SourceError(f"{name}: op #{i}{_enclosing(op)}: error: {message}") from None
+        raise SourceError(f"{name}: error: {str(whole).splitlines()[0]}") from None
+    failure = dominance_failure(module)
+    if failure is not None:
+        op, message = failure
+        i = next(i for i, o in enumerate(module.walk()) if o is op)
+        raise SourceError(f"{name}: op #{i}{_enclosing(op)}: error: '{op.name}' op {message}")
+
+
+def _enclosing(op: Operation) -> str:
+    parent = op.parent_op()
+    while parent is not None:
+        sym = parent.properties.get("sym_name") or parent.attributes.get("sym_name")
+        if sym is not None:
+            return f" in @{sym.data}"
+        parent = parent.parent_op()
+    return ""
