@@ -115,9 +115,92 @@ def dominance_failure(module: Operation) -> tuple[Operation, str] | None:
     return None
 
 
+_FLOAT_MAX = {"f16": 65504.0, "bf16": 3.3895313892515355e38, "f32": 3.4028234663852886e38}
+INT32 = 2**31
+
+
+def _attribute_problem(attr, depth: int = 0) -> str | None:
+    """Why an attribute value cannot be meant: a non-finite float or one its type cannot hold, an integer outside
+    its type (or, untyped, outside int32: ids, sizes and addresses), a dense float table holding NaN or Inf."""
+    import math
+
+    import numpy as np
+    from xdsl.dialects.builtin import (
+        ArrayAttr,
+        DenseIntOrFPElementsAttr,
+        DictionaryAttr,
+        FloatAttr,
+        IndexType,
+        IntAttr,
+        IntegerAttr,
+        IntegerType,
+    )
+    from xdsl.ir import ParametrizedAttribute
+
+    if depth > 8:
+        return None
+    if isinstance(attr, FloatAttr):
+        v = attr.value.data
+        if not math.isfinite(v):
+            return f"{v} is not finite"
+        limit = _FLOAT_MAX.get(str(attr.type))
+        if limit is not None and abs(v) > limit:
+            return f"{v} does not fit {attr.type} (largest {limit:g})"
+        return None
+    if isinstance(attr, IntegerAttr):
+        v, t = attr.value.data, attr.type
+        if isinstance(t, IntegerType):
+            w = t.width.data
+            if not -(2 ** (w - 1)) <= v < 2**w:
+                return f"{v} does not fit {t}"
+        elif isinstance(t, IndexType) and not -(2**63) <= v < 2**63:
+            return f"{v} does not fit index"
+        return None
+    if isinstance(attr, IntAttr):
+        return None if -INT32 <= attr.data < INT32 else f"{attr.data} does not fit in 32 bits"
+    if isinstance(attr, DenseIntOrFPElementsAttr):
+        et = attr.get_element_type()
+        if str(et) in ("f16", "f32", "f64"):
+            vals = np.asarray(attr.get_values(), dtype=np.float64)
+            if vals.size and not np.isfinite(vals).all():
+                return "a dense float table holds NaN or Inf"
+        return None
+    if isinstance(attr, ArrayAttr):
+        items = attr.data
+    elif isinstance(attr, DictionaryAttr):
+        items = attr.data.values()
+    elif isinstance(attr, ParametrizedAttribute):
+        items = attr.parameters
+    else:
+        return None
+    for a in items:
+        if (why := _attribute_problem(a, depth + 1)) is not None:
+            return why
+    return None
+
+
+def attribute_failure(module: Operation) -> tuple[Operation, str] | None:
+    """(op, message) of the first op with an attribute value that cannot be meant (`_attribute_problem`)."""
+    seen: dict[int, str | None] = {}
+    for op in module.walk():
+        for kind, attrs in (("property", op.properties), ("attribute", op.attributes)):
+            for key, attr in attrs.items():
+                k = id(attr)
+                if k not in seen:
+                    seen[k] = _attribute_problem(attr)
+                if seen[k] is not None:
+                    return op, f"{kind} '{key}': {seen[k]}"
+    return None
+
+
+def ir_failure(module: Operation) -> tuple[Operation, str] | None:
+    """The first dominance or attribute failure (see `dominance_failure`, `attribute_failure`)."""
+    return dominance_failure(module) or attribute_failure(module)
+
+
 def check_dominance(module: Operation, name: str = "<input>", where=None) -> None:
     """Raises a SourceError at the first use not dominated by its definition; `where(op)` gives a location."""
-    failure = dominance_failure(module)
+    failure = ir_failure(module)
     if failure is None:
         return
     op, message = failure
@@ -125,12 +208,37 @@ def check_dominance(module: Operation, name: str = "<input>", where=None) -> Non
     raise SourceError(f"{loc or name}: error: '{op.name}' op {message}")
 
 
+def run_parser(parser: Parser, implicit: bool, text: str, name: str, line_offset: int = 0) -> ModuleOp:
+    """parser.parse_module(implicit); an exception other than a parse or verify error while it parses (e.g. an
+    OverflowError of xDSL packing `1.0e+300 : f32`) is the input's fault: a SourceError at the parser's position."""
+    from xdsl.utils.exceptions import ParseError, VerifyException
+
+    def here() -> str:
+        where = location(text, parser._current_token.span.start, name)
+        if line_offset:
+            _, line, col = where.rsplit(":", 2)
+            where = f"{name}:{int(line) + line_offset}:{col}"
+        return where
+
+    try:
+        return parser.parse_module(implicit)
+    except VerifyException as e:  # an attribute's verifier, run as the parser builds it
+        if e.__class__ is not VerifyException:
+            raise
+        message = str(e).removeprefix("Operation does not verify: ").splitlines()[0]
+        raise SourceError(f"{here()}: error: {message}") from None
+    except (ParseError, DiagnosticException, RecursionError):
+        raise
+    except Exception as e:
+        raise SourceError(f"{here()}: error: cannot parse this value ({type(e).__name__}: {e})") from None
+
+
 def parse_module(
     ctx: Context, text: str, name: str = "<input>", parser_cls: type[Parser] = Parser, implicit: bool = True
 ) -> ModuleOp:
     """xDSL's parse of `text`, with the string-literal scan before, the dominance check and verification after."""
     check_string_literals(text, name)
-    module = parser_cls(ctx, text, name).parse_module(implicit)
+    module = run_parser(parser_cls(ctx, text, name), implicit, text, name)
     check_dominance(module, name)
     verify_module(module, name)
     return module
@@ -167,7 +275,7 @@ def verify_module(module: Operation, name: str = "<input>") -> None:
                     message = f"'{op.name}' op {message}"
                 raise SourceError(f"{name}: op #{i}{_enclosing(op)}: error: {message}") from None
         raise SourceError(f"{name}: error: {str(whole).splitlines()[0]}") from None
-    failure = dominance_failure(module)
+    failure = ir_failure(module)
     if failure is not None:
         op, message = failure
         i = next(i for i, o in enumerate(module.walk()) if o is op)

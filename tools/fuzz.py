@@ -215,12 +215,13 @@ MUST_REFUSE_EDITS: list[tuple[str, str, str]] = [
     # (regex, replacement, what): each makes the IR unusable (wrong numbers or a wrapped id) if accepted.
     (r"#tile\.affine<(\d+),", r"#tile.affine<4294967296,", "tile table start past int32"),
     (r"#tile\.affine<(\d+), (\d+),", r"#tile.affine<\1, 2147483647,", "tile stride past int32"),
-    (r"eps = [-\d.e+]+ : f32", "eps = 1.0e+300 : f32", "eps overflowing f32"),
-    (r"eps = [-\d.e+]+ : f32", "eps = -1.0 : f32", "negative eps"),
-    (r"heads = (\d+)", "heads = 0", "zero heads"),
-    (r"heads = (\d+)", "heads = -2", "negative heads"),
+    (r"eps ?= ?[-\d.e+]+", "eps=1.0e+300", "eps overflowing f32"),
+    (r"eps ?= ?[-\d.e+]+", "eps=-1.0", "negative eps"),
+    (r"heads ?= ?(\d+)", "heads=0", "zero heads"),
+    (r"heads ?= ?(\d+)", "heads=-2", "negative heads"),
     (r"scale = [-\d.e+]+ : f32", "scale = 0x7FC00000 : f32", "NaN scale"),
     (r"scale = [-\d.e+]+ : f32", "scale = 0x7F800000 : f32", "infinite scale"),
+    (r"scale ?= ?[\d.]+e?[-+]?\d*(?= )", "scale=0x7FC00000", "NaN attention scale"),
 ]
 
 

@@ -33,7 +33,7 @@ from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from ipu.dialects.parsing import check_dominance, check_string_literals, dominance_failure, read_text
+from ipu.dialects.parsing import check_dominance, check_string_literals, ir_failure, read_text, run_parser
 from ipu.dialects.registry import all_dialects
 from ipu.passes.options import parse_pipeline
 from ipu.passes.registry import all_passes
@@ -144,7 +144,7 @@ def verify_with_location(
     instead of xDSL's dump of the whole module."""
     try:
         module.verify()
-        failure = dominance_failure(module)
+        failure = ir_failure(module)
         if failure is None:
             return
     except VerifyException as whole:
@@ -183,7 +183,7 @@ class IpuOptMain(xDSLOptMain):
         # no use before its definition.
         check_string_literals(text, name, start_offset)
         parser = LocatingParser(self.ctx, text, name)
-        module = parser.parse_module(not self.args.no_implicit_module)
+        module = run_parser(parser, not self.args.no_implicit_module, text, name, start_offset)
         self.locations = SourceLocations(name, text, parser.op_offsets, start_offset)
         check_dominance(module, name, self.locations.of)
         return module
