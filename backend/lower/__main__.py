@@ -8,7 +8,7 @@ import sys
 
 from xdsl.context import Context
 
-from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, target_of
+from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, model_config, target_of
 from ipu.dialects import memory as mem
 from ipu.dialects.parsing import parse_module, read_text
 from ipu.dialects.registry import all_dialects
@@ -38,6 +38,10 @@ def _main(argv) -> int:
             raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
         low = Lowering(f, target_of(plan))
         pkg = low.run()
+        config = model_config(module)
+        if config is not None:
+            pkg.metadata["config"] = config
+            pkg.check_contents()
     except LoweringError as e:
         print(f"python -m ipu.backend.lower: error: {e}", file=sys.stderr)
         return 1
