@@ -193,9 +193,88 @@ def attribute_failure(module: Operation) -> tuple[Operation, str] | None:
     return None
 
 
+def layout_failure(module: Operation) -> tuple[Operation, str] | None:
+    """(op, message) of the first op whose result layout (`tile.layout`) disagrees with the value it lays out:
+    the layout's element type must be the result's, its shape the result's, and its FP8 scale the producer's (an
+    `nn.cast`'s `scale`; 0 for any non-FP8 element type). A consumer reads the producer's bytes through this
+    layout, so a disagreement computes wrong numbers without an error anywhere else."""
+    from xdsl.dialects.builtin import TensorType
+
+    from ipu.dialects import tile as tl
+
+    for op in module.walk():
+        lay = op.attributes.get("tile.layout")
+        if not isinstance(lay, tl.LayoutAttr) or len(op.results) != 1:
+            continue
+        t = op.results[0].type
+        if not isinstance(t, TensorType):
+            continue
+        if lay.dtype != t.element_type:
+            return op, f"tile.layout has dtype {lay.dtype} but the result is {t}"
+        if tuple(lay.tensor_shape) != tuple(t.get_shape()):
+            return op, f"tile.layout describes shape {list(lay.tensor_shape)} but the result is {t}"
+        fp8 = str(t.element_type).startswith("f8")
+        scale = lay.scale.data
+        if not fp8 and scale:
+            return op, f"tile.layout has FP8 scale {scale} for a {t.element_type} result"
+        if fp8 and op.name == "nn.cast" and scale != op.fp8_scale:
+            return op, f"tile.layout has FP8 scale {scale} but the cast produces scale {op.fp8_scale}"
+    return None
+
+
+def memory_failure(module: Operation) -> tuple[Operation, str] | None:
+    """(op, message) of the first buffer placed (`#memory.buffer`) outside the SRAM its function's `memory.plan`
+    names ([base, end), every tile class and sequence member), or of a negative size."""
+    import numpy as np
+    from xdsl.dialects.builtin import ArrayAttr
+
+    from ipu.dialects import memory as mem
+
+    for plan in [o for o in module.walk() if isinstance(o, mem.PlanOp)]:
+        block = plan.parent_block()
+        if block is None or len(plan.sram.data) != 3:
+            continue
+        base, _, end = (int(a.value.data) for a in plan.sram.data)
+        classes = plan.num_classes.value.data
+        for op in block.walk() if hasattr(block, "walk") else ():
+            for key, attr in [*op.properties.items(), *op.attributes.items()]:
+                if isinstance(attr, mem.BufferAttr):
+                    bufs = [attr]
+                elif isinstance(attr, ArrayAttr):
+                    bufs = list(attr.data)
+                else:
+                    continue
+                for i, b in enumerate(bufs):
+                    if not isinstance(b, mem.BufferAttr):
+                        continue
+                    addr = mem.table_values(b.addr, classes)
+                    size = mem.table_values(b.bytes_, classes)
+                    stride = mem.table_values(b.stride, classes)
+                    align = b.align.data
+                    step = np.where(stride > 0, stride, -(-size // align) * align)
+                    last = addr + size + (b.seq.data - 1) * step
+                    held = addr >= 0
+                    if held.any() and ((size < 0) & held).any():
+                        return op, f"{key}[{i}]: negative size {int(size[(size < 0) & held][0])}"
+                    bad = held & ((addr < base) | (last > end))
+                    if bad.any():
+                        c = int(np.argmax(bad))
+                        return op, (
+                            f"{key}[{i}]: tile class {c}: [{int(addr[c]):#x}, {int(last[c]):#x}) is outside the "
+                            f"SRAM [{base:#x}, {end:#x}) of the memory plan"
+                        )
+    return None
+
+
 def ir_failure(module: Operation) -> tuple[Operation, str] | None:
-    """The first dominance or attribute failure (see `dominance_failure`, `attribute_failure`)."""
-    return dominance_failure(module) or attribute_failure(module)
+    """The first dominance, attribute, layout or placement failure (`dominance_failure`, `attribute_failure`,
+    `layout_failure`, `memory_failure`)."""
+    return (
+        dominance_failure(module)
+        or attribute_failure(module)
+        or layout_failure(module)
+        or memory_failure(module)
+    )
 
 
 def check_dominance(module: Operation, name: str = "<input>", where=None) -> None:
