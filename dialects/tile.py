@@ -227,6 +227,11 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
 # Layouts
 
 
+# Most blocks x replicas a layout may have (checked before its tile table is built: a mistyped size must not
+# allocate gigabytes); So400m's largest layouts have a few thousand.
+MAX_LAYOUT_BLOCKS = 1 << 20
+
+
 @irdl_attr_definition
 class LayoutAttr(ParametrizedAttribute):
     """#tile.layout<shape = [..], block = [..], replicas = R, tiles = <table>, order = "row_major", dtype = f16>
@@ -383,6 +388,11 @@ class LayoutAttr(ParametrizedAttribute):
                 )
         elif not isinstance(self.tiles, AffineTilesAttr):
             raise VerifyException("#tile.layout: tiles must be a #tile.affine or a dense i32 table")
+        if self.num_blocks * self.replicas.data > MAX_LAYOUT_BLOCKS:
+            raise VerifyException(
+                f"#tile.layout: {self.num_blocks} blocks x {self.replicas.data} replicas (shape {list(shape)}, block "
+                f"{list(block)}) exceed {MAX_LAYOUT_BLOCKS}: not a layout of a tile machine"
+            )
         t = self.table()
         if t.min() < 0:
             raise VerifyException(f"#tile.layout: negative tile id {int(t.min())} in the tile table")

@@ -221,8 +221,16 @@ MUST_REFUSE_EDITS: list[tuple[str, str, str]] = [
     (r"heads ?= ?(\d+)", "heads=-2", "negative heads"),
     (r"scale = [-\d.e+]+ : f32", "scale = 0x7FC00000 : f32", "NaN scale"),
     (r"scale = [-\d.e+]+ : f32", "scale = 0x7F800000 : f32", "infinite scale"),
-    (r"(dtype = f8E4M3FNUZ), scale = -4>", r"\1, scale = -3>", "layout FP8 scale disagreeing with its producer"),
-    (r"(tile\.layout = #tile\.layout<[^>]*?)dtype = f16>(\} : tensor<[0-9x]*xf16>)", r"\1dtype = f32>\2", "layout dtype disagreeing with its value"),
+    (
+        r"(dtype = f8E4M3FNUZ), scale = -4>",
+        r"\1, scale = -3>",
+        "layout FP8 scale disagreeing with its producer",
+    ),
+    (
+        r"(tile\.layout = #tile\.layout<[^>]*?)dtype = f16>(\} : tensor<[0-9x]*xf16>)",
+        r"\1dtype = f32>\2",
+        "layout dtype disagreeing with its value",
+    ),
     (r"addr = 0x[0-9a-f]+, bytes = (\d+)", r"addr = 0xe7ff8, bytes = \1", "buffer past the SRAM"),
 ]
 
