@@ -193,6 +193,35 @@ class ParamOp(IRDLOperation):
         tensor_of(self.result, self, "result")
         if not self.sym.data:
             raise VerifyException("nn.param: the parameter name must not be empty")
+        if self.derived is not None:
+            _verify_derived(self)
+
+
+def _verify_derived(op: ParamOp) -> None:
+    """A derived parameter's spec (`ipu.runtime.derived`): a known recipe with plausible arguments."""
+    import math
+
+    from ipu.runtime.derived import RECIPES
+
+    spec = op.derived.data
+    what = f"nn.param {op.sym.data!r}: derived"
+    recipe = spec.get("recipe")
+    if not isinstance(recipe, StringAttr) or recipe.data not in RECIPES:
+        raise VerifyException(f"{what}: 'recipe' must be one of {', '.join(RECIPES)}")
+    if recipe.data == "probe_key_scores":
+        heads, scale = spec.get("heads"), spec.get("scale")
+        if not isinstance(heads, IntegerAttr) or heads.value.data < 1:
+            raise VerifyException(f"{what}: 'heads' must be a positive integer, got {heads}")
+        if not isinstance(scale, FloatAttr) or not math.isfinite(scale.value.data) or scale.value.data == 0:
+            raise VerifyException(f"{what}: 'scale' must be a finite non-zero number, got {scale}")
+        for key in ("query", "wq", "wk"):
+            if not isinstance(spec.get(key), StringAttr):
+                raise VerifyException(f"{what}: '{key}' must name a parameter")
+        shape = shape_of(op.result, op, "result")
+        if len(shape) != 2 or shape[0] != heads.value.data:
+            raise VerifyException(
+                f"{what}: the result must be [heads = {heads.value.data}, width], got {shape_str(shape)}"
+            )
 
 
 @irdl_op_definition
@@ -565,8 +594,9 @@ class LayerNormOp(IRDLOperation):
                     f"nn.layer_norm: operand '{name}' has shape {shape_str(s)} but operand 'input' has shape "
                     f"{shape_str(xs)}: expected {xs[-1]}"
                 )
-        if self.eps.value.data <= 0:
-            raise VerifyException(f"nn.layer_norm: eps must be positive, got {self.eps.value.data}")
+        eps = self.eps.value.data
+        if not 0 < eps <= 3.4028234663852886e38:  # NaN fails too
+            raise VerifyException(f"nn.layer_norm: eps must be a positive finite f32, got {eps}")
         require_result_shape(self, self.result, xs)
 
 
@@ -689,7 +719,16 @@ class AttentionOp(IRDLOperation):
             raise VerifyException(
                 f"nn.attention: heads = {h} does not divide the {qs[1]} channels of 'query'"
             )
+        _verify_scale(self)
         require_result_shape(self, self.result, qs)
+
+
+def _verify_scale(op) -> None:
+    import math
+
+    v = op.scale.value.data
+    if not math.isfinite(v) or v == 0 or abs(v) > 3.4028234663852886e38:
+        raise VerifyException(f"{op.name}: scale must be a finite non-zero f32, got {v}")
 
 
 def _verify_qkv(
@@ -763,6 +802,7 @@ class AttentionPartialOp(IRDLOperation):
 
     def verify_(self) -> None:
         t, s, d = _verify_qkv(self, self.name, self.query, self.key, self.value, self.num_heads)
+        _verify_scale(self)
         n = self.num_chunks
         if n < 1 or n > s or (n - 1) * -(-s // n) >= s:
             raise VerifyException(f"{self.name}: chunks = {n} does not split {s} keys into non-empty ranges")

@@ -170,10 +170,31 @@ class AffineTilesAttr(ParametrizedAttribute):
     def print_parameters(self, printer: Printer) -> None:
         printer.print_string(f"<{self.start.data}, {self.block_stride.data}, {self.replica_stride.data}>")
 
-    def table(self, blocks: int, replicas: int) -> np.ndarray:
+    def verify(self) -> None:
+        for what, v in (
+            ("start", self.start),
+            ("block_stride", self.block_stride),
+            ("replica_stride", self.replica_stride),
+        ):
+            if not -(2**31) <= v.data < 2**31:
+                raise VerifyException(f"#tile.affine: {what} {v.data} does not fit in 32 bits (a tile id)")
+
+    def table64(self, blocks: int, replicas: int) -> np.ndarray:
+        """The [blocks, replicas] table in int64, unchecked."""
         b = np.arange(blocks, dtype=np.int64)[:, None]
         r = np.arange(replicas, dtype=np.int64)[None, :]
-        return (self.start.data + b * self.block_stride.data + r * self.replica_stride.data).astype(np.int32)
+        return self.start.data + b * self.block_stride.data + r * self.replica_stride.data
+
+    def table(self, blocks: int, replicas: int) -> np.ndarray:
+        """The [blocks, replicas] tile table (int32; an id outside int32 is a VerifyException, never wrapped)."""
+        t = self.table64(blocks, replicas)
+        if t.size and (t.min() < 0 or t.max() >= 2**31):
+            bad = int(t.min()) if t.min() < 0 else int(t.max())
+            raise VerifyException(
+                f"#tile.affine<{self.start.data}, {self.block_stride.data}, {self.replica_stride.data}>: tile id "
+                f"{bad} for {blocks} blocks x {replicas} replicas is outside [0, 2^31)"
+            )
+        return t.astype(np.int32)
 
 
 def tiles_attr(table: np.ndarray) -> Attribute:
@@ -184,7 +205,7 @@ def tiles_attr(table: np.ndarray) -> Attribute:
     bs = int(table[1, 0] - table[0, 0]) if nb > 1 else 0
     rs = int(table[0, 1] - table[0, 0]) if nr > 1 else 0
     aff = AffineTilesAttr(start, bs, rs)
-    if np.array_equal(aff.table(nb, nr), table):
+    if np.array_equal(aff.table64(nb, nr), table):
         return aff
     return DenseIntOrFPElementsAttr(TensorType(i32, [nb, nr]), BytesAttr(table.tobytes()))
 
@@ -204,6 +225,11 @@ def dense_to_numpy(attr: DenseIntOrFPElementsAttr) -> np.ndarray:
 
 # --------------------------------------------------------------------------------------------------------------
 # Layouts
+
+
+# Most blocks x replicas a layout may have (checked before its tile table is built: a mistyped size must not
+# allocate gigabytes); So400m's largest layouts have a few thousand.
+MAX_LAYOUT_BLOCKS = 1 << 20
 
 
 @irdl_attr_definition
@@ -362,6 +388,11 @@ class LayoutAttr(ParametrizedAttribute):
                 )
         elif not isinstance(self.tiles, AffineTilesAttr):
             raise VerifyException("#tile.layout: tiles must be a #tile.affine or a dense i32 table")
+        if self.num_blocks * self.replicas.data > MAX_LAYOUT_BLOCKS:
+            raise VerifyException(
+                f"#tile.layout: {self.num_blocks} blocks x {self.replicas.data} replicas (shape {list(shape)}, block "
+                f"{list(block)}) exceed {MAX_LAYOUT_BLOCKS}: not a layout of a tile machine"
+            )
         t = self.table()
         if t.min() < 0:
             raise VerifyException(f"#tile.layout: negative tile id {int(t.min())} in the tile table")

@@ -11,6 +11,7 @@ directly. Batch size is 1: `pixel_values` is [1, C, H, W].
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -40,6 +41,21 @@ class SiglipVisionConfig:
 
     def __post_init__(self) -> None:
         problems = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kind = type(f.default)
+            if kind is int and (type(v) is not int or not 0 < v <= MAX_SIZE):
+                problems.append(f"{f.name} must be a positive integer (at most {MAX_SIZE}), got {v!r}")
+            elif kind is float and (
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or not 0 < v < 1
+            ):
+                problems.append(f"{f.name} must be a finite number in (0, 1), got {v!r}")
+            elif kind is str and not isinstance(v, str):
+                problems.append(f"{f.name} must be a string, got {v!r}")
+            elif kind is bool and not isinstance(v, bool):
+                problems.append(f"{f.name} must be true or false, got {v!r}")
+        if problems:
+            raise ValueError("invalid SigLIP vision config: " + "; ".join(problems))
         if self.hidden_size % self.num_attention_heads:
             problems.append(
                 f"hidden_size {self.hidden_size} is not divisible by num_attention_heads {self.num_attention_heads}"
@@ -48,10 +64,6 @@ class SiglipVisionConfig:
             problems.append(f"patch_size {self.patch_size} exceeds image_size {self.image_size}")
         if self.hidden_act not in ACTIVATIONS:
             problems.append(f"hidden_act {self.hidden_act!r} is not one of {sorted(ACTIVATIONS)}")
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, int) and not isinstance(v, bool) and v <= 0:
-                problems.append(f"{f.name} must be positive, got {v}")
         if problems:
             raise ValueError("invalid SigLIP vision config: " + "; ".join(problems))
 
@@ -83,6 +95,8 @@ class SiglipVisionConfig:
     @classmethod
     def from_dict(cls, d: dict) -> SiglipVisionConfig:
         """From a Hugging Face config dict: a `SiglipVisionConfig`, or a full `SiglipConfig` (its `vision_config`)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a SigLIP config must be a JSON object, got a {type(d).__name__}")
         if "vision_config" in d and isinstance(d["vision_config"], dict):
             d = d["vision_config"]
         known = {f.name for f in fields(cls)}
@@ -90,7 +104,11 @@ class SiglipVisionConfig:
 
     @classmethod
     def from_json(cls, path: str | Path) -> SiglipVisionConfig:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """From a config.json; errors name the file (and the key)."""
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"{path}: {e}") from None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,6 +116,9 @@ class SiglipVisionConfig:
     def with_layers(self, n: int) -> SiglipVisionConfig:
         return replace(self, num_hidden_layers=n)
 
+
+# Largest size a config may name (a dimension product must stay far inside int64 and the IR's int32 fields).
+MAX_SIZE = 1 << 16
 
 # Hugging Face activation names -> nn.gelu's `approximate`.
 ACTIVATIONS = {"gelu_pytorch_tanh": "tanh", "gelu_new": "tanh", "gelu": "none"}

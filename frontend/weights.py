@@ -200,38 +200,132 @@ def _xavier(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
 
 
 def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
-    """All tensors of one safetensors file as read-only memory maps (nothing is read but the header)."""
+    """All tensors of one safetensors file as read-only memory maps (nothing is read but the header).
+
+    The header is validated before any tensor is mapped (`parse_safetensors_header`): a JSON object whose
+    entries each have a dtype, a shape of non-negative integers and data offsets [begin, end] inside the data,
+    pairwise disjoint, of the size the shape and dtype imply."""
     path = Path(path)
     with open(path, "rb") as f:
         raw = f.read(8)
         if len(raw) != 8:
             raise CheckpointError(f"{path}: not a safetensors file (shorter than its 8-byte header length)")
         (header_len,) = struct.unpack("<Q", raw)
-        if header_len > 100_000_000:
-            raise CheckpointError(f"{path}: implausible safetensors header length {header_len}")
-        header = json.loads(f.read(header_len))
+        file_size = path.stat().st_size
+        if header_len > min(100_000_000, file_size - 8):
+            raise CheckpointError(
+                f"{path}: implausible safetensors header length {header_len} (the file has {file_size} bytes)"
+            )
+        blob = f.read(header_len)
     data_start = 8 + header_len
-    file_size = path.stat().st_size
+    entries = parse_safetensors_header(blob, file_size - data_start, str(path))
     out: dict[str, np.ndarray] = {}
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        dtype = SAFETENSORS_DTYPES.get(info["dtype"])
-        shape = tuple(info["shape"])
-        begin, end = info["data_offsets"]
+    for key, (code, shape, begin, _end) in entries.items():
+        dtype = SAFETENSORS_DTYPES.get(code)
         if dtype is None:
             # Kept as raw bytes so that validation can name the key and its dtype.
-            out[key] = _UnsupportedTensor(key, info["dtype"], shape)
+            out[key] = _UnsupportedTensor(key, code, shape)
             continue
-        if end - begin != math.prod(shape) * dtype.itemsize or data_start + end > file_size:
-            raise CheckpointError(
-                f"{path}: key {key!r}: data offsets {begin}..{end} do not match shape {list(shape)}"
-            )
         if math.prod(shape) == 0:
             out[key] = np.zeros(shape, dtype)
         else:
             out[key] = np.memmap(path, dtype=dtype, mode="r", offset=data_start + begin, shape=shape)
     return out
+
+
+# Element sizes of the safetensors dtype codes (those this project does not read too, to check their offsets).
+_CODE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+}
+_CODE_BYTES.update({"U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1})
+
+
+def parse_safetensors_header(
+    blob: bytes, data_bytes: int, source: str
+) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
+    """key -> (dtype code, shape, begin, end) of a safetensors header, every entry checked (see read_safetensors);
+    raises CheckpointError naming the file and the key."""
+    try:
+        header = json.loads(blob)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"{source}: the safetensors header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(
+            f"{source}: the safetensors header is a JSON {type(header).__name__}, not an object"
+        )
+    out: dict[str, tuple[str, tuple[int, ...], int, int]] = {}
+    for key, info in header.items():
+        if key == "__metadata__":
+            if not isinstance(info, dict):
+                raise CheckpointError(f"{source}: '__metadata__' must be an object of strings")
+            continue
+        where = f"{source}: key {key!r}"
+        if not isinstance(info, dict):
+            raise CheckpointError(
+                f"{where}: entry must be an object with dtype, shape, data_offsets, got {info!r}"
+            )
+        missing = [k for k in ("dtype", "shape", "data_offsets") if k not in info]
+        if missing:
+            raise CheckpointError(f"{where}: entry lacks {', '.join(missing)}")
+        code, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+        if not isinstance(code, str) or code not in _CODE_BYTES:
+            raise CheckpointError(f"{where}: unknown dtype {code!r} (known: {', '.join(_CODE_BYTES)})")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise CheckpointError(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
+        if not (
+            isinstance(offsets, list)
+            and len(offsets) == 2
+            and all(type(o) is int and o >= 0 for o in offsets)
+        ):
+            raise CheckpointError(
+                f"{where}: data_offsets must be [begin, end] (non-negative integers), got {offsets!r}"
+            )
+        begin, end = offsets
+        size = math.prod(shape) * _CODE_BYTES[code]
+        if end - begin != size:
+            raise CheckpointError(
+                f"{where}: data offsets {begin}..{end} ({end - begin} bytes) do not match shape {shape} of "
+                f"{code} ({size} bytes)"
+            )
+        if end > data_bytes:
+            raise CheckpointError(
+                f"{where}: data offsets {begin}..{end} reach past the end of the data ({data_bytes} bytes)"
+            )
+        out[key] = (code, tuple(shape), begin, end)
+    spans = sorted((b, e, k) for k, (_, _, b, e) in out.items() if e > b)
+    for (b0, e0, k0), (b1, e1, k1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise CheckpointError(
+                f"{source}: keys {k0!r} ({b0}..{e0}) and {k1!r} ({b1}..{e1}) overlap in the data"
+            )
+    return out
+
+
+def check_finite(weights: Mapping[str, np.ndarray], chunk: int = 1 << 22) -> None:
+    """Raises CheckpointError naming the first parameter holding a NaN or an infinity (read in chunks: a
+    memory-mapped checkpoint is not loaded whole)."""
+    for name in weights:
+        a = weights[name]
+        flat = np.asarray(a).reshape(-1)
+        for i in range(0, flat.size, chunk):
+            part = np.asarray(flat[i : i + chunk], dtype=np.float32)
+            bad = ~np.isfinite(part)
+            if bad.any():
+                j = i + int(np.argmax(bad))
+                idx = [int(v) for v in np.unravel_index(j, np.shape(a))]
+                raise CheckpointError(
+                    f"{getattr(weights, 'source', '<weights>')}: key {name!r} holds non-finite values (first at "
+                    f"{idx}: {flat[j]}); --allow-nonfinite to run anyway"
+                )
 
 
 class _UnsupportedTensor:
@@ -279,7 +373,15 @@ def _checkpoint_files(path: Path) -> list[Path]:
         return [path]
     index = path / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            shards = sorted(set(weight_map.values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"{index}: not a safetensors index with a 'weight_map' object ({e})"
+            ) from None
+        if not all(isinstance(s, str) and s and "/" not in s and s != ".." for s in shards):
+            raise CheckpointError(f"{index}: weight_map names shards that are not file names beside it")
         return [path / s for s in shards]
     single = path / "model.safetensors"
     if single.is_file():
@@ -365,6 +467,7 @@ def save_checkpoint(
 __all__ = [
     "CheckpointError",
     "LazyStack",
+    "check_finite",
     "WeightStore",
     "layer_param_shapes",
     "load_checkpoint",

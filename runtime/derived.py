@@ -87,6 +87,10 @@ def resolve_ref(ref: str, weights: Mapping[str, np.ndarray], what: str) -> np.nd
 
 def _probe_key_scores(spec, weights, shape, what):
     heads, scale = int(spec["heads"]), float(spec["scale"])
+    if heads < 1 or not np.isfinite(scale):
+        raise DerivationError(
+            f"{what}: probe_key_scores needs heads >= 1 and a finite scale, got {heads}, {scale}"
+        )
     wq = resolve_ref(spec["wq"], weights, what)
     wk = resolve_ref(spec["wk"], weights, what)
     query = resolve_ref(spec["query"], weights, what)

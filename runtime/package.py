@@ -332,12 +332,11 @@ class Package:
                 except (zipfile.BadZipFile, zlib.error, ValueError, EOFError, OSError) as e:
                     raise PackageError(f"{path}: array {key!r} is corrupted ({e})") from None
 
+            check_manifest(manifest, path)
             try:
                 code = manifest["code"]
                 pkg = cls(
-                    target=Target(
-                        **{k: tuple(v) if isinstance(v, list) else v for k, v in manifest["target"].items()}
-                    ),
+                    target=manifest_target(manifest["target"], path),
                     code=array(code["image"]).tobytes(),
                     code_base=int(code["base"]),
                     kernels={k: (int(a), bool(s)) for k, (a, s) in code["kernels"].items()},
@@ -351,10 +350,173 @@ class Package:
                     metadata=manifest.get("metadata", {}),
                     debug=[Binding.from_json(b, array) for b in manifest.get("debug", [])],
                 )
-            except (KeyError, TypeError) as e:
+            except (KeyError, TypeError, ValueError, OverflowError) as e:
+                if isinstance(e, PackageError):
+                    raise PackageError(f"{path}: {e}") from None
                 raise PackageError(f"{path}: malformed manifest ({type(e).__name__}: {e})") from None
-        pkg.validate()
+        try:
+            pkg.validate()
+            pkg.check_contents()
+        except PackageError as e:
+            raise PackageError(f"{path}: {e}") from None
         return pkg
+
+    def check_contents(self) -> None:
+        """The manifest agrees with the contents: labels and kernels inside the code image, segment rows and tile
+        lists for the target's tiles, and the bindings in the shapes of the model config the metadata names."""
+        t = self.target
+        code_end = self.code_base + len(self.code)
+        for kind, table in (("label", self.labels), ("kernel", {k: a for k, (a, _) in self.kernels.items()})):
+            for name, addr in table.items():
+                if not self.code_base <= addr < max(code_end, self.code_base + 1):
+                    raise PackageError(
+                        f"{kind} {name!r} at {addr:#x} is outside the code image [{self.code_base:#x}, {code_end:#x})"
+                    )
+        for s in self.segments:
+            rows = s.data.shape[0]
+            if s.tiles is None:
+                if rows not in (1, t.num_tiles):
+                    raise PackageError(
+                        f"segment {s.name!r}: {rows} rows without a tile list: need 1 (broadcast) or {t.num_tiles}"
+                    )
+            elif len(s.tiles) and (s.tiles.min() < 0 or s.tiles.max() >= t.num_tiles):
+                raise PackageError(
+                    f"segment {s.name!r}: tile list names tile {int(s.tiles.max() if s.tiles.max() >= t.num_tiles else s.tiles.min())}, "
+                    f"outside [0, {t.num_tiles})"
+                )
+        config = self.metadata.get("config")
+        if config is None:
+            return
+        from ipu.frontend.siglip import SiglipVisionConfig, param_shapes
+
+        try:
+            cfg = SiglipVisionConfig.from_dict(config)
+        except ValueError as e:
+            raise PackageError(f"metadata 'config': {e}") from None
+        expected = param_shapes(cfg)
+        layers = cfg.num_hidden_layers
+        for b in self.inputs:
+            want = (1, cfg.num_channels, cfg.image_size, cfg.image_size)
+            if b.name == "pixel_values" and b.shape != want:
+                raise PackageError(
+                    f"input 'pixel_values' has shape {list(b.shape)}, the metadata's config implies {list(want)}"
+                )
+        for b in self.parameters:
+            name = b.name
+            if ".*." in name:
+                want = expected.get(name.replace(".*.", ".0.", 1))
+                want = None if want is None else (layers, *want)
+            else:
+                want = expected.get(name)
+            # Derived parameters (ipu.runtime.derived) have names of their own and are computed from these.
+            if want is not None and b.shape != want:
+                raise PackageError(
+                    f"parameter {name!r} has shape {list(b.shape)}, the metadata's config implies {list(want)}"
+                )
+
+
+_TARGET_FIELDS = {f.name: f for f in dataclasses.fields(Target)}
+# Target fields a package may set; every other field must be the IPU21's (the simulator models that machine).
+_VARIABLE_TARGET_FIELDS = ("name", "num_tiles", "sram_bytes")
+
+
+def manifest_target(d: object, path: Path) -> Target:
+    """The manifest's target, each field of the type Target declares, the machine an IPU21 variant."""
+    if not isinstance(d, dict):
+        raise PackageError(f"manifest 'target' must be an object, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(_TARGET_FIELDS))
+    if unknown:
+        raise PackageError(f"manifest 'target' has unknown fields {unknown}")
+    ipu21 = Target()
+    values = {}
+    for k, v in d.items():
+        default = getattr(ipu21, k)
+        if isinstance(default, tuple):
+            ok = isinstance(v, list) and len(v) == len(default) and all(type(x) is int for x in v)
+            v = tuple(v) if ok else v
+        elif isinstance(default, float):
+            ok = type(v) in (int, float) and v > 0 and v == v and v != float("inf")
+        else:
+            ok = type(v) is type(default)
+        if not ok:
+            raise PackageError(f"manifest 'target.{k}' must be {type(default).__name__}, got {v!r}")
+        if k not in _VARIABLE_TARGET_FIELDS and v != default:
+            raise PackageError(
+                f"manifest 'target.{k}' is {v!r}; this runtime simulates {default!r} (the IPU21's)"
+            )
+        values[k] = v
+    t = Target(**values)
+    if not 1 <= t.num_tiles <= ipu21.num_tiles:
+        raise PackageError(
+            f"manifest 'target.num_tiles' must be in [1, {ipu21.num_tiles}], got {t.num_tiles}"
+        )
+    if t.sram_bytes % (16 * 1024) or not t.host_aperture[1] - t.sram_base <= t.sram_bytes <= ipu21.sram_bytes:
+        raise PackageError(
+            f"manifest 'target.sram_bytes' {t.sram_bytes} is not a multiple of 16 KiB up to 624 KiB"
+        )
+    return t
+
+
+def _is_int(v: object) -> bool:
+    return type(v) is int
+
+
+def check_manifest(m: dict, path: Path) -> None:
+    """The manifest's structure and field types (what `Package.load` reads), with the key that is wrong."""
+
+    def need(cond: bool, key: str, what: str) -> None:
+        if not cond:
+            raise PackageError(f"{path}: manifest {key!r} must be {what}")
+
+    for key, kind in (("target", dict), ("code", dict), ("segments", list), ("protected", list)):
+        need(isinstance(m.get(key), kind), key, f"a JSON {'object' if kind is dict else 'array'}")
+    for key in ("parameters", "inputs", "outputs", "debug"):
+        need(isinstance(m.get(key, []), list), key, "a JSON array")
+    need(isinstance(m.get("metadata", {}), dict), "metadata", "a JSON object")
+    need(isinstance(m.get("entry"), str), "entry", "a string")
+    code = m["code"]
+    need(_is_int(code.get("base")), "code.base", "an integer")
+    need(isinstance(code.get("image"), str), "code.image", "an array name")
+    need(
+        isinstance(code.get("labels"), dict) and all(_is_int(v) for v in code["labels"].values()),
+        "code.labels",
+        "an object of integer addresses",
+    )
+    need(
+        isinstance(code.get("kernels"), dict)
+        and all(isinstance(v, list) and len(v) == 2 and _is_int(v[0]) for v in code["kernels"].values()),
+        "code.kernels",
+        "an object of [address, is_supervisor]",
+    )
+    for i, s in enumerate(m["segments"]):
+        key = f"segments[{i}]"
+        need(isinstance(s, dict), key, "an object")
+        need(isinstance(s.get("name"), str), f"{key}.name", "a string")
+        for f in ("address", "rows", "bytes"):
+            need(_is_int(s.get(f)) and s[f] >= 0, f"{key}.{f}", "a non-negative integer")
+        for f in ("unique", "index", "tiles"):
+            need(s.get(f) is None or isinstance(s.get(f), str), f"{key}.{f}", "an array name or null")
+    for i, p in enumerate(m["protected"]):
+        need(
+            isinstance(p, list) and len(p) == 3 and _is_int(p[0]) and _is_int(p[1]) and isinstance(p[2], str),
+            f"protected[{i}]",
+            "[start, end, what]",
+        )
+    for kind in ("parameters", "inputs", "outputs", "debug"):
+        for i, b in enumerate(m.get(kind, [])):
+            key = f"{kind}[{i}]"
+            need(isinstance(b, dict), key, "an object")
+            need(isinstance(b.get("name"), str), f"{key}.name", "a string")
+            need(
+                isinstance(b.get("shape"), list) and all(_is_int(d) and 0 <= d < 2**31 for d in b["shape"]),
+                f"{key}.shape",
+                "a list of non-negative integers",
+            )
+            need(isinstance(b.get("dtype"), str), f"{key}.dtype", "a string")
+            need(isinstance(b.get("chunks"), str), f"{key}.chunks", "an array name")
+            for f in ("scale", "via_scale"):
+                need(_is_int(b.get(f, 0)) and -64 <= b.get(f, 0) < 64, f"{key}.{f}", "an integer FP8 scale")
+            need(isinstance(b.get("via", ""), str), f"{key}.via", "a string")
 
 
 def _member(name: str) -> zipfile.ZipInfo:

@@ -42,7 +42,9 @@ from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
+from ipu.dialects.parsing import check_dominance, check_string_literals, ir_failure, read_text, run_parser
 from ipu.dialects.registry import all_dialects
+from ipu.passes.options import parse_pipeline
 from ipu.passes.registry import all_passes
 
 LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
@@ -244,7 +246,9 @@ def verify_with_location(
     instead of xDSL's dump of the whole module."""
     try:
         module.verify()
-        return
+        failure = ir_failure(module)
+        if failure is None:
+            return
     except VerifyException as whole:
         failure: tuple[Operation, str] | None = None
         for op in module.walk():
@@ -350,10 +354,16 @@ class IpuOptMain(xDSLOptMain):
     def parse_chunk(self, chunk, file_extension: str, start_offset: int = 0) -> ModuleOp | None:
         if file_extension != "mlir":
             return super().parse_chunk(chunk, file_extension, start_offset)
-        text = chunk.read().decode()
-        parser = LocatingParser(self.ctx, text, self.get_input_name())
-        module = parser.parse_module(not self.args.no_implicit_module)
-        self.locations = SourceLocations(self.get_input_name(), text, parser.op_offsets, start_offset)
+        name = self.get_input_name()
+        raw = chunk.read()
+        text = read_text(name, raw if isinstance(raw, bytes) else raw.encode())
+        # The project's parse entry (ipu.dialects.parsing): no exponential lexing of an unterminated string, and
+        # no use before its definition.
+        check_string_literals(text, name, start_offset)
+        parser = LocatingParser(self.ctx, text, name)
+        module = run_parser(parser, not self.args.no_implicit_module, text, name, start_offset)
+        self.locations = SourceLocations(name, text, parser.op_offsets, start_offset)
+        check_dominance(module, name, self.locations.of)
         return module
 
     def register_all_dialects(self) -> None:
@@ -510,7 +520,7 @@ class IpuOptMain(xDSLOptMain):
             if nested is not None:
                 self.pipeline = PassPipeline(pipeline_passes(nested, self.available_passes), callback)
             else:
-                self.pipeline = PassPipeline.parse_spec(self.available_passes, self.args.passes, callback)
+                self.pipeline = parse_pipeline(self.available_passes, self.args.passes, callback)
         except ValueError as e:  # unknown pass or option, bad option value
             raise PipelineSyntaxError(f"bad pass pipeline: {e}") from None
 
@@ -520,7 +530,7 @@ def _fail(message: str) -> int:
     return 1
 
 
-def main(args: Sequence[str] | None = None) -> int:
+def _main(args: Sequence[str] | None) -> int:
     try:
         IpuOptMain(description="ipu-opt: the IPU ViT compiler's optimizer driver", args=args).run()
     except ArgSpecParseError as e:  # derives from BaseException, so it must be named
@@ -535,17 +545,14 @@ def main(args: Sequence[str] | None = None) -> int:
             return 1
         notes = "".join(f"\n{n}" for n in getattr(e, "__notes__", ()))
         return _fail(f"{e}{notes}")
-    except BrokenPipeError:  # the reader went away (e.g. `| head`): not an error of ours
-        sys.stderr.close()
-        return 0
-    except FileNotFoundError as e:
-        return _fail(f"no such file: {e.filename}")
-    except ValueError as e:
-        # xDSL reports unknown passes, unknown targets and unknown file extensions as ValueError.
-        return _fail(str(e))
-    except KeyboardInterrupt:
-        return 130
     return 0
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    """Any other error ends in `ipu.tools.boundary`'s one diagnostic (or "internal error"), never a traceback."""
+    from ipu.tools.boundary import guarded
+
+    return guarded("ipu-opt", _main, args)
 
 
 def cli() -> None:

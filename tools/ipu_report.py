@@ -23,12 +23,12 @@ from pathlib import Path
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
-from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import DiagnosticException, ParseError
 
 from ipu.dialects import memory as mem
+from ipu.dialects.parsing import parse_module, read_text, verify_module
 from ipu.dialects.registry import all_dialects
+from ipu.passes.options import parse_pipeline
 from ipu.passes.registry import all_passes
 
 
@@ -40,12 +40,15 @@ def _context() -> Context:
 
 
 def _load(path: str) -> ModuleOp:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    return Parser(_context(), text, path).parse_module()
+    return parse_module(_context(), read_text(path), path)
 
 
-def _run(module: ModuleOp, spec: str) -> None:
-    PassPipeline.parse_spec(dict(all_passes()), spec).apply(_context(), module)
+def _run(module: ModuleOp, spec: str, name: str) -> None:
+    def verify(previous, module, following) -> None:
+        if previous is not None:
+            verify_module(module, f"{name} (after pass '{previous.name}')")
+
+    parse_pipeline(dict(all_passes()), spec, verify).apply(_context(), module)
 
 
 def _functions(module: ModuleOp) -> list[func.FuncOp]:
@@ -86,6 +89,13 @@ def _unplaced(f: func.FuncOp) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Errors end in `ipu.tools.boundary`'s one diagnostic (or "internal error"), never a traceback."""
+    from ipu.tools.boundary import guarded
+
+    return guarded("ipu-report", _main, argv)
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(prog="ipu-report", description=__doc__.split("\n\n")[0])
     ap.add_argument("report", choices=("placement", "profile"))
     ap.add_argument("input", help="MLIR file ('-': stdin)")
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         module = _load(args.input)
         if args.passes:
-            _run(module, args.passes)
+            _run(module, args.passes, args.input)
         fns = _functions(module)
         if not fns:
             print("ipu-report: the input has no func.func", file=sys.stderr)
@@ -122,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 if why is not None:
                     raise ValueError(why)
                 opts = f'{args.memory_plan} report-dir="{out.resolve()}"'.strip()
-                _run(module, f"memory-plan{{{opts}}}")
+                _run(module, f"memory-plan{{{opts}}}", args.input)
             paths = write_placement_report(model_from_function(f), out)
         else:
             from ipu.runtime.reports.profile import profile_from_function, write_profile_report

@@ -85,11 +85,34 @@ def _error(message: str) -> int:
 
 
 def _weights_and_config(args, cfg=None):
+    """(weights, config): from --weights (the config from `cfg`, else the checkpoint's config.json, which must then
+    agree with --model), else seeded random weights for `cfg` or --model (with --layers)."""
+    from pathlib import Path
+
     from ipu.frontend.siglip import get_config
-    from ipu.frontend.weights import load_checkpoint, random_weights
+    from ipu.frontend.weights import CheckpointError, check_finite, load_checkpoint, random_weights
 
     if args.weights:
+        if cfg is None and args.model:
+            wanted = get_config(args.model)
+            path = Path(args.weights)
+            beside = (path if path.is_dir() else path.parent) / "config.json"
+            if beside.is_file():
+                from ipu.frontend.siglip import SiglipVisionConfig
+
+                found = SiglipVisionConfig.from_json(beside)
+                diff = [k for k, v in wanted.to_dict().items() if found.to_dict()[k] != v]
+                if diff:
+                    shown = ", ".join(
+                        f"{k} {getattr(found, k)!r} (--model: {getattr(wanted, k)!r})" for k in diff[:4]
+                    )
+                    raise CheckpointError(
+                        f"{beside}: the checkpoint's config disagrees with --model {args.model}: {shown}"
+                    )
+            cfg = wanted
         params, cfg = load_checkpoint(args.weights, cfg)
+        if not args.allow_nonfinite:
+            check_finite(params)
         return params, cfg
     if cfg is None:
         cfg = get_config(args.model)
@@ -98,11 +121,56 @@ def _weights_and_config(args, cfg=None):
     return random_weights(cfg, seed=args.seed), cfg
 
 
+INPUT_SUFFIX = ".npy"
+
+
 def _input(args, cfg) -> np.ndarray:
+    """--input (a .npy of [1, C, H, W] real numbers, finite unless --allow-nonfinite), else seeded uniform."""
     if args.input:
-        return np.load(args.input).astype(np.float32)
+        return load_input(args.input, cfg, args.allow_nonfinite)
     rng = np.random.default_rng(args.seed + 1)
     return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
+
+
+def load_input(path: str, cfg, allow_nonfinite: bool = False) -> np.ndarray:
+    if not str(path).endswith(INPUT_SUFFIX):
+        raise ValueError(f"--input {path}: expected a {INPUT_SUFFIX} file (numpy.save of the pixel values)")
+    try:
+        x = np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise ValueError(f"--input {path}: not a readable .npy array ({e})") from None
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub":
+        raise ValueError(
+            f"--input {path}: pixel values must be real numbers, got dtype {getattr(x, 'dtype', type(x))}"
+        )
+    want = (1, cfg.num_channels, cfg.image_size, cfg.image_size)
+    if x.shape != want:
+        raise ValueError(
+            f"--input {path}: shape {list(x.shape)}, the model expects {list(want)} [1, C, H, W]"
+        )
+    x = x.astype(np.float32)
+    if not allow_nonfinite:
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"--input {path}: {int(bad.sum())} non-finite pixel values (first at {list(first)}: {x[first]}); "
+                "--allow-nonfinite to run anyway"
+            )
+    return x
+
+
+def nonfinite_outputs(outputs: dict[str, np.ndarray]) -> list[str]:
+    """One line per output holding NaN or Inf values."""
+    lines = []
+    for name, value in outputs.items():
+        v = np.asarray(value)
+        nan, inf = int(np.isnan(v).sum()), int(np.isinf(v).sum())
+        if nan or inf:
+            lines.append(f"output {name!r}: {nan} NaN and {inf} infinite of {v.size} values")
+    return lines
 
 
 def _reference(cfg, params, x) -> dict[str, np.ndarray]:
@@ -186,7 +254,9 @@ def run_package(args, pkg=None) -> int:
         ms = result.cycles / pkg.target.clock_hz * 1e3
         same = ""
         if previous is not None:
-            equal = all(np.array_equal(previous[k], result.outputs[k]) for k in result.outputs)
+            equal = all(
+                np.array_equal(previous[k], result.outputs[k], equal_nan=True) for k in result.outputs
+            )
             same = (
                 "; outputs identical to the previous inference"
                 if equal
@@ -197,6 +267,15 @@ def run_package(args, pkg=None) -> int:
             f"simulated in {wall:.2f} s{same}"
         )
         previous = result.outputs
+        bad = nonfinite_outputs(result.outputs)
+        if bad:
+            print(
+                f"ipu-run: {'warning' if args.allow_nonfinite else 'error'}: inference {i + 1}: "
+                + "; ".join(bad),
+                file=sys.stderr,
+            )
+            if not args.allow_nonfinite:
+                return 1
     if getattr(args, "memory_map", None):
         write_memory_map(pkg, args.memory_map)
     if getattr(args, "save_outputs", None):
@@ -300,6 +379,46 @@ def compile_and_run(args) -> int:
     return run_package(args, pkg)
 
 
+def check_flags(p: argparse.ArgumentParser, args) -> None:
+    """Refuses flags that would be ignored, and values out of range (argparse's error: exit 2)."""
+    import math
+
+    if args.package:
+        given = [
+            flag
+            for flag, value in (
+                ("--tiles", args.tiles),
+                ("--layers", args.layers),
+                ("-o", args.output),
+                ("--pipeline", args.pipeline),
+                ("--reference-only", args.reference_only or None),
+                ("--no-split-rows", None if args.split_rows else True),
+            )
+            if value is not None
+        ]
+        if given:
+            p.error(f"{', '.join(given)}: only with --model (a package is already compiled)")
+    if args.pipeline is not None and args.model and not args.reference_only:
+        p.error(
+            "--pipeline applies to --reference-only; --model compiles with ipu-compile-pipeline (for other passes: "
+            "--emit-nn, then ipu-opt)"
+        )
+    if args.weights and args.layers is not None:
+        p.error("--layers does not apply with --weights: the checkpoint's config sets the layers")
+    if args.tiles is not None and args.tiles < 1:
+        p.error(f"--tiles must be at least 1, got {args.tiles}")
+    if args.layers is not None and args.layers < 1:
+        p.error(f"--layers must be at least 1, got {args.layers}")
+    if args.seed < 0:
+        p.error(f"--seed must be >= 0, got {args.seed}")
+    if not math.isfinite(args.threshold) or args.threshold < 0:
+        p.error(f"--threshold must be finite and >= 0, got {args.threshold}")
+    if args.reference_only and (args.output or args.tiles is not None or not args.split_rows):
+        p.error("-o, --tiles and --no-split-rows need a compilation (not --reference-only)")
+    if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
+        p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")
+
+
 def emit_nn(args) -> int:
     from ipu.frontend.siglip import build_vision_model, get_config
 
@@ -324,24 +443,32 @@ def emit_nn(args) -> int:
 
 def run_reference_only(args) -> int:
     from xdsl.context import Context
-    from xdsl.passes import PassPipeline
 
+    from ipu.dialects.parsing import verify_module
     from ipu.frontend.reference import evaluate
     from ipu.frontend.siglip import build_vision_model
+    from ipu.passes.options import parse_pipeline
     from ipu.passes.registry import all_passes
 
     params, cfg = _weights_and_config(args)
     t0 = time.perf_counter()
     module = build_vision_model(cfg)
+    spec = NN_PIPELINE if args.pipeline is None else args.pipeline
+
+    def verify(previous, module, following) -> None:
+        if previous is not None:
+            verify_module(module, f"the model's nn IR after pass '{previous.name}'")
+
     try:
-        pipeline = PassPipeline.parse_spec(dict(all_passes()), args.pipeline) if args.pipeline else None
+        pipeline = parse_pipeline(dict(all_passes()), spec, verify) if spec else None
     except (ValueError, BaseException) as e:  # ArgSpecParseError derives from BaseException
         if isinstance(e, KeyboardInterrupt | SystemExit):
             raise
         return _error(f"bad --pipeline: {e}")
     if pipeline is not None:
         pipeline.apply(Context(), module)
-    module.verify()
+    verify_module(module, "the model's nn IR")
+    args.pipeline = spec
     print(
         f"model: SigLIP vision, {cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} tokens; "
         f"passes: {args.pipeline or '(none)'} ({time.perf_counter() - t0:.2f} s)"
@@ -361,11 +488,13 @@ def run_reference_only(args) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ipu.backend.lower import LoweringError
-    from ipu.frontend.weights import CheckpointError
-    from ipu.runtime.errors import SimError
-    from ipu.runtime.package import PackageError
+    """Errors end in `ipu.tools.boundary`'s one diagnostic (or "internal error"), never a traceback."""
+    from ipu.tools.boundary import guarded
 
+    return guarded("ipu-run", _main, argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     p = argparse.ArgumentParser(prog="ipu-run", description=__doc__.splitlines()[0])
     p.add_argument("package", nargs="?", help="a compiled package (.ipupkg)")
     p.add_argument(
@@ -441,7 +570,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="no progress on stderr (compile phases; simulated cycles, rate, ETA): it is shown only when stderr "
         "is a terminal",
     )
-    p.add_argument("--pipeline", default=NN_PIPELINE, help="nn-level passes for --model, xDSL syntax")
+    p.add_argument(
+        "--pipeline",
+        help=f"--reference-only: nn-level passes, xDSL syntax (default {NN_PIPELINE})",
+    )
+    p.add_argument(
+        "--allow-nonfinite",
+        action="store_true",
+        help="run with NaN or infinite weights or pixel values (refused by default) and report non-finite outputs "
+        "as a warning, not an error",
+    )
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
         p.error("give a package, or --model to compile one")
@@ -453,14 +591,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--profile needs a device run (not --reference-only)")
     if args.emit_nn and not args.model:
         p.error("--emit-nn needs --model")
-    try:
-        if args.emit_nn:
-            return emit_nn(args)
-        if args.package:
-            return run_package(args)
-        return run_reference_only(args) if args.reference_only else compile_and_run(args)
-    except (CheckpointError, PackageError, SimError, LoweringError, ValueError, OSError) as e:
-        return _error(str(e))
+    check_flags(p, args)
+    if args.emit_nn:
+        return emit_nn(args)
+    if args.package:
+        return run_package(args)
+    return run_reference_only(args) if args.reference_only else compile_and_run(args)
 
 
 def cli() -> None:

@@ -7,24 +7,30 @@ import argparse
 import sys
 
 from xdsl.context import Context
-from xdsl.parser import Parser
 
-from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, target_of
+from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, model_config, target_of
 from ipu.dialects import memory as mem
+from ipu.dialects.parsing import parse_module, read_text
 from ipu.dialects.registry import all_dialects
 
 
 def main(argv=None) -> int:
+    """Errors end in `ipu.tools.boundary`'s one diagnostic (or "internal error"), never a traceback."""
+    from ipu.tools.boundary import guarded
+
+    return guarded("python -m ipu.backend.lower", _main, argv)
+
+
+def _main(argv) -> int:
     ap = argparse.ArgumentParser(prog="python -m ipu.backend.lower", description=__doc__)
     ap.add_argument("input", help="placed IR (after memory-plan); - for stdin")
     ap.add_argument("-o", "--output", help="write the package here")
     ap.add_argument("--print-asm", action="store_true", help="print the supervisor program main")
     args = ap.parse_args(argv)
-    text = sys.stdin.read() if args.input == "-" else open(args.input).read()
     ctx = Context()
     for name, factory in all_dialects():
         ctx.register_dialect(name, factory)
-    module = Parser(ctx, text).parse_module()
+    module = parse_module(ctx, read_text(args.input), args.input)
     f = _single_func(module)
     plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
     try:
@@ -32,8 +38,12 @@ def main(argv=None) -> int:
             raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
         low = Lowering(f, target_of(plan))
         pkg = low.run()
+        config = model_config(module)
+        if config is not None:
+            pkg.metadata["config"] = config
+            pkg.check_contents()
     except LoweringError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"python -m ipu.backend.lower: error: {e}", file=sys.stderr)
         return 1
     if args.print_asm:
         print(low.main_text, end="")

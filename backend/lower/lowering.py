@@ -1458,11 +1458,9 @@ def lower_to_package(
         pkg = DebugLowering(f, target).run()
     else:
         pkg = Lowering(f, target, per_iteration=per_iteration).run()
-    config = module.attributes.get("ipu.model_config") if isinstance(module, ModuleOp) else None
-    if isinstance(config, StringAttr):  # the builder's config (frontend.siglip.MODEL_CONFIG_ATTR)
-        import json
-
-        pkg.metadata["config"] = json.loads(config.data)  # lets a package runner make random weights for it
+    config = model_config(module)
+    if config is not None:
+        pkg.metadata["config"] = config  # lets a package runner make random weights for it
     if not debug_values:  # the planner's estimate, which a measured profile is compared with
         from ipu.runtime.reports.profile import estimate_summary, profile_from_function
 
@@ -1473,6 +1471,23 @@ def lower_to_package(
     pkg.metadata["memory_map"] = placement_json(model_from_function(f))
     pkg.validate()
     return pkg
+
+
+def model_config(module) -> dict | None:
+    """The builder's config (frontend.siglip.MODEL_CONFIG_ATTR) of a module, checked; None without one."""
+    import json
+
+    from ipu.frontend.siglip import SiglipVisionConfig
+
+    config = module.attributes.get("ipu.model_config") if isinstance(module, ModuleOp) else None
+    if not isinstance(config, StringAttr):
+        return None
+    try:
+        d = json.loads(config.data)
+        SiglipVisionConfig.from_dict(d)
+    except ValueError as e:
+        raise LoweringError(f"module attribute 'ipu.model_config': {e}") from None
+    return d
 
 
 def derived_parameters(f: func.FuncOp) -> dict[str, dict]:

@@ -23,3 +23,13 @@ memory.reserve "code" {buffer = #memory.buffer<addr = 0x80000, bytes = 16384, li
 // CHECK: memory.plan: classes table has shape [3, 1], expected [4, 1]
 // expected-error @below {{memory.plan: classes table has shape [3, 1], expected [4, 1]}}
 memory.plan {tiles = 4, events = 6, host_events = [0, 5], sram = [311296, 524288, 573440], aperture = [327680, 360448], num_classes = 2, classes = dense<[[0], [1], [1]]> : tensor<3x1xi32>, high = 400000}
+
+// -----
+
+// A placement past the SRAM the plan names (issue 24): refused, not lowered into another tile's memory.
+// CHECK: 'test.op' op memory.buffers[0]: tile class 0: [0x8a000, 0x8d000) is outside the SRAM [0x4c000, 0x8c000) of the memory plan
+func.func @f() {
+  memory.plan {tiles = 4, events = 6, host_events = [0, 5], sram = [311296, 524288, 573440], aperture = [327680, 360448], num_classes = 1, classes = dense<[[0], [0], [0], [0]]> : tensor<4x1xi32>, high = 400000}
+  %w = "test.op"() {memory.buffers = [#memory.buffer<addr = 0x8a000, bytes = 4096, live = [0, 5], region = "any", align = 16, seq = 3, stride = 4096>]} : () -> tensor<3x32x32xf32>
+  func.return
+}

@@ -7,7 +7,7 @@
 
 // OPT: ipu-opt: error: kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got 40
 // SCORES: ipu-opt: error: kernel-select: scores must be one of ['transposed', 'direct'], got 'sideways'
-// TILES: ipu-opt: error: kernel-select: tiles >= 0 and sram_kib > 0, got -1, 624
+// TILES: ipu-opt: error: bad pass pipeline: kernel-select: option 'tiles' must be at least 0, got -1
 // SRAM: ipu-opt: error: kernel-select: sram_kib must be a multiple of 16
 // An edited choice that names no kernel, or a `kernel` attribute that is not a dictionary:
 // VALUE: ipu-opt: error: kernel-select: nn.softmax (s): kernel choice rows = 'softmax_fast': expected one of ['softmax', 'softmax_split']

@@ -8,7 +8,7 @@
 // NEG: ipu-opt: error: @rows: lowering.storage tables = -5 : i64: a byte count >= 0 expected
 // KEYS: ipu-opt: error: @rows: 'lowering.storage' must be a dictionary of ['code', 'tables', 'scratch'] (bytes)
 // BIG: ipu-opt: error: memory-plan: the lowering's scratch (700000 B) exceeds the tile's SRAM
-// OPT: ipu-opt: error: memory-plan: reserve-scratch-bytes must be >= 0 (or -1: from lowering.storage)
+// OPT: ipu-opt: error: bad pass pipeline: memory-plan: option 'reserve_scratch_bytes' must be at least -1, got -2
 
 builtin.module {
   func.func @rows() {
