@@ -373,6 +373,7 @@ func.func @matmul_partials_shapes() {
 // Issue 24: values that cannot be meant.
 func.func @eps_overflows_f32(%e: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tensor<64xf32>) {
   %n = nn.layer_norm %e, %g, %b eps=1.0e+300 : tensor<16x64xf32>, tensor<64xf32>, tensor<64xf32> -> tensor<16x64xf32>
+  // expected-error @above {{cannot parse this value (OverflowError: float too large to pack with f format)}}
   func.return
 }
 // CHECK: error: cannot parse this value (OverflowError: float too large to pack with f format)
@@ -381,6 +382,7 @@ func.func @eps_overflows_f32(%e: tensor<16x64xf32>, %g: tensor<64xf32>, %b: tens
 
 func.func @nan_attention_scale(%n: tensor<16x64xf32>) {
   %a = "nn.attention"(%n, %n, %n) <{heads = 2 : i64, scale = 0x7FC00000 : f32}> : (tensor<16x64xf32>, tensor<16x64xf32>, tensor<16x64xf32>) -> tensor<16x64xf32>
+  // expected-error @above {{'nn.attention' op property 'scale': nan is not finite}}
   func.return
 }
 // CHECK: error: 'nn.attention' op property 'scale': nan is not finite
@@ -389,6 +391,7 @@ func.func @nan_attention_scale(%n: tensor<16x64xf32>) {
 
 func.func @derived_heads() {
   %u = nn.param "head.attention.probe_key_scores" {derived = {recipe = "probe_key_scores", query = "head.probe", wq = "q", wk = "k", heads = -2 : i64, scale = 0.125 : f32}} : tensor<2x64xf32>
+  // expected-error @above {{nn.param 'head.attention.probe_key_scores': derived: 'heads' must be a positive integer, got -2 : i64}}
   func.return
 }
 // CHECK: nn.param 'head.attention.probe_key_scores': derived: 'heads' must be a positive integer, got -2 : i64
@@ -397,6 +400,7 @@ func.func @derived_heads() {
 
 func.func @use_before_def(%x: tensor<16x64xf32>) {
   %y = nn.add %z, %x : tensor<16x64xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
+  // expected-error @above {{'nn.add' op operand #0 (%z) is used before its definition ('nn.add' below)}}
   %z = nn.add %x, %x : tensor<16x64xf32>, tensor<16x64xf32> -> tensor<16x64xf32>
   func.return
 }
