@@ -15,9 +15,9 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
 3. Constraints: GEMM results go to interleaved memory (region 1, 16-byte aligned, when the target has one) and
    must not share a memory element with the GEMM's operands (poplibs `elem(**in) != elem(**out)`).
 4. Support reservations from the target model and the options: runtime state (stacks grow down inside it) and
-   host descriptors at the bottom of region 0, kernel code and tile programs (`reserve-code-bytes`, whole 16 KiB
-   elements) at the top of region 0 and the exchange tables (`exchange-table-bytes`, by default the largest
-   per-tile sum of the phases' encoded rows; 8-byte aligned) just below, and the host aperture, reserved at the host events only (transient
+   host descriptors at the bottom of region 0, kernel code and tile programs (`reserve-code-bytes`) and exchange
+   tables (`exchange-table-bytes`, by default the largest per-tile sum of the phases' encoded rows) in whole
+   16 KiB elements at the top of region 0, and the host aperture, reserved at the host events only (transient
    buffers may borrow it in between unless `aperture-reuse=false`).
 5. `memory_alloc.allocate` places everything per tile class; the result is recorded as `memory.plan`,
    `memory.reserve` ops and `memory.buffers` / `memory.args` attributes. A buffer that does not fit fails the pass
@@ -333,15 +333,13 @@ class MemoryPlanPass(ModulePass):
         if self.host_descriptor_bytes:
             out.append(("host_descriptors", desc_at, self.host_descriptor_bytes, 8))
         code = ma.align_up(code_bytes, e0)
-        # Code in whole elements (instruction fetch keeps its banks to itself); the tables are data the supervisor
-        # reads (no pace bundle's bank rule applies): 8-byte aligned just below the code, sized as measured.
-        xtab = ma.align_up(xbytes, 8)
+        xtab = ma.align_up(xbytes, e0)
         top = ma.align_down(r0_hi, e0)
         floor = max(ma.align_up(desc_at + self.host_descriptor_bytes, e0), target.host_aperture[1])
         if top - code - xtab < floor:
             raise PassFailedException(
-                f"memory-plan: code ({code} B, whole 16 KiB elements) and exchange tables ({xtab} B) need "
-                f"{code + xtab} B in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
+                f"memory-plan: code ({code} B) and exchange tables ({xtab} B) need {code + xtab} B of whole "
+                f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
             )
         s0, s1 = self.scratch_span(target, scratch_bytes)
         if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
@@ -349,7 +347,7 @@ class MemoryPlanPass(ModulePass):
         if code:
             out.append(("code", top - code, code, e0))
         if xtab:
-            out.append(("exchange_tables", top - code - xtab, xtab, 8))
+            out.append(("exchange_tables", top - code - xtab, xtab, e0))
         return [
             (
                 kind,

@@ -12,7 +12,7 @@
 // CHECK-NEXT: .Lsite0:
 // CHECK-NEXT:     sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync
 // CHECK-NEXT: .Lsite1:
-// CHECK-NEXT:     setzi $m0, 0x73fe0  // exchange rounds ({{[0-9]+}})
+// CHECK-NEXT:     setzi $m0, 0x70100  // exchange rounds ({{[0-9]+}})
 // CHECK-NEXT:     call $lr, xch_rounds
 // CHECK-NEXT: .Lsite2:
 // CHECK-NEXT:     setzi $m0, [[COPIES:0x[0-9a-f]+]]  // exchange copies

@@ -1,5 +1,5 @@
 // memory-plan on a two-GEMM MLP lowered to the exchange level on a 4-tile, 256 KiB target: support reservations
-// at fixed places (runtime state at the SRAM base, code in whole 16 KiB elements at the top with the exchange tables just below (8-byte aligned)
+// at fixed places (runtime state at the SRAM base, code and exchange tables in whole 16 KiB elements at the top
 // of region 0, the host aperture at the host events), parameters resident and host-visible, the input live from
 // event 0, the output until the last event, GEMM results interleaved (region r1, 16-byte aligned), per-class
 // address tables where tile classes differ (here two: the input's spread home, 4 KB in pieces of at least 2 KiB,
@@ -29,7 +29,7 @@ func.func @mlp() {
 // CHECK-NEXT:    memory.reserve "runtime_state" {buffer = #memory.buffer<addr = 0x4c000, bytes = 1760, live = [0, 6], region = "r0", align = 8, resident>}
 // CHECK-NEXT:    memory.reserve "host_descriptors" {buffer = #memory.buffer<addr = 0x4c6e0, bytes = 256, live = [0, 6], region = "r0", align = 8, resident>}
 // CHECK-NEXT:    memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
-// CHECK-NEXT:    memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7bfc0, bytes = 64, live = [0, 6], region = "r0", align = 8, resident>}
+// CHECK-NEXT:    memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [0, 0], region = "r0", align = 8>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [6, 6], region = "r0", align = 8>}
 // CHECK-NEXT:    %x = nn.input "x" {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = dense<{{\[\[}}2048], [0]]> : tensor<2x1xi32>, live = [0, 1], region = "any", align = 8, host>]
@@ -42,7 +42,7 @@ func.func @mlp() {
 // CHECK:         %y = nn.linear {{.*}}memory.buffers = [#memory.buffer<addr = {{.*}}, bytes = 1024, live = [5, 6], region = "r1", align = 16, host>]
 
 // OPTS-NOT:      memory.reserve "code"
-// OPTS:          memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x763c0, bytes = 40000, live = [0, 6], region = "r0", align = 8, resident>}
+// OPTS:          memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x74000, bytes = 49152, live = [0, 6], region = "r0", align = 16384, resident>}
 // OPTS-NEXT:     memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [0, 6], region = "r0", align = 8>}
 // OPTS-NOT:      memory.reserve
 // OPTS:          %h = nn.linear {{.*}}region = "any", align = 8>]
