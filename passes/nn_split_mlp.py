@@ -91,8 +91,6 @@ class NNSplitMLPPass(ModulePass):
     def __post_init__(self) -> None:
         if self.max_k < 16:
             raise ValueError(f"{self.name}: option 'max_k' must be >= 16, got {self.max_k}")
-        if self.min_rows < 0:
-            raise ValueError(f"{self.name}: option 'min_rows' must be >= 0, got {self.min_rows}")
         if self.order not in ORDERS:
             raise ValueError(
                 f"{self.name}: option 'order' must be one of {', '.join(ORDERS)}, got {self.order!r}"
