@@ -352,16 +352,17 @@ def verify_module(module: Operation, name: str = "<input>") -> None:
                 message = str(e).removeprefix("Operation does not verify: ").splitlines()[0]
                 if not message.startswith(f"'{op.name}'") and not message.startswith(op.name):
                     message = f"'{op.name}' op {message}"
-                raise SourceError(f"{name}: op #{i}{_enclosing(op)}: error: {message}") from None
+                raise SourceError(f"{name}: op #{i}{enclosing_symbol(op)}: error: {message}") from None
         raise SourceError(f"{name}: error: {str(whole).splitlines()[0]}") from None
     failure = ir_failure(module)
     if failure is not None:
         op, message = failure
         i = next(i for i, o in enumerate(module.walk()) if o is op)
-        raise SourceError(f"{name}: op #{i}{_enclosing(op)}: error: '{op.name}' op {message}")
+        raise SourceError(f"{name}: op #{i}{enclosing_symbol(op)}: error: '{op.name}' op {message}")
 
 
-def _enclosing(op: Operation) -> str:
+def enclosing_symbol(op: Operation) -> str:
+    """` in @name` of the nearest enclosing symbol (a func.func), or "" at top level."""
     parent = op.parent_op()
     while parent is not None:
         sym = parent.properties.get("sym_name") or parent.attributes.get("sym_name")

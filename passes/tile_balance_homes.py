@@ -33,13 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import ArrayAttr, DictionaryAttr, IntegerAttr, ModuleOp, i64
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
+from ipu.passes.memory_plan import _Builder, _host_sources, number_events, shard_bytes
 from ipu.passes.nn_utils import param_names
 from ipu.passes.tile_plan import target_for
 
@@ -57,21 +58,14 @@ class _Home:
 
 
 def _is_resident(op: Operation) -> bool:
+    """A parameter, or a value the host folds from parameters only: memory-plan's resident buffers."""
     if isinstance(op, nn.ParamOp):
         return True
     plan = op.attributes.get(tl.PLAN_ATTR)
-    return isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host" and _from_params(op)
-
-
-def _from_params(op: Operation) -> bool:
-    """A host-folded value computed from parameters only (not from the input)."""
-    for v in op.operands:
-        owner = v.owner
-        if isinstance(owner, nn.InputOp):
-            return False
-        if isinstance(owner, Operation) and not isinstance(owner, nn.ParamOp) and not _from_params(owner):
-            return False
-    return True
+    if not (isinstance(plan, tl.MapPlanAttr) and plan.get("kind") == "host") or not op.results:
+        return False
+    kinds = _host_sources(op.results[0])
+    return bool(kinds) and nn.InputOp not in kinds
 
 
 def _read_by_exchange_only(v: SSAValue) -> list[tuple[tl.RepeatOp, int]] | None:
@@ -107,10 +101,8 @@ def _bytes(layout: tl.LayoutAttr) -> np.ndarray:
 
 
 def _tile_bytes(layout: tl.LayoutAttr, num_tiles: int) -> np.ndarray:
-    out = np.zeros(num_tiles, np.int64)
-    t = layout.table()
-    np.add.at(out, t.reshape(-1), np.repeat(_bytes(layout), t.shape[1]))
-    return out
+    """Bytes per tile, every member of a stacked sequence counted (memory-plan's buffer sizes)."""
+    return shard_bytes(layout, num_tiles) * max(1, layout.stack.data)
 
 
 def collect(block: Block, num_tiles: int) -> tuple[list[_Home], np.ndarray, dict[str, np.ndarray]]:
@@ -144,8 +136,6 @@ def transient_peak(f: func.FuncOp, target) -> np.ndarray:
     """Per tile, the most bytes of non-resident values live at one program point (memory-plan's buffers and
     lifetimes at tile level, before exchange-lower merges relayouts into phases): the working set the resident
     bytes must leave room for."""
-    from ipu.passes.memory_plan import _Builder, number_events
-
     events = number_events(f)
     builder = _Builder(f, target, events, gemm_interleaved=False)
     builder.block(f.body.block)
@@ -245,8 +235,6 @@ def _set_layout(v: SSAValue, layout: tl.LayoutAttr) -> None:
 
 
 def _set_slot(rep: tl.RepeatOp, index: int, layout: tl.LayoutAttr) -> None:
-    from xdsl.dialects.builtin import ArrayAttr
-
     lays = list(rep.arg_layouts.data)
     lays[index] = layout.unstacked()
     rep.properties["arg_layouts"] = ArrayAttr(lays)

@@ -42,7 +42,14 @@ from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
-from ipu.dialects.parsing import check_dominance, check_string_literals, ir_failure, read_text, run_parser
+from ipu.dialects.parsing import (
+    check_dominance,
+    check_string_literals,
+    enclosing_symbol,
+    ir_failure,
+    read_text,
+    run_parser,
+)
 from ipu.dialects.registry import all_dialects
 from ipu.passes.options import parse_pipeline
 from ipu.passes.registry import all_passes
@@ -229,16 +236,6 @@ class SourceLocations:
         return f"{self.name}:{line}:{col}"
 
 
-def _enclosing_symbol(op: Operation) -> str:
-    parent = op.parent_op()
-    while parent is not None:
-        sym = parent.properties.get("sym_name") or parent.attributes.get("sym_name")
-        if sym is not None:
-            return f" in @{sym.data}"
-        parent = parent.parent_op()
-    return ""
-
-
 def verify_with_location(
     module: ModuleOp, locations: SourceLocations | None, after: ModulePass | None
 ) -> None:
@@ -266,7 +263,7 @@ def verify_with_location(
     if where is None:
         index = next(i for i, o in enumerate(module.walk()) if o is op)
         origin = f" (created by pass '{after.name}')" if after is not None else ""
-        where = f"{locations.name if locations else '<input>'}: op #{index}{_enclosing_symbol(op)}{origin}"
+        where = f"{locations.name if locations else '<input>'}: op #{index}{enclosing_symbol(op)}{origin}"
     suffix = f" (after pass '{after.name}')" if after is not None else ""
     raise DiagnosticException(f"{where}: error: {message}{suffix}") from None
 
