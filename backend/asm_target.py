@@ -54,6 +54,7 @@ class IpuAsmTarget(Target):
 
     def placed_asm(self, module: ModuleOp) -> str:
         from ipu.backend.lower.lowering import Lowering, LoweringError, target_of
+        from ipu.backend.lower.placement import PlacementError
         from ipu.backend.package_target import placed_func, unplaced_error
         from ipu.dialects import memory as mem
 
@@ -64,6 +65,6 @@ class IpuAsmTarget(Target):
         try:
             low = Lowering(f, target_of(plan))
             low.run()
-        except LoweringError as e:
+        except (LoweringError, PlacementError) as e:
             raise DiagnosticException(f"-t {self.name}: {e}") from None
         return low.text if self.full else low.main_text

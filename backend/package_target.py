@@ -51,13 +51,14 @@ class IpuPackageTarget(Target):
 
     def package_bytes(self, module: ModuleOp) -> bytes:
         from ipu.backend.lower import LoweringError, lower_to_package
+        from ipu.backend.lower.placement import PlacementError
         from ipu.runtime.package import PackageError
 
         if placed_func(module) is None:
             raise unplaced_error(module, self.name)
         try:
             return lower_to_package(module).to_bytes()
-        except (LoweringError, PackageError) as e:
+        except (LoweringError, PlacementError, PackageError) as e:
             raise DiagnosticException(f"-t {self.name}: {e}") from None
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:

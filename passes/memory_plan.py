@@ -16,8 +16,9 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
    must not share a memory element with the GEMM's operands (poplibs `elem(**in) != elem(**out)`).
 4. Support reservations from the target model and the options: runtime state (stacks grow down inside it) and
    host descriptors at the bottom of region 0, kernel code and tile programs (`reserve-code-bytes`) and exchange
-   tables (`exchange-table-bytes`, by default the largest per-tile sum of the phases' encoded rows) in whole
-   16 KiB elements at the top of region 0, and the host aperture, reserved at the host events only (transient
+   tables (`exchange-table-bytes`, by default the largest per-tile sum of the phases' encoded rows) together in
+   whole 16 KiB elements at the top of region 0 (the code at the top, the tables below it with the rounding's
+   slack), and the host aperture, reserved at the host events only (transient
    buffers may borrow it in between unless `aperture-reuse=false`).
 5. `memory_alloc.allocate` places everything per tile class; the result is recorded as `memory.plan`,
    `memory.reserve` ops and `memory.buffers` / `memory.args` attributes. A buffer that does not fit fails the pass
@@ -271,10 +272,12 @@ class MemoryPlanPass(ModulePass):
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
     reserve_code_bytes: int = -1
-    """Kernel code and tile programs (region 0, rounded up to whole 16 KiB elements); -1: the function's
+    """Kernel code and tile programs (region 0, 16-byte aligned at the top; with the tables in whole 16 KiB
+    elements); -1: the function's
     `lowering.storage` code bytes (`lowering-storage`), else 48 KiB."""
     exchange_table_bytes: int = -1
-    """The lowering's frames and exchange tables per tile (rounded up to elements); -1: `lowering.storage`'s
+    """The lowering's frames and exchange tables per tile (below the code, up to the next element boundary of the
+    two); -1: `lowering.storage`'s
     tables bytes, else the largest per-tile sum of the phases' rows."""
     host_descriptor_bytes: int = 256
     """Host transfer descriptors, placed after the runtime state."""
@@ -332,22 +335,27 @@ class MemoryPlanPass(ModulePass):
         desc_at = ma.align_up(r0_lo + runtime, 8)
         if self.host_descriptor_bytes:
             out.append(("host_descriptors", desc_at, self.host_descriptor_bytes, 8))
-        code = ma.align_up(code_bytes, e0)
-        xtab = ma.align_up(xbytes, e0)
+        # Code and tables share whole 16 KiB elements at the top of region 0: the code at the top (16-byte
+        # aligned, as measured), the tables below it up to the block's element boundary, so the rounding slack
+        # goes to the tables (whose measured size comes from a provisional plan) and no element is half empty
+        # twice. Without tables the code keeps the whole block.
+        block = ma.align_up(ma.align_up(code_bytes, 16) + xbytes, e0)
+        code = ma.align_up(code_bytes, 16) if xbytes else block
+        xtab = block - code
         top = ma.align_down(r0_hi, e0)
         floor = max(ma.align_up(desc_at + self.host_descriptor_bytes, e0), target.host_aperture[1])
-        if top - code - xtab < floor:
+        if top - block < floor:
             raise PassFailedException(
-                f"memory-plan: code ({code} B) and exchange tables ({xtab} B) need {code + xtab} B of whole "
+                f"memory-plan: code ({code_bytes} B) and exchange tables ({xbytes} B) need {block} B of whole "
                 f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
             )
         s0, s1 = self.scratch_span(target, scratch_bytes)
         if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
             out.append(("lowering_scratch", s0, s1 - s0, 8))
         if code:
-            out.append(("code", top - code, code, e0))
+            out.append(("code", top - code, code, 16))
         if xtab:
-            out.append(("exchange_tables", top - code - xtab, xtab, e0))
+            out.append(("exchange_tables", top - block, xtab, e0))
         return [
             (
                 kind,
@@ -469,6 +477,18 @@ class MemoryPlanPass(ModulePass):
             bufs = [builder.value_buffer.get(r) for r in op.results]
             if bufs and all(b is not None for b in bufs):
                 op.attributes[mem.BUFFERS_ATTR] = ArrayAttr([attr(b) for b in bufs])
+
+
+def strip_memory_plan(f: func.FuncOp) -> None:
+    """Removes what memory-plan recorded on f (the plan, the reservations, the buffer attributes), so that it can
+    be planned again (with other `lowering.storage` sizes, say)."""
+    for op in list(f.body.block.ops):
+        if isinstance(op, mem.PlanOp | mem.ReserveOp):
+            op.detach()
+            op.erase()
+    for op in f.walk():
+        op.attributes.pop(mem.BUFFERS_ATTR, None)
+        op.attributes.pop(mem.ARGS_ATTR, None)
 
 
 def placement_reps(placement: ma.Placement) -> np.ndarray:

@@ -9,6 +9,7 @@ import sys
 from xdsl.context import Context
 
 from ipu.backend.lower.lowering import Lowering, LoweringError, _single_func, model_config, target_of
+from ipu.backend.lower.placement import PlacementError
 from ipu.dialects import memory as mem
 from ipu.dialects.parsing import parse_module, read_text
 from ipu.dialects.registry import all_dialects
@@ -42,7 +43,7 @@ def _main(argv) -> int:
         if config is not None:
             pkg.metadata["config"] = config
             pkg.check_contents()
-    except LoweringError as e:
+    except (LoweringError, PlacementError) as e:
         print(f"python -m ipu.backend.lower: error: {e}", file=sys.stderr)
         return 1
     if args.print_asm:

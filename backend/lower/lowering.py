@@ -48,7 +48,7 @@ from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, n_padding_zeros, zero_copies
-from ipu.backend.lower.placement import Addresses, DataImage, Placed
+from ipu.backend.lower.placement import Addresses, DataImage, Placed, StorageOverflow
 from ipu.backend.lower.sites import label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
@@ -1219,7 +1219,7 @@ class Lowering(NnOps):
         program = parse_program(text, self.code_addr)
         self.code_bytes = program.end - program.base
         if program.end > self.code_end and not self.measure:
-            raise LoweringError(
+            raise StorageOverflow(
                 f"the code image ({program.end - program.base} B) exceeds memory-plan's code reservation "
                 f"({self.code_end - self.code_addr} B): raise reserve-code-bytes"
             )
@@ -1473,6 +1473,45 @@ def lower_to_package(
     return pkg
 
 
+def lower_fitting(module: ModuleOp, target: Target, plan_pass, attempts: int = 3) -> Package:
+    """`lower_to_package`, planned again when the lowering's storage outgrew memory-plan's reservations.
+
+    `lowering-storage` measures the lowering's code, tables and scratch on a provisional plan; the final plan's
+    addresses can need a little more (copies split at other alignments, say). Then the final plan is measured
+    (a measuring lowering of it), `lowering.storage` becomes the larger of the two, and `plan_pass` (the
+    pipeline's memory-plan) places the function again. The package says so in a note."""
+    from xdsl.context import Context
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, i64
+
+    from ipu.passes.lowering_storage import STORAGE_ATTR, storage_of
+    from ipu.passes.memory_plan import strip_memory_plan
+
+    notes = []
+    for attempt in range(attempts):
+        try:
+            pkg = lower_to_package(module, target)
+            pkg.metadata.setdefault("notes", []).extend(notes)
+            return pkg
+        except StorageOverflow as err:
+            if attempt == attempts - 1:
+                raise
+            f = _single_func(module)
+            probe = Lowering(f, target, measure=True)
+            probe.run()
+            need = probe.storage_need()
+            old = storage_of(f) or {}
+            sizes = {
+                "code": max(old.get("code", 0), need["code"]),
+                "tables": max(old.get("tables", 0), need["low"]),
+                "scratch": max(old.get("scratch", 0), need["high_small"] + need["high_elements"]),
+            }
+            notes.append(f"memory planned again: {err} (lowering.storage {old} -> {sizes})")
+            strip_memory_plan(f)
+            f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
+            plan_pass.apply(Context(), module)
+    raise AssertionError("unreachable")
+
+
 def model_config(module) -> dict | None:
     """The builder's config (frontend.siglip.MODEL_CONFIG_ATTR) of a module, checked; None without one."""
     import json
@@ -1550,12 +1589,19 @@ def compile_model(
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
-    elif not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+    planned_here = not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
+    if planned_here and not debug_values:
         compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
     total = len(compile_pass.passes()) + 1
     if progress is not None:
         progress("asm lowering", total - 1, total)
-    pkg = lower_to_package(module, target, debug_values)
+    from ipu.passes.memory_plan import MemoryPlanPass
+
+    plan_pass = compile_pass.passes()[-1]
+    if debug_values or not planned_here or not isinstance(plan_pass, MemoryPlanPass):
+        pkg = lower_to_package(module, target, debug_values)
+    else:
+        pkg = lower_fitting(module, target, plan_pass)
     if progress is not None:
         progress("done", total, total)
     if config is not None:

@@ -28,6 +28,12 @@ class PlacementError(ValueError):
     pass
 
 
+class StorageOverflow(PlacementError):
+    """The lowering's own storage (code, frames and tables, scratch) outgrew memory-plan's reservations:
+    `lowering-storage` measured it on a provisional plan, and the final plan's addresses needed more.
+    `compile_model` re-plans with the final plan's measurement (`lower_fitting`)."""
+
+
 @dataclass(frozen=True)
 class Placed:
     """A value's placement on every tile: start address (-1: the tile holds nothing), and for a Repeat
@@ -201,7 +207,7 @@ class DataImage:
         }
 
     def _fail(self, nbytes: int, where: str):
-        raise PlacementError(
+        raise StorageOverflow(
             f"the lowering's data ({nbytes} more bytes, {where}) does not fit: {self.used} bytes used above the "
             "memory plan; the lowering-storage pass sizes memory-plan's reservations (run it after any edit of the "
             "kernel choices), or give the target more SRAM"

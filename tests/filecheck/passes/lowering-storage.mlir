@@ -6,10 +6,10 @@
 // kernel-format data) by lowering a placed copy, and records it; memory-plan reserves exactly that.
 // CHECK: func.func @lin() attributes {{{.*}}lowering.storage = {code = {{[0-9]+}} : i64, tables = {{[0-9]+}} : i64, scratch = {{[0-9]+}} : i64}}
 
-// Code and tables in whole 16 KiB elements of region 0; the scratch (three 32 KiB elements for the GEMM's C, A and
+// Code (at the top, as measured) and tables (below it) share whole 16 KiB elements of region 0; the scratch (three 32 KiB elements for the GEMM's C, A and
 // weight staging, and the f16 bias) at the top of SRAM, 16-byte aligned.
-// PLAN-DAG: memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c000, bytes = 16384, live = [0, 5], region = "r0", align = 16384, resident>}
-// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16384, live = [0, 5], region = "r0", align = 16384, resident>}
+// PLAN-DAG: memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c180, bytes = 16000, live = [0, 5], region = "r0", align = 16, resident>}
+// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16768, live = [0, 5], region = "r0", align = 16384, resident>}
 // PLAN-DAG: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xcffe0, bytes = 98336, live = [0, 5], region = "any", align = 8, resident>}
 
 // A person may edit the numbers: memory-plan reserves what the attribute says.

@@ -28,7 +28,7 @@ func.func @mlp() {
 // CHECK-NEXT:    memory.plan {tiles = 4 : i64, events = 7 : i64, host_events = [0 : i64, 6 : i64], sram = [311296 : i64, 524288 : i64, 573440 : i64], aperture = [327680 : i64, 360448 : i64], num_classes = 2 : i64, classes = dense<[[0], [0], [1], [1]]> : tensor<4x1xi32>, high = dense<{{\[\[[0-9]+\], \[[0-9]+\]\]}}> : tensor<2x1xi32>}
 // CHECK-NEXT:    memory.reserve "runtime_state" {buffer = #memory.buffer<addr = 0x4c000, bytes = 1760, live = [0, 6], region = "r0", align = 8, resident>}
 // CHECK-NEXT:    memory.reserve "host_descriptors" {buffer = #memory.buffer<addr = 0x4c6e0, bytes = 256, live = [0, 6], region = "r0", align = 8, resident>}
-// CHECK-NEXT:    memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
+// CHECK-NEXT:    memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c000, bytes = 16384, live = [0, 6], region = "r0", align = 16, resident>}
 // CHECK-NEXT:    memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16384, live = [0, 6], region = "r0", align = 16384, resident>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [0, 0], region = "r0", align = 8>}
 // CHECK-NEXT:    memory.reserve "host_aperture" {buffer = #memory.buffer<addr = 0x50000, bytes = 32768, live = [6, 6], region = "r0", align = 8>}
