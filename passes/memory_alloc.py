@@ -115,9 +115,19 @@ class Placement:
 class PlacementError(Exception):
     """A buffer does not fit; `placement` holds every address assigned before the failure."""
 
-    def __init__(self, message: str, tile: int, event: int, buffer: int, placement: Placement):
+    def __init__(
+        self,
+        message: str,
+        tile: int,
+        event: int,
+        buffer: int,
+        placement: Placement,
+        request: int = 0,
+        free: int = 0,
+    ):
         super().__init__(message)
         self.tile, self.event, self.buffer, self.placement = tile, event, buffer, placement
+        self.request, self.free = request, free  # bytes asked for, usable free bytes of its region then
 
 
 def align_up(x: int, a: int) -> int:
@@ -299,7 +309,8 @@ class _ClassAllocator:
             + f"): {why}; live: {shown or 'nothing'}{more} ({sum(int(self.span[x]) for x in live)} B); "
             + f"usable free in [{region[0]:#x}, {region[1]:#x}): {free} B, largest hole {big[1] - big[0]} B at {big[0]:#x}"
         )
-        return PlacementError(msg, self.tile, event, b, placement)
+        request = int(self.span[b]) or span_of(buf, int(self.member[b]))
+        return PlacementError(msg, self.tile, event, b, placement, request, free)
 
     # -- allocation --------------------------------------------------------------------------------------------
     def forbidden(self, b: int, f: int, last: int) -> list[tuple[int, int]]:
@@ -509,7 +520,9 @@ def allocate(problem: Problem) -> Placement:
                 msg = str(err).replace(
                     f"tile {rep},", f"tile {rep} (and {n - 1} other tiles of its class),", 1
                 )
-                raise PlacementError(msg, err.tile, err.event, err.buffer, err.placement) from None
+                raise PlacementError(
+                    msg, err.tile, err.event, err.buffer, err.placement, err.request, err.free
+                ) from None
             raise
         placement.class_addr[:, c] = alloc.addr
         placement.class_span[:, c] = np.where(alloc.addr >= 0, alloc.span, 0)

@@ -414,8 +414,24 @@ class MemoryPlanPass(ModulePass):
 
                 _, html = write_failure_report(self.report_dir, problem, err, f.sym_name.data)
                 where = f" (memory map up to the failure: {html})"
-            raise PassFailedException(f"memory-plan: @{f.sym_name.data}: {err}{where}") from None
+            raise PassFailedException(
+                f"memory-plan: @{f.sym_name.data}: {err}{where}; {self.fit_hint(f, target, err)}"
+            ) from None
         self.record(f, target, problem, placement, events, support, builder)
+
+    def fit_hint(self, f: func.FuncOp, target: Target, err: ma.PlacementError) -> str:
+        """What the failure means and what would help, for a person reading the diagnostic."""
+        code, tables, scratch = self.sizes(f, target)
+        if err.free >= err.request > 0:
+            why = f"the region has the {err.request} B free but in pieces (fragmentation)"
+        else:
+            why = f"the region is {err.request - err.free} B short"
+        return (
+            f"{why}. What would help: fewer resident parameter bytes per tile (FP8 for more linears: "
+            "nn-quantize-weights keep_f16=...), fewer layers or more tiles, or less of the "
+            f"lowering's own storage, reserved on every tile for the whole program (code {code} B, tables "
+            f"{tables} B, scratch {scratch} B: lowering.storage)"
+        )
 
     @staticmethod
     def plan_high(placement, support) -> np.ndarray:

@@ -24,6 +24,7 @@ func.func @mlp() {
 }
 
 // OOM: ipu-opt: error: memory-plan: @mlp: tile 0 (and 1 other tiles of its class), event 0 (host input): cannot place '%w2' of nn.param %w2 (8192 B, align 8, any, live [0, 6], resident): no hole fits; live: exchange_tables (support, 16384 B at 0x58000), %w1 (nn.param %w1, 8192 B at 0x4e000), runtime_state (support, 1760 B at 0x4c000), host_descriptors (support, 256 B at 0x4c6e0) (26592 B); usable free in [0x4c000, 0x5c000): 6176 B, largest hole 6176 B at 0x4c7e0
+// OOM-SAME: ; the region is 2016 B short. What would help: fewer resident parameter bytes per tile
 // OOM-NOT: Traceback
 // CODE: ipu-opt: error: memory-plan: code (1000000 B) and exchange tables (64 B) need 1015808 B of whole 16 KiB elements in region 0 above 0x58000, the target has 163840 B there
 // NEG: ipu-opt: error: bad pass pipeline: memory-plan: option 'reserve_code_bytes' must be at least -1, got -2
