@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from itertools import chain
 
 import numpy as np
@@ -125,29 +124,23 @@ def target_of(plan: mem.PlanOp) -> Target:
     return target_for(plan.tiles.value.data, (end - base) // 1024)
 
 
-@lru_cache(maxsize=4096)
-def _panel_offsets(lay: tl.LayoutAttr, origin: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
-    """Per tile, the byte offset inside its shard of the block of `lay` that starts at `origin` and spans exactly
-    `dims` in its first dimensions and the whole tensor in the rest; -1 where the tile holds no such block (the
-    first matching block in block order counts, and its first replica on the tile). One pass over the layout
-    per (layout, panel): the lowering asks for it on every tile of every GEMM call."""
+def _panel_index(lay: tl.LayoutAttr, k: int, j: int) -> dict[tuple, int]:
+    """(origin[:k], dims[:j], tile) -> the byte offset inside the tile's shard of the block of `lay` that starts at
+    `origin` and spans exactly `dims` in its first j dimensions and the whole tensor in the rest, -1 where that
+    block does not span the rest. For each (origin, dims) the first matching block in block order counts on each
+    of its tiles, and its first replica there. One pass over the layout for every panel of every tile."""
     g = lay.geometry()
     table = lay.table()
-    n = int(table.max()) + 1
-    out = np.full(n, -1, np.int64)
-    decided = np.zeros(n, bool)
     eb = tl.element_bytes(lay.dtype)
-    rest = np.array(lay.shape_[len(dims) :])
-    for b in np.nonzero((g.block_origin[:, : len(origin)] == origin).all(1))[0]:
-        if tuple(g.block_dims[b][: len(dims)]) != dims:
-            continue
-        whole = not (g.block_dims[b][len(dims) :] != rest).any()
-        for r in range(table.shape[1]):
-            t = int(table[b, r])
-            if not decided[t]:
-                decided[t] = True
-                out[t] = int(g.offset[b, r]) * eb if whole else -1
-    out.flags.writeable = False
+    rest = np.array(lay.shape_[j:])
+    whole = ~(g.block_dims[:, j:] != rest).any(1)
+    origins = [tuple(x) for x in g.block_origin[:, :k].tolist()]
+    dims = [tuple(x) for x in g.block_dims[:, :j].tolist()]
+    offs = (g.offset * eb).tolist()
+    out: dict[tuple, int] = {}
+    for o, d, w, tiles, off in zip(origins, dims, whole.tolist(), table.tolist(), offs):
+        for t, x in zip(tiles, off):
+            out.setdefault((o, d, t), x if w else -1)
     return out
 
 
@@ -188,6 +181,7 @@ class Lowering(NnOps):
         self.layers = 1
         self.layer_ranges: list[tuple[int, int]] = []  # per-iteration storage: [start, end)
         self.repeats: list[dict] = []
+        self._panels: dict[tuple, tuple] = {}  # (id(layout), k, j) -> (layout, _panel_index)
 
     def storage_need(self) -> dict[str, int]:
         """After a measuring run: bytes of code, of low data (frames, tables) and of high data (small data and whole
@@ -594,9 +588,13 @@ class Lowering(NnOps):
         """Address on tile t of the block of v's layout that starts at `origin` and spans exactly `dims` in its
         first dimensions and the whole tensor in the rest (a GEMM row panel, a bias slice)."""
         lay = tl.layout_of(v)
-        off = _panel_offsets(lay, tuple(int(x) for x in origin), tuple(int(x) for x in dims))
-        if t < len(off) and int(off[t]) >= 0:
-            return int(self.addrs.of(v).addr[t]) + int(off[t])
+        key = (id(lay), len(origin), len(dims))
+        index = self._panels.get(key)
+        if index is None:  # the layout is kept with its index: its id stays its own
+            index = self._panels[key] = (lay, _panel_index(lay, len(origin), len(dims)))
+        off = index[1].get((tuple(int(x) for x in origin), tuple(int(x) for x in dims), int(t)), -1)
+        if off >= 0:
+            return int(self.addrs.of(v).addr[t]) + off
         raise LoweringError(
             f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
         )
