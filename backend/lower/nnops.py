@@ -132,17 +132,31 @@ class NnOps:
         def build(labels):
             active = np.zeros(self.n, np.uint32)
             frames = np.zeros((self.n, words), np.uint32)
-            # Tiles of one class get equal kernel objects (same addresses, sizes): one frame each.
+            # Tiles of one class get equal kernel objects (same addresses, sizes), often the same one: one frame
+            # each, written to all its tiles at once.
             memo: dict = {}
+            by_id: dict[int, int] = {}  # id(kernel object) -> its frame's group
+            groups: list[tuple[np.ndarray, list[int]]] = []
+            group_of: dict[int, int] = {}  # id(frame) -> group
             for t, k in per_tile.items():
-                try:
-                    frame = memo.get(k)
-                    if frame is None:
-                        frame = memo[k] = k.frame(labels)
-                except TypeError:  # a kernel with an unhashable field
-                    frame = k.frame(labels)
-                frames[t] = frame
-                active[t] = 1
+                g = by_id.get(id(k))
+                if g is None:
+                    try:
+                        frame = memo.get(k)
+                        if frame is None:
+                            frame = memo[k] = k.frame(labels)
+                    except TypeError:  # a kernel with an unhashable field
+                        frame = k.frame(labels)
+                    g = group_of.get(id(frame))
+                    if g is None:
+                        g = group_of[id(frame)] = len(groups)
+                        groups.append((frame, []))
+                    by_id[id(k)] = g
+                groups[g][1].append(t)
+            for frame, tiles in groups:
+                idx = np.array(tiles, np.int64)
+                frames[idx] = frame
+                active[idx] = 1
             return active, frames
 
         self.call(entry, words, build, all_active=len(per_tile) == self.n, what=what)
@@ -1262,24 +1276,27 @@ class NnOps:
         sizes, choice = self._attention_choices(op, what, mmax, seqs, tmax)
         c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
+        programs: dict[tuple, list] = {}  # job -> its program: tiles of one class share one
         for i, jobs in enumerate(rounds):
             try:
-                progs = {
-                    t: attention_program(
-                        sizes[job[5]],
-                        *job[:5],
-                        scale,
-                        *areas,
-                        esizes,
-                        panels_of,
-                        zeros,
-                        self.target.region1[0],
-                        o_stride=(d + 2) * 4,
-                        stats=True,
-                        **choice,
-                    )  # fmt: skip
-                    for t, job in jobs.items()
-                }
+                progs = {}
+                for t, job in jobs.items():
+                    prog = programs.get(job)
+                    if prog is None:
+                        prog = programs[job] = attention_program(
+                            sizes[job[5]],
+                            *job[:5],
+                            scale,
+                            *areas,
+                            esizes,
+                            panels_of,
+                            zeros,
+                            self.target.region1[0],
+                            o_stride=(d + 2) * 4,
+                            stats=True,
+                            **choice,
+                        )  # fmt: skip
+                    progs[t] = prog
             except ValueError as exc:
                 raise self.error(f"{what}: {exc}") from None
             self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
