@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from itertools import chain
 
 import numpy as np
@@ -1082,21 +1083,8 @@ class Lowering(NnOps):
         """Copies gathering K chunk [k0, k0 + kw) of a tile's mr A rows of k columns at `a`, stored as column
         panels of p (`colsP`), into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros
         for the K padding (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN
-        patterns)."""
-        rows = []
-        hi = min(k0 + kw, k)
-        for r in range(mr):
-            c = k0
-            while c < hi:
-                panel = c // p
-                width = min(p, k - panel * p)
-                end = min(hi, panel * p + p)
-                src = a + (panel * p * mr + r * width + c - panel * p) * 2
-                rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
-                c = end
-            rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
-        rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
-        return rows
+        patterns). A new list each call (callers extend it); tiles of one class ask for the same copies."""
+        return list(_a_chunk_copies(mr, mpad, a, p, k, k0, kw, dst, zeros))
 
     def elementwise(self, op: Operation) -> None:
         """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on
@@ -1399,29 +1387,76 @@ class _Words:
         return self.names[int(self.block[j])]
 
 
+@lru_cache(maxsize=8192)
+def _a_chunk_copies(
+    mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+) -> tuple[tuple[int, int, int], ...]:
+    """`Lowering._a_chunk_rows`'s copies (a tuple: shared by the tiles that ask for the same ones)."""
+    rows = []
+    hi = min(k0 + kw, k)
+    for r in range(mr):
+        c = k0
+        while c < hi:
+            panel = c // p
+            width = min(p, k - panel * p)
+            end = min(hi, panel * p + p)
+            src = a + (panel * p * mr + r * width + c - panel * p) * 2
+            rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
+            c = end
+        rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
+    rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
+    return tuple(rows)
+
+
 def _split_halves(rows: dict[int, list[tuple[int, int, int]]]):
     """Copies -> (whole-word copies, single-half copies) for copies of f16 pieces that are not whole aligned
     words (e.g. one f16 element per tile gathered into a row)."""
     words: dict[int, list] = {}
     halves: dict[int, list] = {}
+    memo: dict[tuple, tuple[list, list]] = {}  # tiles of one class: the same copies
     for t, rs in rows.items():
-        for src, dst, nbytes in rs:
-            if not (src % 4 or dst % 4 or nbytes % 4):
-                words.setdefault(t, []).append((src, dst, nbytes))
-                continue
-            if src % 2 or dst % 2 or nbytes % 2:
-                raise LoweringError(f"copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole halves")
-            if src % 4 != dst % 4:
-                halves.setdefault(t, []).extend((src + i, dst + i) for i in range(0, nbytes, 2))
-                continue
-            if dst % 4:
-                halves.setdefault(t, []).append((src, dst))
-                src, dst, nbytes = src + 2, dst + 2, nbytes - 2
-            if nbytes % 4:
-                halves.setdefault(t, []).append((src + nbytes - 2, dst + nbytes - 2))
-                nbytes -= 2
-            if nbytes:
-                words.setdefault(t, []).append((src, dst, nbytes))
+        key = tuple(rs)
+        try:
+            hit = memo.get(key)
+        except TypeError:  # unhashable copies (lists): not shared
+            key, hit = None, None
+        if hit is not None:
+            if hit[0]:
+                words[t] = list(hit[0])
+            if hit[1]:
+                halves[t] = list(hit[1])
+            continue
+        w, h = _split_halves_of(rs)
+        if key is not None:
+            memo[key] = (w, h)
+        if w:
+            words[t] = list(w)
+        if h:
+            halves[t] = list(h)
+    return words, halves
+
+
+def _split_halves_of(rs: list[tuple[int, int, int]]) -> tuple[list, list]:
+    """One tile's copies -> (whole-word copies, single-half copies) (`_split_halves`)."""
+    words: list = []
+    halves: list = []
+    for src, dst, nbytes in rs:
+        if not (src % 4 or dst % 4 or nbytes % 4):
+            words.append((src, dst, nbytes))
+            continue
+        if src % 2 or dst % 2 or nbytes % 2:
+            raise LoweringError(f"copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole halves")
+        if src % 4 != dst % 4:
+            halves.extend((src + i, dst + i) for i in range(0, nbytes, 2))
+            continue
+        if dst % 4:
+            halves.append((src, dst))
+            src, dst, nbytes = src + 2, dst + 2, nbytes - 2
+        if nbytes % 4:
+            halves.append((src + nbytes - 2, dst + nbytes - 2))
+            nbytes -= 2
+        if nbytes:
+            words.append((src, dst, nbytes))
     return words, halves
 
 
