@@ -105,6 +105,19 @@ ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
 class NnOps:
     """Methods of `Lowering` (uses its `call`, `scratch`, `copy_call`, `addrs`, `image`, `n`, `target`)."""
 
+    def kernel(self, cls, *args, **kw):
+        """cls(*args, **kw), one object per distinct arguments (kernel calls are frozen dataclasses: the tiles of
+        a class, which ask for the same call, share one; `kcall` then builds its frame once)."""
+        key = (cls, args, tuple(map(type, args)), tuple(kw.items()), tuple(type(v) for v in kw.values()))
+        cache = self.__dict__.setdefault("_kernels", {})
+        try:
+            obj = cache.get(key)
+        except TypeError:  # an unhashable argument
+            return cls(*args, **kw)
+        if obj is None:
+            obj = cache[key] = cls(*args, **kw)
+        return obj
+
     def aux(self) -> int:
         """A third scratch area (region-1 element sized, any memory): f16 copies of small operands, weight
         panels of K and V."""
@@ -790,7 +803,7 @@ class NnOps:
                 prep = {}
                 for t, (j, (k1, w, _a, _r, area)) in sel.items():
                     src, stride = wrows(t, j, k1)
-                    prep[t] = pk.weights_from_bt(j[4], w, "f16", src, area, src_row=stride * 2)
+                    prep[t] = self.kernel(pk.weights_from_bt, j[4], w, "f16", src, area, src_row=stride * 2)
                 self.kcall(tag, prep)
                 for w, area in sorted({(q[1], q[4]) for _, q in sel.values()}):  # N padding rows: zeros
                     pads = {t: (j[4], npad[t]) for t, (j, q) in sel.items() if (q[1], q[4]) == (w, area)}
@@ -799,7 +812,7 @@ class NnOps:
                 prep = {}
                 for t, (j, (k1, w, _a, _r, area)) in sel.items():
                     src, stride = wrows(t, j, k1)
-                    prep[t] = pk.fp8_to_f16_panels(j[4], w, src, area, src_row=stride, **fmt)
+                    prep[t] = self.kernel(pk.fp8_to_f16_panels, j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
         coef = self.gemm_coef(op, panels)
@@ -814,8 +827,8 @@ class NnOps:
                     if a_cols is not None and row == 2 * a_cols and w > a_cols
                     else {}
                 )
-                calls[t] = gm.Gemm(j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc", coef=coef, a=a,
-                                   weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
+                calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
+                                       coef=coef, a=a, weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
@@ -1017,8 +1030,8 @@ class NnOps:
             for t, (_s, _d, n) in blocks.items():
                 base = src_of[t]
                 out = final[t] if last else work
-                calls[t] = ew.Elementwise(
-                    add, h * n // per_unit, in0=base, in1=base + (live - h) * n * xs, out=out
+                calls[t] = self.kernel(
+                    ew.Elementwise, add, h * n // per_unit, in0=base, in1=base + (live - h) * n * xs, out=out
                 )
             self.kcall(f"{what}: sum {live} -> {live - h}", calls)
             if (
