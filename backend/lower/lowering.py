@@ -321,7 +321,9 @@ class Lowering(NnOps):
         """`tile.repeat` as a supervisor loop over one copy of the body's code, lowered at a fixed number of
         iterations whatever the count (`repeat_samples`: 0, 1 and the last; every iteration with
         `per_iteration`, the reference path). A sampled iteration i is lowered with the stacked block arguments at
-        member i (`Addresses.iteration`) and the per-iteration storage at member i (`layer_alloc`).
+        member i (`Addresses.iteration`) and the per-iteration storage at member i (`layer_alloc`). A measuring
+        lowering (`measure`) lowers iterations 0 and 1 only: they decide every size; the last iteration's check is
+        the real lowering's.
 
         Derived (from iterations 0 and 1, every iteration by the arithmetic progression w_i = w_0 + i (w_1 - w_0)):
         - every frame / table word: the words that change get a per-tile patch table (address, stride) that
@@ -370,7 +372,13 @@ class Lowering(NnOps):
         )
         runs = []
         self.layers = count
-        for i in repeat_samples(count, self.per_iteration):
+        samples = repeat_samples(count, self.per_iteration)
+        if self.measure and not self.per_iteration:
+            # Measuring: iterations 0 and 1 give every size (the code and allocations are iteration 0's, the patch
+            # tables hold the words that differ between 0 and 1); the last iteration only checks the progression,
+            # which the real lowering does.
+            samples = [i for i in samples if i < 2]
+        for i in samples:
             image.ranges["low"], image.ranges["high"] = (
                 [list(x) for x in state[0]],
                 [list(x) for x in state[1]],

@@ -141,3 +141,23 @@ def test_measuring_counts_when_the_provisional_plan_leaves_no_room():
     assert img.need() == {"low": 12 + 5000 + 4, "high_small": 96 + 40 + 8, "high_elements": 3 * e}
     with pytest.raises(PlacementError, match="does not fit"):
         DataImage(t, [], t.sram_end).alloc(96, 8, "high")
+
+
+def test_measuring_lowers_iterations_0_and_1_with_the_sizes_of_every_iteration():
+    """A measuring lowering of a 3-layer loop lowers iterations 0 and 1 only (the last one's check is the real
+    lowering's) and measures what a measuring lowering of every iteration measures."""
+    f, target = _placed(PRESETS["tiny"].with_layers(3), 16)
+    seen = []
+
+    class Probe(Lowering):
+        def block(self, block):
+            if self.layer is not None and block is not self.f.body.block:
+                seen.append(self.layer)
+            return super().block(block)
+
+    fast = Probe(f, target, measure=True)
+    fast.run()
+    assert sorted(set(seen)) == [0, 1]
+    full = Lowering(f, target, measure=True, per_iteration=True)
+    full.run()
+    assert fast.storage_need() == full.storage_need()
