@@ -7,8 +7,10 @@ Transfers are computed with numpy over the elements of each tensor (`relayout_tr
 1. For every element: its destination block and position in that block's storage order, and its source tile and
    byte offset (a replicated source block is read from replica `destination block mod replicas`, spreading the
    sending over the replicas).
-2. Sorted in destination storage order, elements form segments: maximal runs with one source tile, consecutive
-   source addresses and one destination block. A segment is one send.
+2. In destination storage order (one scatter: block start + position), elements form segments: maximal runs with
+   one source tile, consecutive source addresses and one destination block. A segment is one send. Between two
+   row-major layouts the same runs are found over pieces of rows (the last dimension cut at both layouts' block
+   boundaries) instead of elements, many times fewer.
 3. A segment goes to every replica of its destination block: one send, one receive per replica tile (multicast);
    a replica on the sending tile itself gets an on-tile copy instead.
 
@@ -34,8 +36,9 @@ from ipu.passes import cost_model as cm
 from ipu.passes.tile_plan import target_for
 
 
-def _element_places(layout: tl.LayoutAttr):
-    """For every element, in row-major order of the tensor: (block id, position inside the block's storage).
+def _places(layout: tl.LayoutAttr):
+    """Per element of the tensor: (block id, position inside the block's storage), as arrays that broadcast to
+    the tensor's shape (the block id array has it already).
 
     Computed per dimension and combined by broadcasting (block ids and storage positions are sums / products of
     per-dimension terms), which is several times cheaper than unravelling every flat index."""
@@ -66,8 +69,41 @@ def _element_places(layout: tl.LayoutAttr):
         pos = np.zeros([1] * rank, np.int64)
         for d in range(rank):
             pos = pos * ext[d] + w[d]
-    full = tuple(shape)
+    return bid, pos
+
+
+def _element_places(layout: tl.LayoutAttr):
+    """For every element, in row-major order of the tensor: (block id, position inside the block's storage)."""
+    bid, pos = _places(layout)
+    full = tuple(layout.shape_)
     return np.broadcast_to(bid, full).reshape(-1), np.broadcast_to(pos, full).reshape(-1)
+
+
+def _flat(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(x, shape).reshape(-1)
+
+
+def _storage_order(layout: tl.LayoutAttr) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row-major element indices in the layout's storage order: blocks in block order, each block's elements
+    in its storage order; the start of each block in that order, one more entry at the end), or None if the
+    positions are not a permutation of each block's storage (then `relayout_transfers` sorts).
+
+    One scatter over the elements instead of a sort: element e goes to block_start[block(e)] + position(e)."""
+    n = int(np.prod(layout.shape_))
+    elems = layout.geometry().block_elems
+    start = np.zeros(len(elems) + 1, np.int64)
+    np.cumsum(elems, out=start[1:])
+    if int(start[-1]) != n:
+        return None
+    bid, pos = _places(layout)
+    key = _flat(start[bid] + pos, tuple(layout.shape_))
+    if n and (int(key.min()) < 0 or int(key.max()) >= n):
+        return None
+    order = np.full(n, -1, np.int64)
+    order[key] = np.arange(n, dtype=np.int64)
+    if n and int(order.min()) < 0:  # two elements at one position leave another one empty
+        return None
+    return order, start
 
 
 def relayout_transfers(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
@@ -75,7 +111,100 @@ def relayout_transfers(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
     columns as in the exchange dialect, cycles -1; recv send indices are local to this relayout."""
     if src.shape_ != dst.shape_ or tl.element_bytes(src.dtype) != tl.element_bytes(dst.dtype):
         raise ValueError(f"relayout between different shapes/types: {src.shape_} vs {dst.shape_}")
-    eb = tl.element_bytes(dst.dtype)
+    if src.order.data == dst.order.data == "row_major":
+        out = _relayout_transfers_rows(src, dst, buf)
+        if out is not None:
+            return out
+    placed = _storage_order(dst)
+    if placed is None:
+        return _relayout_transfers_sorted(src, dst, buf)
+    order, bstart = placed
+    n = len(order)
+    full = tuple(dst.shape_)
+    # The elements in destination storage order (block by block): their source tile and element offset there. The
+    # source replica follows the destination block, as in `_relayout_transfers_sorted`.
+    s_bid, s_pos = _places(src)
+    stab, soff = src.table(), src.geometry().offset
+    if src.replicas.data == 1:
+        s_tile = _flat(stab[:, 0].astype(np.int64)[s_bid], full)[order]
+        s_off = _flat(soff[:, 0][s_bid] + s_pos, full)[order]
+    else:
+        sb, sp = _flat(s_bid, full)[order], _flat(s_pos, full)[order]
+        rep = np.repeat(np.arange(len(bstart) - 1, dtype=np.int64) % src.replicas.data, np.diff(bstart))
+        s_tile = stab[sb, rep].astype(np.int64)
+        s_off = soff[sb, rep] + sp
+    brk = np.empty(n, bool)
+    brk[:1] = True
+    np.not_equal(s_tile[1:], s_tile[:-1], out=brk[1:])
+    brk[1:] |= s_off[1:] != s_off[:-1] + 1
+    brk[bstart[:-1]] = True  # a new destination block
+    starts = np.nonzero(brk)[0]
+    seg_bid = np.searchsorted(bstart, starts, side="right") - 1
+    seg_pos = starts - bstart[seg_bid]
+    return _segments_to_tables(dst, starts, n, s_tile[starts], s_off[starts], seg_bid, seg_pos, buf)
+
+
+def _row_pieces(layout: tl.LayoutAttr, c0: np.ndarray):
+    """(block id, position inside the block's storage) of the first element of each row piece: a row of a
+    row-major layout (every index but the last) cut at the columns `c0`, as arrays broadcasting to
+    [*shape[:-1], len(c0)]."""
+    shape, block, grid = layout.shape_, layout.block_, layout.grid
+    rank = len(shape)
+
+    def along(d, x):
+        return x.reshape([-1 if e == d else 1 for e in range(rank)])
+
+    bid = np.zeros([1] * rank, np.int64)
+    pos = np.zeros([1] * rank, np.int64)
+    for d in range(rank):
+        c = np.arange(shape[d], dtype=np.int64) if d < rank - 1 else c0
+        b = c // block[d]
+        ext = np.minimum(block[d], shape[d] - b * block[d])
+        bid = bid * grid[d] + along(d, b)
+        pos = pos * along(d, ext) + along(d, c - b * block[d])
+    return bid, pos
+
+
+def _relayout_transfers_rows(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int):
+    """`relayout_transfers` of two row-major layouts, by pieces of rows instead of elements, or None when the
+    pieces are not many fewer than the elements.
+
+    The last dimension cut at both layouts' block boundaries leaves pieces that lie in one source and one
+    destination block, consecutive in both storages: each is part of one segment, so the segments are the runs
+    of pieces (in destination storage order) with one destination block, one source tile and consecutive source
+    offsets, the same runs as element by element."""
+    shape = tuple(dst.shape_)
+    cols = shape[-1]
+    n = int(np.prod(shape))
+    edges = np.unique(
+        np.concatenate([np.arange(0, cols, src.block_[-1]), np.arange(0, cols, dst.block_[-1]), [cols]])
+    ).astype(np.int64)
+    c0, width = edges[:-1], np.diff(edges)
+    full = (*shape[:-1], len(c0))
+    if int(np.prod(full)) * 4 > n:
+        return None
+    elems = dst.geometry().block_elems
+    bstart = np.zeros(len(elems) + 1, np.int64)
+    np.cumsum(elems, out=bstart[1:])
+    d_bid, d_pos = _row_pieces(dst, c0)
+    key = _flat(bstart[d_bid] + d_pos, full)  # the first element's index in destination storage order
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    d_bid, d_pos = _flat(d_bid, full)[order], _flat(d_pos, full)[order]
+    width = _flat(width, full)[order]
+    s_bid, s_pos = _row_pieces(src, c0)
+    s_bid, s_pos = _flat(s_bid, full)[order], _flat(s_pos, full)[order]
+    rep = d_bid % src.replicas.data
+    s_tile = src.table()[s_bid, rep].astype(np.int64)
+    s_off = src.geometry().offset[s_bid, rep] + s_pos
+    brk = np.ones(len(key), bool)
+    brk[1:] = (d_bid[1:] != d_bid[:-1]) | (s_tile[1:] != s_tile[:-1]) | (s_off[1:] != s_off[:-1] + width[:-1])
+    at = np.nonzero(brk)[0]
+    return _segments_to_tables(dst, key[at], n, s_tile[at], s_off[at], d_bid[at], d_pos[at], buf)
+
+
+def _relayout_transfers_sorted(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
+    """`relayout_transfers` by a sort of the elements into destination storage order (any positions)."""
     n = int(np.prod(dst.shape_))
     d_bid, d_pos = _element_places(dst)
     s_bid, s_pos = _element_places(src)
@@ -91,8 +220,17 @@ def relayout_transfers(src: tl.LayoutAttr, dst: tl.LayoutAttr, buf: int = 0):
     brk = np.ones(n, bool)
     brk[1:] = (d_bid[1:] != d_bid[:-1]) | (s_tile[1:] != s_tile[:-1]) | (s_off[1:] != s_off[:-1] + 1)
     starts = np.nonzero(brk)[0]
+    return _segments_to_tables(
+        dst, starts, n, s_tile[starts], s_off[starts], d_bid[starts], d_pos[starts], buf
+    )
+
+
+def _segments_to_tables(dst, starts, n, seg_tile, seg_off, seg_bid, seg_pos, buf):
+    """Segments (maximal runs with one source tile, consecutive source offsets and one destination block: their
+    first element in destination storage order, source tile and offset, destination block and position) ->
+    (sends, recvs, copies)."""
+    eb = tl.element_bytes(dst.dtype)
     lengths = np.diff(np.append(starts, n))
-    seg_tile, seg_off, seg_bid, seg_pos = s_tile[starts], s_off[starts], d_bid[starts], d_pos[starts]
     # Multicast to every replica of the destination block.
     dtab = dst.table().astype(np.int64)
     dgeo = dst.geometry()

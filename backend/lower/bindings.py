@@ -39,7 +39,10 @@ def layout_chunks(
     layout: tl.LayoutAttr, addr: np.ndarray, stride: np.ndarray | None = None, first_replica_only=False
 ):
     """Chunk rows (tile, address, flat offset, count, flat stride) for every block replica of `layout` stored at
-    `addr[tile]` (a stacked layout: layer l at addr + l * stride[tile])."""
+    `addr[tile]` (a stacked layout: layer l at addr + l * stride[tile]), in block, replica, layer order.
+
+    Blocks of one extent share their runs (positions, counts, strides, flat offsets from the block's origin): one
+    numpy construction per extent, for all its blocks, replicas and layers."""
     lay = layout.unstacked() if layout.stack.data else layout
     layers = max(1, layout.stack.data)
     g = lay.geometry()
@@ -50,49 +53,78 @@ def layout_chunks(
     for d in range(len(shape) - 2, -1, -1):
         strides[d] = strides[d + 1] * shape[d + 1]
     slice_elems = int(shape.prod())
-    out = []
-    for b in range(lay.num_blocks):
-        origin, dims = g.block_origin[b], g.block_dims[b]
-        if lay.order.data == "amp16":
-            rows, cols = int(dims[0]), int(dims[1])
-            p = np.arange(0, rows, tl.AMP_PANEL_ROWS)
-            pr = np.minimum(tl.AMP_PANEL_ROWS, rows - p)
-            pp, jj = np.repeat(p, cols), np.tile(np.arange(cols), len(p))
-            cnt = np.repeat(pr, cols)
-            pos = pp * cols + jj * cnt
-            flat = (origin[0] + pp) * strides[0] + origin[1] + jj
-            step = np.full(len(pos), strides[0])
-        elif tl.col_panel_width(lay) is not None:
-            rows, cols, pw = int(dims[0]), int(dims[1]), tl.col_panel_width(lay)
-            c = np.arange(0, cols, pw)
-            ii, cc = np.tile(np.arange(rows), len(c)), np.repeat(c, rows)
-            cnt = np.minimum(pw, cols - cc)
-            pos = tl.col_panel_positions(ii, cc, rows, cols, pw)
-            flat = (origin[0] + ii) * strides[0] + origin[1] + cc
-            step = np.ones(len(pos), np.int64)
-        else:
-            lead = dims[:-1]
-            n = int(np.prod(lead)) if len(lead) else 1
-            idx = (
-                np.stack(np.unravel_index(np.arange(n), tuple(int(x) for x in lead)), 1)
-                if len(lead)
-                else np.zeros((1, 0), np.int64)
-            )
-            flat = ((origin[:-1] + idx) * strides[:-1]).sum(1) + origin[-1]
-            pos = np.arange(n) * int(dims[-1])
-            cnt = np.full(n, int(dims[-1]))
-            step = np.ones(n, np.int64)
-        for r in range(1 if first_replica_only else table.shape[1]):
-            t = int(table[b, r])
-            base = int(addr[t]) + int(g.offset[b, r]) * esize
-            for layer in range(layers):
-                lbase = base + (layer * int(stride[t]) if layers > 1 else 0)
-                out.append(
-                    np.stack(
-                        [np.full(len(pos), t), lbase + pos * esize, flat + layer * slice_elems, cnt, step], 1
-                    )
-                )
-    return np.concatenate(out).astype(np.int64) if out else np.zeros((0, 5), np.int64)
+    reps = 1 if first_replica_only else table.shape[1]
+    if lay.num_blocks == 0:
+        return np.zeros((0, 5), np.int64)
+    addr = np.asarray(addr, np.int64)
+    lstride = np.asarray(stride, np.int64) if layers > 1 else None
+    tiles = table[:, :reps].astype(np.int64)  # [blocks, reps]
+    base = addr[tiles] + g.offset[:, :reps].astype(np.int64) * esize  # [blocks, reps]
+    origin_flat = g.block_origin.astype(np.int64) @ strides  # [blocks]
+    layer = np.arange(layers, dtype=np.int64)
+    dims_of = [tuple(x) for x in g.block_dims.tolist()]
+    groups: dict[tuple, list[int]] = {}
+    for b, dims in enumerate(dims_of):
+        groups.setdefault(dims, []).append(b)
+    out: list[np.ndarray | None] = [None] * lay.num_blocks
+    for dims, blocks in groups.items():
+        pos, flat, cnt, step = _block_runs(lay, dims, strides)
+        bs = np.array(blocks, np.int64)
+        # [blocks, reps, layers, runs]
+        t = tiles[bs][:, :, None, None]
+        a = base[bs][:, :, None, None] + pos * esize
+        if layers > 1:
+            a = a + layer[None, None, :, None] * lstride[tiles[bs]][:, :, None, None]
+        f = origin_flat[bs][:, None, None, None] + flat + layer[None, None, :, None] * slice_elems
+        full = (len(bs), reps, layers, len(pos))
+        rows = np.stack(
+            [
+                np.broadcast_to(t, full),
+                np.broadcast_to(a, full),
+                np.broadcast_to(f, full),
+                np.broadcast_to(cnt, full),
+                np.broadcast_to(step, full),
+            ],
+            axis=-1,
+        ).reshape(len(bs), -1, 5)
+        for i, b in enumerate(blocks):
+            out[b] = rows[i]
+    return np.concatenate(out).astype(np.int64)
+
+
+def _block_runs(lay: tl.LayoutAttr, dims: tuple[int, ...], strides: np.ndarray):
+    """The runs of one block of extent `dims`: (storage position, flat offset from the block's origin, count,
+    flat stride) per run, as in the layout's storage order."""
+    if lay.order.data == "amp16":
+        rows, cols = int(dims[0]), int(dims[1])
+        p = np.arange(0, rows, tl.AMP_PANEL_ROWS)
+        pr = np.minimum(tl.AMP_PANEL_ROWS, rows - p)
+        pp, jj = np.repeat(p, cols), np.tile(np.arange(cols), len(p))
+        cnt = np.repeat(pr, cols)
+        pos = pp * cols + jj * cnt
+        flat = pp * strides[0] + jj
+        step = np.full(len(pos), strides[0])
+    elif tl.col_panel_width(lay) is not None:
+        rows, cols, pw = int(dims[0]), int(dims[1]), tl.col_panel_width(lay)
+        c = np.arange(0, cols, pw)
+        ii, cc = np.tile(np.arange(rows), len(c)), np.repeat(c, rows)
+        cnt = np.minimum(pw, cols - cc)
+        pos = tl.col_panel_positions(ii, cc, rows, cols, pw)
+        flat = ii * strides[0] + cc
+        step = np.ones(len(pos), np.int64)
+    else:
+        lead = dims[:-1]
+        n = int(np.prod(lead)) if len(lead) else 1
+        idx = (
+            np.stack(np.unravel_index(np.arange(n), tuple(int(x) for x in lead)), 1)
+            if len(lead)
+            else np.zeros((1, 0), np.int64)
+        )
+        flat = (idx * strides[:-1]).sum(1)
+        pos = np.arange(n) * int(dims[-1])
+        cnt = np.full(n, int(dims[-1]))
+        step = np.ones(n, np.int64)
+    return (np.asarray(x, np.int64) for x in (pos, flat, cnt, step))
 
 
 def _flat_shape(t) -> tuple[int, ...]:

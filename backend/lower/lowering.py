@@ -125,29 +125,23 @@ def target_of(plan: mem.PlanOp) -> Target:
     return target_for(plan.tiles.value.data, (end - base) // 1024)
 
 
-@lru_cache(maxsize=4096)
-def _panel_offsets(lay: tl.LayoutAttr, origin: tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
-    """Per tile, the byte offset inside its shard of the block of `lay` that starts at `origin` and spans exactly
-    `dims` in its first dimensions and the whole tensor in the rest; -1 where the tile holds no such block (the
-    first matching block in block order counts, and its first replica on the tile). One pass over the layout
-    per (layout, panel): the lowering asks for it on every tile of every GEMM call."""
+def _panel_index(lay: tl.LayoutAttr, k: int, j: int) -> dict[tuple, int]:
+    """(origin[:k], dims[:j], tile) -> the byte offset inside the tile's shard of the block of `lay` that starts at
+    `origin` and spans exactly `dims` in its first j dimensions and the whole tensor in the rest, -1 where that
+    block does not span the rest. For each (origin, dims) the first matching block in block order counts on each
+    of its tiles, and its first replica there. One pass over the layout for every panel of every tile."""
     g = lay.geometry()
     table = lay.table()
-    n = int(table.max()) + 1
-    out = np.full(n, -1, np.int64)
-    decided = np.zeros(n, bool)
     eb = tl.element_bytes(lay.dtype)
-    rest = np.array(lay.shape_[len(dims) :])
-    for b in np.nonzero((g.block_origin[:, : len(origin)] == origin).all(1))[0]:
-        if tuple(g.block_dims[b][: len(dims)]) != dims:
-            continue
-        whole = not (g.block_dims[b][len(dims) :] != rest).any()
-        for r in range(table.shape[1]):
-            t = int(table[b, r])
-            if not decided[t]:
-                decided[t] = True
-                out[t] = int(g.offset[b, r]) * eb if whole else -1
-    out.flags.writeable = False
+    rest = np.array(lay.shape_[j:])
+    whole = ~(g.block_dims[:, j:] != rest).any(1)
+    origins = [tuple(x) for x in g.block_origin[:, :k].tolist()]
+    dims = [tuple(x) for x in g.block_dims[:, :j].tolist()]
+    offs = (g.offset * eb).tolist()
+    out: dict[tuple, int] = {}
+    for o, d, w, tiles, off in zip(origins, dims, whole.tolist(), table.tolist(), offs):
+        for t, x in zip(tiles, off):
+            out.setdefault((o, d, t), x if w else -1)
     return out
 
 
@@ -188,6 +182,7 @@ class Lowering(NnOps):
         self.layers = 1
         self.layer_ranges: list[tuple[int, int]] = []  # per-iteration storage: [start, end)
         self.repeats: list[dict] = []
+        self._panels: dict[tuple, tuple] = {}  # (id(layout), k, j) -> (layout, _panel_index)
 
     def storage_need(self) -> dict[str, int]:
         """After a measuring run: bytes of code, of low data (frames, tables) and of high data (small data and whole
@@ -326,7 +321,9 @@ class Lowering(NnOps):
         """`tile.repeat` as a supervisor loop over one copy of the body's code, lowered at a fixed number of
         iterations whatever the count (`repeat_samples`: 0, 1 and the last; every iteration with
         `per_iteration`, the reference path). A sampled iteration i is lowered with the stacked block arguments at
-        member i (`Addresses.iteration`) and the per-iteration storage at member i (`layer_alloc`).
+        member i (`Addresses.iteration`) and the per-iteration storage at member i (`layer_alloc`). A measuring
+        lowering (`measure`) lowers iterations 0 and 1 only: they decide every size; the last iteration's check is
+        the real lowering's.
 
         Derived (from iterations 0 and 1, every iteration by the arithmetic progression w_i = w_0 + i (w_1 - w_0)):
         - every frame / table word: the words that change get a per-tile patch table (address, stride) that
@@ -375,7 +372,13 @@ class Lowering(NnOps):
         )
         runs = []
         self.layers = count
-        for i in repeat_samples(count, self.per_iteration):
+        samples = repeat_samples(count, self.per_iteration)
+        if self.measure and not self.per_iteration:
+            # Measuring: iterations 0 and 1 give every size (the code and allocations are iteration 0's, the patch
+            # tables hold the words that differ between 0 and 1); the last iteration only checks the progression,
+            # which the real lowering does.
+            samples = [i for i in samples if i < 2]
+        for i in samples:
             image.ranges["low"], image.ranges["high"] = (
                 [list(x) for x in state[0]],
                 [list(x) for x in state[1]],
@@ -594,9 +597,13 @@ class Lowering(NnOps):
         """Address on tile t of the block of v's layout that starts at `origin` and spans exactly `dims` in its
         first dimensions and the whole tensor in the rest (a GEMM row panel, a bias slice)."""
         lay = tl.layout_of(v)
-        off = _panel_offsets(lay, tuple(int(x) for x in origin), tuple(int(x) for x in dims))
-        if t < len(off) and int(off[t]) >= 0:
-            return int(self.addrs.of(v).addr[t]) + int(off[t])
+        key = (id(lay), len(origin), len(dims))
+        index = self._panels.get(key)
+        if index is None:  # the layout is kept with its index: its id stays its own
+            index = self._panels[key] = (lay, _panel_index(lay, len(origin), len(dims)))
+        off = index[1].get((tuple(int(x) for x in origin), tuple(int(x) for x in dims), int(t)), -1)
+        if off >= 0:
+            return int(self.addrs.of(v).addr[t]) + off
         raise LoweringError(
             f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
         )
@@ -1084,21 +1091,8 @@ class Lowering(NnOps):
         """Copies gathering K chunk [k0, k0 + kw) of a tile's mr A rows of k columns at `a`, stored as column
         panels of p (`colsP`), into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros
         for the K padding (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN
-        patterns)."""
-        rows = []
-        hi = min(k0 + kw, k)
-        for r in range(mr):
-            c = k0
-            while c < hi:
-                panel = c // p
-                width = min(p, k - panel * p)
-                end = min(hi, panel * p + p)
-                src = a + (panel * p * mr + r * width + c - panel * p) * 2
-                rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
-                c = end
-            rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
-        rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
-        return rows
+        patterns). A new list each call (callers extend it); tiles of one class ask for the same copies."""
+        return list(_a_chunk_copies(mr, mpad, a, p, k, k0, kw, dst, zeros))
 
     def elementwise(self, op: Operation) -> None:
         """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on
@@ -1401,29 +1395,76 @@ class _Words:
         return self.names[int(self.block[j])]
 
 
+@lru_cache(maxsize=8192)
+def _a_chunk_copies(
+    mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+) -> tuple[tuple[int, int, int], ...]:
+    """`Lowering._a_chunk_rows`'s copies (a tuple: shared by the tiles that ask for the same ones)."""
+    rows = []
+    hi = min(k0 + kw, k)
+    for r in range(mr):
+        c = k0
+        while c < hi:
+            panel = c // p
+            width = min(p, k - panel * p)
+            end = min(hi, panel * p + p)
+            src = a + (panel * p * mr + r * width + c - panel * p) * 2
+            rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
+            c = end
+        rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
+    rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
+    return tuple(rows)
+
+
 def _split_halves(rows: dict[int, list[tuple[int, int, int]]]):
     """Copies -> (whole-word copies, single-half copies) for copies of f16 pieces that are not whole aligned
     words (e.g. one f16 element per tile gathered into a row)."""
     words: dict[int, list] = {}
     halves: dict[int, list] = {}
+    memo: dict[tuple, tuple[list, list]] = {}  # tiles of one class: the same copies
     for t, rs in rows.items():
-        for src, dst, nbytes in rs:
-            if not (src % 4 or dst % 4 or nbytes % 4):
-                words.setdefault(t, []).append((src, dst, nbytes))
-                continue
-            if src % 2 or dst % 2 or nbytes % 2:
-                raise LoweringError(f"copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole halves")
-            if src % 4 != dst % 4:
-                halves.setdefault(t, []).extend((src + i, dst + i) for i in range(0, nbytes, 2))
-                continue
-            if dst % 4:
-                halves.setdefault(t, []).append((src, dst))
-                src, dst, nbytes = src + 2, dst + 2, nbytes - 2
-            if nbytes % 4:
-                halves.setdefault(t, []).append((src + nbytes - 2, dst + nbytes - 2))
-                nbytes -= 2
-            if nbytes:
-                words.setdefault(t, []).append((src, dst, nbytes))
+        key = tuple(rs)
+        try:
+            hit = memo.get(key)
+        except TypeError:  # unhashable copies (lists): not shared
+            key, hit = None, None
+        if hit is not None:
+            if hit[0]:
+                words[t] = list(hit[0])
+            if hit[1]:
+                halves[t] = list(hit[1])
+            continue
+        w, h = _split_halves_of(rs)
+        if key is not None:
+            memo[key] = (w, h)
+        if w:
+            words[t] = list(w)
+        if h:
+            halves[t] = list(h)
+    return words, halves
+
+
+def _split_halves_of(rs: list[tuple[int, int, int]]) -> tuple[list, list]:
+    """One tile's copies -> (whole-word copies, single-half copies) (`_split_halves`)."""
+    words: list = []
+    halves: list = []
+    for src, dst, nbytes in rs:
+        if not (src % 4 or dst % 4 or nbytes % 4):
+            words.append((src, dst, nbytes))
+            continue
+        if src % 2 or dst % 2 or nbytes % 2:
+            raise LoweringError(f"copy of {nbytes} B at {src:#x} -> {dst:#x} is not whole halves")
+        if src % 4 != dst % 4:
+            halves.extend((src + i, dst + i) for i in range(0, nbytes, 2))
+            continue
+        if dst % 4:
+            halves.append((src, dst))
+            src, dst, nbytes = src + 2, dst + 2, nbytes - 2
+        if nbytes % 4:
+            halves.append((src + nbytes - 2, dst + nbytes - 2))
+            nbytes -= 2
+        if nbytes:
+            words.append((src, dst, nbytes))
     return words, halves
 
 

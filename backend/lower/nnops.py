@@ -105,6 +105,19 @@ ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
 class NnOps:
     """Methods of `Lowering` (uses its `call`, `scratch`, `copy_call`, `addrs`, `image`, `n`, `target`)."""
 
+    def kernel(self, cls, *args, **kw):
+        """cls(*args, **kw), one object per distinct arguments (kernel calls are frozen dataclasses: the tiles of
+        a class, which ask for the same call, share one; `kcall` then builds its frame once)."""
+        key = (cls, args, tuple(map(type, args)), tuple(kw.items()), tuple(type(v) for v in kw.values()))
+        cache = self.__dict__.setdefault("_kernels", {})
+        try:
+            obj = cache.get(key)
+        except TypeError:  # an unhashable argument
+            return cls(*args, **kw)
+        if obj is None:
+            obj = cache[key] = cls(*args, **kw)
+        return obj
+
     def aux(self) -> int:
         """A third scratch area (region-1 element sized, any memory): f16 copies of small operands, weight
         panels of K and V."""
@@ -132,17 +145,31 @@ class NnOps:
         def build(labels):
             active = np.zeros(self.n, np.uint32)
             frames = np.zeros((self.n, words), np.uint32)
-            # Tiles of one class get equal kernel objects (same addresses, sizes): one frame each.
+            # Tiles of one class get equal kernel objects (same addresses, sizes), often the same one: one frame
+            # each, written to all its tiles at once.
             memo: dict = {}
+            by_id: dict[int, int] = {}  # id(kernel object) -> its frame's group
+            groups: list[tuple[np.ndarray, list[int]]] = []
+            group_of: dict[int, int] = {}  # id(frame) -> group
             for t, k in per_tile.items():
-                try:
-                    frame = memo.get(k)
-                    if frame is None:
-                        frame = memo[k] = k.frame(labels)
-                except TypeError:  # a kernel with an unhashable field
-                    frame = k.frame(labels)
-                frames[t] = frame
-                active[t] = 1
+                g = by_id.get(id(k))
+                if g is None:
+                    try:
+                        frame = memo.get(k)
+                        if frame is None:
+                            frame = memo[k] = k.frame(labels)
+                    except TypeError:  # a kernel with an unhashable field
+                        frame = k.frame(labels)
+                    g = group_of.get(id(frame))
+                    if g is None:
+                        g = group_of[id(frame)] = len(groups)
+                        groups.append((frame, []))
+                    by_id[id(k)] = g
+                groups[g][1].append(t)
+            for frame, tiles in groups:
+                idx = np.array(tiles, np.int64)
+                frames[idx] = frame
+                active[idx] = 1
             return active, frames
 
         self.call(entry, words, build, all_active=len(per_tile) == self.n, what=what)
@@ -776,7 +803,7 @@ class NnOps:
                 prep = {}
                 for t, (j, (k1, w, _a, _r, area)) in sel.items():
                     src, stride = wrows(t, j, k1)
-                    prep[t] = pk.weights_from_bt(j[4], w, "f16", src, area, src_row=stride * 2)
+                    prep[t] = self.kernel(pk.weights_from_bt, j[4], w, "f16", src, area, src_row=stride * 2)
                 self.kcall(tag, prep)
                 for w, area in sorted({(q[1], q[4]) for _, q in sel.values()}):  # N padding rows: zeros
                     pads = {t: (j[4], npad[t]) for t, (j, q) in sel.items() if (q[1], q[4]) == (w, area)}
@@ -785,7 +812,7 @@ class NnOps:
                 prep = {}
                 for t, (j, (k1, w, _a, _r, area)) in sel.items():
                     src, stride = wrows(t, j, k1)
-                    prep[t] = pk.fp8_to_f16_panels(j[4], w, src, area, src_row=stride, **fmt)
+                    prep[t] = self.kernel(pk.fp8_to_f16_panels, j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
         coef = self.gemm_coef(op, panels)
@@ -800,8 +827,8 @@ class NnOps:
                     if a_cols is not None and row == 2 * a_cols and w > a_cols
                     else {}
                 )
-                calls[t] = gm.Gemm(j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc", coef=coef, a=a,
-                                   weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
+                calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
+                                       coef=coef, a=a, weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
@@ -1003,8 +1030,8 @@ class NnOps:
             for t, (_s, _d, n) in blocks.items():
                 base = src_of[t]
                 out = final[t] if last else work
-                calls[t] = ew.Elementwise(
-                    add, h * n // per_unit, in0=base, in1=base + (live - h) * n * xs, out=out
+                calls[t] = self.kernel(
+                    ew.Elementwise, add, h * n // per_unit, in0=base, in1=base + (live - h) * n * xs, out=out
                 )
             self.kcall(f"{what}: sum {live} -> {live - h}", calls)
             if (
@@ -1262,24 +1289,27 @@ class NnOps:
         sizes, choice = self._attention_choices(op, what, mmax, seqs, tmax)
         c_area, a_area, zeros = self.scratch()
         areas = (c_area, a_area, self.aux())
+        programs: dict[tuple, list] = {}  # job -> its program: tiles of one class share one
         for i, jobs in enumerate(rounds):
             try:
-                progs = {
-                    t: attention_program(
-                        sizes[job[5]],
-                        *job[:5],
-                        scale,
-                        *areas,
-                        esizes,
-                        panels_of,
-                        zeros,
-                        self.target.region1[0],
-                        o_stride=(d + 2) * 4,
-                        stats=True,
-                        **choice,
-                    )  # fmt: skip
-                    for t, job in jobs.items()
-                }
+                progs = {}
+                for t, job in jobs.items():
+                    prog = programs.get(job)
+                    if prog is None:
+                        prog = programs[job] = attention_program(
+                            sizes[job[5]],
+                            *job[:5],
+                            scale,
+                            *areas,
+                            esizes,
+                            panels_of,
+                            zeros,
+                            self.target.region1[0],
+                            o_stride=(d + 2) * 4,
+                            stats=True,
+                            **choice,
+                        )  # fmt: skip
+                    progs[t] = prog
             except ValueError as exc:
                 raise self.error(f"{what}: {exc}") from None
             self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)

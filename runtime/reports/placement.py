@@ -291,7 +291,8 @@ def placement_json(model: PlacementModel) -> dict:
     n_events = len(model.events)
     last_event = n_events - 1
     allocations: list[dict] = []
-    pending: list[tuple[int, int, int, int, list]] = []  # (class, first event, addr, end, placed entry)
+    # Every placement, in allocation order: (class, first event, address, end) and its `placed` entry.
+    pc, pf, pa, pe, pend_p = [], [], [], [], []
     occupancy = np.zeros((nc, n_events + 1), np.int64)
     for index, r in enumerate(model.records):
         present = np.nonzero((r.addr >= 0) & (r.member > 0))[0]
@@ -311,24 +312,35 @@ def placement_json(model: PlacementModel) -> dict:
         }
         if r.reserve:
             base["reserve"] = r.reserve
-        for c in present:
-            span = int(r.stride[c]) * (r.seq - 1) + int(r.member[c])
-            occupancy[c, f] += span
-            occupancy[c, last + 1] -= span
-        for m in range(r.seq):
-            entry = dict(base, id=len(allocations), placed=[])
+        stride = np.asarray(r.stride, np.int64)[present]
+        member = np.asarray(r.member, np.int64)[present]
+        span = stride * (r.seq - 1) + member
+        occupancy[present, f] += span
+        occupancy[present, last + 1] -= span
+        # [members, classes, columns]: class, address, bytes, padding, row (set below), stride (sequences)
+        m = np.arange(r.seq, dtype=np.int64)[:, None]
+        cols = [
+            np.broadcast_to(present, (r.seq, len(present))),
+            np.asarray(r.addr, np.int64)[present] + m * stride,
+            np.broadcast_to(member, (r.seq, len(present))),
+            np.where(m < r.seq - 1, stride - member, 0),
+            np.zeros((r.seq, len(present)), np.int64),
+        ]
+        if r.seq > 1:
+            cols.append(np.broadcast_to(stride, (r.seq, len(present))))
+        table = np.stack(cols, axis=2)
+        placed = table.tolist()
+        if len(present):
+            pc.append(table[:, :, 0].reshape(-1))
+            pf.append(np.full(table.shape[0] * table.shape[1], f, np.int64))
+            pa.append(table[:, :, 1].reshape(-1))
+            pe.append((table[:, :, 1] + table[:, :, 2] + table[:, :, 3]).reshape(-1))
+        for k in range(r.seq):
+            entry = dict(base, id=len(allocations), placed=placed[k])
             if r.seq > 1:
                 entry["kind"] = "repeat-member"
-                entry["sequence"] = {"count": r.seq, "member": m, "of": r.kind}
-            for c in present:
-                stride, member = int(r.stride[c]), int(r.member[c])
-                a = int(r.addr[c]) + m * stride
-                pad = stride - member if m < r.seq - 1 else 0
-                p = [int(c), a, member, pad, 0]
-                if r.seq > 1:
-                    p.append(stride)
-                entry["placed"].append(p)
-                pending.append((int(c), f, a, a + member + pad, p))
+                entry["sequence"] = {"count": r.seq, "member": k, "of": r.kind}
+            pend_p.extend(placed[k])
             allocations.append(entry)
     # Access tails: the alignment slack after each payload (memory-plan requests no explicit tails).
     granule = min((r.align for r in model.records), default=8)
@@ -336,10 +348,14 @@ def placement_json(model: PlacementModel) -> dict:
         tails = [(-(p[1] + p[2])) % granule for p in al["placed"]]
         if any(tails):
             al["tails"] = tails
-    # Reuse rows per class: in order of first event, then address.
+    # Reuse rows per class: in order of first event, then address (ties: allocation order).
     rows = [_Rows() for _ in range(nc)]
-    for c, _, a, e, p in sorted(pending, key=lambda x: (x[0], x[1], x[2])):
-        p[4] = rows[c].place(a, e)
+    cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64)  # noqa: E731
+    pc, pf, pa, pe = cat(pc), cat(pf), cat(pa), cat(pe)
+    order = np.lexsort((pa, pf, pc))
+    for j, c, a, e in zip(order.tolist(), pc[order].tolist(), pa[order].tolist(), pe[order].tolist()):
+        pend_p[j][4] = rows[c].place(a, e)
+    n_placements = len(pend_p)
     occupancy = np.cumsum(occupancy, axis=1)[:, :n_events]
     class_tiles = np.bincount(model.tile_class, minlength=nc)
     first_tile = np.full(nc, -1, np.int64)
@@ -380,7 +396,7 @@ def placement_json(model: PlacementModel) -> dict:
         ],
         "occupancy": occupancy.astype(int).tolist(),
         "allocations": allocations,
-        "summary": {"allocations": len(allocations), "placements": len(pending), "kinds": kinds},
+        "summary": {"allocations": len(allocations), "placements": n_placements, "kinds": kinds},
         "failure": model.failure,
     }
     doc["fullest"] = fullest(doc)

@@ -190,3 +190,23 @@ def test_compile_plans_again_when_the_final_plan_needs_more_storage(key):
         runs.append(s.run({"pixel_values": x}).outputs)
     for k in runs[0]:
         assert np.array_equal(runs[0][k], runs[1][k]), k
+
+
+def test_measuring_lowers_iterations_0_and_1_with_the_sizes_of_every_iteration():
+    """A measuring lowering of a 3-layer loop lowers iterations 0 and 1 only (the last one's check is the real
+    lowering's) and measures what a measuring lowering of every iteration measures."""
+    f, target = _placed(PRESETS["tiny"].with_layers(3), 16)
+    seen = []
+
+    class Probe(Lowering):
+        def block(self, block):
+            if self.layer is not None and block is not self.f.body.block:
+                seen.append(self.layer)
+            return super().block(block)
+
+    fast = Probe(f, target, measure=True)
+    fast.run()
+    assert sorted(set(seen)) == [0, 1]
+    full = Lowering(f, target, measure=True, per_iteration=True)
+    full.run()
+    assert fast.storage_need() == full.storage_need()

@@ -209,3 +209,48 @@ def test_deflate_decision_on_large_arrays():
     assert _deflate_pays(memoryview(sparse.tobytes()))  # sampled: 16 pieces of 64 KiB
     assert not _deflate_pays(memoryview(noise.tobytes()))
     assert not _deflate_pays(memoryview(noise[:4096].tobytes()))  # small: tried whole
+
+
+def _random_json(rng, depth=0):
+    kind = int(rng.integers(0, 9 if depth < 4 else 5))
+    if kind == 0:
+        return int(rng.integers(-(10**12), 10**12))
+    if kind == 1:
+        return float(rng.choice([0.5, -0.0, 1e300, float("nan"), float("inf"), 3.25]))
+    if kind == 2:
+        return bool(rng.random() < 0.5) if rng.random() < 0.7 else None
+    if kind == 3:
+        return str(rng.choice(["", "a", 'q"uote', "tab\t", "\u00e9\u4e2d", "</script>"]))
+    if kind == 4:
+        return [int(x) for x in rng.integers(-5, 1000, int(rng.integers(0, 6)))]
+    if kind in (5, 6):
+        return [_random_json(rng, depth + 1) for _ in range(int(rng.integers(0, 5)))]
+    if kind == 7:
+        return tuple(_random_json(rng, depth + 1) for _ in range(int(rng.integers(0, 3))))
+    return {f"k{i}": _random_json(rng, depth + 1) for i in range(int(rng.integers(0, 5)))}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_manifest_text_is_json_dumps_indent_1(seed):
+    """The manifest writer (`dumps_indent1`) gives json.dumps(indent=1)'s text exactly; what it does not handle
+    itself (non-string keys, other types) goes to json.dumps."""
+    from ipu.runtime.package import dumps_indent1
+
+    rng = np.random.default_rng(seed)
+    obj = {"root": _random_json(rng), "list": [_random_json(rng) for _ in range(3)]}
+    assert dumps_indent1(obj) == json.dumps(obj, indent=1)
+    odd = {"a": [1, {2: "int key"}]}
+    assert dumps_indent1(odd) == json.dumps(odd, indent=1)
+    with pytest.raises(TypeError):
+        dumps_indent1({"a": np.int64(1)})
+
+
+def test_manifest_of_a_real_package_is_json_dumps_indent_1():
+    from ipu.backend.lower import compile_model
+    from ipu.runtime.package import dumps_indent1
+
+    pkg = compile_model("tiny", Target.small(tiles=16, sram_kib=624))
+    with zipfile.ZipFile(io.BytesIO(pkg.to_bytes())) as z:
+        text = z.read("manifest.json").decode()
+    assert text == json.dumps(json.loads(text), indent=1)
+    assert dumps_indent1(json.loads(text)) == text
