@@ -74,9 +74,10 @@ def _mains() -> dict[str, Callable]:
     return {"ipu-opt": opt_main, "ipu-run": run_main, "ipu-report": report_main, "lower": lower_main}
 
 
-def call(tool: str, argv: list[str], limit: int = HANG_SECONDS) -> tuple[str, int | None, str, str]:
+def call(tool: str, argv: list[str], limit: int | None = None) -> tuple[str, int | None, str, str]:
     """(kind, exit code, stdout, stderr) of one in-process run; kind is clean/accepted/traceback/hang."""
     main = _mains()[tool]
+    limit = HANG_SECONDS if limit is None else limit
     out, err = io.StringIO(), io.StringIO()
 
     def alarm(*_):
@@ -732,14 +733,23 @@ def judge(case: Case, kind: str, out: str) -> str:
     return "accepted"
 
 
-def run(seed: int, counts: dict[str, int], workdir: Path) -> Iterator[tuple[str, Case, str, str]]:
-    """Yields (class, case, outcome, stderr tail) for counts[class] cases of each class, seeded."""
+def run(
+    seed: int,
+    counts: dict[str, int],
+    workdir: Path,
+    before: Callable[[str, int, Case], None] | None = None,
+) -> Iterator[tuple[str, Case, str, str]]:
+    """Yields (class, case, outcome, stderr tail) for counts[class] cases of each class, seeded; `before(class,
+    index, case)` is called before each case runs (a log that names the case a crash of the whole process was
+    in)."""
     if not LIT:
         LIT.extend(lit_inputs())
     w = Workdir(workdir)
     for cls, n in counts.items():
         rng = random.Random(f"{seed}:{cls}")
-        for _ in range(n):
+        for i in range(n):
             case = CLASSES[cls](rng, w)
+            if before is not None:
+                before(cls, i, case)
             kind, rc, out, err = call(case.tool, case.argv)
             yield cls, case, judge(case, kind, out), err.strip().splitlines()[-1][:300] if err.strip() else ""
