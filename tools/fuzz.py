@@ -362,7 +362,7 @@ PASS_OPTIONS: dict[str, list[str]] = {
     "nn-split-k": ["tiles", "max_rows"],
     "nn-split-mlp": ["max_k", "min_rows"],
     "nn-outline-repeat": ["min_layers"],
-    "nn-quantize-weights": ["format", "scale", "activations"],
+    "nn-quantize-weights": ["format", "scale", "activations", "keep_f16"],
     "kernel-select": ["tiles", "sram_kib", "max_key_chunk", "scores", "pv"],
     "ipu-compile-pipeline": ["tiles", "sram_kib", "stop_after"],
     "nn-to-exchange-pipeline": ["tiles", "sram_kib", "memory_fraction", "mode", "stream_words"],
@@ -379,11 +379,16 @@ def gen_options(rng: random.Random, w: Workdir) -> Case:
         must = True
     else:
         spec = f"{name}{{{opt}={value}}}"
-        must = value in ("-1", "-1.0", "nan", "1e400") and opt not in (
-            "scale",
-            "reserve_code_bytes",
-            "exchange_table_bytes",
-            "reserve_scratch_bytes",
+        must = (
+            opt == "keep_f16"
+            or value in ("-1", "-1.0", "nan", "1e400")
+            and opt
+            not in (
+                "scale",
+                "reserve_code_bytes",
+                "exchange_table_bytes",
+                "reserve_scratch_bytes",
+            )
         )
     level = "nn" if name.startswith("nn-") or name == "ipu-compile-pipeline" else "exchange"
     src = str(w.root / f"{level}.mlir")

@@ -163,6 +163,40 @@ def test_pass_options_are_range_checked(tmp_path, capsys, spec, message):
     assert rc == 1 and message in err, err
 
 
+@pytest.fixture(scope="module")
+def tiny_nn(tmp_path_factory):
+    from ipu.frontend.siglip import build_vision_model
+
+    p = tmp_path_factory.mktemp("nn") / "nn.mlir"
+    p.write_text(str(build_vision_model(CFG)))
+    return p
+
+
+@pytest.mark.parametrize("names", ["q_prj", "q_proj,bogus", "layer_norm1"])
+def test_keep_f16_names_matching_no_linear_are_refused(tiny_nn, capsys, names):
+    rc, out, err = _opt(capsys, str(tiny_nn), "-p", f"nn-quantize-weights{{keep_f16={names}}}")
+    bad = [n for n in names.split(",") if n != "q_proj"]
+    assert rc == 1 and out == "", err
+    assert (
+        f"option 'keep_f16': {', '.join(map(repr, bad))} is part of no linear's weight parameter name" in err
+    )
+    assert "encoder.layers.*.self_attn.q_proj.weight" in err  # the known linear names, layers folded
+
+
+def test_keep_f16_default_policy_names_apply_to_models_without_them(tmp_path, capsys):
+    # The default policy names the head; a headless model compiles with it (and `fc1` matches a linear).
+    from dataclasses import replace
+
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.passes.nn_quantize import KEEP_F16_DEFAULT
+
+    p = tmp_path / "headless.mlir"
+    p.write_text(str(build_vision_model(replace(CFG, vision_use_head=False))))
+    spec = f"nn-quantize-weights{{keep_f16={','.join(KEEP_F16_DEFAULT)},fc1}}"
+    rc, out, err = _opt(capsys, str(p), "-p", spec)
+    assert rc == 0 and "nn.cast" in out, err
+
+
 def test_repeated_options_are_found_outside_strings():
     from ipu.passes.options import repeated_options
 
