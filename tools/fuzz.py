@@ -215,7 +215,19 @@ def use_before_def(rng: random.Random, text: str) -> tuple[str, str] | None:
 MUST_REFUSE_EDITS: list[tuple[str, str, str]] = [
     # (regex, replacement, what): each makes the IR unusable (wrong numbers or a wrapped id) if accepted.
     (r"#tile\.affine<(\d+),", r"#tile.affine<4294967296,", "tile table start past int32"),
-    (r"#tile\.affine<(\d+), (\d+),", r"#tile.affine<\1, 2147483647,", "tile stride past int32"),
+    # (A stride only matters in a layout of more than one block: the edit is made where shape != block.)
+    (
+        r"(#tile\.layout<shape = (\[[^\]]*\]), block = (?!\2,)\[[^\]]*\][^>]*?#tile\.affine<\d+), \d+,",
+        r"\1, 2147483647,",
+        "tile stride past int32",
+    ),
+    (r"#tile\.affine<\d+,", r"#tile.affine<1472,", "tile id past the target's tiles"),
+    (r"tiles = \d+ : i64", r"tiles = 2147483647 : i64", "tile count past int32 / the target's"),
+    (
+        r"tile\.repeat \d+ carried",
+        r"tile.repeat 2147483647 carried",
+        "repeat count disagreeing with its stacked operands",
+    ),
     (r"eps ?= ?[-\d.e+]+", "eps=1.0e+300", "eps overflowing f32"),
     (r"eps ?= ?[-\d.e+]+", "eps=-1.0", "negative eps"),
     (r"heads ?= ?(\d+)", "heads=0", "zero heads"),
@@ -682,7 +694,8 @@ def gen_flags(rng: random.Random, w: Workdir) -> Case:
 
 def gen_report(rng: random.Random, w: Workdir) -> Case:
     level = rng.choice(["exchange", "memory"])
-    text, what = mutate_text(rng, w.levels[level])
+    res = must_refuse_edit(rng, w.levels[level]) if rng.random() < 0.25 else None
+    text, what = res if res is not None else mutate_text(rng, w.levels[level])
     p = w.path(".mlir")
     p.write_text(text)
     report = rng.choice(["placement", "profile"])
@@ -694,7 +707,10 @@ def gen_report(rng: random.Random, w: Workdir) -> Case:
             rng.choice(["tiles=4 sram_kib=-1", "tiles=0", "sram_kib=16", "tiles=4 tiles=4", "bogus=1"]),
         ]
     return Case(
-        "ipu-report", [report, str(p), "-o", str(out), *extra], what=f"report {level}: {what} {extra}"
+        "ipu-report",
+        [report, str(p), "-o", str(out), *extra],
+        must_refuse=res is not None,
+        what=f"report {level}: {what} {extra}",
     )
 
 

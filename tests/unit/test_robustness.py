@@ -127,6 +127,120 @@ def test_values_that_cannot_be_meant_are_refused(tmp_path, capsys, edit, message
     assert rc == 1 and message in err, err
 
 
+@pytest.fixture(scope="module")
+def levels(tmp_path_factory):
+    from ipu.tools.fuzz import Workdir
+
+    return Workdir(tmp_path_factory.mktemp("levels")).levels
+
+
+_BOUNDED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from ipu.tools.fuzz import call
+kind, rc, out, err = call(sys.argv[1], sys.argv[2:])
+sys.stderr.write(err)
+sys.exit(0 if kind == "clean" else 1)
+"""
+
+
+@pytest.mark.parametrize(
+    "level, old, new, tool, message",
+    [
+        (
+            "exchange",
+            "tiles = 4 : i64",
+            "tiles = 2147483647 : i64",
+            "ipu-opt",
+            "exchange.phase: tiles = 2147483647 ",
+        ),
+        ("exchange", "tiles = 4 : i64", "tiles = 2147483647 : i64", "profile", "is outside [1, 1472]"),
+        (
+            "memory",
+            "tiles = 4 : i64",
+            "tiles = 2147483647 : i64",
+            "placement",
+            "memory.plan: tiles = 2147483647 ",
+        ),
+        (
+            "memory",
+            "#tile.affine<0, 1, 0>",
+            "#tile.affine<2147483000, 1, 0>",
+            "lower",
+            "outside the target's tiles",
+        ),
+        (
+            "exchange",
+            "#tile.affine<0, 1, 0>",
+            "#tile.affine<1472, 1, 0>",
+            "profile",
+            "outside the target's tiles",
+        ),
+    ],
+)
+def test_tile_counts_and_ids_past_the_target_are_refused_before_allocating(
+    levels, tmp_path, level, old, new, tool, message
+):
+    # Each was accepted, or allocated per-tile arrays of 2^31 entries (the kernel's OOM killer, not an error).
+    # Run in a child with a 3 GiB address space: without the check the child reports "out of memory".
+    import subprocess
+    import sys
+
+    text = levels[level]
+    assert old in text
+    p = tmp_path / "m.mlir"
+    p.write_text(text.replace(old, new, 1))
+    argv = {
+        "ipu-opt": ["ipu-opt", str(p)],
+        "profile": ["ipu-report", "profile", str(p), "-o", str(tmp_path / "r")],
+        "placement": ["ipu-report", "placement", str(p), "-o", str(tmp_path / "r")],
+        "lower": ["lower", str(p), "-o", str(tmp_path / "p.ipupkg")],
+    }[tool]
+    r = subprocess.run([sys.executable, "-c", _BOUNDED, *argv], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and message in r.stderr and "out of memory" not in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def two_layers(tmp_path_factory):
+    from ipu.frontend.siglip import build_vision_model
+
+    d = tmp_path_factory.mktemp("two")
+    (d / "nn.mlir").write_text(str(build_vision_model(PRESETS["tiny"])))
+    spec = "ipu-compile-pipeline{tiles=4 sram_kib=624 stop_after=nn-to-exchange-pipeline}"
+    assert opt_main([str(d / "nn.mlir"), "-p", spec, "-o", str(d / "ex.mlir")]) == 0
+    return (d / "ex.mlir").read_text()
+
+
+@pytest.mark.parametrize(
+    "count, message",
+    [
+        (
+            "2147483647",
+            "stacked operand #0 has shape [2, 64]; its leading dimension must be the count 2147483647",
+        ),
+        ("0", "tile.repeat: count must be positive, got 0"),
+    ],
+)
+def test_tile_repeat_count_must_match_its_stacked_operands(two_layers, tmp_path, capsys, count, message):
+    assert "tile.repeat 2 carried" in two_layers
+    p = tmp_path / "r.mlir"
+    p.write_text(two_layers.replace("tile.repeat 2 carried", f"tile.repeat {count} carried", 1))
+    rc, _, err = _opt(capsys, str(p))
+    assert rc == 1 and message in err, err
+
+
+def test_profile_refuses_more_iterations_than_it_lists(two_layers, tmp_path, capsys, monkeypatch):
+    from ipu.runtime.reports import profile
+    from ipu.tools.ipu_report import main as report_main
+
+    p = tmp_path / "r.mlir"
+    p.write_text(two_layers)
+    monkeypatch.setattr(profile, "MAX_LISTED_ITERATIONS", 1)
+    assert report_main(["profile", str(p), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "tile.repeat x2: more iterations than a profile lists (1)" in err and "internal error" not in err
+
+
 def test_attribute_check_refuses_nan_and_out_of_type_values():
     from xdsl.dialects.builtin import FloatAttr, IntAttr, IntegerAttr, f32, i8
 
