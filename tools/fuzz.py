@@ -74,6 +74,21 @@ def _mains() -> dict[str, Callable]:
     return {"ipu-opt": opt_main, "ipu-run": run_main, "ipu-report": report_main, "lower": lower_main}
 
 
+def clear_caches() -> None:
+    """Empties the project's memo caches (`functools.lru_cache`/`cache` of every `ipu.*` module): a command line
+    process ends after one input, but the fuzzer runs thousands in one process, and a cache keeps what a hostile
+    input made it build (tile tables of a layout of 2^20 blocks, 4 MB each, after the command refused it) -- a
+    growth of the harness, not of a command."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        if name == "ipu" or name.startswith("ipu."):
+            for obj in list(vars(mod).values()):
+                clear = getattr(obj, "cache_clear", None)
+                if callable(clear) and getattr(obj, "__module__", None) == name:
+                    clear()
+
+
 def call(tool: str, argv: list[str], limit: int | None = None) -> tuple[str, int | None, str, str]:
     """(kind, exit code, stdout, stderr) of one in-process run; kind is clean/accepted/traceback/hang."""
     main = _mains()[tool]
@@ -102,6 +117,7 @@ def call(tool: str, argv: list[str], limit: int | None = None) -> tuple[str, int
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+        clear_caches()
     e_text = err.getvalue()
     if not kind:
         if "Traceback (most recent call last)" in e_text or "internal error" in e_text:
