@@ -701,6 +701,12 @@ def gen_flags(rng: random.Random, w: Workdir) -> Case:
         (["--model", "tiny-1layer", "--reference-only", "--inferences", "0"], True),
         (["--model", "tiny-1layer", "--reference-only", "--seed", "-1"], False),
         ([pkg, "--weights", ck, "--inferences", "1"], False),
+        ([pkg, "--threshold", "0.5"], True),
+        ([pkg, "--profile-merge-rounds"], True),
+        ([pkg, "--weights", ck, "--input", str(w.input), "--seed", "3"], True),
+        (["--model", "tiny-1layer", "--reference-only", "--inferences", "3"], True),
+        (["--model", "tiny-1layer", "--reference-only", "--compare-reference"], True),
+        (["--model", "tiny-1layer", "--emit-nn", str(w.path(".mlir")), "--input", str(w.input)], True),
     ]
     argv, must = rng.choice(cases)
     return Case(

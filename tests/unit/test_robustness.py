@@ -268,6 +268,8 @@ def test_attribute_check_refuses_nan_and_out_of_type_values():
         ("memory-plan{tiles=4 sram-kib=256 sram_kib=256}", "option 'sram_kib' is given twice"),
         ("nn-split-k{tiles=4294967296}", "must fit in 32 bits"),
         ("nn-quantize-weights{keep_f16=q_proj,q_proj}", "lists 'q_proj' twice"),
+        ("nn-split-k{tiles=4 max-rows=x}", "nn-split-k: option 'max_rows' = 'x' has the wrong type"),
+        ("tile-plan{memory_fraction=nan}", "tile-plan: option 'memory_fraction' = 'nan' has the wrong type"),
     ],
 )
 def test_pass_options_are_range_checked(tmp_path, capsys, spec, message):
@@ -530,6 +532,24 @@ def test_flags_that_do_not_apply_to_a_package_run_are_errors(package, capsys, ex
         (["--model", "tiny-1layer", "--tiles", "0"], "--tiles must be at least 1"),
         (["--model", "tiny-1layer", "--layers", "0", "--reference-only"], "--layers must be at least 1"),
         (["--model", "tiny-1layer", "--reference-only", "--threshold", "nan"], "--threshold must be finite"),
+        # Flags the chosen run would not read.
+        (
+            ["--model", "tiny-1layer", "--tiles", "4", "--threshold", "0.5"],
+            "--threshold applies to --per-op only",
+        ),
+        (["--model", "tiny-1layer", "--tiles", "4", "--profile-merge-rounds"], "applies to --profile only"),
+        (
+            ["--model", "tiny-1layer", "--reference-only", "--inferences", "5"],
+            "--reference-only evaluates once and always compares with fp32: --inferences does not apply",
+        ),
+        (
+            ["--model", "tiny-1layer", "--reference-only", "--compare-reference", "--save-outputs", "d"],
+            "--compare-reference, --save-outputs do not apply",
+        ),
+        (
+            ["--model", "tiny-1layer", "--emit-nn", "-", "--seed", "2", "--input", "x.npy"],
+            "--emit-nn stops after writing the nn IR: --input, --seed do not apply",
+        ),
     ],
 )
 def test_model_flags_are_checked(capsys, argv, message):
