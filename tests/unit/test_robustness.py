@@ -579,3 +579,42 @@ def test_nonfinite_outputs_are_reported(package, capsys):
         "output 'y': 1 NaN and 1 infinite of 3 values"
     ]
     assert nonfinite_outputs({"y": np.zeros(3)}) == []
+
+
+@pytest.mark.parametrize(
+    "report, source, extra, message",
+    [
+        (
+            "profile",
+            "exchange",
+            ["--memory-plan", "tiles=4"],
+            "--memory-plan applies to the placement report only",
+        ),
+        (
+            "placement",
+            "memory",
+            ["--memory-plan", "tiles=4"],
+            "--memory-plan does not apply: @siglip_vision has",
+        ),
+        ("profile", "package", [], "a package; the profile report reads MLIR"),
+        (
+            "placement",
+            "package",
+            ["-p", "nn-fuse-qkv"],
+            "a package is already compiled: -p and --memory-plan",
+        ),
+    ],
+)
+def test_ipu_report_flags_that_do_not_apply_are_errors(
+    levels, package, tmp_path, capsys, report, source, extra, message
+):
+    from ipu.tools.ipu_report import main as report_main
+
+    if source == "package":
+        src = str(package)
+    else:
+        src = str(tmp_path / "in.mlir")
+        (tmp_path / "in.mlir").write_text(levels[source])
+    assert report_main([report, src, "-o", str(tmp_path / "out"), *extra]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
