@@ -459,9 +459,21 @@ def gen_checkpoint(rng: random.Random, w: Workdir) -> Case:
             "offsets_type",
             "shape_type",
             "int_dtype",
+            "dup_key",
+            "trailing",
         ]
     )
-    must = kind in ("neg_offset", "overlap", "past_end", "nan", "inf", "shape", "truncate")
+    must = kind in (
+        "neg_offset",
+        "overlap",
+        "past_end",
+        "nan",
+        "inf",
+        "shape",
+        "truncate",
+        "dup_key",
+        "trailing",
+    )
     raw_header = None
     info = header[key]
     if kind == "list":
@@ -507,6 +519,11 @@ def gen_checkpoint(rng: random.Random, w: Workdir) -> Case:
         info["shape"] = rng.choice([["4"], None, [-1, 64], 64, [1e20]])
     elif kind == "int_dtype":
         info["dtype"] = "I32"
+    elif kind == "dup_key":  # a second entry for the key (json.loads would keep the last)
+        other = header[rng.choice([k for k in keys if k != key])]
+        raw_header = (json.dumps(header)[:-1] + f", {json.dumps(key)}: {json.dumps(other)}}}").encode()
+    elif kind == "trailing":
+        data = data + bytes(rng.randrange(1, 64))
     if kind != "header_len":
         _write_safetensors(d / "model.safetensors", header, data, raw_header)
     argv = ["--model", str(d), "--weights", str(d), "--reference-only"]

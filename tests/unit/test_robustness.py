@@ -391,6 +391,22 @@ def test_checkpoint_header_is_validated_before_any_weight_is_read(ckpt, edit, me
         load_checkpoint(ckpt)
 
 
+def test_repeated_header_keys_and_uncovered_data_are_refused(ckpt):
+    path = ckpt / "model.safetensors"
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = raw[8 : 8 + n].decode(), raw[8 + n :]
+    key = _first_key(json.loads(header))
+    entry = json.dumps(json.loads(header)[key])
+    twice = header[:-1] + f', "{key}": {entry}' + "}"  # json.loads keeps the last one silently
+    path.write_bytes(struct.pack("<Q", len(twice)) + twice.encode() + data)
+    with pytest.raises(CheckpointError, match=f"has key '{key}' twice"):
+        load_checkpoint(ckpt)
+    path.write_bytes(raw + bytes(16))  # bytes no tensor names
+    with pytest.raises(CheckpointError, match=f"cover {len(data)} of the {len(data) + 16} data bytes"):
+        load_checkpoint(ckpt)
+
+
 def test_overlapping_offsets_are_refused(ckpt):
     def overlap(h, d):
         keys = sorted((k for k in h if k != "__metadata__"), key=lambda k: h[k]["data_offsets"][0])
