@@ -634,3 +634,15 @@ def test_ipu_report_flags_that_do_not_apply_are_errors(
     assert report_main([report, src, "-o", str(tmp_path / "out"), *extra]) == 1
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err, err
+
+
+def test_package_declaring_more_than_the_machine_holds_is_refused_before_inflating(package, monkeypatch):
+    # A zip member's declared size is checked before it is read (a 2 MB archive can declare 2 GiB of zeros).
+    from ipu.runtime import package as pk
+
+    total = sum(i.file_size for i in zipfile.ZipFile(package).infolist())
+    monkeypatch.setattr(pk, "MAX_PACKAGE_BYTES", total - 1)
+    with pytest.raises(pk.PackageError, match=f"unpack to {total} bytes"):
+        pk.Package.load(package)
+    monkeypatch.setattr(pk, "MAX_PACKAGE_BYTES", total)
+    pk.Package.load(package)
