@@ -83,7 +83,17 @@ def to_device(values: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:
         x = x * np.float32(2.0**-scale)
         big = float(ml_dtypes.finfo(dt).max)
         x = np.clip(x, -big, big)
-    return x.astype(dt)
+        return x.astype(dt)
+    with np.errstate(over="ignore"):
+        out = x.astype(dt)
+    over = np.isfinite(x) & ~np.isfinite(out)  # finite values past the format's range (f16: 65504)
+    if over.any():
+        i = int(np.flatnonzero(over.reshape(-1))[0])
+        raise PackageError(
+            f"{int(over.sum())} finite values exceed the {dtype} range (largest {float(np.finfo(dt).max):g}), "
+            f"e.g. element {i} = {float(x.reshape(-1)[i]):g}"
+        )
+    return out
 
 
 def from_device(raw: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:

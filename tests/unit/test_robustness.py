@@ -646,3 +646,13 @@ def test_package_declaring_more_than_the_machine_holds_is_refused_before_inflati
         pk.Package.load(package)
     monkeypatch.setattr(pk, "MAX_PACKAGE_BYTES", total)
     pk.Package.load(package)
+
+
+def test_finite_values_past_the_device_format_are_refused_by_name(package, tmp_path, capsys):
+    # 70000 is finite in f32 but infinite as the device's f16: refused at upload, not NaN outputs later.
+    p = tmp_path / "big.npy"
+    np.save(p, np.full((1, CFG.num_channels, CFG.image_size, CFG.image_size), 7.0e4, np.float32))
+    assert run_main([str(package), "--input", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "'pixel_values': 3072 finite values exceed the f16 range (largest 65504)" in err, err
+    assert "RuntimeWarning" not in err and "NaN" not in err
