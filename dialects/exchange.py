@@ -51,6 +51,7 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
+from ipu.backend.target import IPU21
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 
@@ -153,6 +154,11 @@ class PhaseOp(IRDLOperation):
         self.max_row_bytes = IntegerAttr(int(per_tile.max()) if len(per_tile) else 0, i64)
 
     def verify_(self) -> None:
+        n = self.tiles.value.data
+        if not 1 <= n <= IPU21.num_tiles:  # before any per-tile table is built (2^31 tiles: 16 GB each)
+            raise VerifyException(
+                f"exchange.phase: tiles = {n} is outside [1, {IPU21.num_tiles}] (the target's tiles)"
+            )
         if self.mode.data not in SCHEDULE_MODES:
             raise VerifyException(f"exchange.phase: mode '{self.mode.data}' not in {SCHEDULE_MODES}")
         if len(self.layouts.data) != len(self.sources) or len(self.res) != len(self.sources):

@@ -50,6 +50,8 @@ from xdsl.parser import AttrParser
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
+from ipu.backend.target import IPU21
+
 BUFFERS_ATTR = "memory.buffers"  # discardable: one #memory.buffer per result of the op
 ARGS_ATTR = "memory.args"  # discardable, on tile.repeat: one #memory.buffer per carried block argument
 REGIONS = ("r0", "r1", "any")
@@ -299,6 +301,12 @@ class PlanOp(IRDLOperation):
 
     def verify_(self) -> None:
         n, c = self.tiles.value.data, self.num_classes.value.data
+        if not 1 <= n <= IPU21.num_tiles:  # before the tile -> class table is expanded
+            raise VerifyException(
+                f"memory.plan: tiles = {n} is outside [1, {IPU21.num_tiles}] (the target's tiles)"
+            )
+        if not 1 <= c <= n:
+            raise VerifyException(f"memory.plan: num_classes = {c} is outside [1, tiles = {n}]")
         for key, attr, rows in (("classes", self.classes, n), ("high", self.high, c)):
             if isinstance(attr, DenseIntOrFPElementsAttr):
                 if tuple(attr.get_shape()) != (rows, 1):

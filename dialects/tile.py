@@ -68,6 +68,8 @@ from xdsl.printer import Printer
 from xdsl.traits import HasParent, IsTerminator, Pure, RecursiveMemoryEffect
 from xdsl.utils.exceptions import VerifyException
 
+from ipu.backend.target import IPU21
+
 STORAGE_ORDERS = ("row_major", "amp16", "colsP")  # colsP: P a positive integer, e.g. "cols64"
 AMP_PANEL_ROWS = 16
 LAYOUT_ATTR = "tile.layout"  # discardable attribute: the layout of an op's (single) result
@@ -396,6 +398,11 @@ class LayoutAttr(ParametrizedAttribute):
         t = self.table()
         if t.min() < 0:
             raise VerifyException(f"#tile.layout: negative tile id {int(t.min())} in the tile table")
+        if t.max() >= IPU21.num_tiles:  # before any per-tile array is sized by it (geometry, shards, plans)
+            raise VerifyException(
+                f"#tile.layout: tile id {int(t.max())} in the tile table is outside the target's tiles "
+                f"[0, {IPU21.num_tiles})"
+            )
         if self.replicas.data > 1:
             srt = np.sort(t, axis=1)
             dup = np.nonzero((srt[:, 1:] == srt[:, :-1]).any(axis=1))[0]
@@ -738,6 +745,16 @@ class RepeatOp(IRDLOperation):
         return self.count.value.data
 
     def verify_(self) -> None:
+        n = self.iterations
+        if n <= 0:
+            raise VerifyException(f"tile.repeat: count must be positive, got {n}")
+        for i, v in enumerate(self.stacked):
+            s = tuple(v.type.get_shape()) if isinstance(v.type, TensorType) else ()
+            if not s or s[0] != n:
+                raise VerifyException(
+                    f"tile.repeat: stacked operand #{i} has shape {list(s)}; its leading dimension must be the "
+                    f"count {n}"
+                )
         block = self.body.block
         if len(self.arg_layouts.data) != len(block.args):
             raise VerifyException(

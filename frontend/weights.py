@@ -254,9 +254,20 @@ def parse_safetensors_header(
 ) -> dict[str, tuple[str, tuple[int, ...], int, int]]:
     """key -> (dtype code, shape, begin, end) of a safetensors header, every entry checked (see read_safetensors);
     raises CheckpointError naming the file and the key."""
+
+    def no_repeats(pairs: list[tuple[str, object]]) -> dict:
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:  # json.loads would keep the last entry of a key silently
+                raise CheckpointError(f"{source}: the safetensors header has key {k!r} twice")
+            seen.add(k)
+        return dict(pairs)
+
     try:
-        header = json.loads(blob)
+        header = json.loads(blob, object_pairs_hook=no_repeats)
     except (UnicodeDecodeError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
         raise CheckpointError(f"{source}: the safetensors header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(
@@ -307,6 +318,14 @@ def parse_safetensors_header(
             raise CheckpointError(
                 f"{source}: keys {k0!r} ({b0}..{e0}) and {k1!r} ({b1}..{e1}) overlap in the data"
             )
+    # The tensors cover the data exactly, as safetensors requires: bytes no tensor names are a damaged or
+    # hand-edited file (an offset moved, a tensor dropped from the header).
+    covered = sum(e - b for b, e, _ in spans)
+    if covered != data_bytes:
+        raise CheckpointError(
+            f"{source}: the header's tensors cover {covered} of the {data_bytes} data bytes (safetensors data is "
+            "the tensors back to back, nothing else)"
+        )
     return out
 
 

@@ -40,6 +40,7 @@ Options:
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -53,6 +54,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 from ipu.passes.nn_utils import is_param_derived, param_names
@@ -141,9 +143,31 @@ class NNQuantizeWeightsPass(ModulePass):
                 f"got {self.activations!r}"
             )
 
+    def _check_keep_f16(self, op: ModuleOp, provenance: dict) -> None:
+        """Refuses a keep_f16 entry that is part of no linear's parameter name (a typo would otherwise quietly
+        leave that linear in FP8). The default policy's names stand for every model (not each has a head)."""
+        names = sorted(
+            {
+                n
+                for o in op.walk()
+                if isinstance(o, nn.LinearOp) and is_param_derived(o.weight, provenance)
+                for n in param_names(o.weight)
+            }
+        )
+        unknown = [k for k in self.keep_f16 if k not in KEEP_F16_DEFAULT and not any(k in n for n in names)]
+        if unknown:
+            known = sorted({re.sub(r"\.\d+\.", ".*.", n) for n in names})
+            raise PassFailedException(
+                f"{self.name}: option 'keep_f16': {', '.join(repr(k) for k in unknown)} "
+                f"{'is' if len(unknown) == 1 else 'are'} part of no linear's weight parameter name; the linear "
+                f"weights of this module: {', '.join(known) if known else '(none)'}"
+            )
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fp8 = FP8_FORMATS[self.format]
         provenance: dict = {}  # memo for is_param_derived, shared across linears
+        if self.keep_f16:
+            self._check_keep_f16(op, provenance)
         # One f16 cast per activation and block: linears reading the same input (q, k and v) share it, so the
         # tile level gathers it once when their GEMMs take it in the same layout.
         act_casts: dict = {}

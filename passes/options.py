@@ -112,7 +112,33 @@ def parse_pipeline(
     """xDSL's `PassPipeline.parse_spec` with the checks of this module (raises ValueError)."""
     for name, key in repeated_options(spec):
         raise ValueError(f"{name}: option '{key}' is given twice")
-    pipeline = PassPipeline.parse_spec(available, spec, callback)
+    try:
+        pipeline = PassPipeline.parse_spec(available, spec, callback)
+    except ValueError as e:
+        if str(e).startswith("Incompatible types"):
+            _name_the_mistyped_option(available, spec)
+        raise
     for p in pipeline.passes:
         check_pass_options(p)
     return pipeline
+
+
+def _name_the_mistyped_option(available: dict[str, Callable[[], type[ModulePass]]], spec: str) -> None:
+    """Raises xDSL's "Incompatible types: given ('1e3',), expected <class 'int'>" again with the pass and the
+    option it is about (xDSL's message names neither), if one option alone reproduces it."""
+    from xdsl.utils.arg_spec import ArgSpec
+    from xdsl.utils.arg_spec import parse_pipeline as parse_specs
+
+    for s in parse_specs(spec):
+        cls = available[s.name]()
+        for key, value in s.normalize_parameter_names().parameters.items():
+            try:
+                cls.from_spec(ArgSpec(s.name, {key: value}))
+            except ValueError as e:
+                if str(e).startswith("Incompatible types"):
+                    shown = ",".join(str(v) for v in value)
+                    raise ValueError(
+                        f"{s.name}: option '{key}' = {shown!r} has the wrong type ({str(e).split(': ', 1)[1]})"
+                    ) from None
+            except Exception:  # noqa: BLE001, S112 (another problem of that option alone: not the one looked for)
+                continue

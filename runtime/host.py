@@ -78,7 +78,10 @@ class Session:
             values = from_device(
                 to_device(values, binding.via, binding.via_scale), binding.via, binding.via_scale
             )
-        values = to_device(values, binding.dtype, binding.scale)
+        try:
+            values = to_device(values, binding.dtype, binding.scale)
+        except PackageError as e:
+            raise PackageError(f"{binding.name!r}: {e}") from None
         raw = values.view(np.uint8)
         nbytes = binding.chunks[:, 3] * binding.itemsize
         starts = np.concatenate([[0], np.cumsum(nbytes)])

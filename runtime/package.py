@@ -53,9 +53,12 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-from ipu.backend.target import Target
+from ipu.backend.target import IPU21, Target
 
 FORMAT_VERSION = 2
+# Members of a package unpack to at most this: twice the whole IPU21's SRAM (code and segment images of every
+# tile, the manifest and memory map); a larger declared size is a damaged or hostile archive, refused at open.
+MAX_PACKAGE_BYTES = 2 * IPU21.total_sram_bytes
 DEFLATE_MIN_SAVING = 0.1  # deflate an array when that saves at least this fraction
 
 DEVICE_DTYPES: dict[str, np.dtype] = {
@@ -80,7 +83,17 @@ def to_device(values: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:
         x = x * np.float32(2.0**-scale)
         big = float(ml_dtypes.finfo(dt).max)
         x = np.clip(x, -big, big)
-    return x.astype(dt)
+        return x.astype(dt)
+    with np.errstate(over="ignore"):
+        out = x.astype(dt)
+    over = np.isfinite(x) & ~np.isfinite(out)  # finite values past the format's range (f16: 65504)
+    if over.any():
+        i = int(np.flatnonzero(over.reshape(-1))[0])
+        raise PackageError(
+            f"{int(over.sum())} finite values exceed the {dtype} range (largest {float(np.finfo(dt).max):g}), "
+            f"e.g. element {i} = {float(x.reshape(-1)[i]):g}"
+        )
+    return out
 
 
 def from_device(raw: np.ndarray, dtype: str, scale: int = 0) -> np.ndarray:
@@ -359,6 +372,15 @@ class Package:
         except (zipfile.BadZipFile, FileNotFoundError, IsADirectoryError) as e:
             raise PackageError(f"{path}: not a package ({e})") from None
         with z:
+            # Sizes the archive declares, before anything is inflated: a few-MB file can declare gigabytes.
+            infos = z.infolist()
+            total = sum(i.file_size for i in infos)
+            if total > MAX_PACKAGE_BYTES:
+                big = max(infos, key=lambda i: i.file_size)
+                raise PackageError(
+                    f"{path}: the archive's members unpack to {total} bytes ({big.filename!r}: {big.file_size}), "
+                    f"more than a package of the whole IPU21 can hold ({MAX_PACKAGE_BYTES})"
+                )
             try:
                 manifest = json.loads(z.read("manifest.json"))
             except KeyError:

@@ -74,9 +74,25 @@ def _mains() -> dict[str, Callable]:
     return {"ipu-opt": opt_main, "ipu-run": run_main, "ipu-report": report_main, "lower": lower_main}
 
 
-def call(tool: str, argv: list[str], limit: int = HANG_SECONDS) -> tuple[str, int | None, str, str]:
+def clear_caches() -> None:
+    """Empties the project's memo caches (`functools.lru_cache`/`cache` of every `ipu.*` module): a command line
+    process ends after one input, but the fuzzer runs thousands in one process, and a cache keeps what a hostile
+    input made it build (tile tables of a layout of 2^20 blocks, 4 MB each, after the command refused it) -- a
+    growth of the harness, not of a command."""
+    import sys
+
+    for name, mod in list(sys.modules.items()):
+        if name == "ipu" or name.startswith("ipu."):
+            for obj in list(vars(mod).values()):
+                clear = getattr(obj, "cache_clear", None)
+                if callable(clear) and getattr(obj, "__module__", None) == name:
+                    clear()
+
+
+def call(tool: str, argv: list[str], limit: int | None = None) -> tuple[str, int | None, str, str]:
     """(kind, exit code, stdout, stderr) of one in-process run; kind is clean/accepted/traceback/hang."""
     main = _mains()[tool]
+    limit = HANG_SECONDS if limit is None else limit
     out, err = io.StringIO(), io.StringIO()
 
     def alarm(*_):
@@ -101,6 +117,7 @@ def call(tool: str, argv: list[str], limit: int = HANG_SECONDS) -> tuple[str, in
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+        clear_caches()
     e_text = err.getvalue()
     if not kind:
         if "Traceback (most recent call last)" in e_text or "internal error" in e_text:
@@ -214,7 +231,19 @@ def use_before_def(rng: random.Random, text: str) -> tuple[str, str] | None:
 MUST_REFUSE_EDITS: list[tuple[str, str, str]] = [
     # (regex, replacement, what): each makes the IR unusable (wrong numbers or a wrapped id) if accepted.
     (r"#tile\.affine<(\d+),", r"#tile.affine<4294967296,", "tile table start past int32"),
-    (r"#tile\.affine<(\d+), (\d+),", r"#tile.affine<\1, 2147483647,", "tile stride past int32"),
+    # (A stride only matters in a layout of more than one block: the edit is made where shape != block.)
+    (
+        r"(#tile\.layout<shape = (\[[^\]]*\]), block = (?!\2,)\[[^\]]*\][^>]*?#tile\.affine<\d+), \d+,",
+        r"\1, 2147483647,",
+        "tile stride past int32",
+    ),
+    (r"#tile\.affine<\d+,", r"#tile.affine<1472,", "tile id past the target's tiles"),
+    (r"tiles = \d+ : i64", r"tiles = 2147483647 : i64", "tile count past int32 / the target's"),
+    (
+        r"tile\.repeat \d+ carried",
+        r"tile.repeat 2147483647 carried",
+        "repeat count disagreeing with its stacked operands",
+    ),
     (r"eps ?= ?[-\d.e+]+", "eps=1.0e+300", "eps overflowing f32"),
     (r"eps ?= ?[-\d.e+]+", "eps=-1.0", "negative eps"),
     (r"heads ?= ?(\d+)", "heads=0", "zero heads"),
@@ -361,7 +390,7 @@ PASS_OPTIONS: dict[str, list[str]] = {
     "nn-split-k": ["tiles", "max_rows"],
     "nn-split-mlp": ["max_k", "min_rows"],
     "nn-outline-repeat": ["min_layers"],
-    "nn-quantize-weights": ["format", "scale", "activations"],
+    "nn-quantize-weights": ["format", "scale", "activations", "keep_f16"],
     "kernel-select": ["tiles", "sram_kib", "max_key_chunk", "scores", "pv"],
     "ipu-compile-pipeline": ["tiles", "sram_kib", "stop_after"],
     "nn-to-exchange-pipeline": ["tiles", "sram_kib", "memory_fraction", "mode", "stream_words"],
@@ -378,11 +407,16 @@ def gen_options(rng: random.Random, w: Workdir) -> Case:
         must = True
     else:
         spec = f"{name}{{{opt}={value}}}"
-        must = value in ("-1", "-1.0", "nan", "1e400") and opt not in (
-            "scale",
-            "reserve_code_bytes",
-            "exchange_table_bytes",
-            "reserve_scratch_bytes",
+        must = (
+            opt == "keep_f16"
+            or value in ("-1", "-1.0", "nan", "1e400")
+            and opt
+            not in (
+                "scale",
+                "reserve_code_bytes",
+                "exchange_table_bytes",
+                "reserve_scratch_bytes",
+            )
         )
     level = "nn" if name.startswith("nn-") or name == "ipu-compile-pipeline" else "exchange"
     src = str(w.root / f"{level}.mlir")
@@ -425,9 +459,21 @@ def gen_checkpoint(rng: random.Random, w: Workdir) -> Case:
             "offsets_type",
             "shape_type",
             "int_dtype",
+            "dup_key",
+            "trailing",
         ]
     )
-    must = kind in ("neg_offset", "overlap", "past_end", "nan", "inf", "shape", "truncate")
+    must = kind in (
+        "neg_offset",
+        "overlap",
+        "past_end",
+        "nan",
+        "inf",
+        "shape",
+        "truncate",
+        "dup_key",
+        "trailing",
+    )
     raw_header = None
     info = header[key]
     if kind == "list":
@@ -473,6 +519,11 @@ def gen_checkpoint(rng: random.Random, w: Workdir) -> Case:
         info["shape"] = rng.choice([["4"], None, [-1, 64], 64, [1e20]])
     elif kind == "int_dtype":
         info["dtype"] = "I32"
+    elif kind == "dup_key":  # a second entry for the key (json.loads would keep the last)
+        other = header[rng.choice([k for k in keys if k != key])]
+        raw_header = (json.dumps(header)[:-1] + f", {json.dumps(key)}: {json.dumps(other)}}}").encode()
+    elif kind == "trailing":
+        data = data + bytes(rng.randrange(1, 64))
     if kind != "header_len":
         _write_safetensors(d / "model.safetensors", header, data, raw_header)
     argv = ["--model", str(d), "--weights", str(d), "--reference-only"]
@@ -667,6 +718,12 @@ def gen_flags(rng: random.Random, w: Workdir) -> Case:
         (["--model", "tiny-1layer", "--reference-only", "--inferences", "0"], True),
         (["--model", "tiny-1layer", "--reference-only", "--seed", "-1"], False),
         ([pkg, "--weights", ck, "--inferences", "1"], False),
+        ([pkg, "--threshold", "0.5"], True),
+        ([pkg, "--profile-merge-rounds"], True),
+        ([pkg, "--weights", ck, "--input", str(w.input), "--seed", "3"], True),
+        (["--model", "tiny-1layer", "--reference-only", "--inferences", "3"], True),
+        (["--model", "tiny-1layer", "--reference-only", "--compare-reference"], True),
+        (["--model", "tiny-1layer", "--emit-nn", str(w.path(".mlir")), "--input", str(w.input)], True),
     ]
     argv, must = rng.choice(cases)
     return Case(
@@ -676,7 +733,8 @@ def gen_flags(rng: random.Random, w: Workdir) -> Case:
 
 def gen_report(rng: random.Random, w: Workdir) -> Case:
     level = rng.choice(["exchange", "memory"])
-    text, what = mutate_text(rng, w.levels[level])
+    res = must_refuse_edit(rng, w.levels[level]) if rng.random() < 0.25 else None
+    text, what = res if res is not None else mutate_text(rng, w.levels[level])
     p = w.path(".mlir")
     p.write_text(text)
     report = rng.choice(["placement", "profile"])
@@ -688,7 +746,10 @@ def gen_report(rng: random.Random, w: Workdir) -> Case:
             rng.choice(["tiles=4 sram_kib=-1", "tiles=0", "sram_kib=16", "tiles=4 tiles=4", "bogus=1"]),
         ]
     return Case(
-        "ipu-report", [report, str(p), "-o", str(out), *extra], what=f"report {level}: {what} {extra}"
+        "ipu-report",
+        [report, str(p), "-o", str(out), *extra],
+        must_refuse=res is not None,
+        what=f"report {level}: {what} {extra}",
     )
 
 
@@ -732,14 +793,23 @@ def judge(case: Case, kind: str, out: str) -> str:
     return "accepted"
 
 
-def run(seed: int, counts: dict[str, int], workdir: Path) -> Iterator[tuple[str, Case, str, str]]:
-    """Yields (class, case, outcome, stderr tail) for counts[class] cases of each class, seeded."""
+def run(
+    seed: int,
+    counts: dict[str, int],
+    workdir: Path,
+    before: Callable[[str, int, Case], None] | None = None,
+) -> Iterator[tuple[str, Case, str, str]]:
+    """Yields (class, case, outcome, stderr tail) for counts[class] cases of each class, seeded; `before(class,
+    index, case)` is called before each case runs (a log that names the case a crash of the whole process was
+    in)."""
     if not LIT:
         LIT.extend(lit_inputs())
     w = Workdir(workdir)
     for cls, n in counts.items():
         rng = random.Random(f"{seed}:{cls}")
-        for _ in range(n):
+        for i in range(n):
             case = CLASSES[cls](rng, w)
+            if before is not None:
+                before(cls, i, case)
             kind, rc, out, err = call(case.tool, case.argv)
             yield cls, case, judge(case, kind, out), err.strip().splitlines()[-1][:300] if err.strip() else ""

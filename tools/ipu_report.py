@@ -110,6 +110,18 @@ def _main(argv: list[str] | None) -> int:
     args = ap.parse_args(argv)
     out = Path(args.output)
     try:
+        if args.memory_plan and args.report != "placement":
+            raise ValueError("--memory-plan applies to the placement report only")
+        if _is_package(args.input):
+            if args.report != "placement":
+                raise ValueError(
+                    f"{args.input}: a package; the {args.report} report reads MLIR (a package's profile: "
+                    f"ipu-run {args.input} --profile DIR)"
+                )
+            if args.passes or args.memory_plan:
+                raise ValueError(
+                    f"{args.input}: a package is already compiled: -p and --memory-plan do not apply"
+                )
         if args.report == "placement" and _is_package(args.input):
             from ipu.runtime.reports.placement import write_placement_report
 
@@ -127,7 +139,12 @@ def _main(argv: list[str] | None) -> int:
         if args.report == "placement":
             from ipu.runtime.reports.placement import model_from_function, write_placement_report
 
-            if not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops):
+            planned = any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
+            if planned and args.memory_plan:
+                raise ValueError(
+                    f"--memory-plan does not apply: @{f.sym_name.data} has a memory.plan already"
+                )
+            if not planned:
                 why = _unplaced(f)
                 if why is not None:
                     raise ValueError(why)

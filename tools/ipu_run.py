@@ -379,6 +379,10 @@ def compile_and_run(args) -> int:
     return run_package(args, pkg)
 
 
+def _do_not_apply(flags: list[str]) -> str:
+    return f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} not apply"
+
+
 def check_flags(p: argparse.ArgumentParser, args) -> None:
     """Refuses flags that would be ignored, and values out of range (argparse's error: exit 2)."""
     import math
@@ -409,10 +413,49 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         p.error(f"--tiles must be at least 1, got {args.tiles}")
     if args.layers is not None and args.layers < 1:
         p.error(f"--layers must be at least 1, got {args.layers}")
-    if args.seed < 0:
+    if args.seed is not None and args.seed < 0:
         p.error(f"--seed must be >= 0, got {args.seed}")
-    if not math.isfinite(args.threshold) or args.threshold < 0:
+    if args.threshold is not None and (not math.isfinite(args.threshold) or args.threshold < 0):
         p.error(f"--threshold must be finite and >= 0, got {args.threshold}")
+    # Flags that the chosen run would not read.
+    if args.threshold is not None and not args.per_op:
+        p.error("--threshold applies to --per-op only")
+    if args.profile_merge_rounds and not args.profile:
+        p.error("--profile-merge-rounds applies to --profile only")
+    if args.seed is not None and args.weights and args.input:
+        p.error("--seed: nothing is random with both --weights and --input")
+    if args.emit_nn:
+        unread = [
+            flag
+            for flag, given in (
+                ("--inferences", args.inferences is not None),
+                ("--compare-reference", args.compare_reference),
+                ("--input", args.input),
+                ("--seed", args.seed is not None),
+                ("--pipeline", args.pipeline is not None),
+                ("--profile", args.profile),
+                ("--memory-map", args.memory_map),
+                ("--save-outputs", args.save_outputs),
+                ("--allow-nonfinite", args.allow_nonfinite),
+                ("--no-split-rows", not args.split_rows),
+            )
+            if given
+        ]
+        if unread:
+            p.error(f"--emit-nn stops after writing the nn IR: {_do_not_apply(unread)}")
+    if args.reference_only:
+        unread = [
+            flag
+            for flag, given in (
+                ("--inferences", args.inferences is not None),
+                ("--compare-reference", args.compare_reference),
+                ("--memory-map", args.memory_map),
+                ("--save-outputs", args.save_outputs),
+            )
+            if given
+        ]
+        if unread:
+            p.error(f"--reference-only evaluates once and always compares with fp32: {_do_not_apply(unread)}")
     if args.reference_only and (args.output or args.tiles is not None or not args.split_rows):
         p.error("-o, --tiles and --no-split-rows need a compilation (not --reference-only)")
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
@@ -506,11 +549,11 @@ def _main(argv: Sequence[str] | None) -> int:
     p.add_argument(
         "--input", help="pixel values as a .npy file [1, C, H, W]; default: seeded uniform in [-1, 1]"
     )
-    p.add_argument("--inferences", type=int, default=1, help="inferences after one parameter upload")
+    p.add_argument("--inferences", type=int, help="inferences after one parameter upload (default 1)")
     p.add_argument(
         "--compare-reference", action="store_true", help="cosine and rel-L2 against the fp32 reference"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of random weights and input")
+    p.add_argument("--seed", type=int, help="seed of random weights and input (default 0)")
     p.add_argument("--layers", type=int, help="override the number of encoder layers (--model)")
     p.add_argument(
         "--tiles", type=int, help="--model: compile for a machine with this many tiles (default 1472)"
@@ -533,7 +576,7 @@ def _main(argv: Sequence[str] | None) -> int:
         "then compiles the layers unrolled, without the tile.repeat loop)",
     )
     p.add_argument(
-        "--threshold", type=float, default=0.02, help="--per-op: rel-L2 that counts as a divergence"
+        "--threshold", type=float, help="--per-op: rel-L2 that counts as a divergence (default 0.02)"
     )
     p.add_argument(
         "--profile",
@@ -583,7 +626,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = p.parse_args(argv)
     if bool(args.package) == bool(args.model):
         p.error("give a package, or --model to compile one")
-    if args.inferences < 1:
+    if args.inferences is not None and args.inferences < 1:
         p.error("--inferences must be at least 1")
     if args.per_op and not args.compare_reference:
         p.error("--per-op needs --compare-reference")
@@ -592,6 +635,9 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.emit_nn and not args.model:
         p.error("--emit-nn needs --model")
     check_flags(p, args)
+    args.inferences = 1 if args.inferences is None else args.inferences
+    args.seed = 0 if args.seed is None else args.seed
+    args.threshold = 0.02 if args.threshold is None else args.threshold
     if args.emit_nn:
         return emit_nn(args)
     if args.package:

@@ -51,6 +51,9 @@ class Step:
     parts: dict | None = None
 
 
+MAX_LISTED_ITERATIONS = 1 << 16  # a tile.repeat's iterations are listed one by one (profile.json, the page)
+
+
 def _compute_tile_cycles(op: Operation, cycles: int, tiles: int) -> np.ndarray:
     """The plan's busiest-tile cycles spread by each tile's share of the result (tiles without a shard idle)."""
     out = np.zeros(tiles, np.int64)
@@ -119,6 +122,11 @@ def profile_from_function(f: func.FuncOp, tiles: int | None = None) -> dict:
                     steps.append(Step("compute", "exchange.copy", f"on-tile copies of {op_label(op)}", copies,
                                       int(copies.max()), repeat))  # fmt: skip
             elif isinstance(op, tl.RepeatOp):
+                if op.count.value.data > MAX_LISTED_ITERATIONS:  # a row per iteration below
+                    raise ValueError(
+                        f"tile.repeat x{op.count.value.data}: more iterations than a profile lists "
+                        f"({MAX_LISTED_ITERATIONS})"
+                    )
                 rid = len(repeats)
                 first = len(steps)
                 info = {

@@ -65,3 +65,18 @@ def test_call_classifies_an_escaping_exception_as_traceback(monkeypatch):
     monkeypatch.setattr(fuzz, "_mains", lambda: {"x": boom})
     kind, rc, out, err = fuzz.call("x", [])
     assert kind == "traceback" and "TypeError: boom" in err
+
+
+def test_call_leaves_no_cached_tables_behind(tmp_path):
+    # The harness runs thousands of hostile inputs in one process: the layout-table caches must not keep what a
+    # refused input built (the long runs grew until the OOM killer ended them).
+    from ipu.dialects import tile as tl
+
+    p = tmp_path / "l.mlir"
+    p.write_text(
+        '%0 = "test.op"() {tile.layout = #tile.layout<shape = [16, 65536], block = [1, 1], replicas = 1, '
+        'tiles = #tile.affine<0, 1, 0>, order = "row_major", dtype = f32>} : () -> tensor<16x65536xf32>\n'
+    )
+    kind, rc, out, err = fuzz.call("ipu-opt", [str(p), "--allow-unregistered-dialect"])
+    assert kind == "clean" and "outside the target's tiles" in err, err
+    assert tl._table.cache_info().currsize == 0 and tl._geometry.cache_info().currsize == 0

@@ -127,6 +127,120 @@ def test_values_that_cannot_be_meant_are_refused(tmp_path, capsys, edit, message
     assert rc == 1 and message in err, err
 
 
+@pytest.fixture(scope="module")
+def levels(tmp_path_factory):
+    from ipu.tools.fuzz import Workdir
+
+    return Workdir(tmp_path_factory.mktemp("levels")).levels
+
+
+_BOUNDED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from ipu.tools.fuzz import call
+kind, rc, out, err = call(sys.argv[1], sys.argv[2:])
+sys.stderr.write(err)
+sys.exit(0 if kind == "clean" else 1)
+"""
+
+
+@pytest.mark.parametrize(
+    "level, old, new, tool, message",
+    [
+        (
+            "exchange",
+            "tiles = 4 : i64",
+            "tiles = 2147483647 : i64",
+            "ipu-opt",
+            "exchange.phase: tiles = 2147483647 ",
+        ),
+        ("exchange", "tiles = 4 : i64", "tiles = 2147483647 : i64", "profile", "is outside [1, 1472]"),
+        (
+            "memory",
+            "tiles = 4 : i64",
+            "tiles = 2147483647 : i64",
+            "placement",
+            "memory.plan: tiles = 2147483647 ",
+        ),
+        (
+            "memory",
+            "#tile.affine<0, 1, 0>",
+            "#tile.affine<2147483000, 1, 0>",
+            "lower",
+            "outside the target's tiles",
+        ),
+        (
+            "exchange",
+            "#tile.affine<0, 1, 0>",
+            "#tile.affine<1472, 1, 0>",
+            "profile",
+            "outside the target's tiles",
+        ),
+    ],
+)
+def test_tile_counts_and_ids_past_the_target_are_refused_before_allocating(
+    levels, tmp_path, level, old, new, tool, message
+):
+    # Each was accepted, or allocated per-tile arrays of 2^31 entries (the kernel's OOM killer, not an error).
+    # Run in a child with a 3 GiB address space: without the check the child reports "out of memory".
+    import subprocess
+    import sys
+
+    text = levels[level]
+    assert old in text
+    p = tmp_path / "m.mlir"
+    p.write_text(text.replace(old, new, 1))
+    argv = {
+        "ipu-opt": ["ipu-opt", str(p)],
+        "profile": ["ipu-report", "profile", str(p), "-o", str(tmp_path / "r")],
+        "placement": ["ipu-report", "placement", str(p), "-o", str(tmp_path / "r")],
+        "lower": ["lower", str(p), "-o", str(tmp_path / "p.ipupkg")],
+    }[tool]
+    r = subprocess.run([sys.executable, "-c", _BOUNDED, *argv], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and message in r.stderr and "out of memory" not in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def two_layers(tmp_path_factory):
+    from ipu.frontend.siglip import build_vision_model
+
+    d = tmp_path_factory.mktemp("two")
+    (d / "nn.mlir").write_text(str(build_vision_model(PRESETS["tiny"])))
+    spec = "ipu-compile-pipeline{tiles=4 sram_kib=624 stop_after=nn-to-exchange-pipeline}"
+    assert opt_main([str(d / "nn.mlir"), "-p", spec, "-o", str(d / "ex.mlir")]) == 0
+    return (d / "ex.mlir").read_text()
+
+
+@pytest.mark.parametrize(
+    "count, message",
+    [
+        (
+            "2147483647",
+            "stacked operand #0 has shape [2, 64]; its leading dimension must be the count 2147483647",
+        ),
+        ("0", "tile.repeat: count must be positive, got 0"),
+    ],
+)
+def test_tile_repeat_count_must_match_its_stacked_operands(two_layers, tmp_path, capsys, count, message):
+    assert "tile.repeat 2 carried" in two_layers
+    p = tmp_path / "r.mlir"
+    p.write_text(two_layers.replace("tile.repeat 2 carried", f"tile.repeat {count} carried", 1))
+    rc, _, err = _opt(capsys, str(p))
+    assert rc == 1 and message in err, err
+
+
+def test_profile_refuses_more_iterations_than_it_lists(two_layers, tmp_path, capsys, monkeypatch):
+    from ipu.runtime.reports import profile
+    from ipu.tools.ipu_report import main as report_main
+
+    p = tmp_path / "r.mlir"
+    p.write_text(two_layers)
+    monkeypatch.setattr(profile, "MAX_LISTED_ITERATIONS", 1)
+    assert report_main(["profile", str(p), "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "tile.repeat x2: more iterations than a profile lists (1)" in err and "internal error" not in err
+
+
 def test_attribute_check_refuses_nan_and_out_of_type_values():
     from xdsl.dialects.builtin import FloatAttr, IntAttr, IntegerAttr, f32, i8
 
@@ -154,6 +268,8 @@ def test_attribute_check_refuses_nan_and_out_of_type_values():
         ("memory-plan{tiles=4 sram-kib=256 sram_kib=256}", "option 'sram_kib' is given twice"),
         ("nn-split-k{tiles=4294967296}", "must fit in 32 bits"),
         ("nn-quantize-weights{keep_f16=q_proj,q_proj}", "lists 'q_proj' twice"),
+        ("nn-split-k{tiles=4 max-rows=x}", "nn-split-k: option 'max_rows' = 'x' has the wrong type"),
+        ("tile-plan{memory_fraction=nan}", "tile-plan: option 'memory_fraction' = 'nan' has the wrong type"),
     ],
 )
 def test_pass_options_are_range_checked(tmp_path, capsys, spec, message):
@@ -161,6 +277,40 @@ def test_pass_options_are_range_checked(tmp_path, capsys, spec, message):
     p.write_text("func.func @f() {\n  func.return\n}\n")
     rc, _, err = _opt(capsys, str(p), "-p", spec)
     assert rc == 1 and message in err, err
+
+
+@pytest.fixture(scope="module")
+def tiny_nn(tmp_path_factory):
+    from ipu.frontend.siglip import build_vision_model
+
+    p = tmp_path_factory.mktemp("nn") / "nn.mlir"
+    p.write_text(str(build_vision_model(CFG)))
+    return p
+
+
+@pytest.mark.parametrize("names", ["q_prj", "q_proj,bogus", "layer_norm1"])
+def test_keep_f16_names_matching_no_linear_are_refused(tiny_nn, capsys, names):
+    rc, out, err = _opt(capsys, str(tiny_nn), "-p", f"nn-quantize-weights{{keep_f16={names}}}")
+    bad = [n for n in names.split(",") if n != "q_proj"]
+    assert rc == 1 and out == "", err
+    assert (
+        f"option 'keep_f16': {', '.join(map(repr, bad))} is part of no linear's weight parameter name" in err
+    )
+    assert "encoder.layers.*.self_attn.q_proj.weight" in err  # the known linear names, layers folded
+
+
+def test_keep_f16_default_policy_names_apply_to_models_without_them(tmp_path, capsys):
+    # The default policy names the head; a headless model compiles with it (and `fc1` matches a linear).
+    from dataclasses import replace
+
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.passes.nn_quantize import KEEP_F16_DEFAULT
+
+    p = tmp_path / "headless.mlir"
+    p.write_text(str(build_vision_model(replace(CFG, vision_use_head=False))))
+    spec = f"nn-quantize-weights{{keep_f16={','.join(KEEP_F16_DEFAULT)},fc1}}"
+    rc, out, err = _opt(capsys, str(p), "-p", spec)
+    assert rc == 0 and "nn.cast" in out, err
 
 
 def test_repeated_options_are_found_outside_strings():
@@ -238,6 +388,22 @@ def test_checkpoint_header_is_validated_before_any_weight_is_read(ckpt, edit, me
         CheckpointError,
         match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]"),
     ):
+        load_checkpoint(ckpt)
+
+
+def test_repeated_header_keys_and_uncovered_data_are_refused(ckpt):
+    path = ckpt / "model.safetensors"
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header, data = raw[8 : 8 + n].decode(), raw[8 + n :]
+    key = _first_key(json.loads(header))
+    entry = json.dumps(json.loads(header)[key])
+    twice = header[:-1] + f', "{key}": {entry}' + "}"  # json.loads keeps the last one silently
+    path.write_bytes(struct.pack("<Q", len(twice)) + twice.encode() + data)
+    with pytest.raises(CheckpointError, match=f"has key '{key}' twice"):
+        load_checkpoint(ckpt)
+    path.write_bytes(raw + bytes(16))  # bytes no tensor names
+    with pytest.raises(CheckpointError, match=f"cover {len(data)} of the {len(data) + 16} data bytes"):
         load_checkpoint(ckpt)
 
 
@@ -382,6 +548,24 @@ def test_flags_that_do_not_apply_to_a_package_run_are_errors(package, capsys, ex
         (["--model", "tiny-1layer", "--tiles", "0"], "--tiles must be at least 1"),
         (["--model", "tiny-1layer", "--layers", "0", "--reference-only"], "--layers must be at least 1"),
         (["--model", "tiny-1layer", "--reference-only", "--threshold", "nan"], "--threshold must be finite"),
+        # Flags the chosen run would not read.
+        (
+            ["--model", "tiny-1layer", "--tiles", "4", "--threshold", "0.5"],
+            "--threshold applies to --per-op only",
+        ),
+        (["--model", "tiny-1layer", "--tiles", "4", "--profile-merge-rounds"], "applies to --profile only"),
+        (
+            ["--model", "tiny-1layer", "--reference-only", "--inferences", "5"],
+            "--reference-only evaluates once and always compares with fp32: --inferences does not apply",
+        ),
+        (
+            ["--model", "tiny-1layer", "--reference-only", "--compare-reference", "--save-outputs", "d"],
+            "--compare-reference, --save-outputs do not apply",
+        ),
+        (
+            ["--model", "tiny-1layer", "--emit-nn", "-", "--seed", "2", "--input", "x.npy"],
+            "--emit-nn stops after writing the nn IR: --input, --seed do not apply",
+        ),
     ],
 )
 def test_model_flags_are_checked(capsys, argv, message):
@@ -411,3 +595,64 @@ def test_nonfinite_outputs_are_reported(package, capsys):
         "output 'y': 1 NaN and 1 infinite of 3 values"
     ]
     assert nonfinite_outputs({"y": np.zeros(3)}) == []
+
+
+@pytest.mark.parametrize(
+    "report, source, extra, message",
+    [
+        (
+            "profile",
+            "exchange",
+            ["--memory-plan", "tiles=4"],
+            "--memory-plan applies to the placement report only",
+        ),
+        (
+            "placement",
+            "memory",
+            ["--memory-plan", "tiles=4"],
+            "--memory-plan does not apply: @siglip_vision has",
+        ),
+        ("profile", "package", [], "a package; the profile report reads MLIR"),
+        (
+            "placement",
+            "package",
+            ["-p", "nn-fuse-qkv"],
+            "a package is already compiled: -p and --memory-plan",
+        ),
+    ],
+)
+def test_ipu_report_flags_that_do_not_apply_are_errors(
+    levels, package, tmp_path, capsys, report, source, extra, message
+):
+    from ipu.tools.ipu_report import main as report_main
+
+    if source == "package":
+        src = str(package)
+    else:
+        src = str(tmp_path / "in.mlir")
+        (tmp_path / "in.mlir").write_text(levels[source])
+    assert report_main([report, src, "-o", str(tmp_path / "out"), *extra]) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+
+
+def test_package_declaring_more_than_the_machine_holds_is_refused_before_inflating(package, monkeypatch):
+    # A zip member's declared size is checked before it is read (a 2 MB archive can declare 2 GiB of zeros).
+    from ipu.runtime import package as pk
+
+    total = sum(i.file_size for i in zipfile.ZipFile(package).infolist())
+    monkeypatch.setattr(pk, "MAX_PACKAGE_BYTES", total - 1)
+    with pytest.raises(pk.PackageError, match=f"unpack to {total} bytes"):
+        pk.Package.load(package)
+    monkeypatch.setattr(pk, "MAX_PACKAGE_BYTES", total)
+    pk.Package.load(package)
+
+
+def test_finite_values_past_the_device_format_are_refused_by_name(package, tmp_path, capsys):
+    # 70000 is finite in f32 but infinite as the device's f16: refused at upload, not NaN outputs later.
+    p = tmp_path / "big.npy"
+    np.save(p, np.full((1, CFG.num_channels, CFG.image_size, CFG.image_size), 7.0e4, np.float32))
+    assert run_main([str(package), "--input", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert "'pixel_values': 3072 finite values exceed the f16 range (largest 65504)" in err, err
+    assert "RuntimeWarning" not in err and "NaN" not in err

@@ -23,10 +23,10 @@
 // BIG: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: sram_kib must be a multiple of 16 in [48, 624], got 1024
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{repeat=maybe}' 2>&1 | filecheck %s --check-prefix=BOOL
-// BOOL: ipu-opt: error: bad pass pipeline: Incompatible types: given ('maybe',), expected <class 'bool'>
+// BOOL: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'repeat' = 'maybe' has the wrong type (given ('maybe',), expected <class 'bool'>)
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=sixteen}' 2>&1 | filecheck %s --check-prefix=INT
-// INT: ipu-opt: error: bad pass pipeline: Incompatible types: given ('sixteen',), expected <class 'int'>
+// INT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' = 'sixteen' has the wrong type (given ('sixteen',), expected <class 'int'>)
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
 // UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "stop_after"]
