@@ -189,6 +189,39 @@ def _pace_call(*args):
 pace_kernel = _pace_call if numba is not None else None
 
 
+def _products(x, w, t, acc_cur, c):
+    """acc_cur[c, e] += float32(sum over i in order of x[i] * w[t, i, e]) for the 16 engines e, as eight
+    independent sums at a time (each engine's additions in the same order from 0.0; a fused multiply-add rounds
+    as a multiply and an add: every product of two halves is exact in float64)."""
+    for e0 in range(0, 16, 8):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for i in range(16):
+            xi = x[i]
+            s0 += xi * w[t, i, e0]
+            s1 += xi * w[t, i, e0 + 1]
+            s2 += xi * w[t, i, e0 + 2]
+            s3 += xi * w[t, i, e0 + 3]
+            s4 += xi * w[t, i, e0 + 4]
+            s5 += xi * w[t, i, e0 + 5]
+            s6 += xi * w[t, i, e0 + 6]
+            s7 += xi * w[t, i, e0 + 7]
+        acc_cur[c, e0] += np.float32(s0)
+        acc_cur[c, e0 + 1] += np.float32(s1)
+        acc_cur[c, e0 + 2] += np.float32(s2)
+        acc_cur[c, e0 + 3] += np.float32(s3)
+        acc_cur[c, e0 + 4] += np.float32(s4)
+        acc_cur[c, e0 + 5] += np.float32(s5)
+        acc_cur[c, e0 + 6] += np.float32(s6)
+        acc_cur[c, e0 + 7] += np.float32(s7)
+
+
+_products_jit = (
+    numba.njit(cache=True, nogil=True, inline="always", fastmath={"contract"})(_products)
+    if numba is not None
+    else None
+)
+
+
 def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
     """semantics.amp_flush for the contexts of ctx with pending F16 AMP inputs (kind 1): acc_cur[c] += the
     float64 sum of the exact products x[c] * w[tile(c)], rounded once to float32 (inputs and weights are halves:
@@ -197,7 +230,6 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
     n = ctx.shape[0]
     for q in numba.prange(nchunks):
         x = np.empty(16, np.float64)
-        s = np.empty(16, np.float64)
         for j in range(q * n // nchunks, (q + 1) * n // nchunks):
             c = ctx[j]
             if kind[c] != 1:
@@ -207,18 +239,7 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
                 v = xraw[c, p]
                 for h in range(4):
                     x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
-            wt = w[t]
-            # per engine e the sum over the inputs i in order, s[e] = (..(0 + x0 w0e) + x1 w1e) + ..: the inner
-            # loop runs over the engines (SIMD), each engine's additions in the same order (a fused multiply-add
-            # rounds as a multiply and an add: every product of two halves is exact in float64)
-            for e in range(16):
-                s[e] = 0.0
-            for i in range(16):
-                xi = x[i]
-                for e in range(16):
-                    s[e] += xi * wt[i, e]
-            for e in range(16):
-                acc_cur[c, e] += np.float32(s[e])
+            _products_jit(x, w, t, acc_cur, c)  # per engine e the sum over the inputs i in order
 
 
 _flush_serial, _flush_parallel = _both(_amp_flush_f16, fastmath={"contract"})
@@ -323,7 +344,6 @@ def _rpt_loop(
     tmp = np.empty(n, np.uint64)
     ld = np.empty((2, n), np.uint64)
     x = np.empty(16, np.float64)
-    s = np.empty(16, np.float64)
     limit = end - base - 8
     used = np.empty(3, np.int64)
     while n > 0:
@@ -385,15 +405,7 @@ def _rpt_loop(
                             v = xraw[c, p]
                             for h in range(4):
                                 x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
-                        wt = w[t]
-                        for e in range(16):
-                            s[e] = 0.0
-                        for i in range(16):
-                            xi = x[i]
-                            for e in range(16):
-                                s[e] += xi * wt[i, e]
-                        for e in range(16):
-                            acc_cur[c, e] += np.float32(s[e])
+                        _products_jit(x, w, t, acc_cur, c)
                     for p in range(4):
                         xraw[c, p] = 0
                     amp_kind[c] = 0
@@ -489,7 +501,9 @@ def _rpt_loop(
 
 
 _rpt_core = (
-    numba.njit(cache=True, nogil=True, fastmath={"contract"})(_rpt_loop) if numba is not None else None
+    numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_rpt_loop)
+    if numba is not None
+    else None
 )
 
 
@@ -535,3 +549,37 @@ def run_rpt_loop(args: tuple) -> list[tuple[int, int, int, int, int]]:
 
 
 rpt_loop = run_rpt_loop if numba is not None else None
+
+
+def _deliver(mem64, wstate, atoms, src_first, rt, n, w0, nchunks):
+    """semantics._deliver_exchange_fast's writes: receiver i (tile rt[i], distinct) gets atoms[src_first[i] +
+    k] at word w0[i] + k, k < n[i], marked written. False (nothing changed) if any of those words is protected.
+    Receivers are distinct tiles (columns of mem64): `nchunks` even runs of receivers."""
+    r = rt.shape[0]
+    bad = np.zeros(nchunks, np.int64)
+    for q in numba.prange(nchunks):
+        for i in range(q * r // nchunks, (q + 1) * r // nchunks):
+            t = rt[i]
+            for k in range(n[i]):
+                if wstate[w0[i] + k, t] & 4:
+                    bad[q] = 1
+    if bad.sum():
+        return False
+    for q in numba.prange(nchunks):
+        for i in range(q * r // nchunks, (q + 1) * r // nchunks):
+            t = rt[i]
+            for k in range(n[i]):
+                mem64[w0[i] + k, t] = atoms[src_first[i] + k]
+                wstate[w0[i] + k, t] |= 3
+    return True
+
+
+_deliver_serial, _deliver_parallel = _both(_deliver)
+
+
+def _deliver_call(mem64, wstate, atoms, src_first, rt, n, w0):
+    q = _threads if _threads > 1 and rt.shape[0] >= 64 else 1
+    return (_deliver_parallel if q > 1 else _deliver_serial)(mem64, wstate, atoms, src_first, rt, n, w0, q)
+
+
+deliver = _deliver_call if numba is not None else None

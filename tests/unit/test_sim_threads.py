@@ -78,3 +78,47 @@ def test_tile_runs_never_split_a_tile(n, tiles):
         assert b[0] == 0 and b[-1] == len(idx) and (np.diff(b) >= 0).all()
         for x in b[1:-1]:
             assert x in (0, len(idx)) or tile_of[idx[x]] != tile_of[idx[x - 1]]
+
+
+def _amp_sim(reference: bool, tiles: int = 4, groups: int = 9):
+    from ipu.runtime import examples as ex
+    from ipu.runtime.simulator import Simulator
+
+    t = Target.small(tiles=tiles, sram_kib=624)
+    lay = ex.BENCH_LAYOUT
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((tiles, 16, 16)).astype(np.float16)
+    x = rng.standard_normal((tiles, 6, groups, 16)).astype(np.float16)
+    p = rng.standard_normal((tiles, 6, groups, 16)).astype(np.float16)
+    sim = Simulator(t, reference=reference)
+    sim.load(ex.amp_program(t, lay=lay))
+    ex.amp_setup(sim, groups, w.view(np.uint8).reshape(tiles, -1), x.view(np.uint8), p, lay=lay)
+    return sim, lay
+
+
+@pytest.mark.parametrize("nthreads", [1, 2])
+def test_fused_loop_stops_at_the_failing_bundle(threads, nthreads):
+    """A load of never-written memory in the middle of the AMP loop (jit.rpt_loop's body): the fused loop stops
+    before that bundle and the numpy semantics report the same error as the reference path, with the same state
+    of every other context."""
+    from ipu.runtime.errors import SimError
+
+    threads(nthreads)
+    errors, sims = [], []
+    for reference in (True, False):
+        sim, lay = _amp_sim(reference)
+        word = (lay.partials + 2 * lay.worker_stride + 5 * 32 - sim.base) // 8  # worker 2, group 5
+        sim.wstate[word, 3] = 0  # tile 3: unwritten
+        with pytest.raises(SimError) as e:
+            sim.run("main")
+        errors.append(str(e.value))
+        sims.append(sim)
+    assert "poison" in errors[0] and errors[1] == errors[0]
+    for name in (
+        "acc_cur",
+        "amp_done_raw",
+        "m",
+        "a",
+    ):  # the failing tile's contexts, stopped at the same step
+        ref, fast = getattr(sims[0], name), getattr(sims[1], name)
+        np.testing.assert_array_equal(fast[18:24], ref[18:24], err_msg=name)
