@@ -5,7 +5,9 @@ same order (checks for every context, then the stores, then the loads and regist
 result does not depend on which path ran it. A kernel changes nothing and returns False when any check would
 fail: the numpy semantics then run and report the failure exactly. `semantics.py` stays the reference: these
 kernels are used only when `Simulator.fast` is set, numba is installed and IPU_SIM_NO_JIT is unset;
-tests/unit/test_sim_fast_path.py compares the paths.
+tests/unit/test_sim_fast_path.py compares the paths. `rpt_loop` runs a whole rpt loop (every iteration of every
+context of the group) in one call; with more than one thread (`set_threads`, IPU_SIM_THREADS) large groups are
+split into runs of whole tiles (tests/unit/test_sim_threads.py compares 1 and 2 threads with the reference).
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ _threads = 1
 
 
 def set_threads(n: int | None = None) -> int:
-    """Threads the kernels may use (None: IPU_SIM_THREADS, else every core numba sees); returns the number set."""
+    """Threads the kernels may use (None: IPU_SIM_THREADS, else 1); returns the number set. One by default: on
+    the shared 2-core machine of BENCHMARKS.md ("Simulator: both cores") a second thread did not pay."""
     global _threads
     if numba is None:
         _threads = 1
         return 1
     if n is None:
         env = os.environ.get("IPU_SIM_THREADS", "")
-        n = int(env) if env else numba.config.NUMBA_NUM_THREADS
+        n = int(env) if env else 1
     _threads = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
     if _threads > 1:
         numba.set_num_threads(_threads)

@@ -21,7 +21,10 @@ and merge when they meet again. An rpt loop is held by its group, so looping cos
 Two paths (issue 23), with identical results, cycles, profiles and checks: the fast path (default) keeps groups
 larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
 waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
-(`runtime/jit.py`, numba) and cached tables; `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
+(`runtime/jit.py`, numba) and cached tables, a worker rpt loop of pace forms with F16 AMPs (a GEMM's inner loop)
+as one compiled call for all its iterations (`_run_fused`), and can split the kernels' contexts over threads in
+runs of whole tiles (IPU_SIM_THREADS, `jit.set_threads`; the same bits whatever the count);
+`Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
 reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
 against. Only what depends on the order of rounds rather than on simulated time could differ: a `run` into a
 worker slot that another worker left without a sync in between (the compiler's code uses `runall` after a sync).
