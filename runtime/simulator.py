@@ -871,6 +871,8 @@ class Simulator:
                 out = []
         if out:
             self._groups.append(Group(g.rpt[1], np.sort(np.concatenate(out)), False))
+        if self.progress is not None:  # a fused loop is many rounds' work in one (progress: every 256 rounds)
+            self._show_progress()
         return True
 
     def _check_context(self, g: Group, ins: Instr) -> None:
