@@ -860,7 +860,9 @@ class Simulator:
             )
         )  # fmt: skip
         # One run: the group's own state. Several (runs of whole tiles on threads, see jit.chunks): the runs
-        # share nothing, and each stopped run continues as its own group (groups of different tiles).
+        # share nothing, and each stopped run continues as its own group (groups of different tiles). Known
+        # limit: if runs fail checks at different iterations of one loop, the error raised can name another
+        # failing context than one thread would (a successful run's results are the same bits).
         out = list(g.parked or [])
         for r0, _, n, nd, b in runs:
             if nd:
