@@ -89,26 +89,36 @@ def _package(spec: str, tiles: int):
     return spec, Package.load(spec)
 
 
-def bench_package(spec: str, tiles: int, repeats: int, warmup: int) -> dict:
-    """Inferences of one package through the reference and the fast path, alternating (see the docstring)."""
+def bench_package(spec: str, tiles: int, repeats: int, warmup: int, threads=(None,), reference=True) -> dict:
+    """Inferences of one package through the reference and the fast path, alternating (see the docstring).
+    `threads`: the fast path once per entry with that many kernel threads (jit.set_threads; None: the default),
+    each its own session, as "fast" (one entry) or "fast, N thread(s)"."""
     from ipu.frontend.siglip import SiglipVisionConfig
     from ipu.frontend.weights import random_weights
+    from ipu.runtime import jit
     from ipu.runtime.host import Session
 
     name, pkg = _package(spec, tiles)
     cfg = SiglipVisionConfig.from_dict(pkg.metadata["config"])
     weights = random_weights(cfg, seed=0)
     x = np.random.default_rng(0).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
-    sessions, steps, first = {}, {}, {}
-    for path in ("reference", "fast"):
+    sessions, steps, first, nthreads = {}, {}, {}, {}
+    paths = (["reference"] if reference else []) + [
+        "fast" if len(threads) == 1 else f"fast, {n} thread{'s' if n != 1 else ''}" for n in threads
+    ]
+    for path, n in zip(paths, ([None] if reference else []) + list(threads)):
         s = Session(pkg, Simulator(pkg.target, reference=path == "reference"))
         s.upload_parameters(weights)
         sessions[path] = s
+        nthreads[path] = n
     wall = {p: [] for p in sessions}
     cpu = {p: [] for p in sessions}
     for i in range(warmup + repeats):
         for path, s in sessions.items():
             sim = s.device
+            default = jit.threads()
+            if nthreads[path] is not None:
+                jit.set_threads(nthreads[path])
             counter = [0]
             if i == 0:  # count the group steps once (the counting wrapper costs a little time)
                 step = sim._step
@@ -121,6 +131,7 @@ def bench_package(spec: str, tiles: int, repeats: int, warmup: int) -> dict:
             t0, c0 = time.perf_counter(), time.process_time()
             r = s.run({"pixel_values": x})
             dt, cdt = time.perf_counter() - t0, time.process_time() - c0
+            jit.set_threads(default)
             if i == 0:
                 del sim._step
                 steps[path] = counter[0]
@@ -128,12 +139,18 @@ def bench_package(spec: str, tiles: int, repeats: int, warmup: int) -> dict:
             if i >= warmup:
                 wall[path].append(dt)
                 cpu[path].append(cdt)
-    ref, fast = first["reference"], first["fast"]
-    for k in ref.outputs:
-        assert np.array_equal(ref.outputs[k], fast.outputs[k], equal_nan=True), f"{name}: {k} differs"
-    assert np.array_equal(ref.run.tile_cycles, fast.run.tile_cycles), f"{name}: cycles differ"
-    assert np.array_equal(ref.run.context_cycles, fast.run.context_cycles), f"{name}: context cycles differ"
-    assert np.array_equal(ref.run.instructions, fast.run.instructions), f"{name}: instructions differ"
+    ref = first[paths[0]]
+    for path in paths[1:]:
+        fast = first[path]
+        for k in ref.outputs:
+            assert np.array_equal(ref.outputs[k], fast.outputs[k], equal_nan=True), (
+                f"{name}: {k} differs ({path})"
+            )
+        assert np.array_equal(ref.run.tile_cycles, fast.run.tile_cycles), f"{name}: cycles differ ({path})"
+        assert np.array_equal(ref.run.context_cycles, fast.run.context_cycles), (
+            f"{name}: context cycles ({path})"
+        )
+        assert np.array_equal(ref.run.instructions, fast.run.instructions), f"{name}: instructions ({path})"
     med = {p: (statistics.median(wall[p]), statistics.median(cpu[p])) for p in sessions}
     return {
         "name": name,
@@ -144,6 +161,7 @@ def bench_package(spec: str, tiles: int, repeats: int, warmup: int) -> dict:
         "wall": wall,
         "cpu": cpu,
         "median": med,
+        "paths": paths,
         "peak_rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3,
     }
 
@@ -156,11 +174,18 @@ def main_packages(args) -> None:
     )
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for spec in args.packages:
-        r = bench_package(spec, args.package_tiles, args.repeats, args.warmup)
-        (rw, rc), (fw, fc) = r["median"]["reference"], r["median"]["fast"]
-        for path in ("reference", "fast"):
+        r = bench_package(
+            spec,
+            args.package_tiles,
+            args.repeats,
+            args.warmup,
+            tuple(args.threads or [None]),
+            not args.no_reference,
+        )
+        rw, rc = r["median"][r["paths"][0]]
+        for path in r["paths"]:
             w, c = r["median"][path]
-            ratio = (f"{rw / fw:.2f}x", f"{rc / fc:.2f}x") if path == "fast" else ("", "")
+            ratio = (f"{rw / w:.2f}x", f"{rc / c:.2f}x") if path != r["paths"][0] else ("", "")
             print(
                 f"| {r['name']} | {r['cycles']:,} | {path} | {r['steps'][path]:,} | {w:.2f} ({min(r['wall'][path]):.2f}.."
                 f"{max(r['wall'][path]):.2f}) | {c:.2f} | {r['instructions'] / w / 1e6:.2f} | {ratio[0]} | {ratio[1]} "
@@ -183,6 +208,12 @@ def main() -> None:
     )
     ap.add_argument("--package-tiles", type=int, default=16, help='tiles of the "tiny" package')
     ap.add_argument("--warmup", type=int, default=1, help="--packages: unmeasured runs per path first")
+    ap.add_argument(
+        "--threads", type=int, nargs="+", help="--packages: the fast path once per count of kernel threads"
+    )
+    ap.add_argument(
+        "--no-reference", action="store_true", help="--packages: fast path(s) only (ratios to the first)"
+    )
     args = ap.parse_args()
     if args.packages:
         main_packages(args)

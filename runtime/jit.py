@@ -5,7 +5,9 @@ same order (checks for every context, then the stores, then the loads and regist
 result does not depend on which path ran it. A kernel changes nothing and returns False when any check would
 fail: the numpy semantics then run and report the failure exactly. `semantics.py` stays the reference: these
 kernels are used only when `Simulator.fast` is set, numba is installed and IPU_SIM_NO_JIT is unset;
-tests/unit/test_sim_fast_path.py compares the paths.
+tests/unit/test_sim_fast_path.py compares the paths. `rpt_loop` runs a whole rpt loop (every iteration of every
+context of the group) in one call; with more than one thread (`set_threads`, IPU_SIM_THREADS) large groups are
+split into runs of whole tiles (tests/unit/test_sim_threads.py compares 1 and 2 threads with the reference).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from __future__ import annotations
 import os
 
 import numpy as np
+
+# Idle kernel threads sleep instead of spinning (GNU OpenMP, numba's default threading layer here): on a shared
+# 2-core machine a spinning thread takes the core the simulator's own thread needs between parallel kernels.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 try:  # pragma: no cover - numba is a dependency, but the numpy path works without it
     if os.environ.get("IPU_SIM_NO_JIT", "") not in ("", "0"):
@@ -24,13 +30,63 @@ except ImportError:  # pragma: no cover
 M21 = 0x1FFFFF
 M32 = 0xFFFFFFFF
 
+# Both cores (issue 23, deliverable 3): each kernel is compiled twice, serial and with numba's `parallel=True`, and
+# splits its contexts into `nchunks` runs of whole tiles (prange over the runs). Contexts of different tiles touch
+# different SRAM words (word-major SRAM: a tile's words are its own column) and their own registers and AMP state,
+# and every kernel keeps its phases (every check, then every store, then the loads and register updates) across
+# all runs, so the result is the serial kernel's bit for bit whatever the number of threads. Groups smaller than
+# PARALLEL_MIN contexts run serially (a parallel region costs ~10-30 us to start).
+PARALLEL_MIN = 1024
+_threads = 1
+
+
+def set_threads(n: int | None = None) -> int:
+    """Threads the kernels may use (None: IPU_SIM_THREADS, else 1); returns the number set. One by default: on
+    the shared 2-core machine of BENCHMARKS.md ("Simulator: both cores") a second thread did not pay."""
+    global _threads
+    if numba is None:
+        _threads = 1
+        return 1
+    if n is None:
+        env = os.environ.get("IPU_SIM_THREADS", "")
+        n = int(env) if env else 1
+    _threads = max(1, min(int(n), numba.config.NUMBA_NUM_THREADS))
+    if _threads > 1:
+        numba.set_num_threads(_threads)
+    return _threads
+
+
+def threads() -> int:
+    return _threads
+
+
+def chunks(n: int) -> int:
+    """How many runs of tiles a kernel over n contexts uses (1: the serial kernel)."""
+    return _threads if _threads > 1 and n >= PARALLEL_MIN else 1
+
+
+def _bounds(idx, tile_of, nchunks):
+    """Run boundaries [nchunks + 1] over idx (sorted contexts) that never split a tile: run q is
+    idx[b[q]:b[q + 1]]. `tile_of[c]` is context c's tile (or anything equal exactly for contexts of one tile)."""
+    n = idx.shape[0]
+    b = np.empty(nchunks + 1, np.int64)
+    b[0] = 0
+    b[nchunks] = n
+    for q in range(1, nchunks):
+        x = max(q * n // nchunks, b[q - 1])
+        while 0 < x < n and tile_of[idx[x]] == tile_of[idx[x - 1]]:
+            x += 1
+        b[q] = x
+    return b
+
 
 def _pace_kernel(
     m, a64, flat_state, flat64, word_base, idx, areg, stride_reg, nl, store, src_pair, s0, s1, s2, base,
-    end, r1, e0, e1, check_poison, word_stride, out,
+    end, r1, e0, e1, check_poison, word_stride, out, nchunks,
 ):  # fmt: skip
     """The pace forms (semantics._pace): addresses 0..nl-1 loaded into out[k], address 2 stored from the ARF
-    pair src_pair (if store), then addresses k with s_k >= 0 post-incremented by selector s_k."""
+    pair src_pair (if store), then addresses k with s_k >= 0 post-incremented by selector s_k. Over `nchunks`
+    runs of whole tiles (see _bounds), every check of every run before any store."""
     n = idx.shape[0]
     used = np.empty(3, np.int64)
     nu = 0
@@ -43,134 +99,490 @@ def _pace_kernel(
     acc = np.empty((n, 3), np.int64)
     words = np.empty((n, 3), np.int64)
     limit = end - base - 8
-    for j in range(n):
-        c = idx[j]
-        lo = np.int64(m[c, areg])
-        hi = np.int64(m[c, areg + 1])
-        acc[j, 0] = lo & M21
-        acc[j, 1] = hi & M21
-        acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
-        # bank conflicts between every two used addresses (semantics._bank_conflict)
-        for p in range(nu):
-            for q in range(p + 1, nu):
-                x = acc[j, used[p]]
-                d = x ^ acc[j, used[q]]
-                if x >= r1:
-                    if d < e1 and (d & 8) == 0:
-                        return False
-                elif d < e0:
-                    return False
-        for p in range(nu):
-            addr = acc[j, used[p]]
-            off = (addr - base) & M32
-            if off > limit or (addr & 7) != 0:
-                return False
-            words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
+    b = _bounds_jit(idx, word_base, nchunks)
+    bad = np.zeros(nchunks, np.int64)
+    for q in numba.prange(nchunks):
+        for j in range(b[q], b[q + 1]):
+            c = idx[j]
+            lo = np.int64(m[c, areg])
+            hi = np.int64(m[c, areg + 1])
+            acc[j, 0] = lo & M21
+            acc[j, 1] = hi & M21
+            acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
+            # bank conflicts between every two used addresses (semantics._bank_conflict)
+            for p in range(nu):
+                for r in range(p + 1, nu):
+                    x = acc[j, used[p]]
+                    d = x ^ acc[j, used[r]]
+                    if x >= r1:
+                        if d < e1 and (d & 8) == 0:
+                            bad[q] = 1
+                    elif d < e0:
+                        bad[q] = 1
+            for p in range(nu):
+                addr = acc[j, used[p]]
+                off = (addr - base) & M32
+                if off > limit or (addr & 7) != 0:
+                    bad[q] = 1
+                words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
+            if bad[q]:
+                break
+    if bad.sum():
+        return False
     # poison and protection, after every address checked (the numpy order: bounds, alignment, poison, protected)
-    for j in range(n):
-        if check_poison:
+    for q in numba.prange(nchunks):
+        for j in range(b[q], b[q + 1]):
+            if check_poison:
+                for k in range(nl):
+                    if (flat_state[words[j, k]] & 3) != 3:
+                        bad[q] = 1
+            if store and (flat_state[words[j, 2]] & 4) != 0:
+                bad[q] = 1
+            if bad[q]:
+                break
+    if bad.sum():
+        return False
+    for q in numba.prange(nchunks):
+        j0, j1 = b[q], b[q + 1]
+        if store:  # a run's stores, then its loads: other runs' stores are other tiles' words
+            for j in range(j0, j1):
+                w = words[j, 2]
+                flat_state[w] |= 3
+                flat64[w] = a64[idx[j], src_pair]
+        for j in range(j0, j1):
+            c = idx[j]
             for k in range(nl):
-                if (flat_state[words[j, k]] & 3) != 3:
-                    return False
-        if store and (flat_state[words[j, 2]] & 4) != 0:
-            return False
-    if store:
-        for j in range(n):
-            w = words[j, 2]
-            flat_state[w] |= 3
-            flat64[w] = a64[idx[j], src_pair]
-    for j in range(n):
-        c = idx[j]
-        for k in range(nl):
-            out[k, j] = flat64[words[j, k]]
-        stride = np.int64(m[c, stride_reg])
-        for k in range(3):
-            s = s0 if k == 0 else (s1 if k == 1 else s2)
-            if s < 0:
-                continue
-            if s == 0:
-                inc = 8
-            else:
-                f = (stride >> (10 * (s - 1))) & 0x3FF
-                inc = (f - 1024 if f & 0x200 else f) * 8
-            acc[j, k] = (acc[j, k] + inc) & M32
-        w2 = acc[j, 2] >> 3
-        m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
-        m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
+                out[k, j] = flat64[words[j, k]]
+            stride = np.int64(m[c, stride_reg])
+            for k in range(3):
+                s = s0 if k == 0 else (s1 if k == 1 else s2)
+                if s < 0:
+                    continue
+                if s == 0:
+                    inc = 8
+                else:
+                    f = (stride >> (10 * (s - 1))) & 0x3FF
+                    inc = (f - 1024 if f & 0x200 else f) * 8
+                acc[j, k] = (acc[j, k] + inc) & M32
+            w2 = acc[j, 2] >> 3
+            m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
+            m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
     return True
 
 
-pace_kernel = numba.njit(cache=True, nogil=True)(_pace_kernel) if numba is not None else None
+def _both(fn, **opts):
+    """fn compiled serially and with parallel=True (None, None without numba)."""
+    if numba is None:
+        return None, None
+    return numba.njit(cache=True, nogil=True, **opts)(fn), numba.njit(
+        cache=True, nogil=True, parallel=True, **opts
+    )(fn)
 
 
-def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers):
-    """semantics.amp_flush for the contexts of ctx with pending F16 AMP inputs (kind 1): acc_cur[c] += the
-    float64 sum of the exact products x[c] * w[tile(c)], rounded once to float32 (inputs and weights are halves:
-    every product is exact in float64, and so, for any but extreme exponent spreads, is the sum in any order)."""
-    x = np.empty(16, np.float64)
-    for j in range(ctx.shape[0]):
-        c = ctx[j]
-        if kind[c] != 1:
-            continue
-        t = c // workers
-        for p in range(4):
-            v = xraw[c, p]
-            for h in range(4):
-                x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
-        wt = w[t]
-        for e in range(16):  # per engine: the sum over the inputs in order (a fused multiply-add rounds as a
-            s = 0.0  # multiply and an add: every product of two halves is exact in float64)
-            for i in range(16):
-                s += x[i] * wt[i, e]
-            acc_cur[c, e] += np.float32(s)
+_bounds_jit = numba.njit(cache=True, nogil=True)(_bounds) if numba is not None else None
+_pace_serial, _pace_parallel = _both(_pace_kernel)
 
 
-amp_flush_f16 = (
-    numba.njit(cache=True, nogil=True, fastmath={"contract"})(_amp_flush_f16) if numba is not None else None
+def _pace_call(*args):
+    """pace_kernel(m, a64, ..., out): the serial or the parallel kernel (see chunks)."""
+    q = chunks(args[5].shape[0])
+    return (_pace_parallel if q > 1 else _pace_serial)(*args, q)
+
+
+pace_kernel = _pace_call if numba is not None else None
+
+
+def _products(x, w, t, acc_cur, c):
+    """acc_cur[c, e] += float32(sum over i in order of x[i] * w[t, i, e]) for the 16 engines e, as eight
+    independent sums at a time (each engine's additions in the same order from 0.0; a fused multiply-add rounds
+    as a multiply and an add: every product of two halves is exact in float64)."""
+    for e0 in range(0, 16, 8):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for i in range(16):
+            xi = x[i]
+            s0 += xi * w[t, i, e0]
+            s1 += xi * w[t, i, e0 + 1]
+            s2 += xi * w[t, i, e0 + 2]
+            s3 += xi * w[t, i, e0 + 3]
+            s4 += xi * w[t, i, e0 + 4]
+            s5 += xi * w[t, i, e0 + 5]
+            s6 += xi * w[t, i, e0 + 6]
+            s7 += xi * w[t, i, e0 + 7]
+        acc_cur[c, e0] += np.float32(s0)
+        acc_cur[c, e0 + 1] += np.float32(s1)
+        acc_cur[c, e0 + 2] += np.float32(s2)
+        acc_cur[c, e0 + 3] += np.float32(s3)
+        acc_cur[c, e0 + 4] += np.float32(s4)
+        acc_cur[c, e0 + 5] += np.float32(s5)
+        acc_cur[c, e0 + 6] += np.float32(s6)
+        acc_cur[c, e0 + 7] += np.float32(s7)
+
+
+_products_jit = (
+    numba.njit(cache=True, nogil=True, inline="always", fastmath={"contract"})(_products)
+    if numba is not None
+    else None
 )
 
 
+def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
+    """semantics.amp_flush for the contexts of ctx with pending F16 AMP inputs (kind 1): acc_cur[c] += the
+    float64 sum of the exact products x[c] * w[tile(c)], rounded once to float32 (inputs and weights are halves:
+    every product is exact in float64, and so, for any but extreme exponent spreads, is the sum in any order).
+    Each context writes only its own sums: the contexts are split into `nchunks` even runs."""
+    n = ctx.shape[0]
+    for q in numba.prange(nchunks):
+        x = np.empty(16, np.float64)
+        for j in range(q * n // nchunks, (q + 1) * n // nchunks):
+            c = ctx[j]
+            if kind[c] != 1:
+                continue
+            t = c // workers
+            for p in range(4):
+                v = xraw[c, p]
+                for h in range(4):
+                    x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
+            _products_jit(x, w, t, acc_cur, c)  # per engine e the sum over the inputs i in order
+
+
+_flush_serial, _flush_parallel = _both(_amp_flush_f16, fastmath={"contract"})
+
+
+def _flush_call(ctx, *args):
+    q = chunks(ctx.shape[0])
+    return (_flush_parallel if q > 1 else _flush_serial)(ctx, *args, q)
+
+
+amp_flush_f16 = _flush_call if numba is not None else None
+
+
 def _amp_step_f16(
-    idx, phase, xpair, ppair, a64, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, f16_to_f32, out
-):
+    idx, phase, xpair, ppair, a64, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, f16_to_f32, out,
+    nchunks,
+):  # fmt: skip
     """semantics._amp for f16v4hihov4amp after the flush: at phase 0 finished <- in-progress rounded to half
     (round to nearest even, as numpy), in-progress <- next partials, next partials <- 0; then out[j] <- the
     finished halves of `phase`, and the partials and inputs of `phase` are kept. False (nothing changed) when a
-    phase-0 sum is NaN (its half encoding is left to numpy)."""
+    phase-0 sum is NaN (its half encoding is left to numpy). Per context only: `nchunks` even runs."""
     n = idx.shape[0]
     if phase == 0:
-        for j in range(n):
+        bad = np.zeros(nchunks, np.int64)
+        for q in numba.prange(nchunks):
+            for j in range(q * n // nchunks, (q + 1) * n // nchunks):
+                c = idx[j]
+                for e in range(16):
+                    if np.isnan(acc_cur[c, e]):
+                        bad[q] = 1
+        if bad.sum():
+            return False
+    for q in numba.prange(nchunks):
+        for j in range(q * n // nchunks, (q + 1) * n // nchunks):
             c = idx[j]
-            for e in range(16):
-                if np.isnan(acc_cur[c, e]):
-                    return False
-        for j in range(n):
-            c = idx[j]
-            for q in range(4):
-                bits = np.uint64(0)
-                for h in range(4):
-                    b = np.int64(acc_bits[c, 4 * q + h])
-                    mag = b & 0x7FFFFFFF
-                    if mag >= 0x38800000:  # a normal half, or overflow to infinity
-                        r = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
-                        v = min(r - 0x1C000, 0x7C00)
-                    else:  # zero or a subnormal half: multiples of 2^-24, ties to even (exact in float64)
-                        v = np.int64(np.rint(abs(np.float64(acc_cur[c, 4 * q + h])) * 16777216.0))
-                    v |= (b >> 16) & 0x8000
-                    bits |= np.uint64(v) << np.uint64(16 * h)
-                done_raw[c, q] = bits
-            for q in range(4):
-                w = next_raw[c, q]
-                for h in range(4):
-                    acc_cur[c, 4 * q + h] = f16_to_f32[(w >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
-                next_raw[c, q] = 0
-    for j in range(n):
-        c = idx[j]
-        out[j] = done_raw[c, phase]
-        next_raw[c, phase] = a64[c, ppair]
-        xraw[c, phase] = a64[c, xpair]
-        amp_kind[c] = 1
+            if phase == 0:
+                for r in range(4):
+                    bits = np.uint64(0)
+                    for h in range(4):
+                        b = np.int64(acc_bits[c, 4 * r + h])
+                        mag = b & 0x7FFFFFFF
+                        if mag >= 0x38800000:  # a normal half, or overflow to infinity
+                            rr = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
+                            v = min(rr - 0x1C000, 0x7C00)
+                        else:  # zero or a subnormal half: multiples of 2^-24, ties to even (exact in float64)
+                            v = np.int64(np.rint(abs(np.float64(acc_cur[c, 4 * r + h])) * 16777216.0))
+                        v |= (b >> 16) & 0x8000
+                        bits |= np.uint64(v) << np.uint64(16 * h)
+                    done_raw[c, r] = bits
+                for r in range(4):
+                    w = next_raw[c, r]
+                    for h in range(4):
+                        acc_cur[c, 4 * r + h] = f16_to_f32[(w >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
+                    next_raw[c, r] = 0
+            out[j] = done_raw[c, phase]
+            next_raw[c, phase] = a64[c, ppair]
+            xraw[c, phase] = a64[c, xpair]
+            amp_kind[c] = 1
     return True
 
 
-amp_step_f16 = numba.njit(cache=True, nogil=True)(_amp_step_f16) if numba is not None else None
+_step_serial, _step_parallel = _both(_amp_step_f16)
+
+
+def _step_call(idx, *args):
+    q = chunks(idx.shape[0])
+    return (_step_parallel if q > 1 else _step_serial)(idx, *args, q)
+
+
+amp_step_f16 = _step_call if numba is not None else None
+
+
+set_threads()
+
+
+# The fused rpt body (issue 23): a whole rpt loop whose every bundle is a pace form with an F16 AMP (or an fnop)
+# beside it, every iteration of every context in one call. Row of `body` per bundle (BODY_* columns):
+(B_NL, B_STORE, B_SRC, B_D0, B_D1, B_AREG, B_STRIDE, B_S0, B_S1, B_S2) = range(10)  # the pace form
+B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST = range(
+    10, 16
+)  # the F16 AMP (B_AMP 0: an fnop), the bundle's cycles
+BODY_COLS = 16
+
+
+def _rpt_loop(
+    m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
+    check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
+    cycles, issued,
+):  # fmt: skip
+    """Simulator._step over every bundle of the body for the contexts idx (their iterations left in `left`), the
+    fast path's way: iteration by iteration, each bundle as one step of the group (the AMP of the bundle, its
+    register write deferred, then the pace form: checks, stores, loads; then the AMP's write), contexts whose
+    count is done leave the group into done[] (the fast path's parked part). Stops before a bundle when one of
+    its checks would fail or a phase-0 sum is NaN (after that bundle's flush, which is then a no-op): returns
+    the bundle's index (the group's state is then that of the step path just before it: idx[:status[0]] with
+    left[:status[0]] still in the loop, done[:status[1]] out of it), or -1 when every context left the loop."""
+    n = idx.shape[0]
+    nb = body.shape[0]
+    nd = 0
+    acc = np.empty((n, 3), np.int64)
+    words = np.empty((n, 3), np.int64)
+    tmp = np.empty(n, np.uint64)
+    ld = np.empty((2, n), np.uint64)
+    x = np.empty(16, np.float64)
+    limit = end - base - 8
+    used = np.empty(3, np.int64)
+    while n > 0:
+        for bi in range(nb):
+            nl = body[bi, B_NL]
+            store = body[bi, B_STORE] != 0
+            areg = body[bi, B_AREG]
+            nu = 0
+            for k in range(nl):
+                used[nu] = k
+                nu += 1
+            if store:
+                used[nu] = 2
+                nu += 1
+            # 1. the pace form's checks (independent of the AMP's effects: addresses, memory state)
+            for j in range(n):
+                c = idx[j]
+                lo = np.int64(m[c, areg])
+                hi = np.int64(m[c, areg + 1])
+                acc[j, 0] = lo & M21
+                acc[j, 1] = hi & M21
+                acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
+                for p in range(nu):
+                    for r in range(p + 1, nu):
+                        xa = acc[j, used[p]]
+                        d = xa ^ acc[j, used[r]]
+                        if xa >= r1:
+                            if d < e1 and (d & 8) == 0:
+                                status[0], status[1] = n, nd
+                                return bi
+                        elif d < e0:
+                            status[0], status[1] = n, nd
+                            return bi
+                for p in range(nu):
+                    addr = acc[j, used[p]]
+                    off = (addr - base) & M32
+                    if off > limit or (addr & 7) != 0:
+                        status[0], status[1] = n, nd
+                        return bi
+                    words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
+            for j in range(n):
+                if check_poison:
+                    for k in range(nl):
+                        if (flat_state[words[j, k]] & 3) != 3:
+                            status[0], status[1] = n, nd
+                            return bi
+                if store and (flat_state[words[j, 2]] & 4) != 0:
+                    status[0], status[1] = n, nd
+                    return bi
+            # 2. the AMP (semantics._amp): flush at phase 0, then the step; its register write deferred
+            amp = body[bi, B_AMP] != 0
+            phase = body[bi, B_PHASE]
+            if amp and phase == 0:
+                for j in range(n):
+                    c = idx[j]
+                    if amp_kind[c] == 1:
+                        t = c // workers
+                        for p in range(4):
+                            v = xraw[c, p]
+                            for h in range(4):
+                                x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
+                        _products_jit(x, w, t, acc_cur, c)
+                    for p in range(4):
+                        xraw[c, p] = 0
+                    amp_kind[c] = 0
+                for j in range(n):
+                    c = idx[j]
+                    for e in range(16):
+                        if np.isnan(acc_cur[c, e]):
+                            status[0], status[1] = n, nd
+                            return bi
+            if amp:
+                xpair = body[bi, B_AX]
+                ppair = body[bi, B_AP]
+                for j in range(n):
+                    c = idx[j]
+                    if phase == 0:
+                        for r in range(4):
+                            bits = np.uint64(0)
+                            for h in range(4):
+                                b = np.int64(acc_bits[c, 4 * r + h])
+                                mag = b & 0x7FFFFFFF
+                                if mag >= 0x38800000:
+                                    rr = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
+                                    v = min(rr - 0x1C000, 0x7C00)
+                                else:
+                                    v = np.int64(np.rint(abs(np.float64(acc_cur[c, 4 * r + h])) * 16777216.0))
+                                v |= (b >> 16) & 0x8000
+                                bits |= np.uint64(v) << np.uint64(16 * h)
+                            done_raw[c, r] = bits
+                        for r in range(4):
+                            wv = next_raw[c, r]
+                            for h in range(4):
+                                acc_cur[c, 4 * r + h] = f16_to_f32[
+                                    (wv >> np.uint64(16 * h)) & np.uint64(0xFFFF)
+                                ]
+                            next_raw[c, r] = 0
+                    tmp[j] = done_raw[c, phase]
+                    next_raw[c, phase] = a64[c, ppair]
+                    xraw[c, phase] = a64[c, xpair]
+                    amp_kind[c] = 1
+            # 3. the pace form's stores, loads and address updates, its register writes, then the AMP's
+            if store:
+                src = body[bi, B_SRC]
+                for j in range(n):
+                    wd = words[j, 2]
+                    flat_state[wd] |= 3
+                    flat64[wd] = a64[idx[j], src]
+            stride_reg = body[bi, B_STRIDE]
+            s0, s1, s2 = body[bi, B_S0], body[bi, B_S1], body[bi, B_S2]
+            d0, d1 = body[bi, B_D0], body[bi, B_D1]
+            for j in range(n):
+                c = idx[j]
+                for k in range(nl):
+                    ld[k, j] = flat64[words[j, k]]
+                stride = np.int64(m[c, stride_reg])
+                for k in range(3):
+                    sk = s0 if k == 0 else (s1 if k == 1 else s2)
+                    if sk < 0:
+                        continue
+                    if sk == 0:
+                        inc = 8
+                    else:
+                        f = (stride >> (10 * (sk - 1))) & 0x3FF
+                        inc = (f - 1024 if f & 0x200 else f) * 8
+                    acc[j, k] = (acc[j, k] + inc) & M32
+                w2 = acc[j, 2] >> 3
+                m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
+                m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
+            wcost = body[bi, B_COST]
+            for j in range(n):
+                c = idx[j]
+                if nl > 0:
+                    a64[c, d0] = ld[0, j]
+                if nl > 1:
+                    a64[c, d1] = ld[1, j]
+                if amp:
+                    a64[c, body[bi, B_ADST]] = tmp[j]
+                cycles[c] += wcost
+                issued[c] += 2
+        # the end of the body (Simulator._rpt_end): contexts with iterations left run it again
+        k = 0
+        for j in range(n):
+            lj = left[j] - 1
+            if lj > 0:
+                idx[k] = idx[j]
+                left[k] = lj
+                k += 1
+            else:
+                done[nd] = idx[j]
+                nd += 1
+        n = k
+    status[0], status[1] = 0, nd
+    return -1
+
+
+_rpt_core = (
+    numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_rpt_loop)
+    if numba is not None
+    else None
+)
+
+
+def _rpt_runs(
+    m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
+    check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
+    cycles, issued, bounds, stops,
+):  # fmt: skip
+    """_rpt_loop over runs of whole tiles, one per thread: run q is idx[bounds[q]:bounds[q + 1]] (likewise left,
+    done; status[q] its counts), stops[q] its result. The runs share no memory word, register or AMP state, so
+    each is exactly the serial loop restricted to its tiles."""
+    for q in numba.prange(bounds.shape[0] - 1):
+        j0, j1 = bounds[q], bounds[q + 1]
+        stops[q] = _rpt_core(
+            m, a64, flat_state, flat64, word_base, idx[j0:j1], left[j0:j1], done[j0:j1], status[q], body, base,
+            end, r1, e0, e1, check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w,
+            f16_to_f32, workers, cycles, issued,
+        )  # fmt: skip
+
+
+_rpt_parallel = numba.njit(cache=True, nogil=True, parallel=True)(_rpt_runs) if numba is not None else None
+
+
+def run_rpt_loop(args: tuple) -> list[tuple[int, int, int, int, int]]:
+    """args: _rpt_loop's arguments. The serial loop, or runs of tiles over threads (see chunks, _rpt_runs).
+    Returns the runs, each (start, stop, n, nd, bundle): contexts idx[start:stop] ran, idx[start:start + n] (with
+    left[start:start + n]) stopped before `bundle` (-1: none left in the loop), done[start:start + nd] left it."""
+    idx, status = args[5], args[8]
+    n = idx.shape[0]
+    q = chunks(n)
+    if q == 1:
+        b = _rpt_core(*args)
+        return [(0, n, int(status[0]), int(status[1]), int(b))]
+    bounds = _bounds_jit(idx, args[4], q)
+    st = np.zeros((q, 2), np.int64)
+    stops = np.zeros(q, np.int64)
+    _rpt_parallel(*args[:8], st, *args[9:], bounds, stops)
+    return [
+        (int(bounds[r]), int(bounds[r + 1]), int(st[r, 0]), int(st[r, 1]), int(stops[r]))
+        for r in range(q)
+        if bounds[r + 1] > bounds[r]
+    ]
+
+
+rpt_loop = run_rpt_loop if numba is not None else None
+
+
+def _deliver(mem64, wstate, atoms, src_first, rt, n, w0, nchunks):
+    """semantics._deliver_exchange_fast's writes: receiver i (tile rt[i], distinct) gets atoms[src_first[i] +
+    k] at word w0[i] + k, k < n[i], marked written. False (nothing changed) if any of those words is protected.
+    Receivers are distinct tiles (columns of mem64): `nchunks` even runs of receivers."""
+    r = rt.shape[0]
+    bad = np.zeros(nchunks, np.int64)
+    for q in numba.prange(nchunks):
+        for i in range(q * r // nchunks, (q + 1) * r // nchunks):
+            t = rt[i]
+            for k in range(n[i]):
+                if wstate[w0[i] + k, t] & 4:
+                    bad[q] = 1
+    if bad.sum():
+        return False
+    for q in numba.prange(nchunks):
+        for i in range(q * r // nchunks, (q + 1) * r // nchunks):
+            t = rt[i]
+            for k in range(n[i]):
+                mem64[w0[i] + k, t] = atoms[src_first[i] + k]
+                wstate[w0[i] + k, t] |= 3
+    return True
+
+
+_deliver_serial, _deliver_parallel = _both(_deliver)
+
+
+def _deliver_call(mem64, wstate, atoms, src_first, rt, n, w0):
+    q = _threads if _threads > 1 and rt.shape[0] >= 64 else 1
+    return (_deliver_parallel if q > 1 else _deliver_serial)(mem64, wstate, atoms, src_first, rt, n, w0, q)
+
+
+deliver = _deliver_call if numba is not None else None

@@ -827,6 +827,13 @@ def _deliver_exchange_fast(sim, tiles) -> bool:
     ok = known & (count[muxk] >= n) & (base % 8 == 0) & (base >= sim.base) & (base + 8 * n <= sim.end)
     if not ok.all():
         return False
+    if jit.deliver is not None:  # the copies compiled (runtime/jit.py): False if a word is protected
+        w0 = (base - sim.base) // 8
+        if not jit.deliver(sim.mem64, sim.wstate, atoms, first[muxk], rt.astype(np.int64), n, w0):
+            return False
+        sim.csr[ctx, c_dcount] = 0
+        sim.exchange_log = []
+        return True
     total = int(n.sum())
     within = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
     rows = np.repeat((base - sim.base) // 8, n) + within

@@ -21,7 +21,10 @@ and merge when they meet again. An rpt loop is held by its group, so looping cos
 Two paths (issue 23), with identical results, cycles, profiles and checks: the fast path (default) keeps groups
 larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
 waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
-(`runtime/jit.py`, numba) and cached tables; `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
+(`runtime/jit.py`, numba) and cached tables, a worker rpt loop of pace forms with F16 AMPs (a GEMM's inner loop)
+as one compiled call for all its iterations (`_run_fused`), and can split the kernels' contexts over threads in
+runs of whole tiles (IPU_SIM_THREADS, `jit.set_threads`; the same bits whatever the count);
+`Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
 reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
 against. Only what depends on the order of rounds rather than on simulated time could differ: a `run` into a
 worker slot that another worker left without a sync in between (the compiler's code uses `runall` after a sync).
@@ -64,8 +67,9 @@ import numpy as np
 from ipu.backend.isa import M_ALIASES, SUPERVISOR_CSRS, WORKER_CSRS, Ctx, Instr
 from ipu.backend.isa_program import Program
 from ipu.backend.target import Target
-from ipu.runtime import semantics
+from ipu.runtime import jit, semantics
 from ipu.runtime.errors import SimError
+from ipu.runtime.halfconv import F16_TO_F32
 
 WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
 WRITTEN = WRITTEN_LO | WRITTEN_HI
@@ -114,6 +118,7 @@ class Group:
     # contexts that finished the loop early (or had a zero count), which rejoin the group at the body's end.
     left: np.ndarray | None = None
     parked: list[np.ndarray] | None = None
+    nofuse: bool = False  # fast path: the next step of this group goes through _step (see _run_fused)
 
     @property
     def sel(self) -> slice | np.ndarray:
@@ -355,6 +360,7 @@ class Simulator:
         """Load a laid-out program into every tile: compile its units, write and protect the code image."""
         self.program = program
         self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
+        self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
         n = (program.end - program.base) // 4
         self._units = [None] * max(n, 0)
         for u in program.units:
@@ -652,6 +658,11 @@ class Simulator:
 
     def _step(self, g: Group) -> None:
         """Execute the unit at g.pc for every context of g, then place the contexts at their next PC."""
+        if g.left is not None and not g.supervisor and g.pc == g.rpt[0]:  # fast path, a worker rpt body
+            if g.nofuse:
+                g.nofuse = False
+            elif self._run_fused(g):
+                return
         prog = self.program
         k = (g.pc - prog.base) >> 2
         unit = self._units[k] if 0 <= k < len(self._units) and g.pc % 4 == 0 else None
@@ -759,6 +770,112 @@ class Simulator:
                     rec.mark(g.idx - self.NW, g.pc, Recorder.ARRIVE, self.cycles[g.idx])
         else:  # pragma: no cover
             raise AssertionError(kind)
+
+    def _fused_body(self, start: int, end: int):
+        """Fast path: (body rows for jit.rpt_loop, bundle PCs) when every bundle of the rpt body [start, end) is a
+        pace form (ld2xst64pace, ldst64pace, ld2x64pace with distinct destinations, st64pace) with an E4
+        f16v4hihov4amp or an fnop beside it; else None."""
+        key = (start, end)
+        if key in self._fused:
+            return self._fused[key]
+        S = semantics
+        pace = (S.sem_ld2xst64pace, S.sem_ldst64pace, S.sem_ld2x64pace, S.sem_st64pace)
+        rows, pcs, a, ok = [], [], start, jit.rpt_loop is not None
+        while ok and a < end:
+            k = (a - self.program.base) >> 2
+            unit = self._units[k] if 0 <= k < len(self._units) and a % 4 == 0 else None
+            if unit is None or not unit[4] or len(unit[1]) != 2:
+                ok = False
+                break
+            (fa, ia), (fm, im) = unit[1]  # AUX first (see _step)
+            if fm not in pace or fa not in (S.sem_f16v4hihov4amp, S.sem_fnop):
+                ok = False
+                break
+            if Ctx.SUPERVISOR in (ia.form.ctx, im.form.ctx):
+                ok = False
+                break
+            r = [0] * jit.BODY_COLS
+            sv = im.operand("sel")
+            ops = im.ops
+            if fm is S.sem_ld2xst64pace:
+                r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC] = 2, 1, ops[1] // 2
+                r[jit.B_D0], r[jit.B_D1] = ops[0] // 2, (ops[0] + 2) // 2
+                sels = (sv & 3, (sv >> 2) & 3, (sv >> 4) & 3)
+            elif fm is S.sem_ldst64pace:
+                r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC], r[jit.B_D0] = 1, 1, ops[1] // 2, ops[0] // 2
+                sels = (sv & 3, -1, (sv >> 2) & 3)
+            elif fm is S.sem_ld2x64pace:
+                if ops[0] == ops[1]:  # an error the numpy semantics report
+                    ok = False
+                    break
+                r[jit.B_NL], r[jit.B_D0], r[jit.B_D1] = 2, ops[0] // 2, ops[1] // 2
+                sels = (sv & 3, (sv >> 2) & 3, -1)
+            else:
+                r[jit.B_STORE], r[jit.B_SRC] = 1, ops[0] // 2
+                sels = (-1, -1, sv & 3)
+            r[jit.B_AREG], r[jit.B_STRIDE] = im.operand("addr"), im.operand("stride")
+            r[jit.B_S0], r[jit.B_S1], r[jit.B_S2] = sels
+            if fa is S.sem_f16v4hihov4amp:
+                d, xreg, p, flags = ia.ops
+                if flags >> 2 != 2:  # an error the numpy semantics report
+                    ok = False
+                    break
+                r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = 1, d // 2, xreg // 2, p // 2
+                r[jit.B_PHASE] = flags & 3
+            r[jit.B_COST] = unit[2]
+            rows.append(r)
+            pcs.append(a)
+            a += unit[0].size
+        spec = (np.array(rows, np.int64), pcs) if ok and rows and a == end else None
+        self._fused[key] = spec
+        return spec
+
+    def _run_fused(self, g: Group) -> bool:
+        """Fast path: a worker group at the start of an rpt body that _fused_body accepts runs the whole loop in
+        one jit.rpt_loop call: the same steps, checks, cycles and issue counts as stepping it bundle by bundle
+        (each bundle one step of the whole group, the contexts whose count is done parked until the longest
+        finishes). If a bundle's check would fail (or needs the numpy semantics: a NaN sum), the group is left
+        just before that bundle and _step runs it. False: not fused (the body or the AMP state does not fit).
+        Only the order of this group's steps against other groups' changes (see _run_fast); a supervisor
+        changing the AMP weights while its workers run the loop (no compiled program does: it syncs first)
+        would see the loop run before it."""
+        spec = self._fused_body(g.rpt[0], g.rpt[1])
+        if spec is None:
+            return False
+        body, pcs = spec
+        idx = np.array(g.idx, dtype=np.int64)
+        if (self.amp_kind[idx] > 1).any():  # FP8 products pending: the numpy flush
+            return False
+        left = np.array(g.left, dtype=np.int64)
+        done = np.empty(len(idx), np.int64)
+        status = np.zeros(2, np.int64)
+        w = self.cwei_matrix(1) if body[:, jit.B_AMP].any() else np.zeros((self.T, 16, 16))
+        t = self.target
+        runs = jit.rpt_loop(
+            (
+                self.m, self.a64, self.flat_state, self.flat64, self.ctx_word_base, idx, left, done, status, body,
+                self.base, self.end, self.r1, t.region0_element_bytes, t.region1_element_bytes, self.check_poison,
+                self.word_stride, self.amp_kind, self.acc_cur, self.acc_cur.view(np.uint32), self.amp_next_raw,
+                self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued,
+            )
+        )  # fmt: skip
+        # One run: the group's own state. Several (runs of whole tiles on threads, see jit.chunks): the runs
+        # share nothing, and each stopped run continues as its own group (groups of different tiles). Known
+        # limit: if runs fail checks at different iterations of one loop, the error raised can name another
+        # failing context than one thread would (a successful run's results are the same bits).
+        out = list(g.parked or [])
+        for r0, _, n, nd, b in runs:
+            if nd:
+                out.append(done[r0 : r0 + nd])
+            if b >= 0:
+                s = slice(r0, r0 + n)
+                self._groups.append(Group(pcs[b], idx[s], False, g.rpt, left[s], out or None, nofuse=b == 0))
+                out = []
+        if out:
+            self._groups.append(Group(g.rpt[1], np.sort(np.concatenate(out)), False))
+        if self.progress is not None:  # a fused loop is many rounds' work in one (progress: every 256 rounds)
+            self._show_progress()
+        return True
 
     def _check_context(self, g: Group, ins: Instr) -> None:
         ctx = ins.form.ctx
