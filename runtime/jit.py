@@ -80,6 +80,29 @@ def _bounds(idx, tile_of, nchunks):
     return b
 
 
+def _advance(m, c, areg, stride_reg, s0, s1, s2, acc, j):
+    """A pace form's post-increments for context c (row j of acc, its three unpacked addresses): address k with
+    selector s_k >= 0 advances by 8 bytes (s_k = 0) or by the signed 10-bit field s_k of the stride register;
+    the packed address pair is written back to areg, areg + 1 (semantics._pace)."""
+    stride = np.int64(m[c, stride_reg])
+    for k in range(3):
+        sk = s0 if k == 0 else (s1 if k == 1 else s2)
+        if sk < 0:
+            continue
+        if sk == 0:
+            inc = 8
+        else:
+            f = (stride >> (10 * (sk - 1))) & 0x3FF
+            inc = (f - 1024 if f & 0x200 else f) * 8
+        acc[j, k] = (acc[j, k] + inc) & M32
+    w2 = acc[j, 2] >> 3
+    m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
+    m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
+
+
+_advance_jit = numba.njit(cache=True, nogil=True, inline="always")(_advance) if numba is not None else None
+
+
 def _pace_kernel(
     m, a64, flat_state, flat64, word_base, idx, areg, stride_reg, nl, store, src_pair, s0, s1, s2, base,
     end, r1, e0, e1, check_poison, word_stride, out, nchunks,
@@ -153,20 +176,7 @@ def _pace_kernel(
             c = idx[j]
             for k in range(nl):
                 out[k, j] = flat64[words[j, k]]
-            stride = np.int64(m[c, stride_reg])
-            for k in range(3):
-                s = s0 if k == 0 else (s1 if k == 1 else s2)
-                if s < 0:
-                    continue
-                if s == 0:
-                    inc = 8
-                else:
-                    f = (stride >> (10 * (s - 1))) & 0x3FF
-                    inc = (f - 1024 if f & 0x200 else f) * 8
-                acc[j, k] = (acc[j, k] + inc) & M32
-            w2 = acc[j, 2] >> 3
-            m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
-            m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
+            _advance_jit(m, c, areg, stride_reg, s0, s1, s2, acc, j)
     return True
 
 
@@ -462,20 +472,7 @@ def _rpt_loop(
                 c = idx[j]
                 for k in range(nl):
                     ld[k, j] = flat64[words[j, k]]
-                stride = np.int64(m[c, stride_reg])
-                for k in range(3):
-                    sk = s0 if k == 0 else (s1 if k == 1 else s2)
-                    if sk < 0:
-                        continue
-                    if sk == 0:
-                        inc = 8
-                    else:
-                        f = (stride >> (10 * (sk - 1))) & 0x3FF
-                        inc = (f - 1024 if f & 0x200 else f) * 8
-                    acc[j, k] = (acc[j, k] + inc) & M32
-                w2 = acc[j, 2] >> 3
-                m[c, areg] = np.uint32((acc[j, 0] & M21) | ((w2 & 0x7FF) << 21))
-                m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
+                _advance_jit(m, c, areg, stride_reg, s0, s1, s2, acc, j)
             wcost = body[bi, B_COST]
             for j in range(n):
                 c = idx[j]
