@@ -529,18 +529,26 @@ class Simulator:
             groups, self._groups = self._groups, []
             for g in groups:
                 self._step(g)
-            if self._spawned:
-                self._groups.extend(self._spawned)
-                self._spawned = []
-            if self._waiting:
-                self._release_syncs()
-            if len(self._groups) > 1:
-                self._merge_groups()
-            self.rounds += 1
-            if self.rounds - start_rounds > max_rounds:
-                raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
-            if self.progress is not None and not self.rounds & 255:
-                self._show_progress()
+            self._collect_round()
+            self._close_round(start_rounds, max_rounds)
+
+    def _collect_round(self) -> None:
+        """After a round's steps: the contexts it started join the groups, and the syncs it completed release."""
+        if self._spawned:
+            self._groups.extend(self._spawned)
+            self._spawned = []
+        if self._waiting:
+            self._release_syncs()
+
+    def _close_round(self, start_rounds: int, max_rounds: int) -> None:
+        """The end of a round: groups at one PC merge, the round is counted (bounded) and shown."""
+        if len(self._groups) > 1:
+            self._merge_groups()
+        self.rounds += 1
+        if self.rounds - start_rounds > max_rounds:
+            raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
+        if self.progress is not None and not self.rounds & 255:
+            self._show_progress()
 
     def result(self) -> RunResult:
         """Cycles of the last run (clocks keep counting across runs; the result is this run's share)."""
@@ -579,11 +587,7 @@ class Simulator:
             step = self._step
             for g in groups:
                 step(g)
-            if self._spawned:
-                self._groups.extend(self._spawned)
-                self._spawned = []
-            if self._waiting:
-                self._release_syncs()
+            self._collect_round()
             if parked:
                 for g in self._groups:
                     if g.rpt is None:
@@ -592,13 +596,7 @@ class Simulator:
                             g.idx = np.sort(np.concatenate([g.idx, h.idx]))
                             if not parked:
                                 break
-            if len(self._groups) > 1:
-                self._merge_groups()
-            self.rounds += 1
-            if self.rounds - start_rounds > max_rounds:
-                raise SimError("run", f"no end after {max_rounds} rounds (an infinite loop?)")
-            if self.progress is not None and not self.rounds & 255:
-                self._show_progress()
+            self._close_round(start_rounds, max_rounds)
 
     def _park(self, g: Group) -> None:
         key = (g.pc, g.supervisor)
