@@ -80,6 +80,43 @@ def _bounds(idx, tile_of, nchunks):
     return b
 
 
+def _addresses_ok(m, c, areg, used, nu, r1, e0, e1, base, limit, word_stride, word_base, acc, words, j):
+    """A pace form's address checks for context c: its three addresses unpacked from the pair at areg into row j
+    of acc; no bank conflict between two used addresses (semantics._bank_conflict), each in bounds and 8-byte
+    aligned, its word index into row j of words. False at the first failed check."""
+    lo = np.int64(m[c, areg])
+    hi = np.int64(m[c, areg + 1])
+    acc[j, 0] = lo & M21
+    acc[j, 1] = hi & M21
+    acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
+    for p in range(nu):
+        for r in range(p + 1, nu):
+            x = acc[j, used[p]]
+            d = x ^ acc[j, used[r]]
+            if x >= r1:
+                if d < e1 and (d & 8) == 0:
+                    return False
+            elif d < e0:
+                return False
+    for p in range(nu):
+        addr = acc[j, used[p]]
+        off = (addr - base) & M32
+        if off > limit or (addr & 7) != 0:
+            return False
+        words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
+    return True
+
+
+def _memory_ok(flat_state, words, j, nl, store, check_poison):
+    """A pace form's memory checks for row j of words: its loads read written memory (with check_poison), its
+    store does not hit protected memory."""
+    if check_poison:
+        for k in range(nl):
+            if (flat_state[words[j, k]] & 3) != 3:
+                return False
+    return not (store and (flat_state[words[j, 2]] & 4) != 0)
+
+
 def _advance(m, c, areg, stride_reg, s0, s1, s2, acc, j):
     """A pace form's post-increments for context c (row j of acc, its three unpacked addresses): address k with
     selector s_k >= 0 advances by 8 bytes (s_k = 0) or by the signed 10-bit field s_k of the stride register;
@@ -100,7 +137,14 @@ def _advance(m, c, areg, stride_reg, s0, s1, s2, acc, j):
     m[c, areg + 1] = np.uint32((acc[j, 1] & M21) | (((w2 >> 11) & 0x7F) << 21))
 
 
-_advance_jit = numba.njit(cache=True, nogil=True, inline="always")(_advance) if numba is not None else None
+_advance_jit, _addresses_ok_jit, _memory_ok_jit = (
+    tuple(
+        numba.njit(cache=True, nogil=True, inline="always")(fn)
+        for fn in (_advance, _addresses_ok, _memory_ok)
+    )
+    if numba is not None
+    else (None, None, None)
+)
 
 
 def _pace_kernel(
@@ -127,41 +171,19 @@ def _pace_kernel(
     for q in numba.prange(nchunks):
         for j in range(b[q], b[q + 1]):
             c = idx[j]
-            lo = np.int64(m[c, areg])
-            hi = np.int64(m[c, areg + 1])
-            acc[j, 0] = lo & M21
-            acc[j, 1] = hi & M21
-            acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
-            # bank conflicts between every two used addresses (semantics._bank_conflict)
-            for p in range(nu):
-                for r in range(p + 1, nu):
-                    x = acc[j, used[p]]
-                    d = x ^ acc[j, used[r]]
-                    if x >= r1:
-                        if d < e1 and (d & 8) == 0:
-                            bad[q] = 1
-                    elif d < e0:
-                        bad[q] = 1
-            for p in range(nu):
-                addr = acc[j, used[p]]
-                off = (addr - base) & M32
-                if off > limit or (addr & 7) != 0:
-                    bad[q] = 1
-                words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
-            if bad[q]:
+            ok = _addresses_ok_jit(
+                m, c, areg, used, nu, r1, e0, e1, base, limit, word_stride, word_base, acc, words, j
+            )
+            if not ok:
+                bad[q] = 1
                 break
     if bad.sum():
         return False
     # poison and protection, after every address checked (the numpy order: bounds, alignment, poison, protected)
     for q in numba.prange(nchunks):
         for j in range(b[q], b[q + 1]):
-            if check_poison:
-                for k in range(nl):
-                    if (flat_state[words[j, k]] & 3) != 3:
-                        bad[q] = 1
-            if store and (flat_state[words[j, 2]] & 4) != 0:
+            if not _memory_ok_jit(flat_state, words, j, nl, store, check_poison):
                 bad[q] = 1
-            if bad[q]:
                 break
     if bad.sum():
         return False
@@ -374,36 +396,14 @@ def _rpt_loop(
             # 1. the pace form's checks (independent of the AMP's effects: addresses, memory state)
             for j in range(n):
                 c = idx[j]
-                lo = np.int64(m[c, areg])
-                hi = np.int64(m[c, areg + 1])
-                acc[j, 0] = lo & M21
-                acc[j, 1] = hi & M21
-                acc[j, 2] = ((lo >> 21) | (((hi >> 21) & 0x7F) << 11)) << 3
-                for p in range(nu):
-                    for r in range(p + 1, nu):
-                        xa = acc[j, used[p]]
-                        d = xa ^ acc[j, used[r]]
-                        if xa >= r1:
-                            if d < e1 and (d & 8) == 0:
-                                status[0], status[1] = n, nd
-                                return bi
-                        elif d < e0:
-                            status[0], status[1] = n, nd
-                            return bi
-                for p in range(nu):
-                    addr = acc[j, used[p]]
-                    off = (addr - base) & M32
-                    if off > limit or (addr & 7) != 0:
-                        status[0], status[1] = n, nd
-                        return bi
-                    words[j, used[p]] = (off >> 3) * word_stride + word_base[c]
+                ok = _addresses_ok_jit(
+                    m, c, areg, used, nu, r1, e0, e1, base, limit, word_stride, word_base, acc, words, j
+                )
+                if not ok:
+                    status[0], status[1] = n, nd
+                    return bi
             for j in range(n):
-                if check_poison:
-                    for k in range(nl):
-                        if (flat_state[words[j, k]] & 3) != 3:
-                            status[0], status[1] = n, nd
-                            return bi
-                if store and (flat_state[words[j, 2]] & 4) != 0:
+                if not _memory_ok_jit(flat_state, words, j, nl, store, check_poison):
                     status[0], status[1] = n, nd
                     return bi
             # 2. the AMP (semantics._amp): flush at phase 0, then the step; its register write deferred
