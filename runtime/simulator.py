@@ -887,6 +887,25 @@ class Simulator:
         if not g.supervisor and ctx == Ctx.SUPERVISOR:
             self.fail("register-class", f"'{ins.mnemonic}' is a supervisor-only instruction", g, ins)
 
+    def _release_local(self, release: list[int]) -> None:
+        """Supervisors waiting on their tile's workers (zone 2), whose workers are all done: each resumes at the
+        later of its clock and its workers', plus the local sync's cost."""
+        rel = np.array(release, dtype=np.int64)
+        wclock = self.cycles[: self.NW].reshape(self.T, self.W)[rel - self.NW].max(axis=1)
+        self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
+        for c in release:
+            del self._waiting[c]
+        self._resume(rel)
+
+    def _internal_sync(self, rel: np.ndarray) -> None:
+        """An internal sync (zone 3) reached by every running supervisor rel: one clock for all (the latest, plus
+        the sync's cost), the release recorded, the exchange of the superstep delivered. The caller drops rel
+        from the waiting set and resumes it."""
+        self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
+        if self.recorder is not None:
+            self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
+        semantics.deliver_exchange(self, rel - self.NW)
+
     def _release_syncs(self, force_check: bool = False) -> None:
         """Release waiting supervisors whose sync condition holds."""
         if not self._waiting:
@@ -904,23 +923,14 @@ class Simulator:
             busy = self.active[: self.NW].reshape(T, W).any(axis=1)
             release = [c for c in local if not busy[c - self.NW]]
             if release:
-                rel = np.array(release, dtype=np.int64)
-                tiles = rel - self.NW
-                wclock = self.cycles[: self.NW].reshape(T, W)[tiles].max(axis=1)
-                self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
-                for c in release:
-                    del self._waiting[c]
-                self._resume(rel)
+                self._release_local(release)
         internal = [c for c, z in self._waiting.items() if z == 3]
         running_sup = self.active[self.NW :].sum()
         if internal and len(internal) == running_sup and not any(z != 3 for z in self._waiting.values()):
             if self._groups and any(g.supervisor for g in self._groups):
                 return
             rel = np.array(sorted(internal), dtype=np.int64)
-            self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
-            if self.recorder is not None:
-                self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
-            semantics.deliver_exchange(self, rel - self.NW)
+            self._internal_sync(rel)
             for c in internal:
                 del self._waiting[c]
             self._n_internal -= len(internal)
@@ -944,22 +954,13 @@ class Simulator:
             busy = self.active[: self.NW].reshape(T, W).any(axis=1)
             release = [c for c, z in waiting.items() if z == 2 and not busy[c - self.NW]]
             if release:
-                rel = np.array(release, dtype=np.int64)
-                tiles = rel - self.NW
-                wclock = self.cycles[: self.NW].reshape(T, W)[tiles].max(axis=1)
-                self.cycles[rel] = np.maximum(self.cycles[rel], wclock) + self.target.sync_local_cycles
-                for c in release:
-                    del waiting[c]
-                self._resume(rel)
+                self._release_local(release)
         n_internal = self._n_internal
         if n_internal and n_internal == len(waiting) and n_internal == self.active[self.NW :].sum():
             if self._groups and any(g.supervisor for g in self._groups):
                 return
             rel = np.array(sorted(waiting), dtype=np.int64)
-            self.cycles[rel] = self.cycles[rel].max() + self.target.sync_internal_cycles
-            if self.recorder is not None:
-                self.recorder.mark(rel - self.NW, self._sync_pc[rel], Recorder.RELEASE, self.cycles[rel])
-            semantics.deliver_exchange(self, rel - self.NW)
+            self._internal_sync(rel)
             waiting.clear()
             self._n_internal = 0
             self._resume(rel)
