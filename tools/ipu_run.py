@@ -379,6 +379,11 @@ def compile_and_run(args) -> int:
     return run_package(args, pkg)
 
 
+def _given(flags) -> list[str]:
+    """The names of the (name, given) pairs that were given."""
+    return [flag for flag, given in flags if given]
+
+
 def _do_not_apply(flags: list[str]) -> str:
     return f"{', '.join(flags)} {'does' if len(flags) == 1 else 'do'} not apply"
 
@@ -425,9 +430,8 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
     if args.seed is not None and args.weights and args.input:
         p.error("--seed: nothing is random with both --weights and --input")
     if args.emit_nn:
-        unread = [
-            flag
-            for flag, given in (
+        unread = _given(
+            (
                 ("--inferences", args.inferences is not None),
                 ("--compare-reference", args.compare_reference),
                 ("--input", args.input),
@@ -439,21 +443,18 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--allow-nonfinite", args.allow_nonfinite),
                 ("--no-split-rows", not args.split_rows),
             )
-            if given
-        ]
+        )
         if unread:
             p.error(f"--emit-nn stops after writing the nn IR: {_do_not_apply(unread)}")
     if args.reference_only:
-        unread = [
-            flag
-            for flag, given in (
+        unread = _given(
+            (
                 ("--inferences", args.inferences is not None),
                 ("--compare-reference", args.compare_reference),
                 ("--memory-map", args.memory_map),
                 ("--save-outputs", args.save_outputs),
             )
-            if given
-        ]
+        )
         if unread:
             p.error(f"--reference-only evaluates once and always compares with fp32: {_do_not_apply(unread)}")
     if args.reference_only and (args.output or args.tiles is not None or not args.split_rows):
