@@ -20,7 +20,9 @@ This level records the decisions of `memory-plan` on top of the exchange level (
   tile classes (`classes`, a [tiles, 1] table tile -> class) and each class's high-water address (`high`).
 - `memory.reserve` (after the plan): support storage, one op per kind ("code" and "tile_program" in region 0,
   "exchange_tables", "runtime_state" with the worker and supervisor stacks inside it, "host_descriptors",
-  "host_aperture", "lowering_scratch" = the span the asm lowering keeps for its own scratch), each with its
+  "host_aperture", "lowering_scratch" = the span the asm lowering keeps for its own small data, "kernel_scratch" =
+  the bytes of one kernel scratch element an op uses, live at its events only, "kernel_scratch_upload" = the
+  scratch elements at the host events, where the package's image initialises them), each with its
   `#memory.buffer`.
 
 Events number the program points of a function in order: event 0 is the host's input phase, then every
@@ -63,6 +65,8 @@ RESERVE_KINDS = (
     "host_descriptors",
     "host_aperture",
     "lowering_scratch",
+    "kernel_scratch",
+    "kernel_scratch_upload",
 )
 
 

@@ -10,9 +10,17 @@ measuring mode (`Lowering(measure=True)`: nothing is refused, every range's need
 
     lowering.storage = {code = C, tables = T, scratch = S}
 
-on the function (bytes). memory-plan sizes its `code`, `exchange_tables` and `lowering_scratch` reservations from
-it (unless its options say otherwise); a person may edit the numbers. The lowering then fails loudly if its data
-does not fit them.
+on the function (bytes), and on every op that uses the kernel scratch elements (the top three region-1 elements
+of SRAM: C, A and aux)
+
+    lowering.scratch = array<i64: C, A, AUX>
+
+the bytes of each that the op uses. memory-plan sizes its `code`, `exchange_tables` and `lowering_scratch`
+reservations from `lowering.storage` (unless its options say otherwise) and reserves the scratch elements per op
+from `lowering.scratch` (`kernel_scratch` reservations live at that op's event only), so that other buffers use
+the elements between the ops that need them; `elements` is then the bytes of the three elements and `scratch`
+only the lowering's small data below them (kernel-format biases, per-iteration data). A person may edit the
+numbers. The lowering then fails loudly if its data does not fit them.
 
 Run it after kernel-select (the choices decide the kernels' frames and scratch) and before memory-plan. The
 placement of the copy is discarded; its cost is one more memory-plan and lowering of the function.
@@ -24,12 +32,14 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, ModuleOp, i64
+from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, ModuleOp, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 STORAGE_ATTR = "lowering.storage"
+SCRATCH_ATTR = "lowering.scratch"
 KEYS = ("code", "tables", "scratch")
+OPTIONAL_KEYS = ("elements",)  # 0 or absent: the scratch elements are part of `scratch` (whole program)
 
 
 def storage_of(f: func.FuncOp) -> dict[str, int] | None:
@@ -37,12 +47,13 @@ def storage_of(f: func.FuncOp) -> dict[str, int] | None:
     attr = f.attributes.get(STORAGE_ATTR)
     if attr is None:
         return None
-    if not isinstance(attr, DictionaryAttr) or set(attr.data) != set(KEYS):
+    if not isinstance(attr, DictionaryAttr) or not set(KEYS) <= set(attr.data) <= set(KEYS + OPTIONAL_KEYS):
         raise PassFailedException(
-            f"@{f.sym_name.data}: '{STORAGE_ATTR}' must be a dictionary of {list(KEYS)} (bytes), got {attr}"
+            f"@{f.sym_name.data}: '{STORAGE_ATTR}' must be a dictionary of {list(KEYS)} (bytes) and optionally "
+            f"{list(OPTIONAL_KEYS)}, got {attr}"
         )
     out = {}
-    for k in KEYS:
+    for k in [k for k in KEYS + OPTIONAL_KEYS if k in attr.data]:
         v = attr.data[k]
         if not isinstance(v, IntegerAttr) or not 0 <= v.value.data < 1 << 31:
             raise PassFailedException(
@@ -77,6 +88,8 @@ class LoweringStoragePass(ModulePass):
         for f in [o for o in op.walk() if isinstance(o, func.FuncOp)]:
             copy = f.clone()
             copy.attributes.pop(STORAGE_ATTR, None)
+            for o in copy.walk():
+                o.attributes.pop(SCRATCH_ATTR, None)
             probe = MemoryPlanPass(
                 tiles=self.tiles,
                 sram_kib=self.sram_kib,
@@ -95,10 +108,51 @@ class LoweringStoragePass(ModulePass):
                 lowering.run()
             except (LoweringError, PlacementError) as err:
                 raise PassFailedException(f"lowering-storage: @{f.sym_name.data}: {err}") from None
-            need = lowering.storage_need()
-            sizes = {
-                "code": need["code"],
-                "tables": need["low"],
-                "scratch": need["high_small"] + need["high_elements"],
-            }
-            f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
+            record_storage(f, lowering)
+
+
+def scratch_of(op) -> tuple[int, int, int] | None:
+    """An op's `lowering.scratch` (bytes of C, A, aux), checked; None without one."""
+    attr = op.attributes.get(SCRATCH_ATTR)
+    if attr is None:
+        return None
+    values = attr.get_values() if isinstance(attr, DenseArrayBase) else None
+    if values is None or len(values) != 3 or min(values) < 0:
+        raise PassFailedException(
+            f"{op.name}: '{SCRATCH_ATTR}' must be array<i64: C, A, AUX> (bytes >= 0), got {attr}"
+        )
+    return tuple(int(v) for v in values)
+
+
+def record_storage(f: func.FuncOp, lowering, merge: bool = False) -> dict[str, int]:
+    """Writes a measuring lowering's needs on f: `lowering.storage`, and `lowering.scratch` on each op that uses
+    the scratch elements. merge: keep the larger of the recorded and the measured figures (`lower_fitting`)."""
+    from ipu.passes.memory_plan import number_events
+
+    need = lowering.storage_need()
+    use = {e: list(u) for e, u in lowering.scratch_use.items() if any(u)}
+    timed = -1 not in use and bool(need["high_elements"])  # a use outside every op: whole-program elements
+    old = (storage_of(f) or {}) if merge else {}
+    if old and not old.get("elements"):
+        timed = False  # planned for the whole program before: stays so
+    sizes = {
+        "code": need["code"],
+        "tables": need["low"],
+        "scratch": need["high_small"] + (0 if timed else need["high_elements"]),
+    }
+    if timed:
+        sizes["elements"] = need["high_elements"]
+    sizes = {k: max(v, old.get(k, 0)) for k, v in sizes.items()}
+    f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
+    for op, event in number_events(f).start.items():
+        prev = scratch_of(op) if merge else None
+        bytes_ = use.get(event) if timed else None
+        if prev is not None and bytes_ is not None:
+            bytes_ = [max(a, b) for a, b in zip(prev, bytes_)]
+        elif prev is not None:
+            bytes_ = list(prev)
+        if bytes_ is None:
+            op.attributes.pop(SCRATCH_ATTR, None)
+        else:
+            op.attributes[SCRATCH_ATTR] = DenseArrayBase.from_list(i64, bytes_)
+    return sizes

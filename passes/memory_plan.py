@@ -309,6 +309,15 @@ class MemoryPlanPass(ModulePass):
                 raise PassFailedException(f"memory-plan: @{f.sym_name.data} already has a memory.plan")
             self.plan_function(f, target)
 
+    def timed_elements(self, f: func.FuncOp) -> int:
+        """Bytes of the kernel scratch elements that are reserved per op (`lowering.storage` elements with the ops'
+        `lowering.scratch`), 0 when the scratch is one whole-program reservation (or the options size it)."""
+        from ipu.passes.lowering_storage import storage_of
+
+        if self.reserve_scratch_bytes >= 0:
+            return 0
+        return (storage_of(f) or {}).get("elements", 0)
+
     def sizes(self, f: func.FuncOp, target: Target) -> tuple[int, int, int]:
         """(code, exchange tables, scratch) bytes: the options, or the function's `lowering.storage`."""
         from ipu.passes.lowering_storage import storage_of
@@ -349,7 +358,12 @@ class MemoryPlanPass(ModulePass):
                 f"memory-plan: code ({code_bytes} B) and exchange tables ({xbytes} B) need {block} B of whole "
                 f"16 KiB elements in region 0 above {floor:#x}, the target has {max(0, top - floor)} B there"
             )
-        s0, s1 = self.scratch_span(target, scratch_bytes)
+        elements = self.timed_elements(f)
+        if (
+            elements
+        ):  # the small data below the elements, whose reservations follow the ops (`kernel_scratch`)
+            scratch_bytes = max(scratch_bytes, 16)
+        s0, s1 = self.scratch_span(target, scratch_bytes, below=elements)
         if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
             out.append(("lowering_scratch", s0, s1 - s0, 8))
         if code:
@@ -373,17 +387,70 @@ class MemoryPlanPass(ModulePass):
             for kind, addr, size, align in out
         ]
 
-    def scratch_span(self, target: Target, nbytes: int) -> tuple[int, int]:
-        """[start, end) of the lowering's scratch reservation at the top of SRAM (empty when not asked for): 16-byte
-        aligned, as the lowering's small data there."""
+    def scratch_span(self, target: Target, nbytes: int, below: int = 0) -> tuple[int, int]:
+        """[start, end) of the lowering's scratch reservation at the top of SRAM, or just below the `below` bytes
+        of per-op scratch elements there (empty when not asked for): 16-byte aligned, as the lowering's small
+        data there."""
+        end = target.sram_end - below
         if not nbytes:
-            return (target.sram_end, target.sram_end)
-        start = ma.align_down(target.sram_end - nbytes, 16)
+            return (end, end)
+        start = ma.align_down(end - nbytes, 16)
         if start <= target.sram_base:
             raise PassFailedException(
                 f"memory-plan: the lowering's scratch ({nbytes} B) exceeds the tile's SRAM"
             )
-        return (start, target.sram_end)
+        return (start, end)
+
+    def kernel_scratch(self, f: func.FuncOp, target: Target, events: Events) -> list[tuple[ma.Buffer, int]]:
+        """The per-op reservations of the scratch elements: for each op with `lowering.scratch`, the bytes it uses
+        of C, A and aux at the bottom of each element (`placement.scratch_elements`), live at its event only
+        (one reservation per op and element: the op's operands and results are kept out of its elements, as the
+        kernels read or write them in the bundles that use the scratch); and the whole elements at the host
+        events, so that no resident or host-visible buffer lies where the package's image writes the elements'
+        initial zeros."""
+        from ipu.backend.lower.placement import scratch_elements
+        from ipu.passes.lowering_storage import scratch_of
+
+        elements = self.timed_elements(f)
+        if not elements:
+            return []
+        areas = scratch_elements(target)
+        if target.sram_end - elements != areas[2]:
+            raise PassFailedException(
+                f"memory-plan: @{f.sym_name.data}: lowering.storage elements = {elements} B: the lowering's three "
+                f"scratch elements are {target.sram_end - areas[2]} B"
+            )
+        use = np.zeros((events.count, 3), np.int64)
+        for op, e in events.start.items():
+            b = scratch_of(op)
+            if b is not None:
+                use[e] = np.maximum(use[e], b)
+        e_bytes = target.region1_element_bytes
+        if (use > e_bytes).any():
+            e, i = (int(x) for x in np.argwhere(use > e_bytes)[0])
+            raise PassFailedException(
+                f"memory-plan: {events.names[e]}: lowering.scratch {['C', 'A', 'aux'][i]} = {int(use[e, i])} B exceeds "
+                f"the {e_bytes}-B scratch element"
+            )
+        out = []
+        for e, i in np.argwhere(use > 0).tolist():
+            buf = ma.Buffer(
+                "kernel_scratch", "support", 16, ma.REGION_ANY, e, e, fixed=areas[i], kind="kernel_scratch"
+            )
+            out.append((buf, int(use[e, i])))
+        for e in sorted({0, events.count - 1}):
+            buf = ma.Buffer(
+                "kernel_scratch_upload",
+                "support",
+                16,
+                ma.REGION_ANY,
+                e,
+                e,
+                fixed=areas[2],
+                kind="kernel_scratch_upload",
+            )
+            out.append((buf, elements))
+        return out
 
     def plan_function(self, f: func.FuncOp, target: Target) -> None:
         events = number_events(f)
@@ -394,6 +461,14 @@ class MemoryPlanPass(ModulePass):
             (kind, builder.add(buf, np.full(n, size, np.int64)))
             for kind, buf, size in self.support(f, target)
         ]
+        at_event = {e: op for op, e in events.start.items()}
+        for buf, size in self.kernel_scratch(f, target, events):
+            b = builder.add(buf, np.full(n, size, np.int64))
+            support.append((buf.kind, b))
+            op = at_event.get(buf.first) if buf.kind == "kernel_scratch" else None
+            for v in (*op.operands, *op.results) if op is not None else ():
+                if v in builder.value_buffer:
+                    builder.pairs.append((b, builder.value_buffer[v]))
         # The aperture carries host traffic at the host events; without reuse it is reserved at every event.
         host_events = (0, events.count - 1) if self.aperture_reuse else tuple(range(events.count))
         problem = ma.Problem(
@@ -437,7 +512,11 @@ class MemoryPlanPass(ModulePass):
     def plan_high(placement, support) -> np.ndarray:
         """Each class's high-water address, not counting the lowering_scratch reservation: the lowering's data
         goes from there up (through the reservation, which only guarantees room)."""
-        scratch = [b for kind, b in support if kind == "lowering_scratch"]
+        scratch = [
+            b
+            for kind, b in support
+            if kind in ("lowering_scratch", "kernel_scratch", "kernel_scratch_upload")
+        ]
         if not scratch:
             return placement.class_high
         keep = np.ones(placement.class_addr.shape[0], bool)

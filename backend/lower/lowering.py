@@ -48,7 +48,13 @@ from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, n_padding_zeros, zero_copies
-from ipu.backend.lower.placement import Addresses, DataImage, Placed, StorageOverflow
+from ipu.backend.lower.placement import (
+    Addresses,
+    DataImage,
+    Placed,
+    StorageOverflow,
+    scratch_elements,
+)
 from ipu.backend.lower.sites import label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
@@ -63,6 +69,7 @@ from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeli
     IpuCompilePipelinePass,
     pipeline_spec,
 )
+from ipu.passes.memory_plan import number_events, op_label
 from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package, Segment
 
@@ -178,6 +185,10 @@ class Lowering(NnOps):
         self.cycles_estimate = 0
         self.image: DataImage | None = None
         self._scratch: tuple[int, int, int] | None = None
+        self._aux: int | None = None
+        self.events = number_events(f)
+        self._event: int | None = None  # the event of the op being lowered
+        self.scratch_use: dict[int, list[int]] = {}  # event -> bytes of C, A, aux used (`use_scratch`)
         self.layer: int | None = None  # the iteration being lowered inside a tile.repeat body
         self.layers = 1
         self.layer_ranges: list[tuple[int, int]] = []  # per-iteration storage: [start, end)
@@ -227,6 +238,7 @@ class Lowering(NnOps):
     def block(self, block: Block) -> None:
         for op in block.ops:
             self.lines += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
+            self._event = self.events.start.get(op)
             if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
                 continue
             if isinstance(op, nn.ParamOp | nn.InputOp):
@@ -344,9 +356,7 @@ class Lowering(NnOps):
         what = f"tile.repeat x{count}"
         block = op.body.block
         nc = len(op.carried)
-        self.scratch()
-        self.aux()
-        self.weight_staging()
+        self._scratch_areas()  # allocated before the body: every iteration sees the same storage
         for v, arg in zip(op.carried, block.args[:nc]):
             self._carried_copy(v, arg, "tile.repeat: carried values in")
         rec = self.image.alloc(16, 8, "low")  # counter, forward table, reset table
@@ -582,9 +592,15 @@ class Lowering(NnOps):
     def phase(self, op: ex.PhaseOp) -> None:
         src = [self.addrs.of(s).addr for s in op.sources]
         dst = [self.addrs.of(r).addr for r in op.res]
-        c_area, a_area, _ = self.scratch()  # free between ops: the exchange's staging areas
+        c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         rtab, pre, post, nrounds = lx.phase_tables(op, src, dst, self.n, c_area, a_area, e)
+        # The staging's bytes: pre holds only send staging; post per tile the receive staging, then the phase's
+        # on-tile copies (whose sources may lie in the A element between the ops that use it).
+        copies = np.asarray(op.copy_table(), np.int64).reshape(-1, 5) if op.copies is not None else None
+        ncopy = np.bincount(copies[:, 0], minlength=self.n) if copies is not None else np.zeros(self.n, int)
+        staged = {t: rows[: len(rows) - int(ncopy[t])] for t, rows in post.items()}
+        self.use_scratch(c=_stage_extent(pre, 1, c_area, e), a=_stage_extent(staged, 0, a_area, e))
         self.copy_call(pre, "exchange send staging", whole_words=True)  # into 8-byte staging slots
         if rtab is not None:
             self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
@@ -608,18 +624,68 @@ class Lowering(NnOps):
             f"{what}: tile {t} holds no block of its operand at {list(origin)} x {list(dims)}"
         )
 
-    def scratch(self) -> tuple[int, int, int]:
+    def _scratch_areas(self) -> None:
+        """Allocates the scratch elements once, in a fixed order: C at the top of SRAM, A below it, aux below A
+        (`placement.scratch_elements`, where memory-plan reserves them per op), and the zero constant."""
+        if self._scratch is not None:
+            return
+        e = self.target.region1_element_bytes
+        c = self.image.alloc(e, e, "high", region1=True)
+        a = self.image.alloc(e, e, "high", region1=True)
+        x = self.image.alloc(e, 16, "high")
+        z = self.image.alloc(ZEROS_BYTES, 8, "low")  # "high" holds exactly the scratch elements
+        for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
+            self.image.put("zeros", addr, np.zeros(n, np.uint8))
+        # Written at upload: padded units read past staged data (the simulator poisons unwritten memory).
+        self.image.put("aux scratch", x, np.zeros(e, np.uint8))
+        self._scratch, self._aux = (c, a, z), x
+
+    def scratch(self, mark: bool = True) -> tuple[int, int, int]:
         """(C area, A area, zeros): shared by every GEMM (live only during one op). C and A are whole region-1
-        elements (the GEMM reads A from another element than C); zeros is a resident zero constant."""
-        if self._scratch is None:
+        elements (the GEMM reads A from another element than C); zeros is a resident zero constant. mark: the op
+        being lowered uses all of C and A (`use_scratch`); a caller that knows its bytes passes False and marks
+        them itself."""
+        self._scratch_areas()
+        if mark:
             e = self.target.region1_element_bytes
-            c = self.image.alloc(e, e, "high", region1=True)
-            a = self.image.alloc(e, e, "high", region1=True)
-            z = self.image.alloc(ZEROS_BYTES, 8, "low")  # "high" holds exactly the scratch elements
-            for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
-                self.image.put("zeros", addr, np.zeros(n, np.uint8))
-            self._scratch = (c, a, z)
+            self.use_scratch(c=e, a=e)
         return self._scratch
+
+    def use_scratch(self, c: int = 0, a: int = 0, aux: int = 0) -> None:
+        """Records that the op being lowered uses the first c / a / aux bytes of the C, A and aux scratch
+        elements. Per event, these are what memory-plan reserves there (`lowering.scratch`); other buffers may
+        use the rest, and the whole elements at events no op uses them."""
+        event = self._event if self._event is not None else -1  # -1: outside any op (the whole program)
+        use = self.scratch_use.setdefault(event, [0, 0, 0])
+        for i, nbytes in enumerate((c, a, aux)):
+            use[i] = max(use[i], -(-int(nbytes) // 64) * 64)
+
+    def _check_scratch(self) -> None:
+        """With per-op scratch reservations (memory-plan's `kernel_scratch`), every use must lie inside the
+        reservation of its event: else the plan is stale (StorageOverflow: planned again by `lower_fitting`)."""
+        reserved = self.addrs.timed_scratch
+        if reserved is None:
+            return
+        expected = scratch_elements(self.target)
+        if (self._scratch is not None) and (self._scratch[0], self._scratch[1], self._aux) != expected:
+            raise LoweringError(
+                f"the scratch elements are at {self._scratch[:2] + (self._aux,)}, memory-plan reserved them at "
+                f"{expected}"
+            )
+        names = {ev: label for label, ev in ((op_label(o), e) for o, e in self.events.start.items())}
+        for event, use in sorted(self.scratch_use.items()):
+            have = reserved.get(event, (0, 0, 0))
+            for area, u, h in zip(("C", "A", "aux"), use, have):
+                if u > h:
+                    where = (
+                        f"event {event} ({names.get(event, 'outside any op')})"
+                        if event >= 0
+                        else "outside any op"
+                    )
+                    raise StorageOverflow(
+                        f"{where} uses {u} B of the {area} scratch, memory-plan reserved {h} B there "
+                        "(lowering.scratch; run lowering-storage after any edit of the kernel choices)"
+                    )
 
     def copy_call(
         self, rows: dict[int, list[tuple[int, int, int]]], name: str, whole_words: bool = False
@@ -649,7 +715,7 @@ class Lowering(NnOps):
         """Single f16 copies (source, destination) by read-modify-write of the destination word. A word whose
         two halves both come from this call is zeroed first: its first read-modify-write would otherwise read a
         word that nothing has written yet (the simulator's poison check; the kept half is garbage either way)."""
-        _, _, zeros = self.scratch()
+        _, _, zeros = self.scratch(mark=False)
         pairs = {}
         for t, rs in halves.items():
             words, counts = np.unique([dst & ~3 for _, dst in rs], return_counts=True)
@@ -674,10 +740,11 @@ class Lowering(NnOps):
         `cost_model.WEIGHT_STAGING_BYTES`): the F16 AMP weight panels [npad/16][kc/16][512 B] (their N padding rows
         zeroed per chunk: the GEMM reads them), and for K % 16 != 0 the chunk's rows re-strided with zero K padding
         [nc, kc]. Without `op`: only makes sure the aux exists."""
-        aux = self.aux()
+        aux = self.aux(mark=op is None)
         if op is None:
             return (aux, aux)
         sizes, t = self._staging_bytes(op)
+        self.use_scratch(aux=int(sum(sizes)))
         room = self.target.region1_element_bytes
         if sum(sizes) > room:
             raise LoweringError(
@@ -774,7 +841,7 @@ class Lowering(NnOps):
         if rdt not in ("f16", "f32"):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
-        c_area, a_area, zeros = self.scratch()
+        c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes this GEMM uses
         panels, restride = self.weight_staging(op)
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
@@ -865,6 +932,23 @@ class Lowering(NnOps):
             )
         if (kpad - k) * max(2, wsize) > ZEROS_BYTES:
             raise LoweringError(f"{what}: K padding exceeds the zero constant")
+        # The scratch this GEMM uses (memory-plan reserves these bytes at its event): C [mpad][npad] f16 (and the
+        # f32 cast's stage at half the element), A's padded rows, gathered chunk rows or K-block panels; the f32 A
+        # is cast through the C element.
+        kmax = max(kw for _, kw in chunks)
+        c_use = mmax * nmax * 2
+        if rdt == "f32":
+            c_use = e // 2 + mmax * nmax * 4
+        a_use = 0
+        if pad_a and not pad_rows_only:
+            a_use = mmax * kpad * 2
+        if a_cols is not None and gathered:
+            a_use = max(a_use, mmax * max(gathered) * 2)
+        if a_panels:
+            a_use = max(a_use, mmax * kmax * 2)
+        if a_f32:
+            c_use, a_use = e, e
+        self.use_scratch(c=c_use, a=a_use)
         bp = 0
         if bias is not None:
             # The bias stays host-bound in the kernel's format (f16, N padded): [npad] halves per tile.
@@ -1191,6 +1275,8 @@ class Lowering(NnOps):
 
     # -- the package -------------------------------------------------------------------------------------------
     def finish(self) -> Package:
+        if not self.measure:
+            self._check_scratch()
         sites = label_sites(self.lines)  # profile sites (ipu.backend.lower.sites)
         main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
         self.main_text = "\n".join(main) + "\n"
@@ -1468,6 +1554,17 @@ def _split_halves_of(rs: list[tuple[int, int, int]]) -> tuple[list, list]:
     return words, halves
 
 
+def _stage_extent(copies: dict, side: int, area: int, nbytes: int) -> int:
+    """Bytes of a staging area [area, area + nbytes) that a phase's copies use (side 1: their destinations, the
+    send staging; 0: their sources, the receive staging), in whole 8-byte slots."""
+    end = area
+    for rows in copies.values():
+        for row in rows:
+            if area <= row[side] < area + nbytes:
+                end = max(end, row[side] + -(-row[2] // 8) * 8)
+    return end - area
+
+
 def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
     if isinstance(module, func.FuncOp):
         return module
@@ -1522,9 +1619,8 @@ def lower_fitting(module: ModuleOp, target: Target, plan_pass, attempts: int = 3
     (a measuring lowering of it), `lowering.storage` becomes the larger of the two, and `plan_pass` (the
     pipeline's memory-plan) places the function again. The package says so in a note."""
     from xdsl.context import Context
-    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, i64
 
-    from ipu.passes.lowering_storage import STORAGE_ATTR, storage_of
+    from ipu.passes.lowering_storage import record_storage, storage_of
     from ipu.passes.memory_plan import strip_memory_plan
 
     notes = []
@@ -1537,18 +1633,12 @@ def lower_fitting(module: ModuleOp, target: Target, plan_pass, attempts: int = 3
             if attempt == attempts - 1:
                 raise
             f = _single_func(module)
+            old = storage_of(f) or {}
             probe = Lowering(f, target, measure=True)
             probe.run()
-            need = probe.storage_need()
-            old = storage_of(f) or {}
-            sizes = {
-                "code": max(old.get("code", 0), need["code"]),
-                "tables": max(old.get("tables", 0), need["low"]),
-                "scratch": max(old.get("scratch", 0), need["high_small"] + need["high_elements"]),
-            }
+            sizes = record_storage(f, probe, merge=True)
             notes.append(f"memory planned again: {err} (lowering.storage {old} -> {sizes})")
             strip_memory_plan(f)
-            f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
             plan_pass.apply(Context(), module)
     raise AssertionError("unreachable")
 

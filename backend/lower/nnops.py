@@ -118,15 +118,20 @@ class NnOps:
             obj = cache[key] = cls(*args, **kw)
         return obj
 
-    def aux(self) -> int:
+    def aux(self, mark: bool = True) -> int:
         """A third scratch area (region-1 element sized, any memory): f16 copies of small operands, weight
-        panels of K and V."""
-        if getattr(self, "_aux", None) is None:
-            e = self.target.region1_element_bytes
-            self._aux = self.image.alloc(e, 16, "high")
-            # Written at upload: padded units read past staged data (the simulator poisons unwritten memory).
-            self.image.put("aux scratch", self._aux, np.zeros(e, np.uint8))
+        panels of K and V. mark: the op being lowered uses all of it (`use_scratch`); a caller that knows its
+        bytes passes False and marks them itself."""
+        self._scratch_areas()
+        if mark:
+            self.use_scratch(aux=self.target.region1_element_bytes)
         return self._aux
+
+    def _use_bounded(self, use: tuple[int, int, int]) -> None:
+        """Marks an op's scratch use (C, A, aux bytes), at most the whole elements."""
+        e = self.target.region1_element_bytes
+        c, a, aux = (min(x, e) for x in use)
+        self.use_scratch(c=c, a=a, aux=aux)
 
     def kcall(self, what: str, per_tile: dict[int, object]) -> None:
         """One call site: tile -> kernel call object (Elementwise, Rows, Gemm, pack kernels); tiles absent skip."""
@@ -1167,8 +1172,10 @@ class NnOps:
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
         sizes, choice = self._attention_choices(op, what, mmax, [seq], tmax)
         sz = sizes[seq]
-        c_area, a_area, zeros = self.scratch()
-        areas = (c_area, a_area, self.aux())
+        c_area, a_area, zeros = self.scratch(mark=False)
+        areas = (c_area, a_area, self.aux(mark=False))
+        pv_t = sz.transposed if choice["pv_transposed"] is None else choice["pv_transposed"]
+        self._use_bounded(attention_scratch(sz, dv or sz.d, pv_t))
         for i, jobs in enumerate(rounds):
             try:
                 progs = {
@@ -1287,8 +1294,11 @@ class NnOps:
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
         seqs = sorted({job[5] for r in rounds for job in r.values()})
         sizes, choice = self._attention_choices(op, what, mmax, seqs, tmax)
-        c_area, a_area, zeros = self.scratch()
-        areas = (c_area, a_area, self.aux())
+        c_area, a_area, zeros = self.scratch(mark=False)
+        areas = (c_area, a_area, self.aux(mark=False))
+        for sz in sizes.values():
+            pv_t = sz.transposed if choice["pv_transposed"] is None else choice["pv_transposed"]
+            self._use_bounded(attention_scratch(sz, sz.d, pv_t))
         programs: dict[tuple, list] = {}  # job -> its program: tiles of one class share one
         for i, jobs in enumerate(rounds):
             try:
@@ -1411,6 +1421,29 @@ def attention_sizes(
     if spad * 2 > 8 * 514:
         raise ValueError(f"S rows of {spad * 2} B exceed the GEMM's 4112-byte row stride: {sizes}")
     return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed)
+
+
+def attention_scratch(sz: AttentionSizes, dv: int, pv_transposed: bool) -> tuple[int, int, int]:
+    """Bytes of the C, A and aux elements that `attention_program` uses for blocks of these sizes (an upper
+    bound over its steps, plus a 256-B margin each for the row kernels' padded units): C holds S (or S^T), Q as
+    f32, the V rows at qo and O (or O^T); A holds Q, the K rows at qo, then P, and P^T's panels after P; aux the
+    weight panels (Q^T and S's, K^T's, V's or V^T's rows) and the split softmax's partials."""
+    kc, dpad, spad, mpad = sz.chunk, sz.dpad, sz.spad, sz.mpad
+    dvpad = -(-dv // 16) * 16
+    wide = max(dpad, dvpad)
+    p_bytes = -(-mpad * spad * 2 // 64) * 64
+    c = max(
+        mpad * spad * 2,
+        spad * 32,
+        16 * sz.d * 4,
+        mpad * sz.d * 4,
+        sz.qo + kc * wide * 2,
+        16 * dvpad * 2,
+        mpad * dvpad * 2,
+    )
+    a = max(sz.qo + kc * dpad * 2, p_bytes + (kc * 32 if pv_transposed else 0), 16 * dvpad * 2)
+    aux = max(dpad * 32 + spad * 32 if sz.transposed else 0, kc * wide * 2, rw.SMS_PART * mpad)
+    return tuple(x + 256 for x in (c, a, aux))
 
 
 def softmax_split_fits(sz: AttentionSizes) -> bool:

@@ -60,6 +60,7 @@ class Addresses:
             o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
         }
         self.high = int(self.plan.class_high().max(initial=0))
+        self.timed_scratch = _timed_scratch(f, self.plan)
         # Lowering a tile.repeat body for one iteration: stacked block arguments give that iteration's member;
         # `override` relocates values (host-bound values inside a repeat body live in per-iteration storage).
         self.iteration = 0
@@ -112,6 +113,41 @@ class Addresses:
         if not bufs:
             raise PlacementError(f"{op.name}: result #{v.index} has no memory.buffers (not placed)")
         return self._expand(bufs[v.index])
+
+
+def scratch_elements(target: Target) -> tuple[int, int, int]:
+    """Addresses of the C, A and aux scratch elements: the top three region-1 elements of SRAM, C the highest
+    (the lowering's `DataImage` takes them from the top in that order; memory-plan reserves them per op)."""
+    e = target.region1_element_bytes
+    top = target.region1_base + (target.sram_end - target.region1_base) // e * e
+    return (top - e, top - 2 * e, top - 3 * e)
+
+
+def _timed_scratch(f: func.FuncOp, plan: mem.PlanOp) -> dict[int, list[int]] | None:
+    """event -> bytes of the C, A and aux elements memory-plan reserved there (`memory.reserve "kernel_scratch"`,
+    one per area and span of events), or None when the plan reserves the scratch for the whole program."""
+    ops = [o for o in f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == "kernel_scratch"]
+    if not ops:
+        return None
+    base, r1, end = (x.value.data for x in plan.sram.data)
+    from ipu.passes.tile_plan import target_for
+
+    areas = scratch_elements(target_for(plan.tiles.value.data, (end - base) // 1024))
+    nc = plan.num_classes.value.data
+    out: dict[int, list[int]] = {}
+    for o in ops:
+        b = o.buffer
+        addr = int(mem.table_values(b.addr, nc).max())
+        nbytes = int(mem.table_values(b.bytes_, nc).max())
+        if addr not in areas:
+            raise PlacementError(
+                f'memory.reserve "kernel_scratch" at {addr:#x}: not a scratch element {areas}'
+            )
+        first, last = (x.data for x in b.live.data)
+        for e in range(first, last + 1):
+            use = out.setdefault(e, [0, 0, 0])
+            use[areas.index(addr)] = max(use[areas.index(addr)], nbytes)
+    return out
 
 
 def _frozen(p: Placed) -> Placed:

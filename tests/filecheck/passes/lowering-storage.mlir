@@ -2,18 +2,27 @@
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4 sram_kib=624},memory-plan{tiles=4 sram_kib=624}' | filecheck %s --check-prefix=PLAN
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4 sram_kib=624}' | sed 's/scratch = [0-9]* : i64/scratch = 200000 : i64/' | ipu-opt -p 'memory-plan{tiles=4 sram_kib=624}' | filecheck %s --check-prefix=EDITED
 
-// lowering-storage measures the asm lowering's own storage of the function (code, frames and tables, scratch and
-// kernel-format data) by lowering a placed copy, and records it; memory-plan reserves exactly that.
-// CHECK: func.func @lin() attributes {{{.*}}lowering.storage = {code = {{[0-9]+}} : i64, tables = {{[0-9]+}} : i64, scratch = {{[0-9]+}} : i64}}
+// lowering-storage measures the asm lowering's own storage of the function (code, frames and tables, kernel-format
+// data, the kernel scratch elements) by lowering a placed copy, and records it; memory-plan reserves exactly that.
+// CHECK: func.func @lin() attributes {{{.*}}lowering.storage = {code = {{[0-9]+}} : i64, tables = {{[0-9]+}} : i64, scratch = {{[0-9]+}} : i64, elements = 98304 : i64}}
+// Each op that uses the scratch elements records the bytes of C, A and aux it uses: the GEMM's C block
+// [mpad][npad] f16 and its weight panels (A is read in place here).
+// CHECK: nn.linear{{.*}}lowering.scratch = array<i64: 17152, 0, 2048>
 
-// Code (at the top, as measured) and tables (below it) share whole 16 KiB elements of region 0; the scratch (three 32 KiB elements for the GEMM's C, A and
-// weight staging, and the f16 bias) at the top of SRAM, 16-byte aligned.
+// Code (at the top, as measured) and tables (below it) share whole 16 KiB elements of region 0; the small data
+// (the f16 bias) below the three 32 KiB scratch elements at the top of SRAM, for the whole program; the scratch
+// elements reserved per op, at its event only, by the bytes it uses (the GEMM at event 4), and whole at the host
+// events (where the package's image initialises them).
 // PLAN-DAG: memory.reserve "code" {buffer = #memory.buffer<addr = 0x7c180, bytes = 16000, live = [0, 5], region = "r0", align = 16, resident>}
 // PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = 16768, live = [0, 5], region = "r0", align = 16384, resident>}
-// PLAN-DAG: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xcffe0, bytes = 98336, live = [0, 5], region = "any", align = 8, resident>}
+// PLAN-DAG: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xcffe0, bytes = 32, live = [0, 5], region = "any", align = 8, resident>}
+// PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xe0000, bytes = 17152, live = [4, 4], region = "any", align = 16>}
+// PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xd0000, bytes = 2048, live = [4, 4], region = "any", align = 16>}
+// PLAN-DAG: memory.reserve "kernel_scratch_upload" {buffer = #memory.buffer<addr = 0xd0000, bytes = 98304, live = [0, 0],
+// PLAN-DAG: memory.reserve "kernel_scratch_upload" {buffer = #memory.buffer<addr = 0xd0000, bytes = 98304, live = [5, 5],
 
 // A person may edit the numbers: memory-plan reserves what the attribute says.
-// EDITED: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xb72c0, bytes = 200000,
+// EDITED: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0x9f2c0, bytes = 200000,
 
 builtin.module {
   func.func @lin() {
