@@ -461,12 +461,21 @@ class MemoryPlanPass(ModulePass):
             (kind, builder.add(buf, np.full(n, size, np.int64)))
             for kind, buf, size in self.support(f, target)
         ]
+        from ipu.backend.lower.placement import scratch_elements
+
         at_event = {e: op for op, e in events.start.items()}
+        AREAS = dict(zip(scratch_elements(target), ("C", "A", "aux")))
         for buf, size in self.kernel_scratch(f, target, events):
             b = builder.add(buf, np.full(n, size, np.int64))
             support.append((buf.kind, b))
             op = at_event.get(buf.first) if buf.kind == "kernel_scratch" else None
-            for v in (*op.operands, *op.results) if op is not None else ():
+            if op is None:
+                continue
+            # Operands are read beside every scratch area, results written from any (a GEMM's only from C: its A
+            # and aux hold operand rows and weight panels, never a result row).
+            gemm = isinstance(op.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr)
+            results = () if gemm and AREAS[buf.fixed] != "C" else op.results
+            for v in (*op.operands, *results):
                 if v in builder.value_buffer:
                     builder.pairs.append((b, builder.value_buffer[v]))
         # The aperture carries host traffic at the host events; without reuse it is reserved at every event.

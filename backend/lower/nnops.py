@@ -492,8 +492,8 @@ class NnOps:
             raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
         if k % 16 or kc % 16 or 2 * kc > 4112:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
-        c_area, a_area, zeros = self.scratch()
-        panels = self.aux()
+        c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes used
+        panels = self.aux(mark=False)
         # Grouped (`row_groups`): one A row per tile, x's row of the panel's group ([1, kc] blocks of x).
         groups = op.groups
         x_chunks = not groups and xl.block_[1] < k  # x in K chunks (`tile_plan.chunked_x`), FP8 weights
@@ -523,6 +523,14 @@ class NnOps:
             npad[t] = -(-nc // 16) * 16
         if self.target.region1_element_bytes < max(j[0] * npad[t] * 2 for t, j in jobs.items()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
+        # C [mpad][npad] f16, A's [mpad][kw] rows, the [npad/16][kw/16] weight panels
+        self._use_bounded(
+            (
+                mpad * max(npad.values()) * 2,
+                mpad * max(j[0] for j in jobs.values()) * 2,
+                max(j[0] * npad[t] * 2 for t, j in jobs.items()),
+            )
+        )
         rows = {}
         for t, (kw, _nc, xa, _wa, _ra) in jobs.items():
             if groups:
@@ -596,9 +604,10 @@ class NnOps:
         if kc % 16 or k % 16 or 2 * kc > 4112:
             raise self.error(f"{what}: K = {k} and k_chunk = {kc} must be multiples of 16, k_chunk <= 2056")
         g, table = lay.geometry(), lay.table()
-        c_area, a_area, zeros = self.scratch()
+        c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes used
         mpad = max(m, gm.MIN_ROWS)
-        panels, stage = self.aux(), c_area + self.target.region1_element_bytes // 2
+        e = self.target.region1_element_bytes
+        panels, stage = self.aux(mark=False), c_area + e // 2
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (x block, weight block, rows of the panel, result block, chunk width)
         for b in range(lay.num_blocks):
@@ -610,6 +619,17 @@ class NnOps:
             xa = self._panel_addr(x, t, (0, c * kc), (m, kw), what)
             wa = self._panel_addr(w, t, (n0, c * kc), (nc, kw), what)
             jobs[t] = (xa, wa, nc, int(res[t]) + int(g.offset[b, 0]) * 4, kw, -(-nc // 16) * 16)
+        # C [mpad][npad] f16 (a narrower panel's f32 rows staged at half the element), A's padded rows, the
+        # weight panels
+        narrow = any(j[2] != j[5] for j in jobs.values())
+        npmax, kwmax = max(j[5] for j in jobs.values()), max(j[4] for j in jobs.values())
+        self._use_bounded(
+            (
+                e // 2 + m * npmax * 4 if narrow else mpad * npmax * 2,
+                mpad * kwmax * 2 if mpad > m else 0,
+                max(j[4] * j[5] * 2 for j in jobs.values()),
+            )
+        )
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
             self.copy_call(
                 {t: [(j[0], a_area, m * j[4] * 2)] + zero_copies(zeros, a_area + m * j[4] * 2, (mpad - m) * j[4] * 2)
@@ -703,8 +723,8 @@ class NnOps:
                 f"{what}: k_chunk = {kc} must be a multiple of 16 (<= 2056), and K = {k} too when x arrives as "
                 "column panels"
             )
-        c_area, a_area, zeros = self.scratch()
-        panels = self.aux()
+        c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes used
+        panels = self.aux(mark=False)
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}  # tile -> (chunk, first K column, chunk width, rows, panel columns, x, weight, result block)
@@ -790,6 +810,21 @@ class NnOps:
                 parts[t].append(
                     (nfull, kw - nfull, xa + nfull * mr * 2, (kw - nfull) * 2, panels + npad[t] * nfull * 2)
                 )
+        # C [mr][npad] f16 (and the K-padded weight rows before the GEMM), A's gathered or K-padded rows, the
+        # weight panels [npad/16][kw/16] (a ragged last chunk: padded to kp)
+        kp = {t: -(-j[2] // 16) * 16 for t, j in jobs.items()}
+        self._use_bounded(
+            (
+                max(
+                    max(j[3] * npad[t] * 2, j[4] * kp[t] * esize if t in wsrc else 0) for t, j in jobs.items()
+                ),
+                max(
+                    (j[3] * kp[t] * 2 for t, j in jobs.items() if t in gathers or t in padded or t in wsrc),
+                    default=0,
+                ),
+                max(kp[t] * npad[t] * 2 for t in jobs),
+            )
+        )
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -991,7 +1026,7 @@ class NnOps:
         count = x.type.get_shape()[0]
         g, table = lay.geometry(), lay.table()
         res = self.addrs.of(op.results[0]).addr
-        work = self.aux()
+        work = self.aux(mark=False)  # marked below: the running sums' bytes
         blocks = {}  # tile -> (partials, result block, elements per block)
         cols = {}  # tile -> (first column, columns) of its block: the bias's part
         for b in range(lay.num_blocks):
@@ -1003,6 +1038,9 @@ class NnOps:
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
+        # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
+        nmax = max(-(-n // per_unit) * per_unit for _s, _d, n in blocks.values())
+        self._use_bounded((0, 0, count * nmax * max(xs, rs)))
         # Blocks of a partial unit (tiny models spread over many tiles: 1-element blocks): the partials restrided
         # to whole units in the work area first, summed there, the result's elements copied out.
         ragged = {t: n for t, (_s, _d, n) in blocks.items() if n % per_unit}
