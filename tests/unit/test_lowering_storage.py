@@ -210,3 +210,74 @@ def test_measuring_lowers_iterations_0_and_1_with_the_sizes_of_every_iteration()
     full = Lowering(f, target, measure=True, per_iteration=True)
     full.run()
     assert fast.storage_need() == full.storage_need()
+
+
+def _planned(cfg, tiles, kib, whole_program: bool):
+    """(module, plan pass) of cfg planned for tiles x kib KiB, with the scratch elements reserved per op (as
+    measured) or, whole_program, as one reservation for the whole program (the elements folded into `scratch`,
+    the ops' `lowering.scratch` dropped); None when memory-plan fails."""
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr, i64
+    from xdsl.utils.exceptions import PassFailedException
+
+    from ipu.passes.lowering_storage import SCRATCH_ATTR, STORAGE_ATTR
+    from ipu.passes.memory_plan import MemoryPlanPass
+
+    target = Target.small(tiles=tiles, sram_kib=624)
+    pre, _ = pipeline_spec(target, outline_repeat=True).rsplit(",", 1)
+    module = build_vision_model(cfg)
+    PassPipeline.parse_spec(dict(all_passes()), pre).apply(Context(), module)
+    f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    sizes = storage_of(f)
+    assert sizes.get("elements"), sizes  # the measured lowering uses the scratch elements inside ops only
+    if whole_program:
+        sizes["scratch"] += sizes.pop("elements")
+        f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
+        for o in f.walk():
+            o.attributes.pop(SCRATCH_ATTR, None)
+    plan = MemoryPlanPass(tiles=tiles, sram_kib=kib)
+    try:
+        plan.apply(Context(), module)
+    except PassFailedException:
+        return None
+    return module, plan
+
+
+def test_scratch_reserved_per_op_only_at_the_events_of_its_ops():
+    """The kernel scratch elements are reserved at the events of the ops that use them, by the bytes each uses
+    (`lowering.scratch`), not for the whole program: every op's recorded use is a `kernel_scratch` reservation
+    at its event and nowhere else (the exchange phases between ops leave the elements to other buffers), and the
+    package planned so computes the same bits as one planned with a whole-program reservation."""
+    from ipu.backend.lower.lowering import lower_fitting
+    from ipu.dialects import memory as mem
+    from ipu.frontend.weights import random_weights
+    from ipu.passes.lowering_storage import scratch_of
+    from ipu.passes.memory_plan import number_events
+    from ipu.runtime.host import Session
+
+    cfg, tiles = PRESETS["tiny"], 16
+    module, _ = _planned(cfg, tiles, 624, whole_program=False)
+    f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    events = number_events(f)
+    timed = {}
+    for o in f.body.block.ops:
+        if isinstance(o, mem.ReserveOp) and o.kind.data == "kernel_scratch":
+            first, last = (x.data for x in o.buffer.live.data)
+            assert first == last
+            timed.setdefault(first, []).append(o)
+    used = {e: scratch_of(o) for o, e in events.start.items() if scratch_of(o) is not None}
+    assert used and set(timed) == {e for e, u in used.items() if any(u)}
+    assert len(timed) < events.count - 2  # not every event: the exchange phases between ops use none
+    for e, ops in timed.items():  # each reservation holds the op's bytes of its element
+        got = sorted(int(mem.table_values(o.buffer.bytes_, 1).max()) for o in ops)
+        assert got == sorted(b for b in used[e] if b), (e, got, used[e])
+    x = np.random.default_rng(7).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    w = random_weights(cfg, 2)
+    outs = []
+    for whole in (False, True):
+        module, plan = _planned(cfg, tiles, 624, whole_program=whole)
+        pkg = lower_fitting(module, Target.small(tiles=tiles, sram_kib=624), plan)
+        s = Session(pkg)
+        s.upload_parameters(w)
+        outs.append(s.run({"pixel_values": x}).outputs)
+    for k in outs[0]:
+        assert np.array_equal(outs[0][k], outs[1][k]), k
