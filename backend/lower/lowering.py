@@ -49,7 +49,7 @@ from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, n_padding_zeros, zero_copies
 from ipu.backend.lower.placement import Addresses, DataImage, Placed, StorageOverflow
-from ipu.backend.lower.sites import label_sites, op_marker, resolve
+from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -1192,6 +1192,7 @@ class Lowering(NnOps):
     # -- the package -------------------------------------------------------------------------------------------
     def finish(self) -> Package:
         sites = label_sites(self.lines)  # profile sites (ipu.backend.lower.sites)
+        phases = exchange_phases(sites)  # what each exchange phase moves, once (its sites name it by index)
         main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
         self.main_text = "\n".join(main) + "\n"
         text = (
@@ -1241,6 +1242,7 @@ class Lowering(NnOps):
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
                 "profile_sites": resolve(sites, program.labels),
+                "exchange_phases": phases,
                 "derived_parameters": derived_parameters(self.f),
             },
         )
