@@ -19,7 +19,11 @@ layer-loop sites keep the names of `op_of`.
 A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_rounds`, sync = `exchange.sync`), `kernel` (the
 routine called: `gemm_f16_sup_ld64`, `ew_sup`, `copy_sup`, ...; `sync`; `main` for the return), `what` (the
 lowering's comment, e.g. `nn.linear (unnamed): GEMM`), `op` (`op_of(what)`), `repeat` (the loop id for
-sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None).
+sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None); the
+sites of an exchange phase (its send staging, rounds and copies) also `detail` (`phase_detail`, one dict shared
+by the phase's sites), which `exchange_phases` turns into `phase_index`, an index into
+`Package.metadata["exchange_phases"]`: each phase's summary stored once (docs/reports.md, "Exchange in the
+profile").
 """
 
 from __future__ import annotations

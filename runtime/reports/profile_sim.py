@@ -23,8 +23,10 @@ compute / exchange / sync (a superstep cut by the end of iteration 1 keeps its i
 loop is one entry with `kind = "repeat-rest"`); their `cycles` sum to `total_cycles`. `ops` sums the steps by the
 lowering's operator name (the site comment's part before ": "). Each loop in `repeats` has `iterations`: per
 iteration (a layer of the encoder) its start on the frontier and its wall cycles by kind, which sum to the first
-iteration's steps plus the repeat-rest step. Steps of an exchange phase carry its `phase_detail`
-(`ipu.backend.lower.sites`: values, transfers, bytes, senders, receivers, largest sends).
+iteration's steps plus the repeat-rest step. Steps of an exchange phase carry `phase_index` and a few fields of
+its summary (the package's `exchange_phases`, `ipu.backend.lower.sites.phase_detail`: values, transfers, bytes,
+received, senders, receivers, largest sends); `exchange_phases` lists every phase's whole summary with its
+measured `visits`, `cycles` (all visits, the loop's rest too) by kind, cycles per visit and bytes per cycle.
 """
 
 from __future__ import annotations
