@@ -181,8 +181,8 @@ def phase_detail(op: Operation) -> dict:
     """What an `exchange.phase` moves, for its profile sites: compact (its size grows with the phase's tensors,
     never with the tiles). `phase` (`exchange.phase %<first result>`), `ir` (its position among the function's
     phases), `values` (source -> result, by IR name) and per tensor (`tensors`: IR name, result, the operator
-    that makes it, bytes sent, received, copied on tiles, sends), the totals (`bytes` sent, a multicast once;
-    `received`, once per receiver; `copied`; `transfers`, `receives`, `copies`), `src_tiles` and `dst_tiles`
+    that makes it (`of`, through earlier phases: `... via exchange`), bytes sent, received, copied on tiles,
+    sends), the totals (`bytes` sent, a multicast once; `received`, once per receiver; `copied`; `transfers`, `receives`, `copies`), `src_tiles` and `dst_tiles`
     (how many tiles send and receive), `busiest_receiver` and `busiest_sender` ([tile, bytes, transfers]),
     `port_words` (the busiest port's words), `rounds` (the lowering's), `schedule_cycles` (exchange-schedule's
     cycles), the sending and receiving tiles as ranges (`senders`, `receivers`: at most about RANGES_LIMIT
@@ -196,9 +196,17 @@ def phase_detail(op: Operation) -> dict:
         return f"%{v.name_hint}" if v.name_hint else "%?"
 
     def made_by(v: SSAValue) -> str:
-        if isinstance(v, BlockArgument):
-            return "a block argument"
-        return op_name(v.owner)
+        """The operator that makes v, through the exchange phases that moved it before (`... via exchange`)."""
+        via = ""
+        for _ in range(16):
+            if isinstance(v, BlockArgument):
+                parent = v.owner.parent_op()
+                return f"an argument of {parent.name if parent is not None else 'a block'}" + via
+            owner = v.owner
+            if owner.name != "exchange.phase" or len(owner.operands) != len(owner.results):
+                break
+            v, via = owner.operands[v.index], " via exchange"
+        return op_name(v.owner) + via
 
     summary = lx.transfer_summary(s, r, c, len(op.operands))
     tensors = [
