@@ -119,7 +119,7 @@ def _ranges(tiles, limit: int = 0) -> str:
 
 
 RANGES_LIMIT = 64  # characters of a phase's sending or receiving tiles in its summary (the counts are exact)
-_NAMES: list = []  # [function, {value: IR name}, {phase op: its index among the function's phases}] (ir_names)
+_NAMES: list = []  # [function, {value: IR name}, {phase op: its index among the phases}, {op: its position}]
 
 
 def _function_of(op: Operation) -> Operation | None:
@@ -129,12 +129,14 @@ def _function_of(op: Operation) -> Operation | None:
     return f
 
 
-def ir_names(f: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int]]:
+def ir_names(f: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int], dict[Operation, int]]:
     """The names xDSL's printer gives the values of a function (`%name` or `%name_1` for name hints, `%0`, `%1`,
     ... in print order otherwise: results before the op's regions, a block's arguments before its ops), as in
-    the placed IR that `ipu-opt` writes; and each `exchange.phase`'s position among the function's phases."""
+    the placed IR that `ipu-opt` writes; each `exchange.phase`'s position among the function's phases; each op's
+    position in the printed function."""
     names: dict[SSAValue, str] = {}
     phases: dict[Operation, int] = {}
+    order: dict[Operation, int] = {}
     hints: dict[str, int] = {}
     counter = [0]
 
@@ -154,6 +156,7 @@ def ir_names(f: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int]]:
             for a in b.args:
                 name(a)
             for o in b.ops:
+                order[o] = len(order)
                 for v in o.results:
                     name(v)
                 if o.name == "exchange.phase":
@@ -163,32 +166,32 @@ def ir_names(f: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int]]:
 
     for r in f.regions:
         region(r)
-    return names, phases
+    return names, phases, order
 
 
-def _names_for(op: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int]]:
+def _names_for(op: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int], dict[Operation, int]]:
     """`ir_names` of op's function, computed once per lowering walk (the walk starts at the function's first op,
     which resets it: passes between two lowerings may add values)."""
     f = _function_of(op)
     if f is None:
-        return {}, {}
+        return {}, {}, {}
     if not _NAMES or _NAMES[0] is not f or op not in _NAMES[2]:
         _NAMES[:] = [f, *ir_names(f)]
-    return _NAMES[1], _NAMES[2]
+    return _NAMES[1], _NAMES[2], _NAMES[3]
 
 
 def phase_detail(op: Operation) -> dict:
     """What an `exchange.phase` moves, for its profile sites: compact (its size grows with the phase's tensors,
     never with the tiles). `phase` (`exchange.phase %<first result>`), `ir` (its position among the function's
     phases), `values` (source -> result, by IR name) and per tensor (`tensors`: IR name, result, the operator
-    that makes it (`of`, through earlier phases: `... via exchange`), bytes sent, received, copied on tiles,
-    sends), the totals (`bytes` sent, a multicast once; `received`, once per receiver; `copied`; `transfers`, `receives`, `copies`), `src_tiles` and `dst_tiles`
+    that makes it (`of`, through earlier phases: `... via exchange`), the first that reads the result (`for`,
+    through later phases), bytes sent, received, copied on tiles, sends), the totals (`bytes` sent, a multicast once; `received`, once per receiver; `copied`; `transfers`, `receives`, `copies`), `src_tiles` and `dst_tiles`
     (how many tiles send and receive), `busiest_receiver` and `busiest_sender` ([tile, bytes, transfers]),
     `port_words` (the busiest port's words), `rounds` (the lowering's), `schedule_cycles` (exchange-schedule's
     cycles), the sending and receiving tiles as ranges (`senders`, `receivers`: at most about RANGES_LIMIT
     characters) and the three largest sends ([tile, receiving tiles, bytes])."""
     s, r, c = op.send_table(), op.recv_table(), op.copy_table()
-    names, phases = _names_for(op)
+    names, phases, order = _names_for(op)
 
     def name(v: SSAValue) -> str:
         if v in names:
@@ -208,9 +211,22 @@ def phase_detail(op: Operation) -> dict:
             v, via = owner.operands[v.index], " via exchange"
         return op_name(v.owner) + via
 
+    def used_by(v: SSAValue) -> str:
+        """The first operator (in program order) that reads v, through later phases that move it further."""
+        via = ""
+        for _ in range(16):
+            users = sorted({u.operation for u in v.uses}, key=lambda o: order.get(o, 1 << 60))
+            if not users:
+                return "nothing"
+            u = users[0]
+            if u.name != "exchange.phase" or len(u.operands) != len(u.results):
+                return op_name(u) + via
+            v, via = u.results[next(i for i, a in enumerate(u.operands) if a is v)], " via exchange"
+        return "?"
+
     summary = lx.transfer_summary(s, r, c, len(op.operands))
     tensors = [
-        dict(name=name(a), to=name(b), of=made_by(a), **per)
+        dict(name=name(a), to=name(b), of=made_by(a), **{"for": used_by(b)}, **per)
         for a, b, per in zip(op.operands, op.results, summary.pop("buffers"))
     ]
     largest = []

@@ -35,7 +35,7 @@ TEMPLATE = r"""<!DOCTYPE html>
  #side{flex:2;display:flex;flex-direction:column;gap:6px;min-width:330px;overflow:auto}
  table{border-collapse:collapse;font:12px monospace;background:#fff}
  td,th{border:1px solid #ddd;padding:1px 5px;text-align:right}
- th{background:#f0f0f0} td:first-child{text-align:left} #xphases td:nth-child(2){text-align:left}
+ th{background:#f0f0f0} td:first-child{text-align:left} #xphases td:nth-child(2){text-align:left} #xphases td{white-space:nowrap}
  tr.click{cursor:pointer} tr.click:hover{background:#eef}
  #steplist{height:220px;overflow-y:scroll;border:1px solid #bbb;background:#fff;position:relative;font:12px monospace}
  #steplist .row{position:absolute;left:0;right:0;height:18px;line-height:18px;padding:0 4px;white-space:nowrap;cursor:pointer;overflow:hidden}
@@ -192,7 +192,7 @@ function stepText(i) {
 function phaseLines(p) {
   const out = [p.phase + " (exchange phase " + p.index + " of " + XP.length + ", IR phase " + p.ir + ")",
     "moves " + p.bytes + " B sent, " + p.received + " B received" + (p.received > p.bytes ? " (multicast)" : "") + ", " + p.copied + " B copied on tiles; " + p.transfers + " sends, " + p.receives + " receives, " + p.rounds + " rounds"];
-  for (const t of p.tensors) out.push("  " + t.name + " -> " + t.to + " (" + t.of + "): " + t.bytes + " B sent, " + t.received + " B received, " + t.copied + " B copied");
+  for (const t of p.tensors) out.push("  " + t.name + " -> " + t.to + " (" + t.of + (t.for ? ", for " + t.for : "") + "): " + t.bytes + " B sent, " + t.received + " B received, " + t.copied + " B copied");
   const br = p.busiest_receiver, bs = p.busiest_sender;
   out.push(p.src_tiles + " source tiles -> " + p.dst_tiles + " destination tiles" +
     (br ? "; busiest receiver tile " + br[0] + ": " + br[1] + " B in " + br[2] + " receives" : "") +

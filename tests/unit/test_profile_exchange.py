@@ -155,6 +155,44 @@ def test_tensor_names_are_the_printed_irs(tiny):
     )
 
 
+def test_tensors_name_their_producer_and_consumer(tiny):
+    """`of` names the operator that defines the tensor and `for` the first that reads the result, as the printed
+    IR says (through other phases: `... via exchange`)."""
+    lines = str(tiny["module"]).splitlines()
+
+    def op_at(line: str) -> str:
+        body = line.split(" = ", 1)[1] if re.match(r"^\s*%[^=]* = ", line) else line
+        return body.split()[0].strip('"')
+
+    def ref(name: str) -> re.Pattern:
+        return re.compile(re.escape(name) + r"(?![\w$.-])")
+
+    checked = 0
+    for p in tiny["pkg"].metadata["exchange_phases"]:
+        for t in p["tensors"]:
+            define = next((i for i, line in enumerate(lines) if re.match(r"^\s*(%[^=]*) = ", line)
+                           and ref(t["to"]).search(line.split(" = ", 1)[0])), None)  # fmt: skip
+            assert define is not None, t
+            user = next(
+                i for i in range(define + 1, len(lines)) if ref(t["to"]).search(lines[i].split(" = ", 1)[-1])
+            )
+            op = op_at(lines[user])
+            if op == "exchange.phase":
+                assert t["for"].endswith(" via exchange"), t
+            else:
+                assert op in t["for"] and not t["for"].endswith(" via exchange"), (t, lines[user][:120])
+                checked += 1
+            src = next((line for line in lines if re.match(r"^\s*(%[^=]*) = ", line)
+                        and ref(t["name"]).search(line.split(" = ", 1)[0])), None)  # fmt: skip
+            if src is None:  # a block argument (the function's, the layer loop's)
+                assert t["of"].startswith("an argument of "), t
+            elif op_at(src) == "exchange.phase":
+                assert t["of"].endswith(" via exchange"), t
+            else:
+                assert op_at(src) in t["of"], (t, src[:120])
+    assert checked > 20
+
+
 def test_the_package_holds_each_phase_once_and_small(tiny):
     meta = tiny["pkg"].metadata
     sites, phases = meta["profile_sites"], meta["exchange_phases"]
@@ -277,7 +315,9 @@ def _phase_text(p: dict) -> list[str]:
     if bs:
         lines.append(f"busiest sender tile {bs[0]}: {bs[1]} B in {bs[2]} sends")
     for t in p["tensors"]:
-        lines.append(f"{t['name']} -> {t['to']} ({t['of']}): {t['bytes']} B sent, {t['received']} B received")
+        lines.append(
+            f"{t['name']} -> {t['to']} ({t['of']}, for {t['for']}): {t['bytes']} B sent, {t['received']} B received"
+        )
     return lines
 
 
@@ -314,7 +354,10 @@ def test_html_table_and_hover_show_the_phases(tiny, driver):
     driver.execute_script(
         "document.getElementById('steplist').scrollTop = arguments[0] * 18", max(0, p["first_step"] - 2)
     )
-    titles = driver.execute_script(
-        "return [...document.querySelectorAll('#steplist .row')].map(r => r.title)"
-    )
-    assert any(all(line in t for line in _phase_text(p)) for t in titles)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def shown(d):
+        titles = d.execute_script("return [...document.querySelectorAll('#steplist .row')].map(r => r.title)")
+        return any(all(line in t for line in _phase_text(p)) for t in titles)
+
+    WebDriverWait(driver, 10).until(shown)  # the list renders its rows on the scroll event
