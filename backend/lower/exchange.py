@@ -367,3 +367,53 @@ xch_half:
     br $lr
 """
 HALF_WORDS = 5  # xch_half row: source word, source shift, destination word, keep mask, destination shift
+
+
+def transfer_summary(sends: np.ndarray, recvs: np.ndarray, copies: np.ndarray, buffers: int) -> dict:
+    """What a phase's transfer tables move, for its profile sites (`ipu.backend.lower.sites.phase_detail`), in
+    numbers that do not grow with the tiles: bytes sent (a multicast once), received (once per receiver) and
+    copied on tiles, per buffer (source i -> result i) its bytes sent, received and copied and its sends, how
+    many tiles send and receive, the busiest receiver and sender (tile, bytes, transfers), the busiest port's
+    words (a lower bound on the phase's exchange cycles at one word per cycle and port) and the rounds of
+    `receive_rounds` (the lowering's; cached, so the lowering does not pay twice)."""
+    s = np.asarray(sends, np.int64).reshape(-1, 5)
+    r = np.asarray(recvs, np.int64).reshape(-1, 5)
+    c = np.asarray(copies, np.int64).reshape(-1, 5)
+    rb = s[r[:, 3], 3]  # bytes of each receive
+    per_buf = []
+    for b in range(buffers):
+        ss, rr, cc = s[:, 1] == b, r[:, 1] == b, c[:, 1] == b
+        per_buf.append(
+            dict(
+                bytes=int(s[ss, 3].sum()),
+                received=int(rb[rr].sum()),
+                copied=int(c[cc, 4].sum()),
+                sends=int(ss.sum()),
+            )
+        )
+
+    def busiest(tiles: np.ndarray, nbytes: np.ndarray) -> list[int] | None:
+        if not len(tiles):
+            return None
+        by = np.bincount(tiles, weights=nbytes.astype(np.float64))
+        t = int(np.argmax(by))  # the lowest tile of the most bytes
+        return [t, int(by[t]), int((tiles == t).sum())]
+
+    words_out = np.bincount(s[:, 0], weights=ex.words(s[:, 3]).astype(np.float64)) if len(s) else np.zeros(1)
+    words_in = np.bincount(r[:, 0], weights=ex.words(rb).astype(np.float64)) if len(r) else np.zeros(1)
+    nrounds = receive_rounds(s, r)[1] if len(s) and len(r) else 0
+    return dict(
+        bytes=int(s[:, 3].sum()),
+        received=int(rb.sum()),
+        copied=int(c[:, 4].sum()),
+        transfers=int(len(s)),
+        receives=int(len(r)),
+        copies=int(len(c)),
+        buffers=per_buf,
+        src_tiles=int(len(np.unique(s[:, 0]))),
+        dst_tiles=int(len(np.unique(r[:, 0]))),
+        busiest_receiver=busiest(r[:, 0], rb),
+        busiest_sender=busiest(s[:, 0], s[:, 3]),
+        port_words=int(max(words_out.max(), words_in.max())),
+        rounds=int(nrounds),
+    )

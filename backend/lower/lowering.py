@@ -55,7 +55,7 @@ from ipu.backend.lower.placement import (
     StorageOverflow,
     scratch_elements,
 )
-from ipu.backend.lower.sites import label_sites, op_marker, resolve
+from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -1278,6 +1278,7 @@ class Lowering(NnOps):
         if not self.measure:
             self._check_scratch()
         sites = label_sites(self.lines)  # profile sites (ipu.backend.lower.sites)
+        phases = exchange_phases(sites)  # what each exchange phase moves, once (its sites name it by index)
         main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
         self.main_text = "\n".join(main) + "\n"
         text = (
@@ -1327,6 +1328,7 @@ class Lowering(NnOps):
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
                 "profile_sites": resolve(sites, program.labels),
+                "exchange_phases": phases,
                 "derived_parameters": derived_parameters(self.f),
             },
         )

@@ -19,7 +19,11 @@ layer-loop sites keep the names of `op_of`.
 A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_rounds`, sync = `exchange.sync`), `kernel` (the
 routine called: `gemm_f16_sup_ld64`, `ew_sup`, `copy_sup`, ...; `sync`; `main` for the return), `what` (the
 lowering's comment, e.g. `nn.linear (unnamed): GEMM`), `op` (`op_of(what)`), `repeat` (the loop id for
-sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None).
+sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None); the
+sites of an exchange phase (its send staging, rounds and copies) also `detail` (`phase_detail`, one dict shared
+by the phase's sites), which `exchange_phases` turns into `phase_index`, an index into
+`Package.metadata["exchange_phases"]`: each phase's summary stored once (docs/reports.md, "Exchange in the
+profile").
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import re
 
 import numpy as np
 from xdsl.ir import BlockArgument, Operation, SSAValue
+
+from ipu.backend.lower import exchange as lx
 
 SITE_PREFIX = ".Lsite"
 OP_MARKER = "    // op: "
@@ -95,8 +101,9 @@ def op_name(op: Operation) -> str:
     return ("layer " if parent is not None and parent.name == "tile.repeat" else "") + name
 
 
-def _ranges(tiles) -> str:
-    """Tile numbers as ranges: `0-3,8,10-11`."""
+def _ranges(tiles, limit: int = 0) -> str:
+    """Tile numbers as ranges: `0-3,8,10-11`; with `limit`, at most about that many characters (the ranges that
+    fit, then `,... (N tiles)`)."""
     out, ts = [], sorted({int(t) for t in tiles})
     i = 0
     while i < len(ts):
@@ -105,34 +112,137 @@ def _ranges(tiles) -> str:
             j += 1
         out.append(str(ts[i]) if i == j else f"{ts[i]}-{ts[j]}")
         i = j + 1
-    return ",".join(out)
+    text = ",".join(out)
+    if limit and len(text) > limit:
+        text = text[: text.rfind(",", 0, limit)] + f",... ({len(ts)} tiles)"
+    return text
+
+
+RANGES_LIMIT = 64  # characters of a phase's sending or receiving tiles in its summary (the counts are exact)
+_NAMES: list = []  # [function, {value: IR name}, {phase op: its index among the phases}, {op: its position}]
+
+
+def _function_of(op: Operation) -> Operation | None:
+    f = op
+    while f is not None and f.name != "func.func":
+        f = f.parent_op()
+    return f
+
+
+def ir_names(f: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int], dict[Operation, int]]:
+    """The names xDSL's printer gives the values of a function (`%name` or `%name_1` for name hints, `%0`, `%1`,
+    ... in print order otherwise: results before the op's regions, a block's arguments before its ops), as in
+    the placed IR that `ipu-opt` writes; each `exchange.phase`'s position among the function's phases; each op's
+    position in the printed function."""
+    names: dict[SSAValue, str] = {}
+    phases: dict[Operation, int] = {}
+    order: dict[Operation, int] = {}
+    hints: dict[str, int] = {}
+    counter = [0]
+
+    def name(v: SSAValue) -> None:
+        if v in names:
+            return
+        if v.name_hint:
+            k = hints.get(v.name_hint, 0)
+            names[v] = "%" + v.name_hint + (f"_{k}" if k else "")
+            hints[v.name_hint] = k + 1
+        else:
+            names[v] = f"%{counter[0]}"
+            counter[0] += 1
+
+    def region(r) -> None:
+        for b in r.blocks:
+            for a in b.args:
+                name(a)
+            for o in b.ops:
+                order[o] = len(order)
+                for v in o.results:
+                    name(v)
+                if o.name == "exchange.phase":
+                    phases[o] = len(phases)
+                for inner in o.regions:
+                    region(inner)
+
+    for r in f.regions:
+        region(r)
+    return names, phases, order
+
+
+def _names_for(op: Operation) -> tuple[dict[SSAValue, str], dict[Operation, int], dict[Operation, int]]:
+    """`ir_names` of op's function, computed once per lowering walk (the walk starts at the function's first op,
+    which resets it: passes between two lowerings may add values)."""
+    f = _function_of(op)
+    if f is None:
+        return {}, {}, {}
+    if not _NAMES or _NAMES[0] is not f or op not in _NAMES[2]:
+        _NAMES[:] = [f, *ir_names(f)]
+    return _NAMES[1], _NAMES[2], _NAMES[3]
 
 
 def phase_detail(op: Operation) -> dict:
-    """What an `exchange.phase` moves, for its profile sites: the values (source -> result, by IR name), the
-    transfers, bytes, sending and receiving tiles, and its largest sends (tile -> receiving tiles, bytes)."""
-    s, r = op.send_table(), op.recv_table()
+    """What an `exchange.phase` moves, for its profile sites: compact (its size grows with the phase's tensors,
+    never with the tiles). `phase` (`exchange.phase %<first result>`), `ir` (its position among the function's
+    phases), `values` (source -> result, by IR name) and per tensor (`tensors`: IR name, result, the operator
+    that makes it (`of`, through earlier phases: `... via exchange`), the first that reads the result (`for`,
+    through later phases), bytes sent, received, copied on tiles, sends), the totals (`bytes` sent, a multicast once; `received`, once per receiver; `copied`; `transfers`, `receives`, `copies`), `src_tiles` and `dst_tiles`
+    (how many tiles send and receive), `busiest_receiver` and `busiest_sender` ([tile, bytes, transfers]),
+    `port_words` (the busiest port's words), `rounds` (the lowering's), `schedule_cycles` (exchange-schedule's
+    cycles), the sending and receiving tiles as ranges (`senders`, `receivers`: at most about RANGES_LIMIT
+    characters) and the three largest sends ([tile, receiving tiles, bytes])."""
+    s, r, c = op.send_table(), op.recv_table(), op.copy_table()
+    names, phases, order = _names_for(op)
 
     def name(v: SSAValue) -> str:
-        if v.name_hint:
-            return f"%{v.name_hint}"
-        if isinstance(v, BlockArgument):
-            return f"%arg{v.index}"
-        owner = v.owner
-        return f"{op_name(owner)}#{v.index}" if owner.name == "exchange.phase" else op_name(owner)
+        if v in names:
+            return names[v]
+        return f"%{v.name_hint}" if v.name_hint else "%?"
 
+    def made_by(v: SSAValue) -> str:
+        """The operator that makes v, through the exchange phases that moved it before (`... via exchange`)."""
+        via = ""
+        for _ in range(16):
+            if isinstance(v, BlockArgument):
+                parent = v.owner.parent_op()
+                return f"an argument of {parent.name if parent is not None else 'a block'}" + via
+            owner = v.owner
+            if owner.name != "exchange.phase" or len(owner.operands) != len(owner.results):
+                break
+            v, via = owner.operands[v.index], " via exchange"
+        return op_name(v.owner) + via
+
+    def used_by(v: SSAValue) -> str:
+        """The first operator (in program order) that reads v, through later phases that move it further."""
+        via = ""
+        for _ in range(16):
+            users = sorted({u.operation for u in v.uses}, key=lambda o: order.get(o, 1 << 60))
+            if not users:
+                return "nothing"
+            u = users[0]
+            if u.name != "exchange.phase" or len(u.operands) != len(u.results):
+                return op_name(u) + via
+            v, via = u.results[next(i for i, a in enumerate(u.operands) if a is v)], " via exchange"
+        return "?"
+
+    summary = lx.transfer_summary(s, r, c, len(op.operands))
+    tensors = [
+        dict(name=name(a), to=name(b), of=made_by(a), **{"for": used_by(b)}, **per)
+        for a, b, per in zip(op.operands, op.results, summary.pop("buffers"))
+    ]
     largest = []
     if len(s):
         for i in np.argsort(-s[:, 3], kind="stable")[:3].tolist():
             to = r[r[:, 3] == i, 0] if len(r) else []
-            largest.append([int(s[i, 0]), _ranges(to), int(s[i, 3])])
+            largest.append([int(s[i, 0]), _ranges(to, RANGES_LIMIT), int(s[i, 3])])
     return {
         "phase": f"exchange.phase {name(op.results[0])}" if op.results else "exchange.phase",
+        "ir": phases.get(op, -1),
         "values": [f"{name(a)} -> {name(b)}" for a, b in zip(op.operands, op.results)],
-        "transfers": int(len(s)),
-        "bytes": int(s[:, 3].sum()) if len(s) else 0,
-        "senders": _ranges(s[:, 0]) if len(s) else "",
-        "receivers": _ranges(r[:, 0]) if len(r) else "",
+        "tensors": tensors,
+        **summary,
+        "schedule_cycles": int(op.cycles.value.data),
+        "senders": _ranges(s[:, 0], RANGES_LIMIT) if len(s) else "",
+        "receivers": _ranges(r[:, 0], RANGES_LIMIT) if len(r) else "",
         "largest": largest,
     }
 
@@ -140,6 +250,8 @@ def phase_detail(op: Operation) -> dict:
 def op_marker(op: Operation) -> list[str]:
     """The marker line the walk puts before an operator's code ([] for operators without code of their own; an
     exchange phase's marker carries `phase_detail` as JSON for its sites)."""
+    if op.prev_op is None and (p := op.parent_op()) is not None and p.name == "func.func":
+        _NAMES.clear()  # a new walk of a function: its names afresh
     if op.name == "exchange.phase":
         return [PHASE_MARKER + json.dumps(phase_detail(op), separators=(",", ":"))]
     if op.name in NO_CODE:
@@ -219,6 +331,26 @@ def label_sites(lines: list[str]) -> list[dict]:
             s["kernel"] = "main"
     lines[:] = out
     return sites
+
+
+def exchange_phases(sites: list[dict]) -> list[dict]:
+    """The exchange phases of `label_sites`' sites, once each (`Package.metadata["exchange_phases"]`, in program
+    order): each phase's `phase_detail` with `index` (its position in this list) and `sites` (its sites' numbers).
+    The sites lose their `detail` and name the phase by `phase_index` instead: a phase with staging, rounds and
+    copies is stored once, not once per site (in place)."""
+    out: list[dict] = []
+    seen: dict[int, dict] = {}
+    for i, s in enumerate(sites):
+        d = s.pop("detail", None)
+        if d is None:
+            continue
+        p = seen.get(id(d))
+        if p is None:
+            p = seen[id(d)] = {"index": len(out), **d, "sites": []}
+            out.append(p)
+        p["sites"].append(i)
+        s["phase_index"] = p["index"]
+    return out
 
 
 def resolve(sites: list[dict], labels: dict[str, int]) -> list[dict]:

@@ -6,7 +6,11 @@ with a superstep lane when the profile has `supersteps` (simulator runs), a per-
 narrower), the per-kernel table, the per-operator table (when the profile has `ops`), the busiest tiles and a
 virtualised step list; per-layer cycles (each iteration of a layer loop, with the planner's estimate beside a
 measurement when the package carries one) and how the measured total compares with the estimate. Exchange
-steps' tooltips name the values moved, bytes, sending and receiving tiles and the largest sends.
+steps' tooltips name the values moved, bytes, sending and receiving tiles and the largest sends, and (simulator
+profiles of packages with `exchange_phases`) the phase's summary: bytes per tensor by IR name, source and
+destination tiles, the busiest receiver and sender, rounds and the measured cycles and bytes per cycle; the table
+of the heaviest exchange phases shows the same per phase (a row's title is the summary; a click zooms to the
+phase's first step). The step list's rows carry their tooltip text as `title`.
 `window.profileReport.state()` exposes the view for the browser tests.
 """
 
@@ -31,7 +35,7 @@ TEMPLATE = r"""<!DOCTYPE html>
  #side{flex:2;display:flex;flex-direction:column;gap:6px;min-width:330px;overflow:auto}
  table{border-collapse:collapse;font:12px monospace;background:#fff}
  td,th{border:1px solid #ddd;padding:1px 5px;text-align:right}
- th{background:#f0f0f0} td:first-child{text-align:left}
+ th{background:#f0f0f0} td:first-child{text-align:left} #xphases td:nth-child(2){text-align:left} #xphases td{white-space:nowrap}
  tr.click{cursor:pointer} tr.click:hover{background:#eef}
  #steplist{height:220px;overflow-y:scroll;border:1px solid #bbb;background:#fff;position:relative;font:12px monospace}
  #steplist .row{position:absolute;left:0;right:0;height:18px;line-height:18px;padding:0 4px;white-space:nowrap;cursor:pointer;overflow:hidden}
@@ -58,6 +62,7 @@ TEMPLATE = r"""<!DOCTYPE html>
   <div id="estbox" style="display:none"><h2>Estimate vs measurement</h2><div id="estimate"></div><table id="estkinds"></table></div>
   <div id="layersbox" style="display:none"><h2>Layers (iterations of the layer loop)</h2><table id="layers"></table></div>
   <div><h2>Kernels</h2><table id="kernels"></table></div>
+  <div id="xphasesbox" style="display:none"><h2>Heaviest exchange phases (measured cycles, all visits; hover a row for what it moves)</h2><table id="xphases"></table></div>
   <div id="opsbox" style="display:none"><h2>Operators</h2><table id="ops"></table></div>
   <div><h2>Busiest tiles</h2><table id="busiest"></table></div>
   <div><h2>Steps</h2><div id="steplist"><div id="stepspacer"></div></div></div>
@@ -68,7 +73,7 @@ TEMPLATE = r"""<!DOCTYPE html>
 <script>
 "use strict";
 const D = JSON.parse(document.getElementById("data").textContent);
-const T = D.tiles, ST = D.steps, TOTAL = Math.max(1, D.total_cycles), SS = D.supersteps || [];
+const T = D.tiles, ST = D.steps, TOTAL = Math.max(1, D.total_cycles), SS = D.supersteps || [], XP = D.exchange_phases || [];
 const TLH = SS.length ? 92 : 74;
 const COLORS = {compute: "#3c9a4a", exchange: "#c8413b", sync: "#d4a017", "repeat-rest": "#6c7fa8"};
 const GUTTER = 64, ROW = 6;
@@ -179,9 +184,26 @@ function stepText(i) {
     lines.push(s.phase + ": " + s.values.join(", "), "tiles " + s.senders + " -> " + s.receivers);
     for (const [from, to, b] of s.largest) lines.push("  send tile " + from + " -> " + to + ": " + b + " B");
   }
+  if (s.phase_index !== undefined && XP[s.phase_index]) lines.push("", ...phaseLines(XP[s.phase_index]));
   if (s.repeat !== null && s.repeat !== undefined) lines.push(s.kind === "repeat-rest" ? s.iterations + " iterations summed" : "in " + D.repeats[s.repeat].label + ", iteration 1");
   return lines.join("\n");
 }
+// An exchange phase's summary (D.exchange_phases: what the compiler says it moves, what the run measured).
+function phaseLines(p) {
+  const out = [p.phase + " (exchange phase " + p.index + " of " + XP.length + ", IR phase " + p.ir + ")",
+    "moves " + p.bytes + " B sent, " + p.received + " B received" + (p.received > p.bytes ? " (multicast)" : "") + ", " + p.copied + " B copied on tiles; " + p.transfers + " sends, " + p.receives + " receives, " + p.rounds + " rounds"];
+  for (const t of p.tensors) out.push("  " + t.name + " -> " + t.to + " (" + t.of + (t.for ? ", for " + t.for : "") + "): " + t.bytes + " B sent, " + t.received + " B received, " + t.copied + " B copied");
+  const br = p.busiest_receiver, bs = p.busiest_sender;
+  out.push(p.src_tiles + " source tiles -> " + p.dst_tiles + " destination tiles" +
+    (br ? "; busiest receiver tile " + br[0] + ": " + br[1] + " B in " + br[2] + " receives" : "") +
+    (bs ? "; busiest sender tile " + bs[0] + ": " + bs[1] + " B in " + bs[2] + " sends" : ""));
+  out.push("busiest port " + p.port_words + " words; exchange-schedule: " + p.schedule_cycles + " cycles");
+  if (p.visits !== undefined) out.push("measured: " + p.cycles + " cycles in " + p.visits + " visit" + (p.visits === 1 ? "" : "s") +
+    " (" + p.cycles_per_visit + " per visit; exchange " + p.exchange + ", sync " + p.sync + ", compute " + p.compute + "), " +
+    p.bytes_per_cycle + " B/cycle sent, " + p.received_per_cycle + " B/cycle received");
+  return out;
+}
+function phaseText(p) { return phaseLines(p).join("\n"); }
 function ssText(j) {
   const s = SS[j], head = s.kind === "repeat-rest" ? s.supersteps + " supersteps of iterations 2.. of " + D.repeats[s.repeat].label + " (summed)" : "superstep " + s.index;
   return [head, "cycles " + s.cycles + " from " + s.start + " (" + pct(s.cycles, TOTAL) + ")", "compute " + s.compute + ", exchange " + s.exchange + ", sync " + s.sync, "steps " + s.first_step + ".." + s.last_step].join("\n");
@@ -239,6 +261,15 @@ $("undo").onclick = undoZoom; $("reset").onclick = reset;
     $("ops").innerHTML = "<tr><th>operator</th><th>steps</th><th>cycles</th><th>compute</th><th>exchange</th><th>sync</th></tr>" +
       D.ops.slice(0, 40).map(o => "<tr><td>" + esc(o.name) + "</td><td>" + o.steps + "</td><td>" + o.cycles + "</td><td>" + o.compute + "</td><td>" + o.exchange + "</td><td>" + o.sync + "</td></tr>").join("");
   }
+  if (XP.length && XP[0].visits !== undefined) {
+    const esc = x => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/"/g, "&quot;");
+    const heavy = XP.slice().sort((a, b) => b.cycles - a.cycles || b.bytes - a.bytes).slice(0, 20);
+    $("xphasesbox").style.display = "";
+    $("xphases").innerHTML = "<tr><th>phase</th><th>tensors</th><th>visits</th><th>bytes</th><th>received</th><th>cycles / visit</th><th>B / cycle</th><th>rounds</th><th>tiles</th></tr>" +
+      heavy.map(p => '<tr class="click" data-phase="' + p.index + '" title="' + esc(phaseText(p)) + '"><td>' + esc(p.phase) + "</td><td>" + esc(p.tensors.map(t => t.name).join(" ")) + "</td><td>" + p.visits + "</td><td>" + p.bytes + "</td><td>" + p.received + "</td><td>" +
+        p.cycles_per_visit + "</td><td>" + p.bytes_per_cycle + "</td><td>" + p.rounds + "</td><td>" + p.src_tiles + " \u2192 " + p.dst_tiles + "</td></tr>").join("");
+    for (const tr of $("xphases").querySelectorAll("tr.click")) tr.onclick = () => { const p = XP[+tr.dataset.phase]; if (p.first_step >= 0) selectStep(p.first_step); };
+  }
   const its = D.repeats.flatMap(r => (r.iterations || []).map(it => [r, it]));
   const E = D.estimate, est = E ? E.repeats.flatMap(r => r.iterations) : [];
   if (its.length) {
@@ -264,7 +295,7 @@ $("undo").onclick = undoZoom; $("reset").onclick = reset;
     for (let i = a; i < b; i++) {
       const s = ST[i], d = document.createElement("div"); d.className = "row"; d.style.top = i * RH + "px";
       d.innerHTML = '<span style="color:' + COLORS[s.kind] + '">\u25A0</span> ' + i + " " + s.label.replace(/&/g, "&amp;").replace(/</g, "&lt;") + " \u2014 " + s.cycles;
-      d.onclick = () => selectStep(i); list.appendChild(d); rows.push(d);
+      d.title = stepText(i); d.onclick = () => selectStep(i); list.appendChild(d); rows.push(d);
     }
   }
   list.addEventListener("scroll", renderList); renderList();

@@ -23,11 +23,15 @@ compute / exchange / sync (a superstep cut by the end of iteration 1 keeps its i
 loop is one entry with `kind = "repeat-rest"`); their `cycles` sum to `total_cycles`. `ops` sums the steps by the
 lowering's operator name (the site comment's part before ": "). Each loop in `repeats` has `iterations`: per
 iteration (a layer of the encoder) its start on the frontier and its wall cycles by kind, which sum to the first
-iteration's steps plus the repeat-rest step. Steps of an exchange phase carry its `phase_detail`
-(`ipu.backend.lower.sites`: values, transfers, bytes, senders, receivers, largest sends).
+iteration's steps plus the repeat-rest step. Steps of an exchange phase carry `phase_index` and a few fields of
+its summary (the package's `exchange_phases`, `ipu.backend.lower.sites.phase_detail`: values, transfers, bytes,
+received, senders, receivers, largest sends); `exchange_phases` lists every phase's whole summary with its
+measured `visits`, `cycles` (all visits, the loop's rest too) by kind, cycles per visit and bytes per cycle.
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 
@@ -51,10 +55,14 @@ def profile_from_trace(
     function: str = "main",
     sync_cycles: int | None = None,
     merge_rounds: bool = False,
+    phases: list[dict] | None = None,
 ) -> dict:
     """profile.json (see the module docstring) from a run's trace and the package's profile sites. merge_rounds:
     one exchange step and one sync step per exchange routine call (its rounds summed, `rounds` = how many)
-    instead of one per round; `supersteps` stay per superstep."""
+    instead of one per round; `supersteps` stay per superstep. phases: the package's `exchange_phases` (what
+    each phase moves; its sites name it by `phase_index`)."""
+    if phases is None and any("detail" in s for s in sites):
+        sites, phases = _split_details(sites)
     clock = np.asarray(trace.clock, np.int64)
     E = clock.shape[0]
     if E < 2 or trace.kind[0] != Recorder.START or trace.kind[-1] != Recorder.END:
@@ -76,6 +84,8 @@ def profile_from_trace(
     current_key = None
     open_merged: dict[tuple, int] = {}  # (visit, kind) -> step, with merge_rounds
     ops: dict[str, dict] = {}
+    site_walls: dict[int, dict] = {}  # site -> wall cycles by kind, every visit (the loop's rest too)
+    site_visits: dict[int, int] = {}  # site -> visits in the whole run
 
     def superstep_entry(key, first_step: int) -> dict:
         ent = ss_index.get(key)
@@ -108,6 +118,7 @@ def profile_from_trace(
                         visits[j] = 0
             visit_event = e
             visits[site] = visits.get(site, 0) + 1
+            site_visits[site] = site_visits.get(site, 0) + 1
         elif k == Recorder.RELEASE:
             superstep += 1
         s = sites[site] if site is not None else ENTRY_SITE
@@ -131,6 +142,9 @@ def profile_from_trace(
                                       "sync": 0})  # fmt: skip
         op["cycles"] += w
         op[kind] += w
+        if site is not None:
+            sw = site_walls.setdefault(site, {"compute": 0, "exchange": 0, "sync": 0})
+            sw[kind] += w
         if in_rest:
             rs = rest_steps.get(loop)
             if rs is None:
@@ -166,8 +180,9 @@ def profile_from_trace(
             at = open_merged.get(key) if merged else (len(steps) - 1 if key == current_key else None)
             if at is None:
                 extra = {"kernel": s["kernel"], "op": s["op"], "site": site if site is not None else -1}
-                if s.get("detail"):  # an exchange phase's values, bytes and endpoints (sites.phase_detail)
-                    extra.update(s["detail"])
+                detail = _phase_of(s, phases)
+                if detail is not None:  # an exchange phase's values, bytes and endpoints (sites.phase_detail)
+                    extra.update({k: detail[k] for k in STEP_PHASE_KEYS if k in detail})
                 steps.append(Step(kind, name, label, np.zeros(tiles, np.int64), 0,
                                   loop, superstep, extra=extra))  # fmt: skip
                 at = len(steps) - 1
@@ -212,7 +227,83 @@ def profile_from_trace(
         "ops": sorted(ops.values(), key=lambda o: -o["cycles"]),
         "run": run,
     }
+    measured = _measured_phases(phases or [], site_walls, site_visits, steps)
+    if measured:
+        extra["exchange_phases"] = measured
     return profile_document(steps, rep_list, tiles, "simulator", function, extra)
+
+
+# What an exchange step carries of its phase (the whole summary is once per phase in `exchange_phases`).
+STEP_PHASE_KEYS = ("phase_index", "phase", "values", "transfers", "bytes", "received", "senders", "receivers",
+                   "largest")  # fmt: skip
+
+
+def _phase_of(site: dict, phases: list[dict] | None) -> dict | None:
+    """A site's exchange phase (`phases[site["phase_index"]]`), with its index."""
+    k = site.get("phase_index")
+    if k is None or not phases or not 0 <= k < len(phases):
+        return None
+    return {**phases[k], "phase_index": k}
+
+
+def _split_details(sites: list[dict]) -> tuple[list[dict], list[dict]]:
+    """Sites of an older package (each site of a phase with its own `detail`) as the lowering now writes them:
+    copies naming their phase by `phase_index`, and the phases once each (as `sites.exchange_phases`)."""
+    out, phases, seen = [], [], {}
+    for i, s in enumerate(sites):
+        s = dict(s)
+        d = s.pop("detail", None)
+        if d is not None:
+            key = json.dumps(d, sort_keys=True)
+            if key not in seen or phases[seen[key]]["sites"][-1] != i - 1:  # the next phase moving the same
+                seen[key] = len(phases)
+                phases.append({"index": len(phases), **d, "sites": []})
+            phases[seen[key]]["sites"].append(i)
+            s["phase_index"] = seen[key]
+        out.append(s)
+    return out, phases
+
+
+def _measured_phases(
+    phases: list[dict],
+    walls: dict[int, dict],
+    visits: dict[int, int],
+    steps: list[Step],
+) -> list[dict]:
+    """Per exchange phase its summary and what it measured: `visits` (how often it ran: once per layer in the
+    loop), `cycles` in all of them (the wall cycles of its sites: staging and copies as `compute`, the rounds'
+    sends as `exchange`, their internal syncs as `sync`), `cycles_per_visit`, `bytes_per_cycle` (bytes sent per
+    wall cycle), `received_per_cycle` (bytes received, a multicast once per receiver), `first_step` and `steps` (its steps in the profile's list; -1, 0 when none)."""
+    first: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for i, st in enumerate(steps):
+        k = st.extra.get("phase_index")
+        if k is not None:
+            first.setdefault(k, i)
+            count[k] = count.get(k, 0) + 1
+    out = []
+    for p in phases:
+        by = {"compute": 0, "exchange": 0, "sync": 0}
+        for i in p["sites"]:
+            for kind, w in walls.get(i, {}).items():
+                by[kind] += w
+        n = max((visits.get(i, 0) for i in p["sites"]), default=0)
+        cycles = sum(by.values())
+        k = p["index"]
+        out.append(
+            {
+                **p,
+                "visits": n,
+                "cycles": cycles,
+                **by,
+                "cycles_per_visit": round(cycles / n, 1) if n else 0,
+                "bytes_per_cycle": round(p["bytes"] * n / cycles, 3) if cycles else 0,
+                "received_per_cycle": round(p.get("received", p["bytes"]) * n / cycles, 3) if cycles else 0,
+                "first_step": first.get(k, -1),
+                "steps": count.get(k, 0),
+            }
+        )
+    return out
 
 
 def profile_from_run(package, result, merge_rounds: bool = False) -> dict:
@@ -230,6 +321,7 @@ def profile_from_run(package, result, merge_rounds: bool = False) -> dict:
         package.entry,
         package.target.sync_internal_cycles,
         merge_rounds,
+        package.metadata.get("exchange_phases"),
     )
     doc["clock_hz"] = package.target.clock_hz
     if package.metadata.get("estimate"):  # the planner's estimate of the same program (lower_to_package)

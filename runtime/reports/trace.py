@@ -8,7 +8,9 @@ carry its `start` and `cycles` in device cycles):
 - process 1, "program": thread "steps", every step of the profile on the wall-clock axis (the slowest tile, as
   the profile's steps), named by its label, category its kind, with operator, kernel, superstep, layer
   (iteration of the layer loop, 1 for the first iteration's steps) and, for exchange phases, the values moved,
-  transfers, bytes, sending and receiving tiles and largest sends; the loop's summed rest is one slice
+  transfers, bytes, sending and receiving tiles and largest sends, and `exchange_phase`: the phase's summary of
+  the profile's `exchange_phases` (bytes per tensor, tile counts, busiest receiver and sender, rounds, the
+  measured cycles and bytes per cycle); the loop's summed rest is one slice
   "iterations 2..N" with its breakdown. Thread "layers": one slice per iteration of each `tile.repeat` loop
   (each layer of the encoder, measured on the simulator or, in an estimate, the first iteration's estimate),
   and thread "supersteps" (simulator runs).
@@ -27,7 +29,11 @@ import numpy as np
 
 MAX_TILE_TRACKS = 64
 DETAIL_KEYS = ("op", "kernel", "phase", "values", "transfers", "bytes", "senders", "receivers", "largest",
-               "rounds", "max_row_bytes", "active_tiles", "superstep")  # fmt: skip
+               "rounds", "max_row_bytes", "active_tiles", "superstep", "received", "phase_index")  # fmt: skip
+# Of a step's exchange phase (the profile's `exchange_phases`), in its slice's args as `exchange_phase`.
+PHASE_KEYS = ("tensors", "received", "copied", "src_tiles", "dst_tiles", "busiest_receiver", "busiest_sender",
+              "port_words", "rounds", "schedule_cycles", "visits", "cycles", "cycles_per_visit", "bytes_per_cycle",
+              "received_per_cycle")  # fmt: skip
 PROGRAM, TILES = 1, 2
 STEPS_TID, LAYERS_TID, SUPERSTEPS_TID = 1, 2, 3
 
@@ -70,9 +76,13 @@ def chrome_trace(doc: dict, clock_hz: float = 1.5e9) -> dict:
     for r in repeats:
         for i in range(r.get("first_step", 0), r.get("last_step", -1) + 1):
             in_loop[i] = r
+    phases = doc.get("exchange_phases") or []
     for s in steps:
         args = {"start": s["start"], "cycles": s["cycles"], "kind": s["kind"]}
         args.update({k: s[k] for k in DETAIL_KEYS if k in s})
+        k = s.get("phase_index")
+        if k is not None and 0 <= k < len(phases):
+            args["exchange_phase"] = {key: phases[k][key] for key in PHASE_KEYS if key in phases[k]}
         if s["kind"] == "repeat-rest":
             args["iterations"] = s.get("iterations")
             if "by_kind" in s:
