@@ -584,8 +584,10 @@ class Lowering(NnOps):
         dst = [self.addrs.of(r).addr for r in op.res]
         c_area, a_area, _ = self.scratch()  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
-        rtab, pre, post, nrounds = lx.phase_tables(op, src, dst, self.n, c_area, a_area, e)
-        self.copy_call(pre, "exchange send staging", whole_words=True)  # into 8-byte staging slots
+        rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(op, src, dst, self.n, c_area, a_area, e)
+        self.copy_call(pre, "exchange send staging")  # whole words into 8-byte staging slots
+        if shifted is not None:  # f16 moved by a half word into their slots
+            self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:
             self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
         self.copy_call(post, "exchange copies")
