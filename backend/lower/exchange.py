@@ -255,12 +255,13 @@ def staged_phase_tables(
     nbytes = sends[:, 3]
     src_abs = _absolute(sends, src_addr)
     dst_abs = _absolute(recvs, dst_addr)
-    staged = (src_abs % 8 != 0) | (nbytes % 8 != 0)
-    # The phase of each send's data in the atoms it sends (0 unless staged).
+    # The phase of each send's data in the atoms it sends (0 unless staged). A send of whole atoms from an atom
+    # is staged too when its first receiver is two bytes off its word phase (the shift is the sender's, once).
     first = np.full(len(sends), -1, np.int64)
     first[recvs[::-1, 3]] = np.arange(len(recvs))[::-1]
     dst0 = np.where(first >= 0, dst_abs[np.maximum(first, 0)], src_abs)
     even = (src_abs % 2 == 0) & (dst0 % 2 == 0) & (nbytes % 2 == 0)
+    staged = (src_abs % 8 != 0) | (nbytes % 8 != 0) | (even & (dst0 % 4 != src_abs % 4))
     phase_of = np.where(staged, np.where(even, dst0 % 4, src_abs % 4), 0)
     shifted = staged & (phase_of != src_abs % 4)
     atoms = (phase_of + nbytes + 7) // 8
