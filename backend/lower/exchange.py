@@ -229,6 +229,38 @@ def phase_tables(*args):
     return rtab, pre, post, nrounds
 
 
+def _whole_end_words(tiles, src, dst, nbytes, copies, dst_addr) -> np.ndarray:
+    """Receivers' copies from their staging slots (source, destination, bytes [n, 3]), each widened to whole words
+    at an end that is a half word when the word's other half is no other copy's of the phase on that tile: that
+    half is then no data (a phase's result holds what the phase writes; a word of an 8-byte aligned buffer is
+    the buffer's), and the slot's word is written memory (the received atoms), so one word copy replaces a
+    read-modify-write of a word that may never have been written (`xch_half`: a simulator poison error)."""
+    src, dst, nbytes = src.copy(), dst.copy(), nbytes.copy()
+    # Every destination range of the phase's copies on each tile (receives and on-tile copies), sorted.
+    c_dst = _absolute(copies[:, [0, 1, 3]], dst_addr) if len(copies) else np.zeros(0, np.int64)
+    t_all = np.r_[tiles, copies[:, 0]].astype(np.int64)
+    lo_all = np.r_[dst, c_dst].astype(np.int64)
+    hi_all = lo_all + np.r_[nbytes, copies[:, 4]].astype(np.int64)
+    key = t_all << 32
+    o = np.argsort(key + lo_all, kind="stable")
+    starts, ends = (key + lo_all)[o], np.maximum.accumulate((key + hi_all)[o])
+
+    def covered(t, a):  # byte a on tile t inside some destination range
+        q = (t << 32) + a
+        k = np.searchsorted(starts, q, side="right") - 1
+        return (k >= 0) & (ends[np.maximum(k, 0)] > q)
+
+    matched = (src % 4 == dst % 4) & (dst % 2 == 0) & (nbytes % 2 == 0) & (nbytes > 0)
+    tiles = np.asarray(tiles, np.int64)
+    lead = matched & (dst % 4 == 2)
+    lead &= ~covered(tiles, dst - 2)
+    end = dst + nbytes
+    tail = matched & (end % 4 == 2)
+    tail &= ~covered(tiles, end)
+    src, dst, nbytes = src - 2 * lead, dst - 2 * lead, nbytes + 2 * lead + 2 * tail
+    return np.stack([src, dst, nbytes], 1)
+
+
 def staged_phase_tables(
     phase: ex.PhaseOp,
     src_addr: list[np.ndarray],
@@ -293,7 +325,10 @@ def staged_phase_tables(
     sel = np.nonzero((dst_abs % 8 != 0) | (rbytes % 8 != 0) | (rphase != 0))[0]
     cur = _stage(recvs[sel, 0], 8 * atoms[recvs[sel, 3]])
     staged_dst[sel] = recv_stage + cur
-    post = _per_tile(recvs[sel, 0], np.stack([recv_stage + cur + rphase[sel], dst_abs[sel], rbytes[sel]], 1))
+    rows = _whole_end_words(
+        recvs[sel, 0], recv_stage + cur + rphase[sel], dst_abs[sel], rbytes[sel], copies, dst_addr
+    )
+    post = _per_tile(recvs[sel, 0], rows)
     high.append(int((cur + 8 * atoms[recvs[sel, 3]]).max(initial=0)))
     if max(high) > stage_bytes:
         raise ExchangeLoweringError("exchange.phase: unaligned transfers exceed the staging area")
