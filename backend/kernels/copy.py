@@ -211,6 +211,91 @@ def worker_code(region1_base: int = REGION1_BASE, bank_bytes: int = BANK_BYTES) 
     return c
 
 
+SHIFT_ENTRY = "copy_shift_sup"
+SHIFT_WORKER = "copy_shift_rows"
+
+
+@cache
+def shift_code() -> Code:
+    """`copy_shift_rows`: rows of f16 copied to a destination two bytes off the source's word phase (source at 2
+    mod 4 and destination at 0 mod 4, or the reverse), one 32-bit word at a time: each destination word takes the
+    high half of one source word and the low half of the next (`shr` / `shl` / `or`). Used for exchange send
+    staging, where the destination is a staging slot: every destination word the row touches is written whole
+    (the other half of a first or last word that the row covers only halfway gets zero), and only the source
+    words that hold bytes of the row are read. Registers: $m1 / $m2 = source / destination, $m3 = bytes left,
+    $m4 = words of the loop, $m5 = rows left - 1, $m6 = the next row's offset in the table, $m8 = the high half of
+    the previous source word (in the low half), $m0 / $m9 scratch."""
+    c = Code(SHIFT_WORKER)
+    n = c.name
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {COUNT}")
+    c.one(f"brz $m5, .L{n}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    c.one(f"mul $m6, $m6, {4 * ROW_WORDS}")
+    c.one(f"add $m6, $m6, {4 * HEADER_WORDS}")
+    c.one("sub $m5, $m5, 1")
+    c.tag = "row"
+    c.label(f".L{n}_row")
+    for reg in ("$m1", "$m2", "$m3"):
+        c.one(f"ld32step {reg}, $mvertex_base, $m6+=, 1")
+    c.one("and $m0, $m2, 2")
+    c.one(f"brz $m0, .L{n}_mid")
+    c.tag = "lead"  # destination at 2 mod 4 (source at 0): the first word = (0, the source's first half)
+    c.one("ld32step $m8, $mzero, $m1+=, 1")
+    c.one("shl $m0, $m8, 16")
+    c.one("sub $m2, $m2, 2")
+    c.one("st32step $m0, $mzero, $m2+=, 1")
+    c.one("shr $m8, $m8, 16")
+    c.one("sub $m3, $m3, 2")
+    c.one(f"bri .L{n}_loop0")
+    c.tag = "mid"  # source at 2 mod 4: the word holding its first half
+    c.label(f".L{n}_mid")
+    c.one("sub $m1, $m1, 2")
+    c.one("ld32step $m8, $mzero, $m1+=, 1")
+    c.one("shr $m8, $m8, 16")
+    c.tag = "loop0"
+    c.label(f".L{n}_loop0")
+    c.one("shr $m4, $m3, 2")
+    c.one(f"brz $m4, .L{n}_tail")
+    c.one("sub $m4, $m4, 1")
+    c.tag = "word"
+    c.label(f".L{n}_word")
+    c.one("ld32step $m9, $mzero, $m1+=, 1")
+    c.one("shl $m0, $m9, 16")
+    c.one("or $m0, $m0, $m8")
+    c.one("st32step $m0, $mzero, $m2+=, 1")
+    c.one("shr $m8, $m9, 16")
+    c.one(f"brnzdec $m4, .L{n}_word")
+    c.tag = "tail"  # a last half: the word (that half, 0)
+    c.label(f".L{n}_tail")
+    c.one("and $m0, $m3, 2")
+    c.one(f"brz $m0, .L{n}_next")
+    c.tag = "half"
+    c.one("st32 $m8, $m2, $mzero, 0")
+    c.tag = "next"
+    c.label(f".L{n}_next")
+    c.one(f"brnzdec $m5, .L{n}_row")
+    c.exit_and_idle("end")
+    return c
+
+
+SHIFT_SUPERVISOR = """
+.globl copy_shift_sup
+.supervisor
+copy_shift_sup:
+    ld32 $m1, $m0, $mzero, 0
+    brz $m1, .Lcopy_shift_sup_done
+    setzi $m1, {worker}
+    setzi $m2, {sram_base}
+    sub $m2, $m0, $m2
+    runall $m1, $m2, 0
+    sync TEXCH_SYNCZONE_LOCAL
+.Lcopy_shift_sup_done:
+    br $lr
+"""
+
+
 SUPERVISOR = """
 .globl copy_sup
 .supervisor
@@ -262,7 +347,10 @@ def library_asm(
     sup = SUPERVISOR.format(
         worker=WORKER, sram_base=sram_base, rows=4 * HEADER_WORDS, row_bytes=4 * ROW_WORDS
     )
-    return sup + "\n" + worker_code(region1_base, bank_bytes).text()
+    shift = SHIFT_SUPERVISOR.format(worker=SHIFT_WORKER, sram_base=sram_base)
+    return (
+        sup + "\n" + worker_code(region1_base, bank_bytes).text() + "\n" + shift + "\n" + shift_code().text()
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -307,12 +395,51 @@ def check_copies(tile, src, dst, nbytes) -> None:
         raise ValueError(f"tile {tile[j]}: a copy destination at {dst[j]:#x} overlaps a copy source")
 
 
-def tables(tile, src, dst, nbytes, num_tiles: int) -> np.ndarray:
+def check_shifted(tile, src, dst, nbytes) -> None:
+    """ValueError unless every copy is whole f16 halves with the source and destination two bytes apart mod 4
+    (`copy_shift_rows`), and no two destinations share a word (each row writes every word it touches whole)."""
+    tile, src, dst, nbytes = (np.asarray(a, np.int64) for a in (tile, src, dst, nbytes))
+    bad = (src % 2 != 0) | (dst % 2 != 0) | (nbytes % 2 != 0) | (nbytes < 0) | ((src ^ dst) & 2 == 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"copy of {nbytes[i]} B at {src[i]:#x} -> {dst[i]:#x} is not a half-word shifted copy"
+        )
+    keep = nbytes > 0
+    lo = dst[keep] & ~3
+    hi = (dst[keep] + nbytes[keep] + 3) & ~3
+    check_copies(tile[keep], lo, lo, hi - lo)  # the words written, against each other
+
+
+def shift_rows(tile, src, dst, nbytes):
+    """Half-word shifted copies -> rows of `copy_shift_rows` whose destinations are word aligned but for rows of
+    one half (a destination at 2 mod 4 gives its first half a row of its own: the rest then starts at a word, so
+    that the pieces of a row split over the workers write disjoint words)."""
+    tile, src, dst, n = (np.asarray(a, np.int64).reshape(-1) for a in (tile, src, dst, nbytes))
+    lead = (dst % 4 == 2) & (n > 2)
+    idx = np.r_[np.arange(len(n)), np.nonzero(lead)[0]]
+    first = np.r_[
+        np.zeros(len(n), bool), np.ones(int(lead.sum()), bool)
+    ]  # the lead halves, kept before the rest
+    o = np.lexsort((~first, idx))
+    idx, first = idx[o], first[o]
+    t, s, d, m = tile[idx], src[idx], dst[idx], n[idx]
+    rest = lead[idx] & ~first
+    return t, np.where(rest, s + 2, s), np.where(rest, d + 2, d), np.where(rest, m - 2, np.where(first, 2, m))
+
+
+def tables(tile, src, dst, nbytes, num_tiles: int, shift: bool = False) -> np.ndarray:
     """uint32 [num_tiles, HEADER_WORDS + 3 * most rows]: the tables of one call from its copies (per copy: tile,
     source, destination, bytes; word-aligned, whole words; zero-byte copies are dropped), in the copies' order per
-    tile. Vectorised over all tiles (the lowering's calls hold up to millions of copies at full size)."""
+    tile. Vectorised over all tiles (the lowering's calls hold up to millions of copies at full size).
+    shift: the copies are half-word shifted ones (`check_shifted`) for `copy_shift_sup`: never `SELF`, balanced
+    by their `copy_shift_rows` issues."""
     tile, src, dst, n = (np.asarray(a, np.int64).reshape(-1) for a in (tile, src, dst, nbytes))
-    check_copies(tile, src, dst, n)
+    if shift:
+        check_shifted(tile, src, dst, n)
+        tile, src, dst, n = shift_rows(tile, src, dst, n)
+    else:
+        check_copies(tile, src, dst, n)
     keep = n > 0
     o = np.argsort(tile[keep], kind="stable")
     t, s, d, n = (a[keep][o] for a in (tile, src, dst, n))
@@ -327,9 +454,10 @@ def tables(tile, src, dst, nbytes, num_tiles: int) -> np.ndarray:
     hi = np.r_[lo[1:], nr]
     ut = t[lo]
     # Cost stream: cuts at k/6 of each tile's total.
-    per_row = _aligned_row_cycles()
+    per_row = _shift_row_cycles() if shift else _aligned_row_cycles()
+    per_byte = 2 * SHIFT_WORD if shift else 1  # a shifted word: SHIFT_WORD issues (8 bytes each) per 4 bytes
     row_cost = 8 * per_row  # a row's own issues in bytes of `ldst64pace` copy (8 per issue)
-    w = row_cost + n
+    w = row_cost + per_byte * n
     g = np.cumsum(w)
     g0 = g - w
     base, total = g0[lo], g[hi - 1] - g0[lo]
@@ -338,7 +466,7 @@ def tables(tile, src, dst, nbytes, num_tiles: int) -> np.ndarray:
     def cut(pos):
         pos = np.clip(pos, base[:, None], (base + total - 1)[:, None])  # inside the tile's stream
         row = np.searchsorted(g, pos, side="right")  # g0[row] <= pos < g[row]
-        off = (pos - g0[row] - row_cost + 4) // 8 * 8
+        off = ((pos - g0[row] - row_cost) // per_byte + 4) // 8 * 8
         return row, off, (off >= MIN_PIECE_BYTES) & (off <= n[row] - MIN_PIECE_BYTES)
 
     # Again with each inner cut's new piece costing a row more (before the cuts after it), until the cuts that are
@@ -388,6 +516,8 @@ def tables(tile, src, dst, nbytes, num_tiles: int) -> np.ndarray:
     tab[p_tile, col] = s[p_row] + p_off
     tab[p_tile, col + 1] = d[p_row] + p_off
     tab[p_tile, col + 2] = p_len
+    if shift:
+        return tab
     # The supervisor copies a tile's rows itself when that is estimated cheaper (sizes only; the workers' rows taken
     # as aligned `ldst64pace` rows).
     cnt = worker_code().count
@@ -406,10 +536,19 @@ def _aligned_row_cycles() -> int:
     return sum(cnt[k] for k in ("row", "al", "sel", "pace", "lag1", "tail", "next"))
 
 
-def table(copies) -> np.ndarray:
+def _shift_row_cycles() -> int:
+    """A worker's issues for a row of `copy_shift_rows` from a source at 2 mod 4, besides its words."""
+    cnt = shift_code().count
+    return sum(cnt[k] for k in ("row", "mid", "loop0", "tail", "next"))
+
+
+SHIFT_WORD = 6  # issues per word of `copy_shift_rows` (ld32step, shl, or, st32step, shr, brnzdec)
+
+
+def table(copies, shift: bool = False) -> np.ndarray:
     """One tile's table (uint32) from [(source, destination, bytes)]."""
     c = np.asarray(list(copies), np.int64).reshape(-1, 3)
-    return tables(np.zeros(len(c), np.int64), c[:, 0], c[:, 1], c[:, 2], 1)[0]
+    return tables(np.zeros(len(c), np.int64), c[:, 0], c[:, 1], c[:, 2], 1, shift=shift)[0]
 
 
 def worker_rows(tab: np.ndarray) -> list[list[tuple[int, int, int]]]:
@@ -494,3 +633,43 @@ def cycles(tab: np.ndarray, **kw) -> int:
         rows = np.asarray(tab[HEADER_WORDS:], np.int64).reshape(-1, ROW_WORDS)[: int(tab[0]) & ~SELF]
         return SELF_CYCLES + int((SELF_ROW + SELF_WORD * (rows[:, 2] // 4)).sum())
     return SUP_CYCLES + WORKERS * max(worker_thread_cycles(r, **kw) for r in worker_rows(tab))
+
+
+SHIFT_SUP_CYCLES = 1 + 6 + 3 + 6 + 6  # ld32, brz, setzi x2 + sub, the sync's release, br (runall overlaps)
+
+
+def shift_row_thread_cycles(src: int, dst: int, nbytes: int) -> int:
+    """Issues of one worker for one row of `copy_shift_rows`."""
+    cnt = shift_code().count
+    c = cnt["row"] + cnt["next"] + cnt["loop0"] + cnt["tail"]
+    if dst % 4:
+        c += cnt["lead"]
+        nbytes -= 2
+    else:
+        c += cnt["mid"]
+    words = nbytes // 4
+    c += words * cnt["word"] - (0 if words else 1)  # no words: `sub` skipped
+    return c + (cnt["half"] if nbytes % 4 else 0)
+
+
+def shift_semantics(mem: np.ndarray, base: int, copies) -> np.ndarray:
+    """`copy_shift_rows` on a byte array holding addresses base..: the copied bytes, and zero in the other half of
+    a destination word the copy covers only halfway."""
+    out = np.array(mem, np.uint8, copy=True)
+    for s, d, nb in copies:
+        lo, hi = d & ~3, (d + nb + 3) & ~3
+        out[lo - base : hi - base] = 0
+        out[d - base : d - base + nb] = mem[s - base : s - base + nb]
+    return out
+
+
+def shift_cycles(tab: np.ndarray) -> int:
+    """Tile cycles of a `copy_shift_sup` call with this tile's table."""
+    if int(tab[0]) == 0:
+        return EMPTY_CYCLES
+    head = shift_code().count
+    busy = max(
+        (head["head"] + sum(shift_row_thread_cycles(*r) for r in rows) + head["end"]) if rows else IDLE
+        for rows in worker_rows(tab)
+    )
+    return SHIFT_SUP_CYCLES + WORKERS * busy

@@ -26,6 +26,7 @@ import hashlib
 
 import numpy as np
 
+from ipu.backend.kernels import copy as ck
 from ipu.dialects import exchange as ex
 
 ROUND_WORDS = 3
@@ -217,7 +218,50 @@ def _per_tile(tiles: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[int, 
     return {t: groups[t] for t in dict.fromkeys(tiles.tolist())}
 
 
-def phase_tables(
+def phase_tables(*args):
+    """(rounds table or None, pre-copies, post-copies, number of rounds) of a phase that needs no half-word shifted
+    staging (`staged_phase_tables`, which the lowering calls, has the shifted staging's table too)."""
+    rtab, pre, stab, post, nrounds = staged_phase_tables(*args)
+    if stab is not None:
+        raise ExchangeLoweringError(
+            "exchange.phase: needs half-word shifted send staging (staged_phase_tables)"
+        )
+    return rtab, pre, post, nrounds
+
+
+def _whole_end_words(tiles, src, dst, nbytes, copies, dst_addr) -> np.ndarray:
+    """Receivers' copies from their staging slots (source, destination, bytes [n, 3]), each widened to whole words
+    at an end that is a half word when the word's other half is no other copy's of the phase on that tile: that
+    half is then no data (a phase's result holds what the phase writes; a word of an 8-byte aligned buffer is
+    the buffer's), and the slot's word is written memory (the received atoms), so one word copy replaces a
+    read-modify-write of a word that may never have been written (`xch_half`: a simulator poison error)."""
+    src, dst, nbytes = src.copy(), dst.copy(), nbytes.copy()
+    # Every destination range of the phase's copies on each tile (receives and on-tile copies), sorted.
+    c_dst = _absolute(copies[:, [0, 1, 3]], dst_addr) if len(copies) else np.zeros(0, np.int64)
+    t_all = np.r_[tiles, copies[:, 0]].astype(np.int64)
+    lo_all = np.r_[dst, c_dst].astype(np.int64)
+    hi_all = lo_all + np.r_[nbytes, copies[:, 4]].astype(np.int64)
+    key = t_all << 32
+    o = np.argsort(key + lo_all, kind="stable")
+    starts, ends = (key + lo_all)[o], np.maximum.accumulate((key + hi_all)[o])
+
+    def covered(t, a):  # byte a on tile t inside some destination range
+        q = (t << 32) + a
+        k = np.searchsorted(starts, q, side="right") - 1
+        return (k >= 0) & (ends[np.maximum(k, 0)] > q)
+
+    matched = (src % 4 == dst % 4) & (dst % 2 == 0) & (nbytes % 2 == 0) & (nbytes > 0)
+    tiles = np.asarray(tiles, np.int64)
+    lead = matched & (dst % 4 == 2)
+    lead &= ~covered(tiles, dst - 2)
+    end = dst + nbytes
+    tail = matched & (end % 4 == 2)
+    tail &= ~covered(tiles, end)
+    src, dst, nbytes = src - 2 * lead, dst - 2 * lead, nbytes + 2 * lead + 2 * tail
+    return np.stack([src, dst, nbytes], 1)
+
+
+def staged_phase_tables(
     phase: ex.PhaseOp,
     src_addr: list[np.ndarray],
     dst_addr: list[np.ndarray],
@@ -226,29 +270,65 @@ def phase_tables(
     recv_stage: int,
     stage_bytes: int,
 ):
-    """(rounds table [tiles, words] uint32 or None, pre-copies, post-copies, number of rounds); the copies are
-    {tile: [(source, destination, bytes)]}: the phase's on-tile copies, and the staging of transfers that are not
-    whole aligned atoms (copied to `send_stage` before sending, received at `recv_stage` and copied into place)."""
+    """(rounds table [tiles, words] uint32 or None, pre-copies, shifted pre-copies (a `copy_shift_sup` table or
+    None), post-copies, number of rounds); the copies are {tile: [(source, destination, bytes)]}: the phase's
+    on-tile copies, and the staging of transfers that are not whole aligned atoms (copied to `send_stage` before
+    sending, received at `recv_stage` and copied into place).
+
+    A staged send's data sits in its 8-byte aligned slot at a phase h (0..3): at the source's own phase (the
+    slot takes the words holding the transfer whole: every such word holds bytes of it, so it is written memory,
+    and the other bytes go nowhere), or, for f16 data whose first receiver's destination is two bytes off the
+    source's word phase, at the destination's phase through `copy_shift_rows` (half-word shifted words), so that
+    the receivers copy whole words into place (but for a half at either end) instead of every element alone."""
     sends, recvs, copies = phase.send_table(), phase.recv_table(), phase.copy_table()
     sends = np.asarray(sends, np.int64).reshape(-1, 5)
     recvs = np.asarray(recvs, np.int64).reshape(-1, 5)
     copies = np.asarray(copies, np.int64).reshape(-1, 5)
     nbytes = sends[:, 3]
-    atoms = (nbytes + 7) // 8
     src_abs = _absolute(sends, src_addr)
+    dst_abs = _absolute(recvs, dst_addr)
+    # The phase of each send's data in the atoms it sends (0 unless staged). A send of whole atoms from an atom
+    # is staged too when its first receiver is two bytes off its word phase (the shift is the sender's, once).
+    first = np.full(len(sends), -1, np.int64)
+    first[recvs[::-1, 3]] = np.arange(len(recvs))[::-1]
+    dst0 = np.where(first >= 0, dst_abs[np.maximum(first, 0)], src_abs)
+    even = (src_abs % 2 == 0) & (dst0 % 2 == 0) & (nbytes % 2 == 0)
+    staged = (src_abs % 8 != 0) | (nbytes % 8 != 0) | (even & (dst0 % 4 != src_abs % 4))
+    phase_of = np.where(staged, np.where(even, dst0 % 4, src_abs % 4), 0)
+    shifted = staged & (phase_of != src_abs % 4)
+    atoms = (phase_of + nbytes + 7) // 8
     staged_src = src_abs.copy()
-    sel = np.nonzero((src_abs % 8 != 0) | (nbytes % 8 != 0))[0]
+    sel = np.nonzero(staged)[0]
     cur = _stage(sends[sel, 0], 8 * atoms[sel])
     staged_src[sel] = send_stage + cur
-    pre = _per_tile(sends[sel, 0], np.stack([src_abs[sel], send_stage + cur, nbytes[sel]], 1))
+    plain, shift = ~shifted[sel], shifted[sel]
+    lo = src_abs[sel] - src_abs[sel] % 4  # the words holding the transfer, whole
+    hi = (src_abs[sel] + nbytes[sel] + 3) // 4 * 4
+    pre = _per_tile(sends[sel, 0][plain], np.stack([lo, send_stage + cur, hi - lo], 1)[plain])
+    stab = None
+    if shift.any():
+        try:
+            stab = ck.tables(
+                sends[sel, 0][shift],
+                src_abs[sel][shift],
+                (send_stage + cur + phase_of[sel])[shift],
+                nbytes[sel][shift],
+                num_tiles,
+                shift=True,
+            )
+        except ValueError as e:
+            raise ExchangeLoweringError(f"exchange.phase: send staging: {e}") from None
     high = [int((cur + 8 * atoms[sel]).max(initial=0))]
-    dst_abs = _absolute(recvs, dst_addr)
     staged_dst = dst_abs.copy()
     rbytes = nbytes[recvs[:, 3]]
-    sel = np.nonzero((dst_abs % 8 != 0) | (rbytes % 8 != 0))[0]
+    rphase = phase_of[recvs[:, 3]]
+    sel = np.nonzero((dst_abs % 8 != 0) | (rbytes % 8 != 0) | (rphase != 0))[0]
     cur = _stage(recvs[sel, 0], 8 * atoms[recvs[sel, 3]])
     staged_dst[sel] = recv_stage + cur
-    post = _per_tile(recvs[sel, 0], np.stack([recv_stage + cur, dst_abs[sel], rbytes[sel]], 1))
+    rows = _whole_end_words(
+        recvs[sel, 0], recv_stage + cur + rphase[sel], dst_abs[sel], rbytes[sel], copies, dst_addr
+    )
+    post = _per_tile(recvs[sel, 0], rows)
     high.append(int((cur + 8 * atoms[recvs[sel, 3]]).max(initial=0)))
     if max(high) > stage_bytes:
         raise ExchangeLoweringError("exchange.phase: unaligned transfers exceed the staging area")
@@ -287,7 +367,7 @@ def phase_tables(
         )
         for t, rows in _per_tile(copies[:, 0], cp).items():
             post.setdefault(t, []).extend(rows)
-    return rtab, pre, post, nrounds
+    return rtab, pre, stab, post, nrounds
 
 
 # The remainder of a send under 256 atoms goes out as one `send` through a jump table of 256 two-instruction

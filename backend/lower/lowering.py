@@ -594,14 +594,18 @@ class Lowering(NnOps):
         dst = [self.addrs.of(r).addr for r in op.res]
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
-        rtab, pre, post, nrounds = lx.phase_tables(op, src, dst, self.n, c_area, a_area, e)
-        # The staging's bytes: pre holds only send staging; post per tile the receive staging, then the phase's
-        # on-tile copies (whose sources may lie in the A element between the ops that use it).
+        rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(op, src, dst, self.n, c_area, a_area, e)
+        # The staging's bytes: pre holds only send staging (the half-word shifted sends: the whole C element);
+        # post per tile the receive staging, then the phase's on-tile copies (whose sources may lie in the A
+        # element between the ops that use it).
         copies = np.asarray(op.copy_table(), np.int64).reshape(-1, 5) if op.copies is not None else None
         ncopy = np.bincount(copies[:, 0], minlength=self.n) if copies is not None else np.zeros(self.n, int)
         staged = {t: rows[: len(rows) - int(ncopy[t])] for t, rows in post.items()}
-        self.use_scratch(c=_stage_extent(pre, 1, c_area, e), a=_stage_extent(staged, 0, a_area, e))
-        self.copy_call(pre, "exchange send staging", whole_words=True)  # into 8-byte staging slots
+        c_use = e if shifted is not None else _stage_extent(pre, 1, c_area, e)
+        self.use_scratch(c=c_use, a=_stage_extent(staged, 0, a_area, e))
+        self.copy_call(pre, "exchange send staging")  # whole words into 8-byte staging slots
+        if shifted is not None:  # f16 moved by a half word into their slots
+            self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:
             self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
         self.copy_call(post, "exchange copies")
@@ -970,7 +974,10 @@ class Lowering(NnOps):
                 a_copies[t] = rows
             if (mpad, npad) != (mr, nc):
                 src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
-                out_copies[t] = [(src + r * npad * sz, out + r * nc * sz, nc * sz) for r in range(mr)]
+                rows = [(src + r * npad * sz, out + r * nc * sz, nc * sz) for r in range(mr)]
+                if mr * nc * sz % 4:  # the block ends at a half word, whose other half is padding (one block per
+                    rows[-1] = (*rows[-1][:2], nc * sz + 2)  # tile): the C row's pad column, not `xch_half`'s RMW
+                out_copies[t] = rows
         if bias is not None:
             self._bind_operand(bias, np.array(bchunks, np.int64), "f16", what)
 
