@@ -975,8 +975,13 @@ class Lowering(NnOps):
             if (mpad, npad) != (mr, nc):
                 src, sz = (f32_stage, 4) if rdt == "f32" else (c_area, 2)
                 rows = [(src + r * npad * sz, out + r * nc * sz, nc * sz) for r in range(mr)]
-                if mr * nc * sz % 4:  # the block ends at a half word, whose other half is padding (one block per
-                    rows[-1] = (*rows[-1][:2], nc * sz + 2)  # tile): the C row's pad column, not `xch_half`'s RMW
+                if (
+                    mr * nc * sz % 4
+                ):  # the block ends at a half word, whose other half is padding (one block per
+                    rows[-1] = (
+                        *rows[-1][:2],
+                        nc * sz + 2,
+                    )  # tile): the C row's pad column, not `xch_half`'s RMW
                 out_copies[t] = rows
         if bias is not None:
             self._bind_operand(bias, np.array(bchunks, np.int64), "f16", what)
