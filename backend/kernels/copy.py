@@ -74,6 +74,23 @@ def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
 
 
 @cache
+def _row_table_start(c: Code, n: str) -> None:
+    """A copy worker's start: its row count and first row from the vertex header (idle without rows), then the
+    row loop's head, which loads the row's source, destination and bytes into $m1 / $m2 / $m3."""
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {COUNT}")
+    c.one(f"brz $m5, .L{n}_idle")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    c.one(f"mul $m6, $m6, {4 * ROW_WORDS}")
+    c.one(f"add $m6, $m6, {4 * HEADER_WORDS}")
+    c.one("sub $m5, $m5, 1")
+    c.tag = "row"
+    c.label(f".L{n}_row")
+    for reg in ("$m1", "$m2", "$m3"):
+        c.one(f"ld32step {reg}, $mvertex_base, $m6+=, 1")
+
+
 def worker_code(region1_base: int = REGION1_BASE, bank_bytes: int = BANK_BYTES) -> Code:
     """`copy_rows`. Registers: $m1 / $m2 = source / destination, $m3 = bytes, $m4 = whole atoms, $m7 = their bytes,
     $m5 = rows left - 1, $m6 = the next row's offset in the table, $m10:11 = the pace address pair; $m0, $m8, $m9
@@ -85,19 +102,7 @@ def worker_code(region1_base: int = REGION1_BASE, bank_bytes: int = BANK_BYTES) 
     assert region1_base == 1 << r1_shift and bank_bytes == 1 << bank_shift
     c = Code(WORKER)
     n = c.name
-    c.one("get $m0, $WSR")
-    c.one("shl $m7, $m0, 2")
-    c.one(f"ld32 $m5, $mvertex_base, $m7, {COUNT}")
-    c.one(f"brz $m5, .L{n}_idle")
-    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
-    c.one(f"mul $m6, $m6, {4 * ROW_WORDS}")
-    c.one(f"add $m6, $m6, {4 * HEADER_WORDS}")
-    c.one("sub $m5, $m5, 1")
-
-    c.tag = "row"
-    c.label(f".L{n}_row")
-    for reg in ("$m1", "$m2", "$m3"):
-        c.one(f"ld32step {reg}, $mvertex_base, $m6+=, 1")
+    _row_table_start(c, n)
     c.one("or $m0, $m1, $m2")
     c.one("and $m0, $m0, 4")
     c.one(f"brnz $m0, .L{n}_odd")
@@ -227,18 +232,7 @@ def shift_code() -> Code:
     the previous source word (in the low half), $m0 / $m9 scratch."""
     c = Code(SHIFT_WORKER)
     n = c.name
-    c.one("get $m0, $WSR")
-    c.one("shl $m7, $m0, 2")
-    c.one(f"ld32 $m5, $mvertex_base, $m7, {COUNT}")
-    c.one(f"brz $m5, .L{n}_idle")
-    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
-    c.one(f"mul $m6, $m6, {4 * ROW_WORDS}")
-    c.one(f"add $m6, $m6, {4 * HEADER_WORDS}")
-    c.one("sub $m5, $m5, 1")
-    c.tag = "row"
-    c.label(f".L{n}_row")
-    for reg in ("$m1", "$m2", "$m3"):
-        c.one(f"ld32step {reg}, $mvertex_base, $m6+=, 1")
+    _row_table_start(c, n)
     c.one("and $m0, $m2, 2")
     c.one(f"brz $m0, .L{n}_mid")
     c.tag = "lead"  # destination at 2 mod 4 (source at 0): the first word = (0, the source's first half)
