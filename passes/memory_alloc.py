@@ -30,7 +30,9 @@ forbidden ranges for requests whose lifetime overlaps them.
 
 A class whose chronological scan fails is placed again offline, greedy by size (`run_by_size`: largest spans
 first, each at the lowest address free over its lifetime), which avoids the scan's fragmentation when a big buffer
-arrives late (So400m's per-head K and V at the attention); quadratic per class, so only for classes that failed.
+arrives late (So400m's per-head K and V at the attention), and if that fails once more with the resident buffers
+at the highest free address (packed against the top, the transients' holes below kept whole); quadratic per
+class, so only for classes that failed.
 When a buffer does not fit, `PlacementError` names the tile (and its class), the event, the request, the live
 buffers at that point with sizes and owners, the free bytes and the largest hole of the region, and carries the
 partial placement (everything placed before the failure) for a memory map up to that point.
@@ -406,12 +408,15 @@ class _ClassAllocator:
             self.free.take(a, a + int(self.span[b]))
             heapq.heappush(ends, (last, b))
 
-    def run_by_size(self) -> bool:
+    def run_by_size(self, residents_high: bool = False) -> bool:
         """The fallback when the chronological scan fails: offline greedy by size. Largest spans first (fixed
         reservations as given), each at the lowest aligned address of its region that no buffer placed so far
         occupies during its lifetime, outside its forbidden ranges (aperture, partners' elements). A big late
-        buffer then gets its span before the small buffers of earlier events fragment it. Returns False if some
-        buffer still does not fit. O(n^2) numpy work per class, and only for classes that failed."""
+        buffer then gets its span before the small buffers of earlier events fragment it. residents_high: resident
+        buffers at the highest such address instead, so that they pack against the top of SRAM and the reservations
+        there and the transients keep the low holes whole (So400m at 27 layers: the attention's K and V of 52 KB
+        each beside five resident sequences of 62 KB). Returns False if some buffer still does not fit. O(n^2)
+        numpy work per class, and only for classes that failed."""
         p, t = self.p, self.p.target
         members = [int(b) for b in self.members]
         pa, pe, pf, pl = (np.zeros(len(members), np.int64) for _ in range(4))  # placed: span, lifetime
@@ -440,7 +445,10 @@ class _ClassAllocator:
                 starts.append(q0)
                 ends.append(q1)
             ranges = {REGION_0: [r0], REGION_1: [r1]}.get(buf.region, [r0, r1])
-            a = _lowest_gap(np.array(starts, np.int64), np.array(ends, np.int64), ranges, span, buf.align)
+            a = _lowest_gap(
+                np.array(starts, np.int64), np.array(ends, np.int64), ranges, span, buf.align,
+                highest=residents_high and buf.resident,
+            )  # fmt: skip
             if a < 0:
                 return False
             self.addr[b] = a
@@ -449,17 +457,26 @@ class _ClassAllocator:
         return True
 
 
-def _lowest_gap(starts: np.ndarray, ends: np.ndarray, ranges, span: int, align: int) -> int:
+def _lowest_gap(
+    starts: np.ndarray, ends: np.ndarray, ranges, span: int, align: int, highest: bool = False
+) -> int:
     """The lowest address a (a multiple of align) inside one of `ranges` with [a, a + span) clear of every
-    [starts[i], ends[i]); -1 if there is none."""
+    [starts[i], ends[i]); with highest, the highest such address (ranges tried from the last); -1 if there is
+    none."""
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], ends[order]
     covered = np.maximum.accumulate(e) if len(e) else e  # end of everything up to interval i
-    for lo, hi in ranges:
+    for lo, hi in reversed(ranges) if highest else ranges:
         if hi - lo < span:
             continue
         gap_lo = np.maximum(np.concatenate(([lo], covered)), lo)
         gap_hi = np.minimum(np.concatenate((s, [hi])), hi)
+        if highest:
+            a = (gap_hi - span) // align * align
+            ok = np.nonzero((a >= gap_lo) & (a + span <= gap_hi))[0]
+            if len(ok):
+                return int(a[ok].max())
+            continue
         a = (gap_lo + align - 1) // align * align
         ok = np.nonzero(a + span <= gap_hi)[0]
         if len(ok):
@@ -510,8 +527,12 @@ def allocate(problem: Problem) -> Placement:
             except PlacementError as first_err:
                 if not alloc.fixed_ok:
                     raise
-                alloc = _ClassAllocator(problem, rep, members, partners)
-                if not alloc.run_by_size():
+                # Offline by size: transients and residents from the bottom, else residents from the top.
+                for residents_high in (False, True):
+                    alloc = _ClassAllocator(problem, rep, members, partners)
+                    if alloc.run_by_size(residents_high):
+                        break
+                else:
                     raise first_err from None
         except PlacementError as err:
             # Re-word with the class size now that it is known.

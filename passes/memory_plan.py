@@ -261,6 +261,9 @@ def exchange_table_bytes(f: func.FuncOp, num_tiles: int) -> int:
     return int(total.max(initial=0))
 
 
+SCRATCH_AT = ("auto", "top", "region0")
+
+
 @dataclass(frozen=True)
 class MemoryPlanPass(ModulePass):
     """Places every buffer of every tile (exchange level -> memory level)."""
@@ -291,10 +294,21 @@ class MemoryPlanPass(ModulePass):
     """The asm lowering's own storage (kernel scratch, weight staging, kernel-format biases, kept outputs), kept
     free at the top of SRAM for the whole program (the lowering_scratch reservation); -1: `lowering.storage`'s
     scratch bytes, else none (the lowering's data then goes above the plan's high-water mark)."""
+    lowering_scratch_at: str = "auto"
+    """Where the lowering_scratch reservation (the lowering's small data beside per-op scratch elements) lies:
+    "top" (just below the scratch elements, at the top of region 1), "region0" (just below the exchange tables),
+    or "auto": "top", and "region0" when the placement fails there. Tiles whose resident sequences fill region 1
+    to within a few hundred bytes (So400m at 27 layers: five 62,208-B sequences beside the reservation) fit only
+    with it in region 0; others only with it at the top."""
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         if self.host_descriptor_bytes < 0:
             raise PassFailedException("memory-plan: host-descriptor-bytes must be >= 0")
+        if self.lowering_scratch_at not in SCRATCH_AT:
+            raise PassFailedException(
+                f"memory-plan: lowering-scratch-at must be one of {', '.join(SCRATCH_AT)}, got "
+                f"{self.lowering_scratch_at!r}"
+            )
         for key in ("reserve_code_bytes", "exchange_table_bytes", "reserve_scratch_bytes"):
             if getattr(self, key) < -1:
                 raise PassFailedException(
@@ -365,6 +379,14 @@ class MemoryPlanPass(ModulePass):
             elements = target.sram_end - scratch_elements(target)[2]
             scratch_bytes = max(scratch_bytes, 16)
         s0, s1 = self.scratch_span(target, scratch_bytes, below=elements)
+        if elements and s1 > s0 and self.lowering_scratch_at == "region0":
+            at = self.scratch_region0(f, target)
+            if at < 0:
+                raise PassFailedException(
+                    f"memory-plan: lowering-scratch-at=region0: {s1 - s0} B do not fit below the exchange tables "
+                    f"(at {top - block:#x}) above {floor:#x}"
+                )
+            s0, s1 = at, at + (s1 - s0)
         if s1 > s0:  # the lowering's DataImage "high" range starts here (backend/lower/placement.py)
             out.append(("lowering_scratch", s0, s1 - s0, 8))
         if code:
@@ -387,6 +409,24 @@ class MemoryPlanPass(ModulePass):
             )
             for kind, addr, size, align in out
         ]
+
+    def scratch_region0(self, f: func.FuncOp, target: Target) -> int:
+        """The lowering_scratch reservation's address just below the exchange tables (region 0, 16-byte aligned),
+        or -1 when it does not fit there above the host aperture or without per-op scratch elements."""
+        if not self.timed_elements(f):
+            return -1
+        code_bytes, xbytes, scratch_bytes = self.sizes(f, target)
+        e0 = target.region0_element_bytes
+        block = ma.align_up(ma.align_up(code_bytes, 16) + xbytes, e0)
+        desc_at = ma.align_up(target.region0[0] + target.runtime_state_bytes, 8)
+        floor = max(ma.align_up(desc_at + self.host_descriptor_bytes, e0), target.host_aperture[1])
+        from ipu.backend.lower.placement import scratch_elements
+
+        s0, s1 = self.scratch_span(
+            target, max(scratch_bytes, 16), below=target.sram_end - scratch_elements(target)[2]
+        )
+        at = ma.align_down(target.region0[1], e0) - block - (s1 - s0)
+        return at if at >= floor else -1
 
     def scratch_span(self, target: Target, nbytes: int, below: int = 0) -> tuple[int, int]:
         """[start, end) of the lowering's scratch reservation at the top of SRAM, or just below the `below` bytes
@@ -486,7 +526,7 @@ class MemoryPlanPass(ModulePass):
             event_names=events.names,
         )
         try:
-            placement = ma.allocate(problem)
+            placement = self.allocate(f, problem, support)
         except ma.PlacementError as err:
             where = ""
             if self.report_dir:
@@ -498,6 +538,25 @@ class MemoryPlanPass(ModulePass):
                 f"memory-plan: @{f.sym_name.data}: {err}{where}; {self.fit_hint(f, target, err)}"
             ) from None
         self.record(f, target, problem, placement, events, support, builder)
+
+    def allocate(self, f: func.FuncOp, problem: ma.Problem, support) -> ma.Placement:
+        """`memory_alloc.allocate`; with lowering-scratch-at=auto, once more with the lowering_scratch reservation
+        below the exchange tables if the placement fails with it at the top (the first failure is reported when
+        both fail)."""
+        try:
+            return ma.allocate(problem)
+        except ma.PlacementError as first:
+            b = next((b for kind, b in support if kind == "lowering_scratch"), None)
+            at = self.scratch_region0(f, problem.target) if b is not None else -1
+            if self.lowering_scratch_at != "auto" or at < 0:
+                raise
+            top = problem.buffers[b]
+            problem.buffers[b] = _replace(top, fixed=at)
+            try:
+                return ma.allocate(problem)
+            except ma.PlacementError:
+                problem.buffers[b] = top
+                raise first from None
 
     def fit_hint(self, f: func.FuncOp, target: Target, err: ma.PlacementError) -> str:
         """What the failure means and what would help, for a person reading the diagnostic."""

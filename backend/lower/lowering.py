@@ -227,11 +227,13 @@ class Lowering(NnOps):
         # The lowering's "high" data lives in memory-plan's lowering_scratch reservation when there is one (sized
         # by `lowering-storage`), else above the plan's high-water mark.
         scratch = self.addrs.reserves.get("lowering_scratch")
+        high_end = None
         if scratch is not None and (scratch.addr >= 0).any():
             high = int(scratch.addr.max())
+            high_end = high + self.addrs.reserve_bytes["lowering_scratch"]
         else:
             high = max(self.addrs.high, self.target.region0[1])
-        self.image = DataImage(self.target, self.low, high, measure=self.measure)
+        self.image = DataImage(self.target, self.low, high, measure=self.measure, high_end=high_end)
         self.block(self.f.body.block)
         return self.finish()
 

@@ -59,6 +59,12 @@ class Addresses:
         self.reserves = {
             o.kind.data: self._expand(o.buffer) for o in f.body.block.ops if isinstance(o, mem.ReserveOp)
         }
+        # Bytes of each reservation (the largest member over the classes): where the lowering's data ends.
+        self.reserve_bytes = {
+            o.kind.data: int(mem.table_values(o.buffer.bytes_, self.nc).max(initial=0))
+            for o in f.body.block.ops
+            if isinstance(o, mem.ReserveOp)
+        }
         self.high = int(self.plan.class_high().max(initial=0))
         self.timed_scratch = _timed_scratch(f, self.plan)
         # Lowering a tile.repeat body for one iteration: stacked block arguments give that iteration's member;
@@ -168,14 +174,22 @@ class DataImage:
     memory-plan's reservations by it)."""
 
     def __init__(
-        self, target: Target, low_ranges: list[tuple[int, int]], high_start: int, measure: bool = False
+        self,
+        target: Target,
+        low_ranges: list[tuple[int, int]],
+        high_start: int,
+        measure: bool = False,
+        high_end: int | None = None,
     ):
         self.target = target
         self.measure = measure
         high_start = -(-high_start // 16) * 16  # the small data's alignment never depends on the plan's mark
+        # high_end: the end of memory-plan's lowering_scratch reservation, which need not be at the top of SRAM
+        # (memory-plan may put it below the exchange tables in region 0); the elements still come from the top.
+        end = target.sram_end if high_end is None else min(int(high_end), target.sram_end)
         self.ranges = {
             "low": [list(r) for r in low_ranges if r[1] > r[0]],
-            "high": [[high_start, target.sram_end]] if target.sram_end > high_start else [],
+            "high": [[high_start, end]] if end > high_start else [],
         }
         if measure:
             # A window for each range even when the provisional plan left none: its cursor counts the need.

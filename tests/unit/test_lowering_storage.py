@@ -212,7 +212,7 @@ def test_measuring_lowers_iterations_0_and_1_with_the_sizes_of_every_iteration()
     assert fast.storage_need() == full.storage_need()
 
 
-def _planned(cfg, tiles, kib, whole_program: bool):
+def _planned(cfg, tiles, kib, whole_program: bool, scratch_at: str = "auto"):
     """(module, plan pass) of cfg planned for tiles x kib KiB, with the scratch elements reserved per op (as
     measured) or, whole_program, as one reservation for the whole program (the elements folded into `scratch`,
     the ops' `lowering.scratch` dropped); None when memory-plan fails."""
@@ -234,7 +234,7 @@ def _planned(cfg, tiles, kib, whole_program: bool):
         f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
         for o in f.walk():
             o.attributes.pop(SCRATCH_ATTR, None)
-    plan = MemoryPlanPass(tiles=tiles, sram_kib=kib)
+    plan = MemoryPlanPass(tiles=tiles, sram_kib=kib, lowering_scratch_at=scratch_at)
     try:
         plan.apply(Context(), module)
     except PassFailedException:
@@ -281,3 +281,45 @@ def test_scratch_reserved_per_op_only_at_the_events_of_its_ops():
         outs.append(s.run({"pixel_values": x}).outputs)
     for k in outs[0]:
         assert np.array_equal(outs[0][k], outs[1][k]), k
+
+
+def test_lowering_scratch_below_the_exchange_tables_computes_the_same_bits():
+    """memory-plan{lowering_scratch_at=region0} puts the lowering's small data just below the exchange tables (in
+    region 0) instead of below the scratch elements at the top: the reservation is there, every byte the package
+    writes lies inside the map, and the outputs are the bits of the default placement."""
+    from ipu.backend.lower.lowering import lower_fitting
+    from ipu.dialects import memory as mem
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime.host import Session
+
+    cfg, tiles = PRESETS["tiny"], 16
+    target = Target.small(tiles=tiles, sram_kib=624)
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    w = random_weights(cfg, 5)
+    outs, where = [], {}
+    for at in ("top", "region0"):
+        module, plan = _planned(cfg, tiles, 624, whole_program=False, scratch_at=at)
+        f = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+        res = {o.kind.data: o for o in f.body.block.ops if isinstance(o, mem.ReserveOp)}
+        where[at] = int(mem.table_values(res["lowering_scratch"].buffer.addr, 1).max())
+        tables = int(mem.table_values(res["exchange_tables"].buffer.addr, 1).max())
+        if at == "region0":
+            size = int(mem.table_values(res["lowering_scratch"].buffer.bytes_, 1).max())
+            assert where[at] + size == tables < target.region1_base
+        pkg = lower_fitting(module, target, plan)
+        s = Session(pkg)
+        s.upload_parameters(w)
+        outs.append(s.run({"pixel_values": x}).outputs)
+    assert where["top"] >= target.region1_base > where["region0"]
+    for k in outs[0]:
+        assert np.array_equal(outs[0][k], outs[1][k]), k
+
+
+def test_lowering_scratch_at_is_checked():
+    from xdsl.utils.exceptions import PassFailedException
+
+    from ipu.passes.memory_plan import MemoryPlanPass
+
+    module = build_vision_model(PRESETS["tiny"])
+    with pytest.raises(PassFailedException, match="lowering-scratch-at must be one of auto, top, region0"):
+        MemoryPlanPass(tiles=16, lowering_scratch_at="middle").apply(Context(), module)

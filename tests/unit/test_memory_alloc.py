@@ -295,3 +295,32 @@ def test_fallback_keeps_the_chronological_diagnostic_when_nothing_fits():
     size = (hi - lo) // 16 * 10  # two of them never fit
     with pytest.raises(ma.PlacementError, match="cannot place 'b'.*largest hole"):
         ma.allocate(ma.Problem(t, bufs, np.array([[size], [size]]), 2))
+
+
+@pytest.mark.parametrize("seed", [482, 233, 191])
+def test_fallback_with_residents_at_the_top(seed):
+    """Problems (random_problem seeds found by search) where both the chronological scan and the offline
+    placement from the bottom fail, and the offline placement with the resident buffers packed at the top fits:
+    `allocate` must return that placement, valid by the independent checker."""
+    p = random_problem(np.random.default_rng(seed))
+    sizes = np.asarray(p.sizes, np.int64)
+    _, reps = ma.tile_classes(sizes)
+    partners: dict[int, list[int]] = {}
+    for a, b in np.asarray(p.pairs, np.int64).reshape(-1, 2):
+        if a != b:
+            partners.setdefault(int(a), []).append(int(b))
+            partners.setdefault(int(b), []).append(int(a))
+    needs_top = []
+    for rep in reps:
+        members = np.nonzero(sizes[:, rep] > 0)[0]
+        scan = ma._ClassAllocator(p, int(rep), members, partners)
+        try:
+            scan.run(lambda: None)
+            continue
+        except ma.PlacementError:
+            pass
+        if not ma._ClassAllocator(p, int(rep), members, partners).run_by_size(residents_high=False):
+            needs_top.append(int(rep))
+    assert needs_top, "the seed no longer gives a class that only the residents-at-the-top fallback places"
+    placement = ma.allocate(p)
+    assert check(p, placement) == []
