@@ -35,7 +35,11 @@ RESIDENT_ALLOWANCE = 80 * 1024
 
 
 def pipeline_spec(
-    target: Target, outline_repeat: bool = False, scratch: bool = True, split_rows: bool = True
+    target: Target,
+    outline_repeat: bool = False,
+    scratch: bool = True,
+    split_rows: bool = True,
+    keep_f16: tuple[str, ...] | None = None,
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -45,7 +49,9 @@ def pipeline_spec(
     - `nn-hoist-stacked` (with the loop): the per-layer weight casts and slices leave the loop body, so the host
       uploads each prepared weight as one Repeat sequence instead of the f32 parameters;
     - weights: the default precision policy (FP8, with the patch embedding, q/k projections and MAP head in F16,
-      attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`). Q, K and V stay separate linears:
+      attention operands f16: `ipu.passes.nn_quantize.DEFAULT_SPEC`), or FP8 but for the linears whose parameter
+      names contain one of `keep_f16` (`KEEP_F16_COMPACT`: q/k in FP8 too, what 27 So400m layers need to fit).
+      Q, K and V stay separate linears:
       `nn-fuse-qkv`'s column slices of the fused result are planned as whole tensors on one tile
       (`#tile.single`), which does not fit at full size;
     - `nn-split-attention-keys`: long attentions' keys in chunks over each head's tiles, merged (So400m: two
@@ -59,8 +65,13 @@ def pipeline_spec(
       placed copy) and memory-plan reserves exactly that (not with `scratch=False`: per-op debug values are kept
       above the plan); tile-plan's GEMM budget still assumes `SCRATCH_ELEMENTS` elements + `SCRATCH_EXTRA_BYTES`
       of scratch and `RESIDENT_ALLOWANCE` for resident values."""
-    from ipu.passes.nn_quantize import DEFAULT_SPEC
+    from ipu.passes.nn_quantize import DEFAULT_SPEC, KEEP_F16_DEFAULT
 
+    quantize = DEFAULT_SPEC
+    if keep_f16 is not None and tuple(keep_f16) != KEEP_F16_DEFAULT:
+        quantize = DEFAULT_SPEC.replace(f"keep_f16={','.join(KEEP_F16_DEFAULT)} ", "")
+        if keep_f16:
+            quantize = quantize.replace(" attention_f16", f" keep_f16={','.join(keep_f16)} attention_f16")
     opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
     rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
     room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
@@ -77,7 +88,7 @@ def pipeline_spec(
     split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
-        f"nn-fold-probe-attention,nn-split-mlp,{rep}{DEFAULT_SPEC},{keys},{hoist}{split_k},"
+        f"nn-fold-probe-attention,nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
         f"nn-to-exchange-pipeline{xopts},{mem}"
     )
 
@@ -105,6 +116,10 @@ class IpuCompilePipelinePass(ModulePass):
     """nn-split-k splits many-row linears too (false: `many_rows=false`)."""
     scratch: bool = True
     """memory-plan reserves the lowering's scratch (false: per-op debug builds)."""
+    keep_f16: tuple[str, ...] = ("default",)
+    """The precision policy: linears in F16 by parameter-name substrings, the rest FP8 (nn-quantize-weights'
+    keep_f16): `default` (the patch embedding, q/k projections and MAP head: `KEEP_F16_DEFAULT`), `compact`
+    (the patch embedding and MAP head: `KEEP_F16_COMPACT`), `none` (every projection FP8), or a list."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -134,9 +149,21 @@ class IpuCompilePipelinePass(ModulePass):
     def target(self) -> Target:
         return compile_target(self.tiles, self.sram_kib)
 
+    def precision(self) -> tuple[str, ...]:
+        """keep_f16 with its names resolved: the substrings of the linears kept in F16."""
+        from ipu.passes.nn_quantize import KEEP_F16_COMPACT, KEEP_F16_DEFAULT
+
+        named = {"default": KEEP_F16_DEFAULT, "compact": KEEP_F16_COMPACT, "none": ()}
+        keep = tuple(self.keep_f16)
+        if len(keep) == 1 and keep[0] in named:
+            return named[keep[0]]
+        return keep
+
     def pipeline_text(self) -> str:
         """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target)."""
-        return pipeline_spec(self.target, self.repeat, scratch=self.scratch, split_rows=self.split_rows)
+        return pipeline_spec(
+            self.target, self.repeat, scratch=self.scratch, split_rows=self.split_rows, keep_f16=self.precision()
+        )
 
     def passes(self) -> tuple[ModulePass, ...]:
         from ipu.passes.registry import all_passes

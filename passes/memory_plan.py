@@ -567,7 +567,8 @@ class MemoryPlanPass(ModulePass):
             why = f"the region is {err.request - err.free} B short"
         return (
             f"{why}. What would help: fewer resident parameter bytes per tile (FP8 for more linears: "
-            "nn-quantize-weights keep_f16=...), fewer layers or more tiles, or less of the "
+            "ipu-compile-pipeline{keep_f16=compact} or ipu-run --precision compact, nn-quantize-weights "
+            "keep_f16=...), fewer layers or more tiles, or less of the "
             f"lowering's own storage, reserved on every tile for the whole program (code {code} B, tables "
             f"{tables} B, scratch {scratch} B: lowering.storage)"
         )

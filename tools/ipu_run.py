@@ -365,6 +365,7 @@ def compile_and_run(args) -> int:
             debug_values=args.per_op,
             split_rows=args.split_rows,
             progress=progress,
+            keep_f16=None if args.precision is None else tuple(args.precision.split(",")),
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -402,6 +403,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--pipeline", args.pipeline),
                 ("--reference-only", args.reference_only or None),
                 ("--no-split-rows", None if args.split_rows else True),
+                ("--precision", args.precision),
             )
             if value is not None
         ]
@@ -442,6 +444,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--save-outputs", args.save_outputs),
                 ("--allow-nonfinite", args.allow_nonfinite),
                 ("--no-split-rows", not args.split_rows),
+                ("--precision", args.precision is not None),
             )
         )
         if unread:
@@ -457,8 +460,10 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         )
         if unread:
             p.error(f"--reference-only evaluates once and always compares with fp32: {_do_not_apply(unread)}")
-    if args.reference_only and (args.output or args.tiles is not None or not args.split_rows):
-        p.error("-o, --tiles and --no-split-rows need a compilation (not --reference-only)")
+    if args.reference_only and (
+        args.output or args.tiles is not None or not args.split_rows or args.precision is not None
+    ):
+        p.error("-o, --tiles, --no-split-rows and --precision need a compilation (not --reference-only)")
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
         p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")
 
@@ -560,6 +565,13 @@ def _main(argv: Sequence[str] | None) -> int:
         "--tiles", type=int, help="--model: compile for a machine with this many tiles (default 1472)"
     )
     p.add_argument("-o", "--output", help="--model: also write the compiled package here")
+    p.add_argument(
+        "--precision",
+        metavar="POLICY",
+        help="--model: the linears kept in F16, the rest FP8: default (patch embedding, q/k, MAP head), compact "
+        "(patch embedding, MAP head), none, or parameter-name substrings (comma-separated); without it the "
+        "default policy, or the compact one when the default does not fit (the package says so)",
+    )
     p.add_argument(
         "--emit-nn",
         metavar="FILE",

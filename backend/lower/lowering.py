@@ -37,6 +37,7 @@ import numpy as np
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.backend.asm_text import parse_program
 from ipu.backend.encoding import encode_program
@@ -1696,6 +1697,7 @@ def compile_model(
     repeat: bool | None = None,
     split_rows: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
+    keep_f16: tuple[str, ...] | None = None,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1704,7 +1706,9 @@ def compile_model(
     `repeat` (default: on unless debug_values): outline the layers into one `tile.repeat` (`nn-outline-repeat`),
     lowered as a loop over one copy of the layer's code; False: layers unrolled. `split_rows` (default): many-row
     linears split along K too (`pipeline_spec`). `progress(phase, done, total)`, when given, is called before each
-    pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`)."""
+    pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`). `keep_f16`:
+    the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
+    place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1722,13 +1726,20 @@ def compile_model(
     else:
         module = module_or_config
     f = _single_func(module)
-    compile_pass = IpuCompilePipelinePass(  # the named pass `ipu-opt` runs (ipu.passes.compile_pipeline)
-        tiles=target.num_tiles,
-        sram_kib=target.sram_bytes // 1024,
-        repeat=repeat,
-        split_rows=split_rows,
-        scratch=not debug_values,
-    )
+    from ipu.passes.nn_quantize import KEEP_F16_COMPACT
+
+    def pipeline(keep: tuple[str, ...]) -> IpuCompilePipelinePass:
+        return IpuCompilePipelinePass(  # the named pass `ipu-opt` runs (ipu.passes.compile_pipeline)
+            tiles=target.num_tiles,
+            sram_kib=target.sram_bytes // 1024,
+            repeat=repeat,
+            split_rows=split_rows,
+            scratch=not debug_values,
+            keep_f16=keep,
+        )
+
+    compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))
+    policy_notes = []
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
@@ -1738,7 +1749,22 @@ def compile_model(
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     planned_here = not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
     if planned_here and not debug_values:
-        compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
+        fallback = module.clone() if keep_f16 is None else None
+        try:
+            compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
+        except PassFailedException as err:
+            if fallback is None or not str(err).startswith(
+                ("memory-plan:", "lowering-storage: the function does not fit")
+            ):
+                raise
+            # The default policy does not fit: the compact one (q/k FP8 too) frees ~15 % of the resident weights.
+            policy_notes.append(
+                f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8): the default "
+                f"policy does not fit the memory plan ({str(err)[:300]} ...)"
+            )
+            module, compile_pass = fallback, pipeline(("compact",))
+            f = _single_func(module)
+            compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
     total = len(compile_pass.passes()) + 1
     if progress is not None:
         progress("asm lowering", total - 1, total)
@@ -1749,6 +1775,7 @@ def compile_model(
         pkg = lower_to_package(module, target, debug_values)
     else:
         pkg = lower_fitting(module, target, plan_pass)
+    pkg.metadata.setdefault("notes", []).extend(policy_notes)
     if progress is not None:
         progress("done", total, total)
     if config is not None:
