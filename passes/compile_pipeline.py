@@ -162,7 +162,11 @@ class IpuCompilePipelinePass(ModulePass):
     def pipeline_text(self) -> str:
         """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target)."""
         return pipeline_spec(
-            self.target, self.repeat, scratch=self.scratch, split_rows=self.split_rows, keep_f16=self.precision()
+            self.target,
+            self.repeat,
+            scratch=self.scratch,
+            split_rows=self.split_rows,
+            keep_f16=self.precision(),
         )
 
     def passes(self) -> tuple[ModulePass, ...]:
