@@ -21,7 +21,9 @@ of the T tokens, no per-head K / V on the device. At So400m size the key and val
 
 Matched: `nn.attention` with one query row computed by `nn.linear` from parameters only (an `nn.param`, its
 reshape, a row slice), and key and value `nn.linear`s of one input x whose weights (and biases) are parameters or
-row slices of parameters. Anything else is left alone.
+row slices of parameters, and x's width d a multiple of 16 (`nn_split_k.GROUPED_K_MULTIPLE`: the grouped linear's
+K split takes whole 16-deep K blocks; a narrower-stepped width, e.g. hidden 56 or 72, stays an ordinary attention).
+Anything else is left alone.
 
 Options:
   operands_f16 (default true): the folded GEMMs' U and x operands in f16, the AMP's format (P stays f32, the
@@ -40,6 +42,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from ipu.dialects import nn
+from ipu.passes.nn_split_k import GROUPED_K_MULTIPLE
 from ipu.runtime.derived import spec_to_attr
 
 
@@ -99,6 +102,10 @@ class NNFoldProbeAttentionPass(ModulePass):
         # Projections of x's width d into the attention's width (the recipe's and the grouped linear's shapes).
         width = att.query.type.get_shape()[1]
         if k.weight.type.get_shape() != (width, d) or v.weight.type.get_shape() != (width, d):
+            return False
+        if d % GROUPED_K_MULTIPLE:
+            # The grouped value linear's K = d: nn-split-k's grouped K split takes whole 16-deep K blocks only
+            # (no K padding). Unfolded, the head runs as an ordinary attention (its linears pad K).
             return False
         f32 = att.result.type.element_type
         act = f16 if self.operands_f16 else f32
