@@ -449,7 +449,9 @@ class NnOps:
         ragged = {t: (int(xa[t]), int(out[t]), int(shard[t]) * esize) for t in tiles if shard[t] % 4}
         for t, (src, dst, _) in ragged.items():
             if src % 4 or dst % 4:
-                raise self.error(f"{what}: tile {t}: a ragged shard at {src:#x} -> {dst:#x} is not word aligned")
+                raise self.error(
+                    f"{what}: tile {t}: a ragged shard at {src:#x} -> {dst:#x} is not word aligned"
+                )
         self.copy_call(
             {
                 t: [(src, aux, nb), *zero_copies(zeros, aux + _words(nb), 4 * units[t] * esize - _words(nb))]

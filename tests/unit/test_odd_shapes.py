@@ -38,7 +38,11 @@ def _run_and_compare(tiles: int, seed: int, **changes) -> None:
     cfg = replace(PRESETS["tiny"], num_hidden_layers=1, **changes)
     w = random_weights(cfg, seed=seed)
     pkg = compile_model(cfg, Target.small(tiles=tiles, sram_kib=624), weights=w)
-    x = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    x = (
+        np.random.default_rng(seed + 1)
+        .uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size))
+        .astype(np.float32)
+    )
     session = Session(pkg)
     session.upload_parameters(w)
     got = session.run({"pixel_values": x}).outputs
@@ -127,3 +131,17 @@ def test_split_k_refuses_a_grouped_linear_of_odd_k_with_the_reason():
     msg = str(e.value)
     assert "probe_out" in msg and "K = 56" in msg and "multiple of 16" in msg, msg
     assert "nn-quantize-weights" not in msg, msg  # the old, misleading hint
+
+
+def test_staging_overflow_names_the_phase_and_tile():
+    """49 tokens with an MLP of 2336 on 12 tiles: fc2's x arrives in blocks that are not whole aligned atoms,
+    more than a staging area's bytes on one tile (not staged in parts yet): refused naming the values and the
+    tile, with what would help."""
+    from ipu.backend.lower.exchange import ExchangeLoweringError
+
+    cfg = replace(PRESETS["tiny"], num_hidden_layers=1, image_size=56, intermediate_size=2336)
+    with pytest.raises(ExchangeLoweringError) as e:
+        compile_model(cfg, Target.small(tiles=12, sram_kib=624), weights=random_weights(cfg, seed=0))
+    msg = str(e.value)
+    assert "nn.gelu" in msg and "mlp.fc2" in msg and "tile " in msg and "staging area" in msg, msg
+    assert "more tiles" in msg, msg
