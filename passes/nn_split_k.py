@@ -489,11 +489,10 @@ class NNSplitKPass(ModulePass):
         if k % GROUPED_K_MULTIPLE:
             raise PassFailedException(
                 f"{what}: its contraction K = {k} (x {lin.input.type}, weight {lin.weight.type}) is not a multiple "
-                f"of {GROUPED_K_MULTIPLE}, the GEMM kernel's K block, and the grouped K split does not pad K; a "
-                f"probe attention (SigLIP's MAP head) of a width that is not a multiple of {GROUPED_K_MULTIPLE} "
-                "is not folded into a grouped linear by nn-fold-probe-attention (it runs as an ordinary "
-                "attention): write the head unfolded, or use a hidden size that is a multiple of "
-                f"{GROUPED_K_MULTIPLE}"
+                f"of {GROUPED_K_MULTIPLE}, the GEMM kernel's K block, and the grouped K split does not pad K: "
+                f"nn-fold-probe-attention (with its default k_multiple={GROUPED_K_MULTIPLE}) leaves a probe "
+                "attention (SigLIP's MAP head) of such a width unfolded, an ordinary attention that runs at any "
+                f"width; otherwise use a width that is a multiple of {GROUPED_K_MULTIPLE}"
             )
         pn = group_panel(n // lin.groups)
         kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles, pn)
