@@ -21,12 +21,16 @@ of the T tokens, no per-head K / V on the device. At So400m size the key and val
 
 Matched: `nn.attention` with one query row computed by `nn.linear` from parameters only (an `nn.param`, its
 reshape, a row slice), and key and value `nn.linear`s of one input x whose weights (and biases) are parameters or
-row slices of parameters. Anything else is left alone.
+row slices of parameters, and x's width d a multiple of `k_multiple`. Anything else is left alone.
 
 Options:
   operands_f16 (default true): the folded GEMMs' U and x operands in f16, the AMP's format (P stays f32, the
       matmul's lowering rounds it to f16). false: everything stays in the attention's f32 (for the reference
       evaluator: the device lowering needs the f16 operands).
+  k_multiple (default 16, `nn_split_k.GROUPED_K_MULTIPLE`): fold only when x's width d, the grouped value linear's
+      K, is a multiple of this: nn-split-k's grouped K split takes whole 16-deep K blocks of the GEMM kernel, so
+      a head of another width (e.g. hidden 56 or 72) stays an ordinary attention, which the device runs at any
+      width. 1: fold at any width (the IR-level rewrite alone).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
 
 from ipu.dialects import nn
+from ipu.passes.nn_split_k import GROUPED_K_MULTIPLE
 from ipu.runtime.derived import spec_to_attr
 
 
@@ -76,6 +81,11 @@ class NNFoldProbeAttentionPass(ModulePass):
     name = "nn-fold-probe-attention"
 
     operands_f16: bool = True
+    k_multiple: int = GROUPED_K_MULTIPLE
+
+    def __post_init__(self) -> None:
+        if self.k_multiple < 1:
+            raise ValueError(f"{self.name}: option 'k_multiple' must be >= 1, got {self.k_multiple}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = {o.param_name for o in op.walk() if isinstance(o, nn.ParamOp)}
@@ -99,6 +109,10 @@ class NNFoldProbeAttentionPass(ModulePass):
         # Projections of x's width d into the attention's width (the recipe's and the grouped linear's shapes).
         width = att.query.type.get_shape()[1]
         if k.weight.type.get_shape() != (width, d) or v.weight.type.get_shape() != (width, d):
+            return False
+        if d % self.k_multiple:
+            # The grouped value linear's K = d: nn-split-k's grouped K split takes whole 16-deep K blocks only
+            # (no K padding). Unfolded, the head runs as an ordinary attention (its linears pad K).
             return False
         f32 = att.result.type.element_type
         act = f16 if self.operands_f16 else f32

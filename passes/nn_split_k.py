@@ -60,6 +60,11 @@ ROUND_CYCLES = 300
 # sum's add calls (~170-240 each, ceil(log2 G) + 1 for an odd count) and the bias add (~170), as simulated for
 # So400m's MAP head.
 SPLIT_OVERHEAD_CYCLES = 1600
+# A grouped linear's contraction must be whole blocks of the AMP GEMM kernel's 16-deep K: the K-split lowering
+# (`NnOps.linear_partials`) moves each tile's x row and [pn, kc] weight block into the kernel's operands as they are,
+# with no zero padding of K (the ungrouped linears' K % 16 != 0 path re-strides whole [M, K] blocks instead).
+# `nn-fold-probe-attention` leaves a probe attention of such a width unfolded.
+GROUPED_K_MULTIPLE = 16
 
 
 # Linears with at most this many rows split as above (x whole on every tile); more rows: a [G, gm, gn] grid.
@@ -475,10 +480,19 @@ class NNSplitKPass(ModulePass):
         chunk choice for one row, or one chunk when splitting would not pay."""
         (_, k), n = lin.input.type.get_shape(), lin.weight.type.get_shape()[0]
         wt = lin.weight.type.element_type
-        if k % 16 or tl.element_bytes(lin.input.type.element_type) != 2 or tl.element_bytes(wt) not in (1, 2):
+        what = f"{self.name}: grouped nn.linear ({lin.results[0].name_hint or 'unnamed'}, row_groups = {lin.groups})"
+        if tl.element_bytes(lin.input.type.element_type) != 2 or tl.element_bytes(wt) not in (1, 2):
             raise PassFailedException(
-                f"{self.name}: grouped nn.linear needs f16 x, f16 / FP8 weights and K % 16 == 0 (run "
-                f"nn-quantize-weights first), got x {lin.input.type}, weight {lin.weight.type}"
+                f"{what}: needs f16 x and f16 / FP8 weights (run nn-quantize-weights first), got x "
+                f"{lin.input.type}, weight {lin.weight.type}"
+            )
+        if k % GROUPED_K_MULTIPLE:
+            raise PassFailedException(
+                f"{what}: its contraction K = {k} (x {lin.input.type}, weight {lin.weight.type}) is not a multiple "
+                f"of {GROUPED_K_MULTIPLE}, the GEMM kernel's K block, and the grouped K split does not pad K: "
+                f"nn-fold-probe-attention (with its default k_multiple={GROUPED_K_MULTIPLE}) leaves a probe "
+                "attention (SigLIP's MAP head) of such a width unfolded, an ordinary attention that runs at any "
+                f"width; otherwise use a width that is a multiple of {GROUPED_K_MULTIPLE}"
             )
         pn = group_panel(n // lin.groups)
         kc = choose_chunk(1, k, n, tl.element_bytes(wt), tl.dtype_name(wt), self.tiles, pn)

@@ -318,7 +318,7 @@ def staged_phase_tables(
             )
         except ValueError as e:
             raise ExchangeLoweringError(f"exchange.phase: send staging: {e}") from None
-    high = [int((cur + 8 * atoms[sel]).max(initial=0))]
+    high = [(cur + 8 * atoms[sel], sends[sel, 0], "sends")]
     staged_dst = dst_abs.copy()
     rbytes = nbytes[recvs[:, 3]]
     rphase = phase_of[recvs[:, 3]]
@@ -329,9 +329,16 @@ def staged_phase_tables(
         recvs[sel, 0], recv_stage + cur + rphase[sel], dst_abs[sel], rbytes[sel], copies, dst_addr
     )
     post = _per_tile(recvs[sel, 0], rows)
-    high.append(int((cur + 8 * atoms[recvs[sel, 3]]).max(initial=0)))
-    if max(high) > stage_bytes:
-        raise ExchangeLoweringError("exchange.phase: unaligned transfers exceed the staging area")
+    high.append((cur + 8 * atoms[recvs[sel, 3]], recvs[sel, 0], "receives"))
+    for ends, tiles, side in high:
+        if len(ends) and int(ends.max()) > stage_bytes:
+            i = int(np.argmax(ends))
+            raise ExchangeLoweringError(
+                f"exchange.phase: tile {int(tiles[i])} {side} {int(ends[i])} B of transfers that are not whole "
+                f"aligned 8-byte atoms (staged whole, one after the other), more than the {stage_bytes}-B staging "
+                "area (one kernel scratch element); the phase is not staged in parts: more tiles (smaller shards "
+                "per tile) or even-sized, 8-byte aligned blocks would help"
+            )
     rtab = None
     rr, nrounds = receive_rounds(sends, recvs) if len(sends) else (np.zeros(0, np.int64), 0)
     if nrounds:

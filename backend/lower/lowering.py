@@ -56,7 +56,7 @@ from ipu.backend.lower.placement import (
     StorageOverflow,
     scratch_elements,
 )
-from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, resolve
+from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, op_name, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -597,7 +597,23 @@ class Lowering(NnOps):
         dst = [self.addrs.of(r).addr for r in op.res]
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
-        rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(op, src, dst, self.n, c_area, a_area, e)
+        try:
+            rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(
+                op, src, dst, self.n, c_area, a_area, e
+            )
+        except lx.ExchangeLoweringError as err:  # which values the phase moves: their makers and readers
+
+            def _of(v):
+                return op_name(v.owner) if isinstance(v.owner, Operation) else "an argument"
+
+            def _for(v):
+                users = [u.operation for u in v.uses]
+                return op_name(users[0]) if users else "nothing"
+
+            names = "; ".join(f"{_of(a)} for {_for(r)}" for a, r in zip(op.sources, op.res))
+            raise lx.ExchangeLoweringError(
+                str(err).replace("exchange.phase:", f"exchange.phase (moving {names}):", 1)
+            ) from None
         # The staging's bytes: pre holds only send staging (the half-word shifted sends: the whole C element);
         # post per tile the receive staging, then the phase's on-tile copies (whose sources may lie in the A
         # element between the ops that use it).

@@ -68,6 +68,11 @@ from ipu.runtime import fp8
 ZEROS_BYTES = 256  # a resident zero constant (K padding of GEMM operands, padding rows)
 
 
+def _words(nbytes: int) -> int:
+    """nbytes rounded up to whole 4-byte words."""
+    return -(-nbytes // 4) * 4
+
+
 def zero_copies(zeros: int, dst: int, nbytes: int) -> list[tuple[int, int, int]]:
     """Copies (source, destination, bytes) writing nbytes of zeros at dst from the zero constant at `zeros`."""
     return [(zeros, dst + off, min(ZEROS_BYTES, nbytes - off)) for off in range(0, nbytes, ZEROS_BYTES)]
@@ -430,16 +435,30 @@ class NnOps:
         shard = lay.geometry().shard_elems
         tiles = [int(t) for t in np.unique(lay.table())]
         self._check_fits(int(shard.max() + 4) * 4, what)
-        c_area, a_area, _ = self.scratch()
+        c_area, a_area, zeros = self.scratch()
         aux = self.aux()
         xa, out = self.addrs.of(x).addr.copy(), self.addrs.of(op.results[0]).addr.copy()
         esize = tl.element_bytes(lay.dtype)
         units = {t: -(-int(shard[t]) // 4) for t in tiles}
         # Shards that are not whole 4-element units (many tiles, small tensors) are staged in the aux scratch:
-        # the kernels have no tails, and must not write past the result's buffer.
+        # the kernels have no tails, and must not write past the result's buffer. The copies move whole words
+        # (an odd f16 shard ends at a half word; memory-plan's buffers are 8-byte aligned, so the rest of that
+        # word belongs to no other buffer): a half-word end copied by itself is a read-modify-write of a
+        # destination word whose other half nothing has written (`xch_half`: a simulator poison error). The
+        # staged units past the shard's words are zeroed: the kernels read whole units.
         ragged = {t: (int(xa[t]), int(out[t]), int(shard[t]) * esize) for t in tiles if shard[t] % 4}
+        for t, (src, dst, _) in ragged.items():
+            if src % 4 or dst % 4:
+                raise self.error(
+                    f"{what}: tile {t}: a ragged shard at {src:#x} -> {dst:#x} is not word aligned"
+                )
         self.copy_call(
-            {t: [(src, aux, nb)] for t, (src, _, nb) in ragged.items()}, f"{what}: ragged shards in"
+            {
+                t: [(src, aux, nb), *zero_copies(zeros, aux + _words(nb), 4 * units[t] * esize - _words(nb))]
+                for t, (src, _, nb) in ragged.items()
+            },
+            f"{what}: ragged shards in",
+            whole_words=True,  # reads past a shard's end only, to its word's end
         )
         for t in ragged:
             xa[t] = out[t] = aux
@@ -463,7 +482,9 @@ class NnOps:
                 {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
             )
         self.copy_call(
-            {t: [(int(out[t]), dst, nb)] for t, (_, dst, nb) in ragged.items()}, f"{what}: ragged shards out"
+            {t: [(int(out[t]), dst, nb)] for t, (_, dst, nb) in ragged.items()},
+            f"{what}: ragged shards out",
+            whole_words=True,  # writes past the shard's end only, to its word's end (the buffer's padding)
         )
 
     # -- K-split linears (`nn-split-k`) ------------------------------------------------------------------------

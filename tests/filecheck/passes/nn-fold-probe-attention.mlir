@@ -1,11 +1,14 @@
 // nn-fold-probe-attention: an attention whose one query row is computed from parameters only (the MAP head's
 // probe) becomes U x^T (U derived on the host from the probe, W_q, b_q and W_k: `probe_key_scores`), a softmax
 // over the tokens, P x and the value linear grouped by heads (head h's output columns from row h of P x). The key bias drops out (a constant per head in the scores). An
-// attention whose query depends on the input is left alone (the NOFOLD function).
+// attention whose query depends on the input is left alone (the NOFOLD function). The widths here (8) are not whole
+// 16-deep K blocks, which the device's grouped K split needs (the pass's default k_multiple=16 leaves such a head
+// unfolded: the KMULT run), so the runs fold with k_multiple=1.
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention' | filecheck %s --check-prefix=KMULT
 
-// RUN: ipu-opt %s -p 'nn-fold-probe-attention' | filecheck %s
-// RUN: ipu-opt %s -p 'nn-fold-probe-attention{operands_f16=false}' | filecheck %s --check-prefix=F32
-// RUN: ipu-opt %s -p 'nn-fold-probe-attention' | ipu-opt | filecheck %s
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{k_multiple=1}' | filecheck %s
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{operands_f16=false k_multiple=1}' | filecheck %s --check-prefix=F32
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{k_multiple=1}' | ipu-opt | filecheck %s
 
 func.func @head() {
   %x = nn.input "x" : tensor<6x8xf32>
@@ -92,3 +95,7 @@ func.func @narrow() {
 // CHECK-LABEL: func.func @narrow
 // CHECK:         nn.param "n.probe_key_scores" {{.*}} : tensor<2x8xf32>
 // CHECK:         %a = nn.linear %probe_px, %w {row_groups = 2 : i64} : tensor<2x8xf32>, tensor<4x8xf32> -> tensor<1x4xf32>
+
+// KMULT-LABEL: func.func @head
+// KMULT:         nn.attention
+// KMULT-NOT:     row_groups
