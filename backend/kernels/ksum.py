@@ -256,8 +256,9 @@ def worker(parts: int, bias: bool, out: str) -> WorkerCode:
     return c
 
 
-def library_asm() -> str:
-    return "\n".join(worker(*k).text() for k in KINDS)
+def library_asm(kinds=KINDS) -> str:
+    """The worker bodies of `kinds` ((G, bias, output type); the lowering passes the kinds it called)."""
+    return "\n".join(worker(*k).text() for k in kinds)
 
 
 # -- calls -----------------------------------------------------------------------------------------------------------

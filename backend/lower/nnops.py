@@ -57,6 +57,7 @@ from xdsl.ir import Operation
 
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
+from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower.bindings import device_dtype
@@ -100,6 +101,7 @@ ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld6
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
 ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
+ENTRY[ks.KSum] = ("ew_sup", ks.FRAME_WORDS)
 
 
 class NnOps:
@@ -1038,6 +1040,8 @@ class NnOps:
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
+        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
+            return
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
         nmax = max(-(-n // per_unit) * per_unit for _s, _d, n in blocks.values())
         self._use_bounded((0, 0, count * nmax * max(xs, rs)))
@@ -1119,6 +1123,38 @@ class NnOps:
                     for t, (_s, d, n) in blocks.items()
                 },
             )
+
+    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what) -> bool:
+        """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
+        written once; bit-identical to the pairwise calls below), when it applies: f16 partials, at most
+        `ksum.MAX_PARTS` of them, blocks of whole 4-half units (and bias rows of whole atoms), the result apart from
+        the partials. No scratch: the sums stay in registers."""
+        if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
+            return False
+        bias = op.bias is not None
+        rs = 2 if rdt == "f16" else 4
+        for t, (s, d, n) in blocks.items():
+            if n % 4 or (bias and cols[t][1] % 4):
+                return False
+            if d < s + count * n * 2 and s < d + n * rs:  # the result overlaps the partials
+                return False
+        bp = 0
+        if bias:
+            nmax = max(nc for _, nc in cols.values())
+            bp = self.layer_alloc(nmax * 2, 8)
+            self.image.put("bias", bp, np.zeros(nmax * 2, np.uint8))
+            chunks = np.array([[t, bp, *cols[t], 1] for t in blocks], np.int64)
+            self._bind_operand(op.bias, chunks, "f16", what)
+        self.__dict__.setdefault("ksum_kinds", set())
+        calls = {}
+        for t, (s, d, n) in blocks.items():
+            k = self.kernel(ks.KSum, count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt)
+            self.ksum_kinds.add((k.parts, k.bias, k.out_type))
+            calls[t] = k
+        self.kcall(
+            f"{what}: sum {count}" + (" + bias" if bias else "") + (" -> f32" if rdt != xdt else ""), calls
+        )
+        return True
 
     # -- slices on one tile -----------------------------------------------------------------------------------
     def slice_single(self, op: nn.SliceOp) -> None:
