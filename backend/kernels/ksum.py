@@ -200,6 +200,63 @@ def _bundles(s: Schedule, stages: set[int]) -> list[tuple[str, str]]:
     return [(m, a) for m, a in rows]
 
 
+def _fill(bundles: list[tuple[str, str]], singles: list[str]) -> list[tuple[str, str]]:
+    """`singles` (main-pipe instructions, in order) in the first free main slots of `bundles`; those that do not
+    fit as bundles of their own after them."""
+    out, left = [], list(singles)
+    for m, a in bundles:
+        if m == "nop" and left:
+            m = left.pop(0)
+        out.append((m, a))
+    return out + [(m, "fnop") for m in left]
+
+
+def _epilogue(s: Schedule) -> list[tuple[str, str]]:
+    """Stage 1 of the last unit with no stage 0 beside it: its ops as early as their operands and registers allow
+    (in order per pipe, the stores in order), checked by following the register contents of one unit through
+    the prologue and the epilogue."""
+    times = list(s.times)
+    late = sorted((t, i) for i, t in enumerate(times) if t >= s.ii)
+    for _t, i in late:
+        for cand in range(s.ii, times[i]):
+            trial = times[:i] + [cand] + times[i + 1 :]
+            if _valid(s, trial):
+                times = trial
+                break
+    rows = {}
+    for op, t in zip(s.ops, times):
+        if t >= s.ii:
+            rows.setdefault(t - s.ii, ["nop", "fnop"])[0 if op.pipe == "main" else 1] = _text(op, s.regs)
+    return [tuple(rows.get(e, ("nop", "fnop"))) for e in range(max(rows) + 1)] if rows else []
+
+
+def _valid(s: Schedule, times: list[int]) -> bool:
+    """One unit's ops at `times`: one op per pipe and bundle, the main ops in their order, every read seeing its
+    value in its register (a bundle reads before it writes)."""
+    slots = set()
+    last_main = -1
+    for op, t in sorted(zip(s.ops, times), key=lambda p: p[1]):
+        if (t, op.pipe) in slots:
+            return False
+        slots.add((t, op.pipe))
+    mains = [t for op, t in zip(s.ops, times) if op.pipe == "main"]
+    if mains != sorted(mains) or len(set(mains)) != len(mains):
+        return False
+    del last_main
+    reg: dict[int, str] = {}
+    by_time: dict[int, list[Op]] = {}
+    for op, t in zip(s.ops, times):
+        by_time.setdefault(t, []).append(op)
+    for t in sorted(by_time):
+        for op in by_time[t]:
+            if any(reg.get(s.regs[r]) != r for r in op.reads):
+                return False
+        for op in by_time[t]:
+            if op.name:
+                reg[s.regs[op.name]] = op.name
+    return True
+
+
 # -- the worker bodies ---------------------------------------------------------------------------------------------
 
 
@@ -235,22 +292,16 @@ def worker(parts: int, bias: bool, out: str) -> WorkerCode:
     c.tag = "seg"
     c.label(f".L{name}_seg")
     c.one("sub $m5, $m5, $m6")  # units after this segment
-    c.one("sub $m10, $m6, 1")  # rpt count
     c.tag = "prologue"
-    for m, a in _bundles(s, {0}):
+    for m, a in _fill(_bundles(s, {0}), ["sub $m10, $m6, 1"]):  # the rpt count, in a free main slot
         c.bundle(m, a)
     c.tag = "body"
-    body = _bundles(s, set(range(s.stages)))
-    c.rpt("$m10", body, "unit")
+    c.rpt("$m10", _bundles(s, set(range(s.stages))), "unit")
     c.tag = "epilogue"
-    epi = _bundles(s, set(range(1, s.stages)))
-    while epi and epi[-1] == ("nop", "fnop"):
-        epi.pop()
-    for m, a in epi:
+    # the bias row again, the next segment (a row, or what is left), in free main slots of the epilogue
+    for m, a in _fill(_epilogue(s), ["add $m2, $m8, 0", "min $m6, $m9, $m5"]):
         c.bundle(m, a)
     c.tag = "seg_end"
-    c.one("add $m2, $m8, 0")  # the bias row again
-    c.one("min $m6, $m9, $m5")  # the next segment: a row, or what is left
     c.one(f"brnz $m5, .L{name}_seg")
     c.exit_and_idle()
     return c
