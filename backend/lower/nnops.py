@@ -827,6 +827,22 @@ class NnOps:
                 max(kp[t] * npad[t] * 2 for t in jobs),
             )
         )
+        # f16 results whose rows are C's (no N padding), in interleaved memory and in other elements than every A
+        # the tile's GEMM calls read: the GEMM writes them in place of the C scratch (no result-row copy). The C
+        # scratch stays recorded as above, so the plan does not depend on this choice.
+        direct = set()
+        if rdt == "f16":
+            el = self.target.element_of
+            for t, j in jobs.items():
+                lo, hi = j[7], j[7] + j[3] * j[4] * 2
+                if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
+                    continue
+                c_el = set(range(el(lo), el(hi - 1) + 1))
+                a_el = set()
+                for _k1, w, a, _row, _area in parts[t]:
+                    a_el |= set(range(el(a), el(a + j[3] * w * 2 - 1) + 1))
+                if not c_el & a_el:
+                    direct.add(t)
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -869,12 +885,15 @@ class NnOps:
                     if a_cols is not None and row == 2 * a_cols and w > a_cols
                     else {}
                 )
+                c_at = j[7] if t in direct else c_area
                 calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
-                                       coef=coef, a=a, weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
+                                       coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():
+                if t in direct:
+                    continue
                 if npad[t] == j[4]:
                     whole[t] = [(c_area, j[7], j[3] * j[4] * 2)]
                 elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0:
