@@ -756,6 +756,7 @@ class NnOps:
         # stride differs), each from its own weight panels.
         parts = {}
         gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
+        panel_rows = {}  # the same by `panels_f16` (whole panels of whole atoms)
         wsrc = {}  # tile -> (weight rows, their stride): the ragged last chunk's rows re-strided with zero K padding
         padded = {}  # tile -> the row kernel calls doing that for f16 rows of whole atoms (x, weight)
         esize = tl.element_bytes(wl.dtype)
@@ -800,7 +801,12 @@ class NnOps:
                     raise self.error(
                         f"{what}: tile {t}: a {mr} x {kw} x block exceeds the {e}-byte A scratch"
                     )
-                gathers[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, kw, a_area, zeros)
+                if kw % a_cols == 0 and a_cols >= rw.PF_MIN_P and xa % 8 == 0 and a_area % 8 == 0:
+                    # whole panels: one row kernel gathers them (a pipelined stream per panel), not a copy per piece
+                    panel_rows[t] = rw.Rows("panels_f16", mr, kw, in0=xa, out=a_area, panels=kw // a_cols,
+                                            panel_width=a_cols, panel_step=mr * a_cols * 2)  # fmt: skip
+                else:
+                    gathers[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, kw, a_area, zeros)
                 parts[t] = [(0, kw, a_area, kw * 2, panels)]
                 continue
             if a_cols is None or kw <= a_cols:
@@ -821,7 +827,11 @@ class NnOps:
                     max(j[3] * npad[t] * 2, j[4] * kp[t] * esize if t in wsrc else 0) for t, j in jobs.items()
                 ),
                 max(
-                    (j[3] * kp[t] * 2 for t, j in jobs.items() if t in gathers or t in padded or t in wsrc),
+                    (
+                        j[3] * kp[t] * 2
+                        for t, j in jobs.items()
+                        if t in gathers or t in panel_rows or t in padded or t in wsrc
+                    ),
                     default=0,
                 ),
                 max(kp[t] * npad[t] * 2 for t in jobs),
@@ -873,6 +883,7 @@ class NnOps:
                     prep[t] = self.kernel(pk.fp8_to_f16_panels, j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
+        self.kcall(f"{what}: x rows from column panels (panels_f16)", panel_rows)
         coef = self.gemm_coef(op, panels)
         for p in range(max(len(v) for v in parts.values())):
             calls = {}
