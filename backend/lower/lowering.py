@@ -44,6 +44,7 @@ from ipu.backend.encoding import encode_program
 from ipu.backend.kernels import copy as cp
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
+from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
@@ -1321,6 +1322,8 @@ class Lowering(NnOps):
             + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld128", "ld64"))
             + "\n"
             + ew.library_asm(self.target.sram_base)
+            + "\n"
+            + ks.library_asm(sorted(self.__dict__.get("ksum_kinds", ())))  # the fused K-split sums called
             + "\n"
             + pk.library_asm(self.target.sram_base)  # row kernels and pack kernels (shared supervisor)
             + "\n"

@@ -57,6 +57,7 @@ from xdsl.ir import Operation
 
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
+from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower.bindings import device_dtype
@@ -105,6 +106,7 @@ ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld6
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
 ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
+ENTRY[ks.KSum] = ("ew_sup", ks.FRAME_WORDS)
 
 
 class NnOps:
@@ -775,6 +777,7 @@ class NnOps:
         # stride differs), each from its own weight panels.
         parts = {}
         gathers = {}  # column panels the kernel cannot read in place (not whole K blocks): rows into the A scratch
+        panel_rows = {}  # the same by `panels_f16` (whole panels of whole atoms)
         wsrc = {}  # tile -> (weight rows, their stride): the ragged last chunk's rows re-strided with zero K padding
         padded = {}  # tile -> the row kernel calls doing that for f16 rows of whole atoms (x, weight)
         esize = tl.element_bytes(wl.dtype)
@@ -819,7 +822,12 @@ class NnOps:
                     raise self.error(
                         f"{what}: tile {t}: a {mr} x {kw} x block exceeds the {e}-byte A scratch"
                     )
-                gathers[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, kw, a_area, zeros)
+                if kw % a_cols == 0 and a_cols >= rw.PF_MIN_P and xa % 8 == 0 and a_area % 8 == 0:
+                    # whole panels: one row kernel gathers them (a pipelined stream per panel), not a copy per piece
+                    panel_rows[t] = rw.Rows("panels_f16", mr, kw, in0=xa, out=a_area, panels=kw // a_cols,
+                                            panel_width=a_cols, panel_step=mr * a_cols * 2)  # fmt: skip
+                else:
+                    gathers[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, kw, a_area, zeros)
                 parts[t] = [(0, kw, a_area, kw * 2, panels)]
                 continue
             if a_cols is None or kw <= a_cols:
@@ -840,12 +848,32 @@ class NnOps:
                     max(j[3] * npad[t] * 2, j[4] * kp[t] * esize if t in wsrc else 0) for t, j in jobs.items()
                 ),
                 max(
-                    (j[3] * kp[t] * 2 for t, j in jobs.items() if t in gathers or t in padded or t in wsrc),
+                    (
+                        j[3] * kp[t] * 2
+                        for t, j in jobs.items()
+                        if t in gathers or t in panel_rows or t in padded or t in wsrc
+                    ),
                     default=0,
                 ),
                 max(kp[t] * npad[t] * 2 for t in jobs),
             )
         )
+        # f16 results whose rows are C's (no N padding), in interleaved memory and in other elements than every A
+        # the tile's GEMM calls read: the GEMM writes them in place of the C scratch (no result-row copy). The C
+        # scratch stays recorded as above, so the plan does not depend on this choice.
+        direct = set()
+        if rdt == "f16":
+            el = self.target.element_of
+            for t, j in jobs.items():
+                lo, hi = j[7], j[7] + j[3] * j[4] * 2
+                if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
+                    continue
+                c_el = set(range(el(lo), el(hi - 1) + 1))
+                a_el = set()
+                for _k1, w, a, _row, _area in parts[t]:
+                    a_el |= set(range(el(a), el(a + j[3] * w * 2 - 1) + 1))
+                if not c_el & a_el:
+                    direct.add(t)
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -876,6 +904,7 @@ class NnOps:
                     prep[t] = self.kernel(pk.fp8_to_f16_panels, j[4], w, src, area, src_row=stride, **fmt)
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
+        self.kcall(f"{what}: x rows from column panels (panels_f16)", panel_rows)
         coef = self.gemm_coef(op, panels)
         for p in range(max(len(v) for v in parts.values())):
             calls = {}
@@ -888,12 +917,15 @@ class NnOps:
                     if a_cols is not None and row == 2 * a_cols and w > a_cols
                     else {}
                 )
+                c_at = j[7] if t in direct else c_area
                 calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
-                                       coef=coef, a=a, weights=area, c=c_area, a_row_stride=row, **panel)  # fmt: skip
+                                       coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():
+                if t in direct:
+                    continue
                 if npad[t] == j[4]:
                     whole[t] = [(c_area, j[7], j[3] * j[4] * 2)]
                 elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0:
@@ -1059,6 +1091,8 @@ class NnOps:
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
+        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
+            return
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
         nmax = max(-(-n // per_unit) * per_unit for _s, _d, n in blocks.values())
         self._use_bounded((0, 0, count * nmax * max(xs, rs)))
@@ -1140,6 +1174,38 @@ class NnOps:
                     for t, (_s, d, n) in blocks.items()
                 },
             )
+
+    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what) -> bool:
+        """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
+        written once; bit-identical to the pairwise calls below), when it applies: f16 partials, at most
+        `ksum.MAX_PARTS` of them, blocks of whole 4-half units (and bias rows of whole atoms), the result apart from
+        the partials. No scratch: the sums stay in registers."""
+        if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
+            return False
+        bias = op.bias is not None
+        rs = 2 if rdt == "f16" else 4
+        for t, (s, d, n) in blocks.items():
+            if n % 4 or (bias and cols[t][1] % 4):
+                return False
+            if d < s + count * n * 2 and s < d + n * rs:  # the result overlaps the partials
+                return False
+        bp = 0
+        if bias:
+            nmax = max(nc for _, nc in cols.values())
+            bp = self.layer_alloc(nmax * 2, 8)
+            self.image.put("bias", bp, np.zeros(nmax * 2, np.uint8))
+            chunks = np.array([[t, bp, *cols[t], 1] for t in blocks], np.int64)
+            self._bind_operand(op.bias, chunks, "f16", what)
+        self.__dict__.setdefault("ksum_kinds", set())
+        calls = {}
+        for t, (s, d, n) in blocks.items():
+            k = self.kernel(ks.KSum, count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt)
+            self.ksum_kinds.add((k.parts, k.bias, k.out_type))
+            calls[t] = k
+        self.kcall(
+            f"{what}: sum {count}" + (" + bias" if bias else "") + (" -> f32" if rdt != xdt else ""), calls
+        )
+        return True
 
     # -- slices on one tile -----------------------------------------------------------------------------------
     def slice_single(self, op: nn.SliceOp) -> None:

@@ -1,0 +1,408 @@
+"""K-split sums fused with the bias and the cast: `nn.reduce_sum` of G f16 partial blocks in one pass over memory.
+
+The unfused lowering sums a tile's G stacked partial blocks ([G, n] f16) pairwise with `add_f16` (ceil(log2 G)
+calls, the running sums in the aux scratch, an odd block copied aside), adds the bias with `bias_f16` and casts
+to f32 with `cast_f16_f32`: every output element is written and read again per pass. Here one call reads each
+partial once, sums a unit (4 halves) in registers in the *same pairwise order* (`tree`: block i gets block
+i + live - h added, h = live // 2, until one is left), adds the bias of its column and writes the result once,
+as f16 or (two f16v2tof32) f32. The outputs are bit-identical to the unfused calls.
+
+Calling convention and supervisor: the element-wise kernels' (`ew_sup`: `$m0` = frame, ENTRY in word 21).
+One worker body per (G, bias, output type) is generated (`KINDS`: the lowering's kinds).
+
+Work split: the block's n / 4 units, in row-major order, cut into six contiguous ranges (`split`). A worker walks
+its range in *segments* that end at a row end (with a bias: the bias pointer goes back to the row's first atom
+there; without a bias the range is one segment). Per segment the unit body is software pipelined (a modulo
+schedule of initiation interval II = its main-pipe issues: G partial loads, the bias load, one or two stores),
+as a prologue (stage 0 of the first unit), `rpt` over the rest, an epilogue (stage 1 of the last unit). The
+partial loads walk down the G blocks with one stride register (n * 2 bytes) and return to the next unit with a
+second (8 - (G - 1) * n * 2 bytes).
+
+Thread cycles per worker: `HEAD` + per segment (`SEG_FIXED` + prologue + (L - 1) * II + epilogue) + 1 (exit);
+`cycles` is read off the generated code (`WorkerCode` counts) and equals the simulator's count
+(tests/unit/test_kernel_ksum.py).
+
+Frame (uint32 words; ENTRY where `ew_sup` reads it):
+
+| word | field |
+|---|---|
+| 0 + w | worker w's units |
+| 6 + w | worker w's first unit's partial offset (bytes) |
+| 12 + w | its output offset (bytes) |
+| 18, 19, 20 | partials (block 0), bias row, output |
+| 21 | entry (worker body) |
+| 22, 23 | partial stride (atoms), back stride (atoms, signed) |
+| 24 | units per row (atoms of the bias row; without a bias: a large number) |
+| 25 + w | worker w's bias offset (bytes) |
+| 31 + w | worker w's first segment (units) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from ipu.backend.kernels.codegen import WorkerCode
+
+CNT, IOFF, OOFF = 0, 6, 12
+IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
+FRAME_WORDS = 38  # 37 used, a whole number of 8-byte words
+MAX_PARTS = 8  # the largest G with a register allocation (7 ARF pairs) for every kind
+NO_ROW = 1 << 15  # units per row without a bias: one segment (a worker's units stay below it)
+
+PAIRS = [f"$a{2 * i}:{2 * i + 1}" for i in range(7)]  # $a14:15 is $azeros
+
+
+def tree(parts: int) -> list[tuple[int, int]]:
+    """The pairwise order of the unfused sum (`Lowering.reduce_sum`): (i, j) = block i += block j, in order."""
+    out, live = [], parts
+    while live > 1:
+        h = live // 2
+        out += [(i, i + live - h) for i in range(h)]
+        live -= h
+    return out
+
+
+def split(units: int, workers: int = 6) -> list[tuple[int, int]]:
+    q, r = divmod(units, workers)
+    return [(w * q + min(w, r), q + (w < r)) for w in range(workers)]
+
+
+# -- the modulo schedule -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # value written ('' for stores)
+    pipe: str  # "main" | "aux"
+    text: str  # with {name} placeholders for registers (format keys: value names)
+    reads: tuple[str, ...]
+    pair: bool = True  # the written value is a register pair
+
+
+def _ops(parts: int, bias: bool, out: str) -> list[Op]:
+    ops = []
+    for i in range(parts):
+        stride = "$m7" if i < parts - 1 else "$m3"
+        if parts == 1:
+            stride = "1"
+        ops.append(Op(f"p{i}", "main", f"ld64step {{p{i}}}, $mzero, $m1+=, {stride}", ()))
+    if bias:
+        ops.append(Op("b", "main", "ld64step {b}, $mzero, $m2+=, 1", ()))
+    val = {i: f"p{i}" for i in range(parts)}
+    for k, (i, j) in enumerate(tree(parts)):
+        name = f"s{k}"
+        ops.append(Op(name, "aux", f"f16v4add {{{name}}}, {{{val[i]}}}, {{{val[j]}}}", (val[i], val[j])))
+        val[i] = name
+    root = val[0]
+    if bias:
+        ops.append(Op("r", "aux", f"f16v4add {{r}}, {{{root}}}, {{b}}", (root, "b")))
+        root = "r"
+    if out == "f16":
+        ops.append(Op("", "main", f"st64step {{{root}}}, $mzero, $m4+=, 1", (root,)))
+    else:
+        ops.append(Op("c0", "aux", f"f16v2tof32 {{c0}}, {{{root}.lo}}", (root,)))
+        ops.append(Op("c1", "aux", f"f16v2tof32 {{c1}}, {{{root}.hi}}", (root,)))
+        ops.append(Op("", "main", "st64step {c0}, $mzero, $m4+=, 1", ("c0",)))
+        ops.append(Op("", "main", "st64step {c1}, $mzero, $m4+=, 1", ("c1",)))
+    return ops
+
+
+@dataclass(frozen=True)
+class Schedule:
+    ii: int
+    times: tuple[int, ...]  # per op (absolute, unit 0)
+    regs: dict  # value -> pair index
+    ops: tuple[Op, ...]
+
+    @property
+    def stages(self) -> int:
+        return max(self.times) // self.ii + 1
+
+
+def _schedule(ops: list[Op], ii: int) -> Schedule | None:
+    """Main-pipe ops in their order at consecutive slots (loads 0 .. G-1, the bias load; the stores in a later
+    stage if their value is not ready), aux ops as soon as their operands are (one bundle's latency) in a free
+    slot; then registers: a value holds its pair from the bundle after its write to its last read (a bundle
+    reads before it writes), modulo II."""
+    times: list[int] = []
+    ready: dict[str, int] = {}
+    main_used, aux_used = set(), set()
+    main_next = 0
+    for op in ops:
+        t = max([ready[r] for r in op.reads], default=0)
+        used = main_used if op.pipe == "main" else aux_used
+        if op.pipe == "main":
+            t = max(t, main_next)
+        while t % ii in used:
+            t += 1
+        used.add(t % ii)
+        if op.pipe == "main":
+            main_next = t + 1
+        times.append(t)
+        if op.name:
+            ready[op.name] = t + 1
+    if max(times) >= 2 * ii:
+        return None
+    last = {}
+    for op, t in zip(ops, times):
+        for r in op.reads:
+            last[r] = max(last.get(r, 0), t)
+    live = {}  # value -> set of bundles (mod II) at whose start it must be in its register
+    for op, t in zip(ops, times):
+        if op.name:
+            end = last.get(op.name, t + 1)
+            if end - t > ii:
+                return None
+            live[op.name] = {k % ii for k in range(t + 1, end + 1)}
+    regs: dict[str, int] = {}
+    for name in sorted(live, key=lambda v: times[[o.name for o in ops].index(v)]):
+        for reg in range(len(PAIRS)):
+            if all(regs[o] != reg or not (live[o] & live[name]) for o in regs):
+                regs[name] = reg
+                break
+        else:
+            return None
+    return Schedule(ii, tuple(times), regs, tuple(ops))
+
+
+@cache
+def schedule(parts: int, bias: bool, out: str) -> Schedule:
+    ops = _ops(parts, bias, out)
+    ii = max(sum(o.pipe == "main" for o in ops), sum(o.pipe == "aux" for o in ops))
+    for extra in range(8):
+        s = _schedule(ops, ii + extra)
+        if s is not None:
+            return s
+    raise ValueError(f"no schedule for {parts} partials (bias {bias}, {out})")
+
+
+def _text(op: Op, regs: dict) -> str:
+    fmt = {}
+    for v, r in regs.items():
+        fmt[v] = PAIRS[r]
+        fmt[f"{v}.lo"] = f"$a{2 * r}"
+        fmt[f"{v}.hi"] = f"$a{2 * r + 1}"
+    t = op.text
+    for key in sorted(fmt, key=len, reverse=True):
+        t = t.replace("{" + key + "}", fmt[key])
+    return t
+
+
+def _bundles(s: Schedule, stages: set[int]) -> list[tuple[str, str]]:
+    """The II bundles holding the ops of the given stages at their slots (empty slots: nop / fnop)."""
+    rows = [["nop", "fnop"] for _ in range(s.ii)]
+    for op, t in zip(s.ops, s.times):
+        if t // s.ii in stages:
+            rows[t % s.ii][0 if op.pipe == "main" else 1] = _text(op, s.regs)
+    return [(m, a) for m, a in rows]
+
+
+def _fill(bundles: list[tuple[str, str]], singles: list[str]) -> list[tuple[str, str]]:
+    """`singles` (main-pipe instructions, in order) in the first free main slots of `bundles`; those that do not
+    fit as bundles of their own after them."""
+    out, left = [], list(singles)
+    for m, a in bundles:
+        if m == "nop" and left:
+            m = left.pop(0)
+        out.append((m, a))
+    return out + [(m, "fnop") for m in left]
+
+
+def _epilogue(s: Schedule) -> list[tuple[str, str]]:
+    """Stage 1 of the last unit with no stage 0 beside it: its ops as early as their operands and registers allow
+    (in order per pipe, the stores in order), checked by following the register contents of one unit through
+    the prologue and the epilogue."""
+    times = list(s.times)
+    late = sorted((t, i) for i, t in enumerate(times) if t >= s.ii)
+    for _t, i in late:
+        for cand in range(s.ii, times[i]):
+            trial = times[:i] + [cand] + times[i + 1 :]
+            if _valid(s, trial):
+                times = trial
+                break
+    rows = {}
+    for op, t in zip(s.ops, times):
+        if t >= s.ii:
+            rows.setdefault(t - s.ii, ["nop", "fnop"])[0 if op.pipe == "main" else 1] = _text(op, s.regs)
+    return [tuple(rows.get(e, ("nop", "fnop"))) for e in range(max(rows) + 1)] if rows else []
+
+
+def _valid(s: Schedule, times: list[int]) -> bool:
+    """One unit's ops at `times`: one op per pipe and bundle, the main ops in their order, every read seeing its
+    value in its register (a bundle reads before it writes)."""
+    slots = set()
+    last_main = -1
+    for op, t in sorted(zip(s.ops, times), key=lambda p: p[1]):
+        if (t, op.pipe) in slots:
+            return False
+        slots.add((t, op.pipe))
+    mains = [t for op, t in zip(s.ops, times) if op.pipe == "main"]
+    if mains != sorted(mains) or len(set(mains)) != len(mains):
+        return False
+    del last_main
+    reg: dict[int, str] = {}
+    by_time: dict[int, list[Op]] = {}
+    for op, t in zip(s.ops, times):
+        by_time.setdefault(t, []).append(op)
+    for t in sorted(by_time):
+        for op in by_time[t]:
+            if any(reg.get(s.regs[r]) != r for r in op.reads):
+                return False
+        for op in by_time[t]:
+            if op.name:
+                reg[s.regs[op.name]] = op.name
+    return True
+
+
+# -- the worker bodies ---------------------------------------------------------------------------------------------
+
+
+def worker_name(parts: int, bias: bool, out: str) -> str:
+    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}"
+
+
+KINDS = [(g, b, o) for g in range(1, MAX_PARTS + 1) for b in (False, True) for o in ("f16", "f32")]
+
+
+@cache
+def worker(parts: int, bias: bool, out: str) -> WorkerCode:
+    s = schedule(parts, bias, out)
+    name = worker_name(parts, bias, out)
+    c = WorkerCode(name)
+    c.one("get $m0, $WSR")
+    c.one("shl $m0, $m0, 2")  # the worker's table offset (bytes)
+    c.one(f"ld32 $m5, $mvertex_base, $m0, {CNT}")
+    c.one(f"brz $m5, .L{name}_idle")
+    c.one(f"ld32 $m1, $mvertex_base, $m0, {IOFF}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m4, $mvertex_base, $m0, {OOFF}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OUT}")
+    c.one("add $m4, $m4, $m3")
+    c.one(f"ld32 $m2, $mvertex_base, $m0, {BOFF}")
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {IN1}")
+    c.one("add $m2, $m2, $m8")
+    c.one(f"ld32 $m6, $mvertex_base, $m0, {SEG0}")
+    c.one(f"ld32 $m7, $mvertex_base, $mzero, {PSTRIDE}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {BACK}")
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ROWLEN}")
+    c.tag = "seg"
+    c.label(f".L{name}_seg")
+    c.one("sub $m5, $m5, $m6")  # units after this segment
+    c.tag = "prologue"
+    for m, a in _fill(_bundles(s, {0}), ["sub $m10, $m6, 1"]):  # the rpt count, in a free main slot
+        c.bundle(m, a)
+    c.tag = "body"
+    c.rpt("$m10", _bundles(s, set(range(s.stages))), "unit")
+    c.tag = "epilogue"
+    # the bias row again, the next segment (a row, or what is left), in free main slots of the epilogue
+    for m, a in _fill(_epilogue(s), ["add $m2, $m8, 0", "min $m6, $m9, $m5"]):
+        c.bundle(m, a)
+    c.tag = "seg_end"
+    c.one(f"brnz $m5, .L{name}_seg")
+    c.exit_and_idle()
+    return c
+
+
+def library_asm(kinds=KINDS) -> str:
+    """The worker bodies of `kinds` ((G, bias, output type); the lowering passes the kinds it called)."""
+    return "\n".join(worker(*k).text() for k in kinds)
+
+
+# -- calls -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KSum:
+    """One call: `units` output units (4 elements) of G = `parts` stacked f16 partial blocks at `in0` (block i at
+    in0 + i * units * 8), summed, + the bias row at `in1` (`row` halves, a divisor of the block's columns... the
+    block is row-major with rows of `row` halves; row = 0: no bias), written as `out_type` at `out`."""
+
+    parts: int
+    units: int
+    in0: int
+    out: int
+    in1: int = 0
+    row: int = 0
+    out_type: str = "f16"
+
+    entry = "ew_sup"
+
+    @property
+    def bias(self) -> bool:
+        return self.row > 0
+
+    @property
+    def name(self) -> str:
+        return worker_name(self.parts, self.bias, self.out_type)
+
+    def segments(self, first: int, count: int) -> list[int]:
+        """The segment lengths of a worker's range."""
+        if count == 0:
+            return []
+        if not self.bias:
+            return [count]
+        atoms = self.row // 4
+        segs, u, left = [], first, count
+        while left:
+            seg = min(atoms - u % atoms, left)
+            segs.append(seg)
+            u, left = u + seg, left - seg
+        return segs
+
+    def frame(self, labels: dict[str, int]) -> np.ndarray:
+        if not 1 <= self.parts <= MAX_PARTS:
+            raise ValueError(f"ksum: {self.parts} partials (1..{MAX_PARTS})")
+        if self.bias and self.row % 4:
+            raise ValueError(f"ksum: bias rows of whole atoms ({self.row} halves)")
+        if self.bias and self.units % (self.row // 4):
+            raise ValueError(f"ksum: {self.units} units are not whole rows of {self.row} halves")
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        ob = 8 if self.out_type == "f16" else 16
+        atoms = self.row // 4 if self.bias else NO_ROW
+        for w, (first, cnt) in enumerate(split(self.units)):
+            f[CNT + w], f[IOFF + w], f[OOFF + w] = cnt, first * 8, first * ob
+            f[BOFF + w] = (first % atoms) * 8 if self.bias else 0
+            f[SEG0 + w] = self.segments(first, cnt)[0] if cnt else 0
+        f[IN0], f[IN1], f[OUT], f[ENTRY] = self.in0, self.in1, self.out, labels[self.name]
+        f[PSTRIDE] = self.units  # atoms between partial blocks
+        f[BACK] = np.uint32((1 - (self.parts - 1) * self.units) & 0xFFFFFFFF)
+        f[ROWLEN] = atoms
+        return f
+
+
+def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """x: [G * units * 4] f16 (the stacked partials); bias: [row] f16. The unfused calls' result."""
+    p = [blk.copy() for blk in x.astype(np.float16).reshape(k.parts, k.units * 4)]
+    with np.errstate(all="ignore"):
+        for i, j in tree(k.parts):
+            p[i] = p[i] + p[j]
+        s = p[0]
+        if k.bias:
+            s = (s.reshape(-1, k.row) + bias.astype(np.float16)).reshape(-1)
+    return s.astype(np.float32) if k.out_type == "f32" else s
+
+
+SUP = 1 + 2 + 6 + 6  # ew_sup: ld32, setzi + sub, sync release, br (runall overlaps the workers)
+IDLE = 5  # get, shl, ld32, brz, exitz
+
+
+def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
+    if count == 0:
+        return IDLE
+    c = worker(k.parts, k.bias, k.out_type)
+    s = schedule(k.parts, k.bias, k.out_type)
+    n = c.count
+    total = n["head"] + n["tail"]
+    for seg in k.segments(first, count):
+        total += n["seg"] + n["prologue"] + 1 + (seg - 1) * s.ii + n["epilogue"] + n["seg_end"]
+    # `rpt` is counted once (the `rpt` bundle, under "body"); a repetition is II bundles under "unit"
+    assert n["body"] == 1 and n["unit"] == s.ii, (n, s.ii)
+    return total
+
+
+def cycles(k: KSum) -> int:
+    return SUP + 6 * max(worker_thread_cycles(k, f, c) for f, c in split(k.units))

@@ -1,0 +1,131 @@
+"""The fused K-split sum (`ksum`) on the simulator: bit-exact against its numpy semantics, the estimate equal to the
+simulated cycles; the semantics equal to the unfused calls it replaces (pairwise `add_f16`, `bias_f16`,
+`cast_f16_f32`), so that the lowering's results do not change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipu.backend.kernels import elementwise as E
+from ipu.backend.kernels import ksum as K
+from ipu.backend.kernels.harness import run_call
+from ipu.backend.target import Target
+from ipu.runtime.simulator import Simulator
+
+TARGET = Target.small(tiles=1, sram_kib=624)
+LIB = E.library_asm(TARGET.sram_base) + "\n" + K.library_asm()
+X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
+
+
+def _inputs(parts, units, row, rng, scale=4.0):
+    x = (rng.standard_normal(parts * units * 4) * scale).astype(np.float16)
+    return x, rng.standard_normal(max(row, 4)).astype(np.float16)
+
+
+def _run(k: K.KSum, x, bias):
+    sim = Simulator(TARGET)
+    mem = {X: x, B: bias} if k.bias else {X: x}
+    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    ref = np.ascontiguousarray(K.semantics(k, x, bias))
+    out = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
+    np.testing.assert_array_equal(out.view(np.uint8), ref.view(np.uint8))
+    assert K.cycles(k) == cyc
+    return cyc
+
+
+@pytest.mark.parametrize("kind", K.KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize("rows,row", [(1, 4), (7, 24)])
+def test_ksum_kinds(kind, rows, row):
+    """Every worker body: one unit (five idle workers) and rows that do not split evenly over the workers."""
+    parts, bias, out = kind
+    rng = np.random.default_rng(parts * 100 + rows)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng)
+    _run(K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out), x, b)
+
+
+# The blocks the lowering gives So400m's K-split linears (rows x columns per tile, their G and result type) and
+# their ragged neighbours (odd row counts, a row of 1 atom, rows longer than a worker's range).
+SHAPES = [
+    (6, "f16", 25, 24),
+    (6, "f16", 4, 24),
+    (8, "f32", 10, 64),
+    (8, "f32", 9, 64),
+    (3, "f16", 35, 32),
+    (3, "f16", 29, 16),
+    (8, "f32", 19, 32),
+    (8, "f32", 7, 32),
+    (5, "f32", 13, 48),
+    (5, "f32", 1, 48),
+    (2, "f16", 3, 4),
+    (7, "f16", 11, 12),
+]
+
+
+@pytest.mark.parametrize("parts,out,rows,row", SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_ksum_shapes(parts, out, rows, row, seed):
+    rng = np.random.default_rng(seed * 1000 + parts * 37 + rows)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng, scale=[4.0, 3e3][seed])  # seed 1: sums that overflow to inf
+    for bias in (True, False):
+        _run(K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out), x, b)
+
+
+def _unfused(parts, units, row, out, x, bias):
+    """The calls the lowering made before the fusion, by their own semantics (elementwise.py)."""
+    n = units * 4
+    blocks = [x[i * n : (i + 1) * n] for i in range(parts)]
+    live = parts
+    while live > 1:
+        h = live // 2
+        add = E.Elementwise("add_f16", n // 4)
+        for i in range(h):
+            blocks[i] = E.semantics(add, blocks[i], blocks[i + live - h])
+        live -= h
+    s = blocks[0]
+    if row:
+        s = E.semantics(E.Elementwise("bias_f16", n // row, row=row), s, bias).reshape(-1)
+    if out == "f32":
+        s = E.semantics(E.Elementwise("cast_f16_f32", n // 4), s)
+    return s
+
+
+@pytest.mark.parametrize("parts", range(1, K.MAX_PARTS + 1))
+@pytest.mark.parametrize("out", ["f16", "f32"])
+def test_ksum_semantics_as_unfused(parts, out):
+    rng = np.random.default_rng(parts)
+    row, units = 24, 60
+    x, b = _inputs(parts, units, row, rng, scale=300.0)
+    for r in (row, 0):
+        k = K.KSum(parts, units, X, OUT, B if r else 0, r, out)
+        want = _unfused(parts, units, r, out, x, b)
+        np.testing.assert_array_equal(K.semantics(k, x, b).view(np.uint8), want.view(np.uint8))
+
+
+def test_tree_is_the_lowerings_order():
+    assert K.tree(1) == []
+    assert K.tree(3) == [(0, 2), (0, 1)]
+    assert K.tree(6) == [(0, 3), (1, 4), (2, 5), (0, 2), (0, 1)]
+    assert K.tree(8) == [(0, 4), (1, 5), (2, 6), (3, 7), (0, 2), (1, 3), (0, 1)]
+
+
+def test_ksum_fewer_passes():
+    """The point of the fusion: So400m's q/k/v site (6 partials, 25 x 24 halves + bias) against the unfused
+    calls' estimates (three add_f16 calls, the odd block's copy aside, bias_f16)."""
+    k = K.KSum(6, 150, X, OUT, B, 24, "f16")
+    unfused = sum(E.cycles(E.Elementwise("add_f16", u)) for u in (450, 150, 150)) + E.cycles(
+        E.Elementwise("bias_f16", 25, row=24)
+    )
+    assert K.cycles(k) < 0.6 * unfused
+
+
+def test_frame_rejects():
+    labels = {K.worker_name(g, b, o): 0 for g, b, o in K.KINDS}
+    with pytest.raises(ValueError, match="partials"):
+        K.KSum(K.MAX_PARTS + 1, 6, X, OUT).frame(labels)
+    with pytest.raises(ValueError, match="whole atoms"):
+        K.KSum(2, 6, X, OUT, B, 6).frame(labels)
+    with pytest.raises(ValueError, match="whole rows"):
+        K.KSum(2, 7, X, OUT, B, 8).frame(labels)
