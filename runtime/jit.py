@@ -353,10 +353,9 @@ set_threads()
 # The fused rpt body (issue 23): a whole rpt loop whose every bundle is a pace form with an F16 AMP (or an fnop)
 # beside it, every iteration of every context in one call. Row of `body` per bundle (BODY_* columns):
 (B_NL, B_STORE, B_SRC, B_D0, B_D1, B_AREG, B_STRIDE, B_S0, B_S1, B_S2) = range(10)  # the pace form
-B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST = range(
-    10, 16
-)  # the F16 AMP (B_AMP 0: an fnop), the bundle's cycles
-BODY_COLS = 16
+# the F16 AMP (B_AMP 0: an fnop or none), the unit's cycles and instructions issued (2: a bundle, 1: a pace form alone)
+B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST, B_ISSUE = range(10, 17)
+BODY_COLS = 17
 
 
 def _rpt_loop(
@@ -474,6 +473,7 @@ def _rpt_loop(
                     ld[k, j] = flat64[words[j, k]]
                 _advance_jit(m, c, areg, stride_reg, s0, s1, s2, acc, j)
             wcost = body[bi, B_COST]
+            nissue = body[bi, B_ISSUE]
             for j in range(n):
                 c = idx[j]
                 if nl > 0:
@@ -483,7 +483,7 @@ def _rpt_loop(
                 if amp:
                     a64[c, body[bi, B_ADST]] = tmp[j]
                 cycles[c] += wcost
-                issued[c] += 2
+                issued[c] += nissue
         # the end of the body (Simulator._rpt_end): contexts with iterations left run it again
         k = 0
         for j in range(n):
