@@ -363,6 +363,7 @@ class Simulator:
         self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
         self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
         self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
+        self._f8_bits = np.zeros(256, np.uint64)  # fast path: FP8 -> F16 bits of a fused body's conversions
         n = (program.end - program.base) // 4
         self._units = [None] * max(n, 0)
         for u in program.units:
@@ -791,7 +792,7 @@ class Simulator:
             (fm, im), fa, ia = unit[1][0], S.sem_fnop, None
         if fm not in (S.sem_ld2xst64pace, S.sem_ldst64pace, S.sem_ld2x64pace, S.sem_st64pace):
             return None
-        if fa not in (S.sem_f16v4hihov4amp, S.sem_fnop):
+        if fa not in (S.sem_f16v4hihov4amp, S.sem_fnop, S.sem_f8v4tof16):
             return None
         if im.form.ctx == Ctx.SUPERVISOR or (ia is not None and ia.form.ctx == Ctx.SUPERVISOR):
             return None
@@ -821,6 +822,8 @@ class Simulator:
                 return None
             r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = 1, d // 2, xreg // 2, p // 2
             r[jit.B_PHASE] = flags & 3
+        elif fa is S.sem_f8v4tof16:  # FP8 -> F16 with the group's one $FP_NFMT / $FP_SCL (see _f8_table)
+            r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX] = jit.AUX_F8TOF16, ia.ops[0] // 2, ia.ops[1]
         r[jit.B_COST] = unit[2]
         r[jit.B_ISSUE] = len(unit[1])
         return r, unit[0].size
@@ -877,7 +880,7 @@ class Simulator:
                     body, pcs, end = body[:b], pcs[:b], pcs[b]
                     break
         idx = np.array(g.idx, dtype=np.int64)
-        if (self.amp_kind[idx] > 1).any():  # FP8 products pending: the numpy flush
+        if not self._fusable(idx, body):
             return False
         runs = self._call_rpt_loop(idx, np.ones(len(idx), np.int64), body)
         done = self._rpt_done
@@ -891,19 +894,38 @@ class Simulator:
             self._groups.append(Group(end, out[0] if len(out) == 1 else np.concatenate(out), False))
         return True
 
+    def _fusable(self, idx: np.ndarray, body: np.ndarray) -> bool:
+        """Whether the state of the contexts idx lets jit.rpt_loop run body: no FP8 AMP products pending (F16
+        AMPs: the numpy flush does those), one FP8 conversion setting for the group (FP8 -> F16: the table
+        `_f8_table` is then set for the call; no unit of such a body writes a CSR)."""
+        aux = body[:, jit.B_AMP]
+        if (aux == jit.AUX_AMP_F16).any() and (self.amp_kind[idx] > 1).any():
+            return False
+        if (aux == jit.AUX_F8TOF16).any():
+            fmt, scl, _ = semantics._fp8_csrs(self, idx)
+            key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1
+            if (key != key[0]).any():
+                return False
+            from ipu.runtime import fp8
+
+            table = semantics._f8_table(int(fmt[0]), fp8.scale_from_csr(int(scl[0]) & 0x3F))
+            self._f8_bits = table.view(np.uint16).astype(np.uint64)
+        return True
+
     def _call_rpt_loop(self, idx: np.ndarray, left: np.ndarray, body: np.ndarray):
         """jit.rpt_loop over the contexts idx with iterations left; the contexts that finished are in
         self._rpt_done (see jit.run_rpt_loop for the runs returned)."""
         done = self._rpt_done = np.empty(len(idx), np.int64)
         status = np.zeros(2, np.int64)
-        w = self.cwei_matrix(1) if body[:, jit.B_AMP].any() else self._no_weights
+        w = self.cwei_matrix(1) if (body[:, jit.B_AMP] == jit.AUX_AMP_F16).any() else self._no_weights
         t = self.target
         return jit.rpt_loop(
             (
                 self.m, self.a64, self.flat_state, self.flat64, self.ctx_word_base, idx, left, done, status, body,
                 self.base, self.end, self.r1, t.region0_element_bytes, t.region1_element_bytes, self.check_poison,
                 self.word_stride, self.amp_kind, self.acc_cur, self.acc_cur.view(np.uint32), self.amp_next_raw,
-                self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued,
+                self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued, self.a,
+                self._f8_bits,
             )
         )  # fmt: skip
 
@@ -921,7 +943,7 @@ class Simulator:
             return False
         body, pcs = spec
         idx = np.array(g.idx, dtype=np.int64)
-        if (self.amp_kind[idx] > 1).any():  # FP8 products pending: the numpy flush
+        if not self._fusable(idx, body):
             return False
         left = np.array(g.left, dtype=np.int64)
         runs = self._call_rpt_loop(idx, left, body)
