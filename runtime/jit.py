@@ -353,16 +353,17 @@ set_threads()
 # The fused rpt body (issue 23): a whole rpt loop whose every bundle is a pace form with an F16 AMP (or an fnop)
 # beside it, every iteration of every context in one call. Row of `body` per bundle (BODY_* columns):
 (B_NL, B_STORE, B_SRC, B_D0, B_D1, B_AREG, B_STRIDE, B_S0, B_S1, B_S2) = range(10)  # the pace form
-B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST = range(
-    10, 16
-)  # the F16 AMP (B_AMP 0: an fnop), the bundle's cycles
-BODY_COLS = 16
+# the AUX instruction (B_AMP: AUX_NONE an fnop or none, AUX_AMP_F16 the F16 AMP with B_ADST, B_AX, B_AP, B_PHASE,
+# AUX_F8TOF16 f8v4tof16 from the ARF register B_AX into the pair B_ADST), the unit's cycles and instructions issued (2: a bundle, 1: a pace form alone)
+B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST, B_ISSUE = range(10, 17)
+BODY_COLS = 17
+AUX_NONE, AUX_AMP_F16, AUX_F8TOF16 = 0, 1, 2
 
 
 def _rpt_loop(
     m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
     check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
-    cycles, issued,
+    cycles, issued, a32, f8_bits,
 ):  # fmt: skip
     """Simulator._step over every bundle of the body for the contexts idx (their iterations left in `left`), the
     fast path's way: iteration by iteration, each bundle as one step of the group (the AMP of the bundle, its
@@ -407,7 +408,8 @@ def _rpt_loop(
                     status[0], status[1] = n, nd
                     return bi
             # 2. the AMP (semantics._amp): flush at phase 0, then the step; its register write deferred
-            amp = body[bi, B_AMP] != 0
+            amp = body[bi, B_AMP] == AUX_AMP_F16
+            conv = body[bi, B_AMP] == AUX_F8TOF16
             phase = body[bi, B_PHASE]
             if amp and phase == 0:
                 for j in range(n):
@@ -458,6 +460,16 @@ def _rpt_loop(
                     next_raw[c, phase] = a64[c, ppair]
                     xraw[c, phase] = a64[c, xpair]
                     amp_kind[c] = 1
+            if conv:  # semantics.sem_f8v4tof16 (the table: _f8_table's halves as bits)
+                xreg = body[bi, B_AX]
+                for j in range(n):
+                    v = a32[idx[j], xreg]
+                    tmp[j] = (
+                        f8_bits[v & 0xFF]
+                        | (f8_bits[(v >> 8) & 0xFF] << np.uint64(16))
+                        | (f8_bits[(v >> 16) & 0xFF] << np.uint64(32))
+                        | (f8_bits[(v >> 24) & 0xFF] << np.uint64(48))
+                    )
             # 3. the pace form's stores, loads and address updates, its register writes, then the AMP's
             if store:
                 src = body[bi, B_SRC]
@@ -474,16 +486,17 @@ def _rpt_loop(
                     ld[k, j] = flat64[words[j, k]]
                 _advance_jit(m, c, areg, stride_reg, s0, s1, s2, acc, j)
             wcost = body[bi, B_COST]
+            nissue = body[bi, B_ISSUE]
             for j in range(n):
                 c = idx[j]
                 if nl > 0:
                     a64[c, d0] = ld[0, j]
                 if nl > 1:
                     a64[c, d1] = ld[1, j]
-                if amp:
+                if amp or conv:
                     a64[c, body[bi, B_ADST]] = tmp[j]
                 cycles[c] += wcost
-                issued[c] += 2
+                issued[c] += nissue
         # the end of the body (Simulator._rpt_end): contexts with iterations left run it again
         k = 0
         for j in range(n):
@@ -510,7 +523,7 @@ _rpt_core = (
 def _rpt_runs(
     m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
     check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
-    cycles, issued, bounds, stops,
+    cycles, issued, a32, f8_bits, bounds, stops,
 ):  # fmt: skip
     """_rpt_loop over runs of whole tiles, one per thread: run q is idx[bounds[q]:bounds[q + 1]] (likewise left,
     done; status[q] its counts), stops[q] its result. The runs share no memory word, register or AMP state, so
@@ -520,7 +533,7 @@ def _rpt_runs(
         stops[q] = _rpt_core(
             m, a64, flat_state, flat64, word_base, idx[j0:j1], left[j0:j1], done[j0:j1], status[q], body, base,
             end, r1, e0, e1, check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w,
-            f16_to_f32, workers, cycles, issued,
+            f16_to_f32, workers, cycles, issued, a32, f8_bits,
         )  # fmt: skip
 
 

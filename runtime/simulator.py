@@ -361,6 +361,9 @@ class Simulator:
         self.program = program
         self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
         self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
+        self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
+        self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
+        self._f8_bits = np.zeros(256, np.uint64)  # fast path: FP8 -> F16 bits of a fused body's conversions
         n = (program.end - program.base) // 4
         self._units = [None] * max(n, 0)
         for u in program.units:
@@ -661,6 +664,11 @@ class Simulator:
                 g.nofuse = False
             elif self._run_fused(g):
                 return
+        elif self.fast and g.rpt is None and not g.supervisor:  # fast path, worker code outside rpt loops
+            if g.nofuse:
+                g.nofuse = False
+            elif self._run_straight(g):
+                return
         prog = self.program
         k = (g.pc - prog.base) >> 2
         unit = self._units[k] if 0 <= k < len(self._units) and g.pc % 4 == 0 else None
@@ -769,64 +777,157 @@ class Simulator:
         else:  # pragma: no cover
             raise AssertionError(kind)
 
+    def _fused_row(self, a: int):
+        """Fast path: the jit.rpt_loop body row of the unit at a (see _fused_body), or None when the unit is not
+        a pace form (ld2xst64pace, ldst64pace, ld2x64pace with distinct destinations, st64pace) alone or with an
+        E4 f16v4hihov4amp or an fnop beside it."""
+        S = semantics
+        k = (a - self.program.base) >> 2
+        unit = self._units[k] if 0 <= k < len(self._units) and a % 4 == 0 else None
+        if unit is None or not unit[4] or len(unit[1]) not in (1, 2):
+            return None
+        if len(unit[1]) == 2:
+            (fa, ia), (fm, im) = unit[1]  # AUX first (see _step)
+        else:
+            (fm, im), fa, ia = unit[1][0], S.sem_fnop, None
+        if fm not in (S.sem_ld2xst64pace, S.sem_ldst64pace, S.sem_ld2x64pace, S.sem_st64pace):
+            return None
+        if fa not in (S.sem_f16v4hihov4amp, S.sem_fnop, S.sem_f8v4tof16):
+            return None
+        if im.form.ctx == Ctx.SUPERVISOR or (ia is not None and ia.form.ctx == Ctx.SUPERVISOR):
+            return None
+        r = [0] * jit.BODY_COLS
+        sv = im.operand("sel")
+        ops = im.ops
+        if fm is S.sem_ld2xst64pace:
+            r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC] = 2, 1, ops[1] // 2
+            r[jit.B_D0], r[jit.B_D1] = ops[0] // 2, (ops[0] + 2) // 2
+            sels = (sv & 3, (sv >> 2) & 3, (sv >> 4) & 3)
+        elif fm is S.sem_ldst64pace:
+            r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC], r[jit.B_D0] = 1, 1, ops[1] // 2, ops[0] // 2
+            sels = (sv & 3, -1, (sv >> 2) & 3)
+        elif fm is S.sem_ld2x64pace:
+            if ops[0] == ops[1]:  # an error the numpy semantics report
+                return None
+            r[jit.B_NL], r[jit.B_D0], r[jit.B_D1] = 2, ops[0] // 2, ops[1] // 2
+            sels = (sv & 3, (sv >> 2) & 3, -1)
+        else:
+            r[jit.B_STORE], r[jit.B_SRC] = 1, ops[0] // 2
+            sels = (-1, -1, sv & 3)
+        r[jit.B_AREG], r[jit.B_STRIDE] = im.operand("addr"), im.operand("stride")
+        r[jit.B_S0], r[jit.B_S1], r[jit.B_S2] = sels
+        if fa is S.sem_f16v4hihov4amp:
+            d, xreg, p, flags = ia.ops
+            if flags >> 2 != 2:  # an error the numpy semantics report
+                return None
+            r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = 1, d // 2, xreg // 2, p // 2
+            r[jit.B_PHASE] = flags & 3
+        elif fa is S.sem_f8v4tof16:  # FP8 -> F16 with the group's one $FP_NFMT / $FP_SCL (see _f8_table)
+            r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX] = jit.AUX_F8TOF16, ia.ops[0] // 2, ia.ops[1]
+        r[jit.B_COST] = unit[2]
+        r[jit.B_ISSUE] = len(unit[1])
+        return r, unit[0].size
+
     def _fused_body(self, start: int, end: int):
-        """Fast path: (body rows for jit.rpt_loop, bundle PCs) when every bundle of the rpt body [start, end) is a
-        pace form (ld2xst64pace, ldst64pace, ld2x64pace with distinct destinations, st64pace) with an E4
-        f16v4hihov4amp or an fnop beside it; else None."""
+        """Fast path: (body rows for jit.rpt_loop, bundle PCs) when every unit of the rpt body [start, end) is a
+        pace form alone or with an F16 AMP or an fnop beside it (_fused_row); else None."""
         key = (start, end)
         if key in self._fused:
             return self._fused[key]
-        S = semantics
-        pace = (S.sem_ld2xst64pace, S.sem_ldst64pace, S.sem_ld2x64pace, S.sem_st64pace)
-        rows, pcs, a, ok = [], [], start, jit.rpt_loop is not None
-        while ok and a < end:
-            k = (a - self.program.base) >> 2
-            unit = self._units[k] if 0 <= k < len(self._units) and a % 4 == 0 else None
-            if unit is None or not unit[4] or len(unit[1]) != 2:
-                ok = False
+        rows, pcs, a = [], [], start
+        while jit.rpt_loop is not None and a < end:
+            row = self._fused_row(a)
+            if row is None:
                 break
-            (fa, ia), (fm, im) = unit[1]  # AUX first (see _step)
-            if fm not in pace or fa not in (S.sem_f16v4hihov4amp, S.sem_fnop):
-                ok = False
-                break
-            if Ctx.SUPERVISOR in (ia.form.ctx, im.form.ctx):
-                ok = False
-                break
-            r = [0] * jit.BODY_COLS
-            sv = im.operand("sel")
-            ops = im.ops
-            if fm is S.sem_ld2xst64pace:
-                r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC] = 2, 1, ops[1] // 2
-                r[jit.B_D0], r[jit.B_D1] = ops[0] // 2, (ops[0] + 2) // 2
-                sels = (sv & 3, (sv >> 2) & 3, (sv >> 4) & 3)
-            elif fm is S.sem_ldst64pace:
-                r[jit.B_NL], r[jit.B_STORE], r[jit.B_SRC], r[jit.B_D0] = 1, 1, ops[1] // 2, ops[0] // 2
-                sels = (sv & 3, -1, (sv >> 2) & 3)
-            elif fm is S.sem_ld2x64pace:
-                if ops[0] == ops[1]:  # an error the numpy semantics report
-                    ok = False
-                    break
-                r[jit.B_NL], r[jit.B_D0], r[jit.B_D1] = 2, ops[0] // 2, ops[1] // 2
-                sels = (sv & 3, (sv >> 2) & 3, -1)
-            else:
-                r[jit.B_STORE], r[jit.B_SRC] = 1, ops[0] // 2
-                sels = (-1, -1, sv & 3)
-            r[jit.B_AREG], r[jit.B_STRIDE] = im.operand("addr"), im.operand("stride")
-            r[jit.B_S0], r[jit.B_S1], r[jit.B_S2] = sels
-            if fa is S.sem_f16v4hihov4amp:
-                d, xreg, p, flags = ia.ops
-                if flags >> 2 != 2:  # an error the numpy semantics report
-                    ok = False
-                    break
-                r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = 1, d // 2, xreg // 2, p // 2
-                r[jit.B_PHASE] = flags & 3
-            r[jit.B_COST] = unit[2]
-            rows.append(r)
+            rows.append(row[0])
             pcs.append(a)
-            a += unit[0].size
-        spec = (np.array(rows, np.int64), pcs) if ok and rows and a == end else None
+            a += row[1]
+        spec = (np.array(rows, np.int64), pcs) if rows and a == end else None
         self._fused[key] = spec
         return spec
+
+    def _straight_run(self, pc: int):
+        """Fast path: (body rows, unit PCs, the PC after them) of the longest run of units from pc that
+        _fused_row accepts (a GEMM worker's prologue and epilogue around its rpt loop), or None."""
+        spec = self._straight.get(pc, False)
+        if spec is not False:
+            return spec
+        rows, pcs, a = [], [], pc
+        while jit.rpt_loop is not None:
+            row = self._fused_row(a)
+            if row is None:
+                break
+            rows.append(row[0])
+            pcs.append(a)
+            a += row[1]
+        spec = (np.array(rows, np.int64), pcs, a) if rows else None
+        self._straight[pc] = spec
+        return spec
+
+    def _run_straight(self, g: Group) -> bool:
+        """Fast path: a worker group outside rpt loops at the start of a run of units that _fused_row accepts
+        executes the run in one jit.rpt_loop call (one iteration: every unit once, as one step of the group
+        each, the same checks, cycles and issue counts). The run ends before the first PC where a group of
+        workers is parked (so the merge there happens as when stepping). If a unit's check would fail (or a NaN
+        sum needs the numpy semantics), the group stops just before it and _step runs it. False: not run."""
+        spec = self._straight_run(g.pc)
+        if spec is None:
+            return False
+        body, pcs, end = spec
+        if self._parked:
+            for b in range(1, len(pcs)):
+                if (pcs[b], False) in self._parked:
+                    body, pcs, end = body[:b], pcs[:b], pcs[b]
+                    break
+        idx = np.array(g.idx, dtype=np.int64)
+        if not self._fusable(idx, body):
+            return False
+        runs = self._call_rpt_loop(idx, np.ones(len(idx), np.int64), body)
+        done = self._rpt_done
+        out = []
+        for r0, _, n, nd, b in runs:
+            if b >= 0:  # stopped before unit b: _step runs it (nofuse), then the run resumes after it
+                self._groups.append(Group(pcs[b], idx[r0 : r0 + n], False, nofuse=True))
+            if nd:
+                out.append(done[r0 : r0 + nd])
+        if out:
+            self._groups.append(Group(end, out[0] if len(out) == 1 else np.concatenate(out), False))
+        return True
+
+    def _fusable(self, idx: np.ndarray, body: np.ndarray) -> bool:
+        """Whether the state of the contexts idx lets jit.rpt_loop run body: no FP8 AMP products pending (F16
+        AMPs: the numpy flush does those), one FP8 conversion setting for the group (FP8 -> F16: the table
+        `_f8_table` is then set for the call; no unit of such a body writes a CSR)."""
+        aux = body[:, jit.B_AMP]
+        if (aux == jit.AUX_AMP_F16).any() and (self.amp_kind[idx] > 1).any():
+            return False
+        if (aux == jit.AUX_F8TOF16).any():
+            fmt, scl, _ = semantics._fp8_csrs(self, idx)
+            key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1
+            if (key != key[0]).any():
+                return False
+            from ipu.runtime import fp8
+
+            table = semantics._f8_table(int(fmt[0]), fp8.scale_from_csr(int(scl[0]) & 0x3F))
+            self._f8_bits = table.view(np.uint16).astype(np.uint64)
+        return True
+
+    def _call_rpt_loop(self, idx: np.ndarray, left: np.ndarray, body: np.ndarray):
+        """jit.rpt_loop over the contexts idx with iterations left; the contexts that finished are in
+        self._rpt_done (see jit.run_rpt_loop for the runs returned)."""
+        done = self._rpt_done = np.empty(len(idx), np.int64)
+        status = np.zeros(2, np.int64)
+        w = self.cwei_matrix(1) if (body[:, jit.B_AMP] == jit.AUX_AMP_F16).any() else self._no_weights
+        t = self.target
+        return jit.rpt_loop(
+            (
+                self.m, self.a64, self.flat_state, self.flat64, self.ctx_word_base, idx, left, done, status, body,
+                self.base, self.end, self.r1, t.region0_element_bytes, t.region1_element_bytes, self.check_poison,
+                self.word_stride, self.amp_kind, self.acc_cur, self.acc_cur.view(np.uint32), self.amp_next_raw,
+                self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued, self.a,
+                self._f8_bits,
+            )
+        )  # fmt: skip
 
     def _run_fused(self, g: Group) -> bool:
         """Fast path: a worker group at the start of an rpt body that _fused_body accepts runs the whole loop in
@@ -842,21 +943,11 @@ class Simulator:
             return False
         body, pcs = spec
         idx = np.array(g.idx, dtype=np.int64)
-        if (self.amp_kind[idx] > 1).any():  # FP8 products pending: the numpy flush
+        if not self._fusable(idx, body):
             return False
         left = np.array(g.left, dtype=np.int64)
-        done = np.empty(len(idx), np.int64)
-        status = np.zeros(2, np.int64)
-        w = self.cwei_matrix(1) if body[:, jit.B_AMP].any() else np.zeros((self.T, 16, 16))
-        t = self.target
-        runs = jit.rpt_loop(
-            (
-                self.m, self.a64, self.flat_state, self.flat64, self.ctx_word_base, idx, left, done, status, body,
-                self.base, self.end, self.r1, t.region0_element_bytes, t.region1_element_bytes, self.check_poison,
-                self.word_stride, self.amp_kind, self.acc_cur, self.acc_cur.view(np.uint32), self.amp_next_raw,
-                self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued,
-            )
-        )  # fmt: skip
+        runs = self._call_rpt_loop(idx, left, body)
+        done = self._rpt_done
         # One run: the group's own state. Several (runs of whole tiles on threads, see jit.chunks): the runs
         # share nothing, and each stopped run continues as its own group (groups of different tiles). Known
         # limit: if runs fail checks at different iterations of one loop, the error raised can name another

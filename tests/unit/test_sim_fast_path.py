@@ -110,3 +110,123 @@ def _check_half_rounding():
     assert ok
     want = np.ascontiguousarray(vals.astype(np.float16)).view(np.uint64).reshape(n, 4)
     np.testing.assert_array_equal(done, want)
+
+
+# A worker's straight run of pace forms outside any rpt loop (as a GEMM's prologue and epilogue): pace forms alone
+# and beside an fnop, f8v4tof16 and F16 AMPs; the fast path runs it as one jit.rpt_loop call (_run_straight).
+STRAIGHT = """
+.globl main
+.supervisor
+main:
+    setzi $m1, straight
+    setzi $m2, {vs_rel}
+    runall $m1, $m2, 4
+    sync TEXCH_SYNCZONE_LOCAL
+    br $lr
+
+.globl straight
+.worker
+straight:
+    ld32 $m5, $mvertex_base, $mzero, 0
+    ld32 $m6, $mvertex_base, $mzero, 1
+    ld32 $m7, $mvertex_base, $mzero, 2
+    tapack $m2:3, $m5, $m6, $m7
+    {{ ld2x64pace $a0:1, $a2:3, $m2:3+=, $mzero, 0 ; fnop }}
+    {{ ldst64pace $a4:5, $a2:3, $m2:3+=, $mzero, 0 ; f8v4tof16 $a6:7, $a0 }}
+    {{ ld2xst64pace $a0:3, $a6:7, $m2:3+=, $mzero, 0 ; f16v4hihov4amp $a4:5, $a0:1, $a2:3, TAMP_F16V4_E4_P0 }}
+    {{ ld2xst64pace $a0:3, $a4:5, $m2:3+=, $mzero, 0 ; f16v4hihov4amp $a6:7, $a0:1, $a2:3, TAMP_F16V4_E4_P1 }}
+    st64pace $a6:7, $m2:3+=, $mzero, 0
+    st64pace $a4:5, $m2:3+=, $mzero, 0
+    {{ ld2x64pace $a0:1, $a2:3, $m2:3+=, $mzero, 0 ; f16v4hihov4amp $a4:5, $a0:1, $a2:3, TAMP_F16V4_E4_P2 }}
+    {{ ldst64pace $a0:1, $a4:5, $m2:3+=, $mzero, 0 ; f16v4hihov4amp $a6:7, $a0:1, $a2:3, TAMP_F16V4_E4_P3 }}
+    {{ st64pace $a6:7, $m2:3+=, $mzero, 0 ; f16v4hihov4amp $a4:5, $a0:1, $a2:3, TAMP_F16V4_E4_P0 }}
+    st64pace $a4:5, $m2:3+=, $mzero, 0
+    exitz $mzero
+"""
+
+
+def _straight_sim(reference: bool, poison: tuple[int, int, int] | None = None):
+    """The STRAIGHT program on 4 tiles with random half inputs, partials and AMP weights; poison = (tile, worker,
+    atom): that input atom left unwritten."""
+    from ipu.backend.asm_text import parse_program
+    from ipu.runtime import examples as ex
+
+    t = Target.small(tiles=4, sram_kib=624)
+    lay = ex.AmpLayout()
+    sim = Simulator(t, reference=reference)
+    sim.load(parse_program(STRAIGHT.format(vs_rel=lay.vertex_state - t.sram_base), t.sram_base))
+    rng = np.random.default_rng(7)
+    T, W = sim.T, sim.W
+    tiles = np.arange(T)
+    sim.cwei[:] = rng.standard_normal((T, 64, 4)).astype(np.float16).view(np.uint8)
+    vs = np.zeros((T, W, 4), np.uint32)
+    for w in range(W):
+        vs[:, w, :3] = [lay.inputs + w * lay.worker_stride, lay.partials + w * lay.worker_stride,
+                        lay.outputs + w * lay.worker_stride]  # fmt: skip
+        for base in (lay.inputs, lay.partials):
+            data = rng.standard_normal((T, 64)).astype(np.float16)
+            sim.write(base + w * lay.worker_stride, data, tiles=tiles)
+    sim.write(lay.vertex_state, vs.reshape(T, -1), tiles=tiles)
+    if poison is not None:
+        tile, w, atom = poison
+        sim.wstate[(lay.inputs + w * lay.worker_stride + 8 * atom - sim.base) // 8, tile] = 0
+    return sim
+
+
+def test_straight_run_equals_reference(monkeypatch):
+    if jit.rpt_loop is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    loop = jit.rpt_loop
+    monkeypatch.setattr(jit, "rpt_loop", lambda args: calls.append(len(args[9])) or loop(args))
+    sims = [_straight_sim(reference) for reference in (True, False)]
+    res = [sim.run("main") for sim in sims]
+    assert calls == [10]  # the fast path ran the ten units in one call
+    for name in ("tile_cycles", "context_cycles", "instructions"):
+        np.testing.assert_array_equal(getattr(res[1], name), getattr(res[0], name), err_msg=name)
+    for name in (*STATE, "amp_xraw", "amp_kind"):
+        np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
+
+
+@pytest.mark.parametrize("atom", [0, 1, 3, 4])  # loaded by the units 0, 1, 3 (an AMP beside), 6
+def test_straight_run_stops_at_the_failing_unit(atom):
+    """A load of never-written memory in a straight run (atom k is loaded by the unit k of the run): the fast
+    path stops before that unit and the numpy semantics report the reference path's error, with the same state
+    of every context."""
+    from ipu.runtime.errors import SimError
+
+    errors, sims = [], []
+    for reference in (True, False):
+        sim = _straight_sim(reference, poison=(2, 4, atom))
+        with pytest.raises(SimError) as e:
+            sim.run("main")
+        errors.append(str(e.value))
+        sims.append(sim)
+    assert "poison" in errors[0] and errors[1] == errors[0]
+    for name in (*STATE, "amp_xraw", "amp_kind"):
+        np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
+
+
+def test_fast_f16v4_arithmetic_equals_numpy():
+    """semantics._f16v4_fast (float32 arithmetic rounded to half) against numpy's float16 add, subtract and
+    multiply: every half against a spread of second operands (zeros, subnormals, normals, infinities) and random
+    pairs; an input NaN is left to numpy (None)."""
+    from ipu.runtime import semantics
+
+    a = np.arange(1 << 16, dtype=np.uint16)
+    a = a[(a & 0x7FFF) <= 0x7C00]
+    a = np.concatenate([a, np.zeros(-len(a) % 4, np.uint16)])
+    rng = np.random.default_rng(3)
+    seconds = [0x0000, 0x8000, 0x0001, 0x83FF, 0x0400, 0x3C00, 0xBC01, 0x7BFF, 0x7C00, 0xFC00, 0x1234]
+    pairs = [(a, np.full(len(a), b, np.uint16)) for b in seconds]
+    pairs += [(a, rng.permutation(a)), (a, (a ^ 0x8000) + rng.integers(0, 3, len(a)).astype(np.uint16))]
+    for x, y in pairs:
+        y = np.where((y & 0x7FFF) > 0x7C00, np.uint16(0), y)
+        for fn in (np.add, np.subtract, np.multiply):
+            with np.errstate(all="ignore"):
+                want = fn(x.view(np.float16), y.view(np.float16)).view(np.uint16)
+            got = semantics._f16v4_fast(fn, x.view(np.uint64), y.view(np.uint64))
+            np.testing.assert_array_equal(got.view(np.uint16), want, err_msg=fn.__name__)
+    nan = a.copy()
+    nan[5] = 0x7E00
+    assert semantics._f16v4_fast(np.add, nan.view(np.uint64), a.view(np.uint64)) is None

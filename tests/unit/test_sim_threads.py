@@ -13,6 +13,7 @@ from ipu.backend.lower import compile_model
 from ipu.backend.target import Target
 from ipu.frontend.siglip import PRESETS
 from ipu.runtime import jit
+from ipu.runtime.simulator import Simulator
 
 pytestmark = pytest.mark.skipif(jit.pace_kernel is None, reason="numba is not installed")
 
@@ -54,16 +55,23 @@ def test_parallel_kernels_equal_reference_and_one_thread(threads):
     par, rpt = jit._pace_parallel, jit._rpt_parallel
     jit._pace_parallel = lambda *a: calls.append(a[-1]) or par(*a)
     jit._rpt_parallel = lambda *a: loops.append(len(a[-2]) - 1) or rpt(*a)
+    straight = Simulator._run_straight
     try:
         two = _run(pkg, cfg, 3, reference=False)
+        # without the straight runs (which take every pace step outside rpt loops here), single pace steps
+        # go through the parallel pace kernel
+        Simulator._run_straight = lambda self, g: False
+        two_steps = _run(pkg, cfg, 3, reference=False)
     finally:
         jit._pace_parallel, jit._rpt_parallel = par, rpt
+        Simulator._run_straight = straight
     # the parallel kernels ran, over two runs of tiles: single pace steps and whole fused rpt loops
     assert calls and min(calls) == 2
     assert loops and min(loops) == 2
     threads(1)
     one = _run(pkg, cfg, 3, reference=False)
     _same(ref, two)
+    _same(ref, two_steps)
     _same(one, two)
 
 
