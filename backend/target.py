@@ -97,6 +97,14 @@ class Target:
     exchange_send_latency: int = 8
     exchange_recv_to_load: int = 2
     exchange_opposite_side_extra: int = 18
+    # Send to arrival at the receiver, after the send latency: an estimate [I] (wire stages plus the receive
+    # pipeline; IPU1's FDLY=9 and ERUN2RCV=7, S4 [R], suggest the order); not distance dependent here.
+    exchange_fabric_cycles: int = 16
+    # Whether the two tiles of an exchange bus receive one stream at a time (unless the same multicast): the
+    # simulator checks it and the exchange schedule respects it when True. Off: the public figures disagree (the
+    # 8 TB/s aggregate is ~4 B/cycle into every tile, poplibs' estimator doubles a pair's bandwidth only for
+    # shared data) and it would halve the receive bandwidth of pairs that receive different data [I].
+    exchange_shared_receive_bus: bool = False
     # Sync costs: supervisor sync charges 6 cycles plus pipeline stall (S1 SLIC estimator [C]); an internal
     # (all-tile) barrier is not public: 150 cycles is our estimate [I], a local (worker) sync 6 cycles [C].
     sync_local_cycles: int = 6

@@ -253,6 +253,9 @@ class Lowering(NnOps):
                 self.bind_output(op)
                 continue
             if isinstance(op, ex.SyncOp):
+                nxt = op.next_op
+                if isinstance(nxt, ex.PhaseOp) and len(nxt.send_table()) and len(nxt.recv_table()):
+                    continue  # the phase's timed exchange opens with this sync, after its send staging
                 self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync")
                 continue
             if isinstance(op, ex.PhaseOp):
@@ -599,8 +602,8 @@ class Lowering(NnOps):
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         try:
-            rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(
-                op, src, dst, self.n, c_area, a_area, e
+            rtab, pre, shifted, post, ntx = lx.staged_phase_tables(
+                op, src, dst, self.n, c_area, a_area, e, self.target
             )
         except lx.ExchangeLoweringError as err:  # which values the phase moves: their makers and readers
 
@@ -626,8 +629,8 @@ class Lowering(NnOps):
         self.copy_call(pre, "exchange send staging")  # whole words into 8-byte staging slots
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
-        if rtab is not None:
-            self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
+        if rtab is not None:  # opens with the phase's sync, ends with one
+            self.table_call("xch_timed", rtab, f"exchange, timed ({ntx} transmissions)")
         self.copy_call(post, "exchange copies")
 
     # -- operators ---------------------------------------------------------------------------------------------
@@ -1358,7 +1361,7 @@ class Lowering(NnOps):
             outputs=self.outputs,
             metadata={
                 "lowering": "ipu.backend.lower",
-                "exchange": "exchange instructions (send / $INCOMING_MUX rounds, one internal sync per round)",
+                "exchange": "exchange instructions (the timed sends and receive set-ups of a phase, its two internal syncs)",
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
                 "profile_sites": resolve(sites, program.labels),

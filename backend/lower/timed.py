@@ -1,0 +1,321 @@
+"""An `exchange.phase` as one statically timed exchange: every tile's sends and receive set-ups at compiled cycles.
+
+The IPU does not sync inside an exchange phase (../shared/reference/IPU_FACTS.md section 6): after one barrier every
+tile runs its part of a compiled schedule. A `send` carries no destination; a receiver points $INCOMING_MUX at the
+sender and opens a receive window ($INCOMING_DCOUNT atoms at $INCOMING_BASE) in time for the first atom. The
+simulator (runtime/semantics.py) executes exactly that: atom k of a send issued at clock c leaves at
+c + exchange_send_latency + 2k and arrives everywhere exchange_fabric_cycles later; a window opened at clock t takes
+the next DCOUNT atoms of its sender that arrive at or after t. It names any receive that finds no sender, a window
+switched before its data is in, two senders on one receive bus in one cycle, a send of data received in the same
+phase, a received word overwritten in the phase, and data arriving after the closing sync.
+
+`schedule` places every transfer in time (list scheduling in exchange-schedule's order), respecting:
+
+- each tile's supervisor: one table row at a time (a send row blocks it for its atoms; a receive row for the
+  set-up only, the data lands in the background);
+- each tile's receive port: one window at a time, the next opened only after the last atom of the previous one;
+- the receive bus two neighbouring tiles share (`Target.tiles_per_exchange_bus`): one sender at a time, except the
+  same send multicast to both;
+- a window opens after the previous atoms of its sender went by (it takes the *next* atoms of that sender).
+
+A send's data is multicast: one send row serves every receiver listening then. Two receives of one send on one
+tile (two destinations) take two transmissions.
+
+The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 3 words
+per row: the wait before the row (cycles), then mux | atoms << 11 for a receive or 0x7ff | atoms << 11 for a send,
+then the receive or send address. The wait is exact: chunks of 64 cycles (a `delay` loop), then a jump into a run
+of `nop`s. The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
+control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
+checks them against the simulator.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.backend.target import Target
+
+ROW_WORDS = 3
+MUX_BITS = 11
+SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
+COARSE = 64  # cycles per iteration of the wait's delay loop
+
+
+def _send_tail_table(label: str, then: str) -> str:
+    """256 two-instruction entries: entry r sends r atoms (the count is an immediate), entry 0 none."""
+    rows = [f"{label}:\n"]
+    for i in range(256):
+        first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
+        rows.append(f"    {first}\n    bri {then}\n")
+    return "".join(rows)
+
+
+# The delay loop: brz 6 + sub 1 + delay (1 + D) + bri 6 = COARSE cycles per iteration.
+_DELAY = COARSE - 14
+
+ROUTINE = (
+    f"""
+.globl xch_timed
+.supervisor
+xch_timed:
+    sync TEXCH_SYNCZONE_INTERNAL
+    ld32 $m2, $m0, $mzero, 0
+    brz $m2, .Lxt_done
+    sub $m2, $m2, 1
+.Lxt_row:
+    ld32 $m3, $m0, $mzero, 1
+    shr $m6, $m3, 6
+.Lxt_coarse:
+    brz $m6, .Lxt_fine
+    sub $m6, $m6, 1
+    delay {_DELAY}
+    bri .Lxt_coarse
+.Lxt_fine:
+    and $m6, $m3, {COARSE - 1}
+    setzi $m7, .Lxt_sled_end
+    shl $m6, $m6, 2
+    sub $m7, $m7, $m6
+    br $m7
+"""
+    + "    nop\n" * (COARSE - 1)
+    + f""".Lxt_sled_end:
+    ld32 $m4, $m0, $mzero, 2
+    ld32 $m5, $m0, $mzero, 3
+    and $m6, $m4, {SEND_MARK:#x}
+    shr $m4, $m4, {MUX_BITS}
+    cmpeq $m7, $m6, {SEND_MARK:#x}
+    brnz $m7, .Lxt_send
+    put $INCOMING_MUX, $m6
+    put $INCOMING_BASE, $m5
+    put $INCOMING_DCOUNT, $m4
+    bri .Lxt_next
+.Lxt_send:
+    shr $m6, $m4, 8
+    brz $m6, .Lxt_tail
+    sub $m6, $m6, 1
+.Lxt_block:
+    send $m5+=, 255
+    brnzdec $m6, .Lxt_block
+.Lxt_tail:
+    and $m6, $m4, 255
+    shl $m6, $m6, 3
+    setzi $m7, .Lxt_tab
+    add $m6, $m6, $m7
+    br $m6
+"""
+    + _send_tail_table(".Lxt_tab", ".Lxt_next")
+    + """.Lxt_next:
+    add $m0, $m0, 12
+    brnzdec $m2, .Lxt_row
+.Lxt_done:
+    sync TEXCH_SYNCZONE_INTERNAL
+    br $lr
+"""
+)
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
+    Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
+
+    wait: int = 18  # ld32, shr, the loop's last brz, and, setzi, shl, sub, br: before the sled's first nop
+    mux_put: int = 29  # the receive row's `put $INCOMING_MUX` (clock before it)
+    open: int = 41  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 60  # a receive row, anchor to the next row's start
+    send_decoded: int = 29  # the send branch taken
+    block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
+    latency: int = 8
+
+    def send(self, atoms: int) -> tuple[int, int, int]:
+        """(first atom's departure, last atom's departure, row cost) of a send row of `atoms` atoms."""
+        q, r = atoms >> 8, atoms & 255
+        base = self.send_decoded + 7  # shr 1, brz 6
+        u = base if q == 0 else base + 1 + self.block * q  # sub 1, q blocks: the tail's start
+        tail_send = u + 10  # and, shl, setzi, add, br: the tail entry
+        first = (base + 1 + self.latency) if q else (tail_send + self.latency)
+        if r:
+            last = tail_send + self.latency + 2 * (r - 1)
+            cost = tail_send + 1 + self.latency + 2 * r + 6 + 7  # send, bri; add, brnzdec
+        else:
+            last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255
+            cost = tail_send + 6 + 7  # entry 0: bri; add, brnzdec
+        return first, last, cost
+
+
+ROW = RowCosts()
+
+
+class _Timeline:
+    """One tile's supervisor: its rows as sorted, disjoint [anchor, anchor + cost) intervals."""
+
+    __slots__ = ("starts", "ends", "rows")
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.rows: list[tuple] = []
+
+    def fit(self, lo: int, cost: int) -> int:
+        """The earliest anchor >= lo where a row of `cost` cycles fits between the rows there."""
+        st, en = self.starts, self.ends
+        i = bisect_right(st, lo)
+        if i and en[i - 1] > lo:
+            lo = en[i - 1]
+        while i < len(st) and st[i] < lo + cost:
+            lo = max(lo, en[i])
+            i += 1
+        return lo
+
+    def insert(self, anchor: int, cost: int, row: tuple) -> None:
+        i = bisect_right(self.starts, anchor)
+        self.starts.insert(i, anchor)
+        self.ends.insert(i, anchor + cost)
+        self.rows.insert(i, row)
+
+
+@dataclass
+class Schedule:
+    """Per tile: rows (anchor, cost, kind, a, b) in time order; kind 0 = receive (a = sender, b = receive index),
+    1 = send (a = atoms, b = send index); and the phase's span in cycles (the last row's end on any tile, and
+    the last arrival)."""
+
+    rows: dict[int, list[tuple]]
+    cycles: int
+    transmissions: int
+
+
+def schedule(
+    sender: np.ndarray,
+    atoms: np.ndarray,
+    recv_tile: np.ndarray,
+    recv_send: np.ndarray,
+    recv_group: np.ndarray,
+    target: Target,
+    costs: RowCosts = ROW,
+) -> Schedule:
+    """Times every transfer: sends i (sender[i], atoms[i]), each to its receives (recv_tile[j], recv_send[j] == i);
+    the receives of one send with the same recv_group[j] go in one transmission (a multicast), taken in the
+    order of their groups (then of their sends). Greedy list scheduling: a transmission starts at the earliest
+    cycle at which its sender's supervisor is free after its previous send, and every receiver can open its
+    window in time (its port free: the previous window's last atom in; its supervisor free for the set-up; the
+    sender's previous atoms gone by) and, with `Target.exchange_shared_receive_bus`, every receive bus is free.
+
+    `receive_rounds` (backend/lower/exchange.py) gives the groups: its rounds pack each tile's receives so that
+    one multicast serves the receivers free in a round; here a round's transmissions start as soon as their own
+    tiles are free (no sync between rounds)."""
+    fabric = target.exchange_fabric_cycles
+    shared = target.exchange_shared_receive_bus
+    bus_of = max(1, int(target.tiles_per_exchange_bus)) if shared else 1
+    sender = np.asarray(sender, np.int64)
+    atoms = np.asarray(atoms, np.int64)
+    recv_tile = np.asarray(recv_tile, np.int64)
+    recv_send = np.asarray(recv_send, np.int64)
+    recv_group = np.asarray(recv_group, np.int64)
+    by = np.lexsort((np.arange(len(recv_tile)), recv_send, recv_group))
+    rs, rg = recv_send[by], recv_group[by]
+    cut = (np.nonzero((rs[1:] != rs[:-1]) | (rg[1:] != rg[:-1]))[0] + 1).tolist()
+    lo_idx, hi_idx = [0] + cut, cut + [len(by)]
+    if not len(by):
+        lo_idx, hi_idx = [], []
+    lines: dict[int, _Timeline] = {}
+
+    def line(t: int) -> _Timeline:
+        tl = lines.get(t)
+        if tl is None:
+            tl = lines[t] = _Timeline()
+        return tl
+
+    send_end: dict[int, int] = {}  # per sender: end of its last send row
+    prev_last: dict[int, int] = {}  # per sender: arrival of its last atom so far
+    port_end: dict[int, int] = {}
+    bus_end: dict[int, int] = {}
+    bus_tx: dict[int, int] = {}
+    cost_of: dict[int, tuple[int, int, int]] = {}
+    span = 0
+    rt_l, by_l, rs_l = recv_tile[by].tolist(), by.tolist(), rs.tolist()
+    sender_l, atoms_l = sender.tolist(), atoms.tolist()
+    rg_l = rg.tolist()
+    k = 0
+    while k < len(lo_idx):
+        # One group (a round): first every receiver's window set-up, as early as its port and the sender's
+        # previous atoms allow (a tile that also sends in the group opens its window before its own send row
+        # blocks its supervisor), then every send, as early as its sender and all its receivers' windows allow.
+        g_end = k
+        while g_end < len(lo_idx) and rg_l[lo_idx[g_end]] == rg_l[lo_idx[k]]:
+            g_end += 1
+        opened = []
+        for tx in range(k, g_end):
+            a, b = lo_idx[tx], hi_idx[tx]
+            i = rs_l[a]
+            s = sender_l[i]
+            open_lo = prev_last.get(s, -(1 << 40)) + 1 - costs.open  # after the sender's previous atoms
+            ars = []
+            for r, j in zip(rt_l[a:b], by_l[a:b]):
+                rl = line(r)
+                ar = rl.fit(max(port_end.get(r, 0) - costs.mux_put, open_lo, 0), costs.recv)
+                rl.insert(ar, costs.recv, (0, s, j))
+                ars.append(ar)
+            opened.append(ars)
+        for tx in range(k, g_end):
+            a, b = lo_idx[tx], hi_idx[tx]
+            i = rs_l[a]
+            s, n = sender_l[i], atoms_l[i]
+            if n not in cost_of:
+                cost_of[n] = costs.send(n)
+            first, last, cost = cost_of[n]
+            receivers = rt_l[a:b]
+            sline = line(s)
+            lo = max(send_end.get(s, 0), max(opened[tx - k]) + costs.open - first - fabric)
+            while True:
+                anchor = sline.fit(lo, cost)
+                af = anchor + first + fabric
+                bump = 0
+                if bus_of > 1:
+                    for r in receivers:
+                        p = r // bus_of
+                        be = bus_end.get(p, 0)
+                        if be > af and bus_tx.get(p) != tx:
+                            bump = max(bump, be - af)
+                if bump <= 0:
+                    break
+                lo = anchor + bump
+            al = anchor + last + fabric
+            sline.insert(anchor, cost, (1, n, i))
+            send_end[s] = anchor + cost
+            prev_last[s] = al
+            for r in receivers:
+                port_end[r] = al + 2
+                if bus_of > 1:
+                    p = r // bus_of
+                    bus_end[p] = max(bus_end.get(p, 0), al + 2)
+                    bus_tx[p] = tx
+            span = max(span, al + 2, anchor + cost)
+        k = g_end
+    rows = {t: [(st, en - st) + row for st, en, row in zip(tl.starts, tl.ends, tl.rows)] for t, tl in lines.items()}
+    for tl in rows.values():
+        span = max(span, tl[-1][0] + tl[-1][1])
+    return Schedule(rows, span, len(lo_idx))
+
+
+def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, recv_addr) -> np.ndarray:
+    """The routine's table [tiles, 1 + 3 * rows] (uint32): per tile its rows in time order, each with its wait
+    (the gap since the previous row's end; the first row's since clock 0)."""
+    width = max((len(r) for r in sched.rows.values()), default=0)
+    tab = np.zeros((num_tiles, 1 + ROW_WORDS * width), np.uint32)
+    for t, rows in sched.rows.items():
+        tab[t, 0] = len(rows)
+        end = 0
+        out = tab[t, 1:]
+        for k, (anchor, cost, kind, a, b) in enumerate(rows):
+            wait = anchor - end
+            assert wait >= 0
+            end = anchor + cost
+            if kind == 1:
+                out[3 * k : 3 * k + 3] = (wait, SEND_MARK | (a << MUX_BITS), int(send_addr[b]))
+            else:
+                out[3 * k : 3 * k + 3] = (wait, a | (int(recv_atoms[b]) << MUX_BITS), int(recv_addr[b]))
+    return tab

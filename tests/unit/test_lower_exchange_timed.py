@@ -1,0 +1,149 @@
+"""The timed exchange (backend/lower/timed.py): the routine's row costs are the simulator's cycles, the schedule
+keeps every resource to one use at a time, and scheduled phases run on the simulator's timed exchange with every
+byte where it belongs (a timing model off by a cycle makes the simulator name the receive)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from ipu.backend.kernels.harness import program
+from ipu.backend.lower import exchange as lx
+from ipu.backend.lower import timed as tm
+from ipu.backend.target import Target
+from ipu.runtime.simulator import Simulator
+
+TABLE, SRC, DST = 0x5C000, 0x60000, 0x70000
+
+
+def _run(target, tables: dict[int, np.ndarray], memory=()):
+    sim = Simulator(target)
+    sim.load(program(lx.ROUTINES, target, TABLE, "xch_timed"))
+    for t, tab in tables.items():
+        sim.write(TABLE, np.asarray(tab, np.uint32).view(np.uint8), tiles=[t])
+    for addr, t, data in memory:
+        sim.write(addr, data, tiles=[t])
+    res = sim.run("main", tiles=sorted(tables))
+    return sim, res
+
+
+def _send_rows(rows):
+    """Table words of send rows [(wait, atoms, address)]."""
+    out = [len(rows)]
+    for wait, n, addr in rows:
+        out += [wait, tm.SEND_MARK | (n << tm.MUX_BITS), addr]
+    return np.array(out, np.uint32)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_row_costs_are_the_simulators(seed):
+    """One more row changes the run by exactly its wait plus `ROW.send(n)`'s cost, for every length class of a
+    send (under 256 atoms, whole 256-atom blocks, both) and waits across the delay loop's 64-cycle chunks."""
+    rng = np.random.default_rng(seed)
+    target = Target.small(tiles=1, sram_kib=624)
+    data = rng.integers(0, 256, 8 * 1100, dtype=np.uint8)
+    mem = [(SRC, 0, data)]
+    base = [(int(rng.integers(0, 200)), 3, SRC)]
+    _, res0 = _run(target, {0: _send_rows(base)}, mem)
+    for n in (1, 2, 255, 256, 257, 300, 512, 1000):
+        wait = int(rng.integers(0, 300))
+        _, res = _run(target, {0: _send_rows(base + [(wait, n, SRC)])}, mem)
+        got = int(res.tile_cycles[0] - res0.tile_cycles[0])
+        assert got == wait + tm.ROW.send(n)[2], (n, wait)
+
+
+def test_send_departures_follow_the_model():
+    """First and last atom departures of `ROW.send` against the row's cost: the last atom leaves within the row,
+    at least one send latency after the first, 2 cycles per atom inside a block."""
+    for n in (1, 7, 255, 256, 257, 511, 512, 513, 2000):
+        first, last, cost = tm.ROW.send(n)
+        assert first >= tm.ROW.send_decoded + tm.ROW.latency
+        assert last - first >= 2 * (n - 1)
+        assert last < cost
+        if n <= 256:
+            assert last - first == 2 * (n - 1)
+
+
+def _random_phase(rng, tiles, nsends, fanout):
+    sends = np.zeros((nsends, 5), np.int64)
+    sends[:, 0] = rng.integers(0, tiles, nsends)
+    sends[:, 3] = 8 * rng.integers(1, 300, nsends)
+    sends[:, 4] = rng.integers(0, 3, nsends)
+    rows = []
+    for s in range(nsends):
+        others = [t for t in range(tiles) if t != sends[s, 0]]
+        k = int(rng.integers(1, min(fanout, len(others)) + 1))
+        for t in rng.choice(others, k, replace=False):
+            rows.append([int(t), 0, 0, s, 0])
+    if rng.random() < 0.5 and rows:  # a second receive of one send on one tile: a second transmission
+        rows.append(list(rows[0]))
+    return sends, np.array(rows, np.int64)
+
+
+def _check_schedule(sched: tm.Schedule, sends, recvs, target):
+    """Per tile: rows disjoint in time; per receiver: windows one after the other, each open in time."""
+    fabric = target.exchange_fabric_cycles
+    send_rows = {}
+    for t, rows in sched.rows.items():
+        for (a0, c0, *_), (a1, _, *_) in zip(rows, rows[1:]):
+            assert a0 + c0 <= a1, t
+        for anchor, cost, kind, a, b in rows:
+            if kind == 1:
+                send_rows.setdefault(b, []).append(anchor)
+    assert sorted(len(v) for v in send_rows.values())  # every send went out
+    for t, rows in sched.rows.items():
+        for anchor, cost, kind, a, b in rows:
+            if kind == 0:
+                i = int(recvs[b, 3])
+                opened = anchor + tm.ROW.open
+                arrivals = [x + tm.ROW.send((int(sends[i, 3]) + 7) // 8)[0] + fabric for x in send_rows[i]]
+                assert any(af >= opened for af in arrivals)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_schedule_is_consistent(seed):
+    rng = np.random.default_rng(seed)
+    tiles = int(rng.integers(2, 12))
+    sends, recvs = _random_phase(rng, tiles, int(rng.integers(1, 20)), 4)
+    atoms = (sends[:, 3] + 7) // 8
+    for shared in (False, True):
+        target = dataclasses.replace(Target.small(tiles=tiles), exchange_shared_receive_bus=shared)
+        rr, _ = lx.receive_rounds(sends, recvs)
+        sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
+        assert sum(len(r) for r in sched.rows.values()) == len(recvs) + sched.transmissions
+        _check_schedule(sched, sends, recvs, target)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("shared", [False, True])
+def test_scheduled_phase_runs_on_the_timed_exchange(seed, shared):
+    """Random phases (multicasts, tiles that send and receive, a send received twice on one tile) scheduled,
+    tabled and run: every receive holds its send's bytes, and the simulator's timing checks pass."""
+    rng = np.random.default_rng(100 + seed)
+    tiles = int(rng.integers(2, 9))
+    sends, recvs = _random_phase(rng, tiles, int(rng.integers(1, 12)), 4)
+    target = dataclasses.replace(
+        Target.small(tiles=tiles, sram_kib=624), exchange_shared_receive_bus=shared
+    )
+    atoms = (sends[:, 3] + 7) // 8
+    send_addr = SRC + np.r_[0, np.cumsum(8 * atoms)[:-1]]
+    # Receives one after the other on each tile.
+    rbytes = 8 * atoms[recvs[:, 3]]
+    order = np.argsort(recvs[:, 0], kind="stable")
+    recv_addr = np.zeros(len(recvs), np.int64)
+    for t in np.unique(recvs[:, 0]):
+        sel = order[recvs[order, 0] == t]
+        recv_addr[sel] = DST + np.r_[0, np.cumsum(rbytes[sel])[:-1]]
+    rr, _ = lx.receive_rounds(sends, recvs)
+    sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
+    tab = tm.table(sched, tiles, atoms[recvs[:, 3]], send_addr, recv_addr)
+    data = {t: rng.integers(0, 256, int(8 * atoms.sum()), dtype=np.uint8) for t in range(tiles)}
+    mem = [(SRC, t, data[t]) for t in range(tiles)]
+    mem += [(DST, t, np.zeros(int(rbytes.sum()), np.uint8)) for t in range(tiles)]
+    sim, res = _run(target, {t: tab[t] for t in range(tiles)}, mem)
+    for j in range(len(recvs)):
+        i, t = int(recvs[j, 3]), int(recvs[j, 0])
+        n = 8 * int(atoms[i])
+        got = sim.read(int(recv_addr[j]), n, tiles=[t]).reshape(-1)
+        want = data[int(sends[i, 0])][send_addr[i] - SRC : send_addr[i] - SRC + n]
+        np.testing.assert_array_equal(got, want)
