@@ -185,7 +185,7 @@ def phase_run(args) -> dict:
             "profile_totals": doc["totals"],
             "profile_kernels": {k["name"]: k["cycles"] for k in doc["kernels"]},
             "exchange_rounds": sum(
-                1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync"
+                1 for s in doc["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync"
             ),
         }
     identical = all(

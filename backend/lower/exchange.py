@@ -278,7 +278,7 @@ def staged_phase_tables(
     target: Target | None = None,
 ):
     """(timed table [tiles, words] uint32 or None (`ipu.backend.lower.timed`), pre-copies, shifted pre-copies (a
-    `copy_shift_sup` table or None), post-copies, number of transmissions); the copies are {tile: [(source, destination, bytes)]}: the phase's
+    `copy_shift_sup` table or None), post-copies, number of rounds); the copies are {tile: [(source, destination, bytes)]}: the phase's
     on-tile copies, and the staging of transfers that are not whole aligned atoms (copied to `send_stage` before
     sending, received at `recv_stage` and copied into place).
 
@@ -354,7 +354,7 @@ def staged_phase_tables(
                 f"exchange.phase: {num_tiles} tiles do not fit the {tm.MUX_BITS}-bit mux field"
             )
         sched = timed_schedule(sends, recvs, atoms, target)
-        nrounds = sched.transmissions
+        nrounds = sched.rounds
         rtab = tm.table(sched, num_tiles, atoms[recvs[:, 3]], staged_src, staged_dst)
     if len(copies):
         cp = np.stack(

@@ -602,7 +602,7 @@ class Lowering(NnOps):
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         try:
-            rtab, pre, shifted, post, ntx = lx.staged_phase_tables(
+            rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(
                 op, src, dst, self.n, c_area, a_area, e, self.target
             )
         except lx.ExchangeLoweringError as err:  # which values the phase moves: their makers and readers
@@ -630,7 +630,7 @@ class Lowering(NnOps):
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:  # opens with the phase's sync, ends with one
-            self.table_call("xch_timed", rtab, f"exchange, timed ({ntx} transmissions)")
+            self.table_call("xch_timed", rtab, f"exchange timed ({nrounds} rounds)")
         self.copy_call(post, "exchange copies")
 
     # -- operators ---------------------------------------------------------------------------------------------

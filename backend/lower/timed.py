@@ -186,6 +186,7 @@ class Schedule:
     rows: dict[int, list[tuple]]
     cycles: int
     transmissions: int
+    rounds: int = 0  # the groups the transmissions were taken in (`receive_rounds`)
 
 
 def schedule(
@@ -298,7 +299,7 @@ def schedule(
     rows = {t: [(st, en - st) + row for st, en, row in zip(tl.starts, tl.ends, tl.rows)] for t, tl in lines.items()}
     for tl in rows.values():
         span = max(span, tl[-1][0] + tl[-1][1])
-    return Schedule(rows, span, len(lo_idx))
+    return Schedule(rows, span, len(lo_idx), int(recv_group.max()) + 1 if len(recv_group) else 0)
 
 
 def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, recv_addr) -> np.ndarray:
@@ -319,3 +320,42 @@ def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, re
             else:
                 out[3 * k : 3 * k + 3] = (wait, a | (int(recv_atoms[b]) << MUX_BITS), int(recv_addr[b]))
     return tab
+
+
+def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, str, int, int, int]]:
+    """Tile's rows of a table as (wait, "send" | "recv", sender tile (recv) or -1, atoms, address)."""
+    out = []
+    for k in range(int(tab[tile, 0])):
+        wait, w1, addr = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
+        mux, n = w1 & SEND_MARK, w1 >> MUX_BITS
+        out.append((wait, "send", -1, n, addr) if mux == SEND_MARK else (wait, "recv", mux, n, addr))
+    return out
+
+
+def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple[int, int, int, int, int]]:
+    """What the table delivers by the timing rule alone (a model of the simulator's timed exchange for tests):
+    every receive window as (receiving tile, receive address, sender, the sender's send address, atoms) -- the
+    window takes the next atoms of its sender arriving at or after it opens; it raises AssertionError for a
+    window that finds no such send or a send shorter than the window."""
+    fabric = target.exchange_fabric_cycles
+    sends: dict[int, list[tuple[int, int, int]]] = {}  # tile -> (first arrival, address, atoms) in time order
+    windows = []
+    for t in range(tab.shape[0]):
+        clock = 0
+        for wait, kind, mux, n, addr in table_rows(tab, t):
+            anchor = clock + wait
+            if kind == "send":
+                first, _, cost = costs.send(n)
+                sends.setdefault(t, []).append((anchor + first + fabric, addr, n))
+            else:
+                cost = costs.recv
+                windows.append((t, anchor + costs.open, mux, n, addr))
+            clock = anchor + cost
+    out = []
+    for t, opened, mux, n, addr in windows:
+        nxt = [s for s in sends.get(mux, []) if s[0] >= opened]
+        assert nxt, f"tile {t}: a window opened at {opened} on tile {mux}, which sends nothing after it"
+        _, at, k = nxt[0]
+        assert k >= n, f"tile {t}: a window of {n} atoms takes a send of {k} from tile {mux}"
+        out.append((t, addr, mux, at, n))
+    return out
