@@ -282,7 +282,12 @@ class Simulator:
         self._n_internal = 0  # supervisors waiting on the internal sync
         self._sync_pc = np.zeros(self.NC, dtype=np.int64)  # PC of the sync each waiting supervisor executed
         self._defer: list | None = None
-        self.exchange_log: list = []  # pending sends until the next internal sync
+        # The exchange phase since the last internal sync (runtime/semantics.py `deliver_exchange`): sends,
+        # receive windows and receive set-ups, each with its clock and a sequence number (program order per tile).
+        self.xsends: list = []
+        self.xwins: list = []
+        self.xsets: list = []
+        self.xseq = 0
         self.rounds = 0
         self.recorder: Recorder | None = None  # profiling (off unless set; see the module docstring)
         self.progress = None  # a runtime.progress.Progress (off unless set): cycles, rate and ETA on stderr
@@ -512,6 +517,7 @@ class Simulator:
                 tile=int(self.ctx_tile[ctx]),
                 context="supervisor",
             )
+        semantics.exchange_end_of_run(self)  # a receive window no sync resolved is an error
         if rec is not None:
             rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
         return self.result()
