@@ -183,13 +183,31 @@ class Schedule:
     1 = send (a = atoms, b = send index); and the phase's span in cycles (the last row's end on any tile, and
     the last arrival)."""
 
-    rows: dict[int, list[tuple]]
+    rows: dict[int, list[tuple]] | None
     cycles: int
     transmissions: int
     rounds: int = 0  # the groups the transmissions were taken in (`receive_rounds`)
+    # The same rows as arrays (tile, anchor, cost, kind, a, b), sorted by tile then anchor (`schedule`).
+    arrays: tuple | None = None
+
+    def row_arrays(self) -> tuple:
+        if self.arrays is not None:
+            return self.arrays
+        flat = [(t,) + row for t, rows in sorted(self.rows.items()) for row in rows]
+        cols = np.array(flat, np.int64).reshape(-1, 6)
+        return tuple(cols[:, k] for k in range(6))
+
+    def per_tile(self) -> dict[int, list[tuple]]:
+        if self.rows is not None:
+            return self.rows
+        t, *cols = self.row_arrays()
+        out: dict[int, list[tuple]] = {}
+        for row in zip(t.tolist(), *(c.tolist() for c in cols)):
+            out.setdefault(row[0], []).append(row[1:])
+        return out
 
 
-def schedule(
+def schedule_gaps(
     sender: np.ndarray,
     atoms: np.ndarray,
     recv_tile: np.ndarray,
@@ -302,23 +320,127 @@ def schedule(
     return Schedule(rows, span, len(lo_idx), int(recv_group.max()) + 1 if len(recv_group) else 0)
 
 
+def send_costs(atoms: np.ndarray, costs: RowCosts = ROW) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`RowCosts.send` of every element of atoms (int64 arrays: first and last departures, row cost)."""
+    n = np.asarray(atoms, np.int64)
+    q, r = n >> 8, n & 255
+    base = costs.send_decoded + 7
+    u = np.where(q == 0, base, base + 1 + costs.block * q)
+    tail_send = u + 10
+    first = np.where(q > 0, base + 1 + costs.latency, tail_send + costs.latency)
+    last = np.where(
+        r > 0, tail_send + costs.latency + 2 * (r - 1), base + 1 + costs.block * (q - 1) + costs.latency + 510
+    )
+    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 13, tail_send + 13)
+    return first, last, cost
+
+
+def schedule(
+    sender: np.ndarray,
+    atoms: np.ndarray,
+    recv_tile: np.ndarray,
+    recv_send: np.ndarray,
+    recv_group: np.ndarray,
+    target: Target,
+    costs: RowCosts = ROW,
+) -> Schedule:
+    """Times every transfer, round by round (recv_group: `receive_rounds`; in a round a tile receives at most
+    once and sends at most once), with array operations per round: first every receiver's window set-up, as
+    early as its port (the previous window's last atom in), its supervisor and its sender's previous atoms
+    allow, then every transmission of the round, as early as its sender's supervisor and all its receivers'
+    windows allow. A tile's rows are appended in time (a set-up never goes into a gap before an earlier row;
+    `schedule_gaps` does that, one Python step per row, and also respects a shared receive bus, which this one
+    leaves to it)."""
+    if target.exchange_shared_receive_bus and target.tiles_per_exchange_bus > 1:
+        return schedule_gaps(sender, atoms, recv_tile, recv_send, recv_group, target, costs)
+    fabric = target.exchange_fabric_cycles
+    sender = np.asarray(sender, np.int64)
+    atoms = np.asarray(atoms, np.int64)
+    recv_tile = np.asarray(recv_tile, np.int64)
+    recv_send = np.asarray(recv_send, np.int64)
+    recv_group = np.asarray(recv_group, np.int64)
+    nr = len(recv_tile)
+    if nr == 0:
+        return Schedule({}, 0, 0, 0)
+    tiles = int(max(sender.max(initial=0), recv_tile.max())) + 1
+    first_s, last_s, cost_s = send_costs(atoms, costs)
+    # Transmissions: (round, send) pairs, in round order then send index.
+    tx_key = recv_group * len(sender) + recv_send
+    tx_keys, tx_of = np.unique(tx_key, return_inverse=True)
+    tx_round, tx_send = tx_keys // len(sender), tx_keys % len(sender)
+    ntx = len(tx_keys)
+    sup_free = np.zeros(tiles, np.int64)
+    port_end = np.zeros(tiles, np.int64)
+    prev_last = np.full(tiles, -(1 << 40), np.int64)
+    r_anchor = np.zeros(nr, np.int64)
+    t_anchor = np.zeros(ntx, np.int64)
+    t_al = np.zeros(ntx, np.int64)
+    order = np.argsort(tx_of, kind="stable")  # receives by transmission (so by round)
+    tx_bounds = np.searchsorted(tx_round, np.arange(int(tx_round.max()) + 2))
+    rx_bounds = np.r_[0, np.cumsum(np.bincount(tx_of, minlength=ntx))]
+    for k in range(len(tx_bounds) - 1):
+        t0, t1 = tx_bounds[k], tx_bounds[k + 1]
+        if t0 == t1:
+            continue
+        rx = order[rx_bounds[t0] : rx_bounds[t1]]  # this round's receives (each tile at most once)
+        rt = recv_tile[rx]
+        snd = sender[recv_send[rx]]
+        ar = np.maximum.reduce([port_end[rt] - costs.mux_put, prev_last[snd] + 1 - costs.open, sup_free[rt]])
+        ar = np.maximum(ar, 0)
+        r_anchor[rx] = ar
+        sup_free[rt] = ar + costs.recv
+        txs = np.arange(t0, t1)
+        s = tx_send[txs]
+        st = sender[s]
+        need = np.full(len(txs), -(1 << 40), np.int64)  # the latest window of each transmission
+        np.maximum.at(need, tx_of[rx] - t0, ar + costs.open)
+        anchor = np.maximum(sup_free[st], need - first_s[s] - fabric)
+        anchor = np.maximum(anchor, 0)
+        al = anchor + last_s[s] + fabric
+        t_anchor[txs], t_al[txs] = anchor, al
+        sup_free[st] = anchor + cost_s[s]
+        prev_last[st] = al
+        port_end[rt] = al[tx_of[rx] - t0] + 2
+    # Rows per tile in time order: receives (kind 0) and sends (kind 1).
+    r_tile = np.r_[recv_tile, sender[tx_send]]
+    r_at = np.r_[r_anchor, t_anchor]
+    r_cost = np.r_[np.full(nr, costs.recv, np.int64), cost_s[tx_send]]
+    r_kind = np.r_[np.zeros(nr, np.int64), np.ones(ntx, np.int64)]
+    r_a = np.r_[sender[recv_send], atoms[tx_send]]
+    r_b = np.r_[np.arange(nr), tx_send]
+    o = np.lexsort((r_kind, r_at, r_tile))
+    cycles = int(max((r_at + r_cost).max(), (t_al + 2).max()))
+    return Schedule(
+        rows=None,
+        cycles=cycles,
+        transmissions=ntx,
+        rounds=int(recv_group.max()) + 1,
+        arrays=(r_tile[o], r_at[o], r_cost[o], r_kind[o], r_a[o], r_b[o]),
+    )
+
+
 def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, recv_addr) -> np.ndarray:
     """The routine's table [tiles, 1 + 3 * rows] (uint32): per tile its rows in time order, each with its wait
     (the gap since the previous row's end; the first row's since clock 0)."""
-    width = max((len(r) for r in sched.rows.values()), default=0)
-    tab = np.zeros((num_tiles, 1 + ROW_WORDS * width), np.uint32)
-    for t, rows in sched.rows.items():
-        tab[t, 0] = len(rows)
-        end = 0
-        out = tab[t, 1:]
-        for k, (anchor, cost, kind, a, b) in enumerate(rows):
-            wait = anchor - end
-            assert wait >= 0
-            end = anchor + cost
-            if kind == 1:
-                out[3 * k : 3 * k + 3] = (wait, SEND_MARK | (a << MUX_BITS), int(send_addr[b]))
-            else:
-                out[3 * k : 3 * k + 3] = (wait, a | (int(recv_atoms[b]) << MUX_BITS), int(recv_addr[b]))
+    t, at, cost, kind, a, b = sched.row_arrays()
+    if not len(t):
+        return np.zeros((num_tiles, 1), np.uint32)
+    count = np.bincount(t, minlength=num_tiles)
+    start = np.cumsum(count) - count
+    k = np.arange(len(t)) - start[t]  # row index within its tile
+    prev_end = np.where(k > 0, np.r_[0, (at + cost)[:-1]], 0)
+    wait = at - prev_end
+    if (wait < 0).any():
+        raise AssertionError("timed exchange: overlapping rows in the schedule")
+    send = kind == 1
+    w1 = np.where(send, SEND_MARK | (a << MUX_BITS), a | (np.asarray(recv_atoms, np.int64)[np.where(send, 0, b)] << MUX_BITS))
+    addr = np.where(send, np.asarray(send_addr, np.int64)[np.where(send, b, 0)], np.asarray(recv_addr, np.int64)[np.where(send, 0, b)])
+    tab = np.zeros((num_tiles, 1 + ROW_WORDS * int(count.max())), np.uint32)
+    tab[:, 0] = count
+    col = 1 + ROW_WORDS * k
+    tab[t, col] = wait
+    tab[t, col + 1] = w1
+    tab[t, col + 2] = addr
     return tab
 
 

@@ -84,14 +84,14 @@ def _check_schedule(sched: tm.Schedule, sends, recvs, target):
     """Per tile: rows disjoint in time; per receiver: windows one after the other, each open in time."""
     fabric = target.exchange_fabric_cycles
     send_rows = {}
-    for t, rows in sched.rows.items():
+    for t, rows in sched.per_tile().items():
         for (a0, c0, *_), (a1, _, *_) in zip(rows, rows[1:]):
             assert a0 + c0 <= a1, t
         for anchor, cost, kind, a, b in rows:
             if kind == 1:
                 send_rows.setdefault(b, []).append(anchor)
     assert sorted(len(v) for v in send_rows.values())  # every send went out
-    for t, rows in sched.rows.items():
+    for t, rows in sched.per_tile().items():
         for anchor, cost, kind, a, b in rows:
             if kind == 0:
                 i = int(recvs[b, 3])
@@ -110,7 +110,7 @@ def test_schedule_is_consistent(seed):
         target = dataclasses.replace(Target.small(tiles=tiles), exchange_shared_receive_bus=shared)
         rr, _ = lx.receive_rounds(sends, recvs)
         sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
-        assert sum(len(r) for r in sched.rows.values()) == len(recvs) + sched.transmissions
+        assert sum(len(r) for r in sched.per_tile().values()) == len(recvs) + sched.transmissions
         _check_schedule(sched, sends, recvs, target)
 
 
