@@ -23,8 +23,8 @@ tile (two destinations) take two transmissions.
 
 The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 3 words
 per row: the wait before the row (cycles), then mux | atoms << 11 for a receive or 0x7ff | atoms << 11 for a send,
-then the receive or send address. The wait is exact: chunks of 64 cycles (a `delay` loop), then a jump into a run
-of `nop`s. The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
+then the receive or send address. The wait is exact: chunks of 4096 cycles (a `delay` loop), then two jumps into
+tables of `delay` instructions (64-cycle steps, single cycles). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
 control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
 checks them against the simulator.
 """
@@ -41,7 +41,7 @@ from ipu.backend.target import Target
 ROW_WORDS = 3
 MUX_BITS = 11
 SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
-COARSE = 64  # cycles per iteration of the wait's delay loop
+COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
 
 
 def _send_tail_table(label: str, then: str) -> str:
@@ -53,8 +53,17 @@ def _send_tail_table(label: str, then: str) -> str:
     return "".join(rows)
 
 
-# The delay loop: brz 6 + sub 1 + delay (1 + D) + bri 6 = COARSE cycles per iteration.
-_DELAY = COARSE - 14
+# The wait: chunks of 4096 cycles in a loop (brz 6 + sub 1 + delay (1 + D) + bri 6), then 64-cycle steps and
+# single cycles through two jump tables of `delay` entries: a few instructions whatever the wait (a simulator
+# keeps a group of tiles together through them; a loop of small chunks or a run of nops would cost a step per
+# chunk or cycle).
+LONG = 4096
+_DELAY = LONG - 14
+
+
+def _delay_table(label: str, step: int, then: str) -> str:
+    return f"{label}:\n" + "".join(f"    delay {step * j}\n    bri {then}\n" for j in range(COARSE))
+
 
 ROUTINE = (
     f"""
@@ -67,21 +76,29 @@ xch_timed:
     sub $m2, $m2, 1
 .Lxt_row:
     ld32 $m3, $m0, $mzero, 1
-    shr $m6, $m3, 6
-.Lxt_coarse:
-    brz $m6, .Lxt_fine
+    shr $m6, $m3, 12
+.Lxt_long:
+    brz $m6, .Lxt_mid
     sub $m6, $m6, 1
     delay {_DELAY}
-    bri .Lxt_coarse
+    bri .Lxt_long
+.Lxt_mid:
+    shr $m6, $m3, 6
+    and $m6, $m6, {COARSE - 1}
+    shl $m6, $m6, 3
+    setzi $m7, .Lxt_midtab
+    add $m6, $m6, $m7
+    br $m6
 .Lxt_fine:
     and $m6, $m3, {COARSE - 1}
-    setzi $m7, .Lxt_sled_end
-    shl $m6, $m6, 2
-    sub $m7, $m7, $m6
-    br $m7
+    shl $m6, $m6, 3
+    setzi $m7, .Lxt_finetab
+    add $m6, $m6, $m7
+    br $m6
 """
-    + "    nop\n" * (COARSE - 1)
-    + f""".Lxt_sled_end:
+    + _delay_table(".Lxt_midtab", COARSE, ".Lxt_fine")
+    + _delay_table(".Lxt_finetab", 1, ".Lxt_go")
+    + f""".Lxt_go:
     ld32 $m4, $m0, $mzero, 2
     ld32 $m5, $m0, $mzero, 3
     and $m6, $m4, {SEND_MARK:#x}
@@ -122,11 +139,11 @@ class RowCosts:
     """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
-    wait: int = 18  # ld32, shr, the loop's last brz, and, setzi, shl, sub, br: before the sled's first nop
-    mux_put: int = 29  # the receive row's `put $INCOMING_MUX` (clock before it)
-    open: int = 41  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 60  # a receive row, anchor to the next row's start
-    send_decoded: int = 29  # the send branch taken
+    wait: int = 43  # the wait's instructions besides its delays (ld32, shr, brz, two table jumps of 11 and 10)
+    mux_put: int = 54  # the receive row's `put $INCOMING_MUX` (clock before it)
+    open: int = 66  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 85  # a receive row, anchor to the next row's start
+    send_decoded: int = 54  # the send branch taken
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
