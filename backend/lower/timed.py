@@ -44,25 +44,25 @@ SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
 COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
 
 
-def _send_tail_table(label: str, then: str) -> str:
-    """256 two-instruction entries: entry r sends r atoms (the count is an immediate), entry 0 none."""
-    rows = [f"{label}:\n"]
-    for i in range(256):
-        first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
-        rows.append(f"    {first}\n    bri {then}\n")
-    return "".join(rows)
-
-
-# The wait: chunks of 4096 cycles in a loop (brz 6 + sub 1 + delay (1 + D) + bri 6), then 64-cycle steps and
-# single cycles through two jump tables of `delay` entries: a few instructions whatever the wait (a simulator
-# keeps a group of tiles together through them; a loop of small chunks or a run of nops would cost a step per
-# chunk or cycle).
-LONG = 4096
-_DELAY = LONG - 14
+# The wait (below MAX_WAIT cycles; a longer one is split over rows that send nothing): 64-cycle steps, then
+# single cycles, through two jump tables of `delay` entries: a few instructions whatever the wait (a simulator
+# keeps a group of tiles together through them; a loop of small chunks or a run of nops costs a step per chunk or
+# cycle). A row ends with the loop's `brnzdec` itself (no branch back to a shared tail).
+MAX_WAIT = COARSE * COARSE - 1
 
 
 def _delay_table(label: str, step: int, then: str) -> str:
     return f"{label}:\n" + "".join(f"    delay {step * j}\n    bri {then}\n" for j in range(COARSE))
+
+
+def _send_tail_table(label: str) -> str:
+    """256 four-instruction entries (16 bytes): entry r sends r atoms (the count is an immediate), entry 0 none;
+    then the next row."""
+    rows = [f"{label}:\n"]
+    for i in range(256):
+        first = f"send $m5+=, {i - 1}" if i else "nop"
+        rows.append(f"    {first}\n    add $m0, $m0, 12\n    brnzdec $m2, .Lxt_row\n    bri .Lxt_done\n")
+    return "".join(rows)
 
 
 ROUTINE = (
@@ -76,15 +76,7 @@ xch_timed:
     sub $m2, $m2, 1
 .Lxt_row:
     ld32 $m3, $m0, $mzero, 1
-    shr $m6, $m3, 12
-.Lxt_long:
-    brz $m6, .Lxt_mid
-    sub $m6, $m6, 1
-    delay {_DELAY}
-    bri .Lxt_long
-.Lxt_mid:
     shr $m6, $m3, 6
-    and $m6, $m6, {COARSE - 1}
     shl $m6, $m6, 3
     setzi $m7, .Lxt_midtab
     add $m6, $m6, $m7
@@ -108,7 +100,9 @@ xch_timed:
     put $INCOMING_MUX, $m6
     put $INCOMING_BASE, $m5
     put $INCOMING_DCOUNT, $m4
-    bri .Lxt_next
+    add $m0, $m0, 12
+    brnzdec $m2, .Lxt_row
+    bri .Lxt_done
 .Lxt_send:
     shr $m6, $m4, 8
     brz $m6, .Lxt_tail
@@ -118,16 +112,13 @@ xch_timed:
     brnzdec $m6, .Lxt_block
 .Lxt_tail:
     and $m6, $m4, 255
-    shl $m6, $m6, 3
+    shl $m6, $m6, 4
     setzi $m7, .Lxt_tab
     add $m6, $m6, $m7
     br $m6
 """
-    + _send_tail_table(".Lxt_tab", ".Lxt_next")
-    + """.Lxt_next:
-    add $m0, $m0, 12
-    brnzdec $m2, .Lxt_row
-.Lxt_done:
+    + _send_tail_table(".Lxt_tab")
+    + """.Lxt_done:
     sync TEXCH_SYNCZONE_INTERNAL
     br $lr
 """
@@ -139,11 +130,11 @@ class RowCosts:
     """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
-    wait: int = 43  # the wait's instructions besides its delays (ld32, shr, brz, two table jumps of 11 and 10)
-    mux_put: int = 54  # the receive row's `put $INCOMING_MUX` (clock before it)
-    open: int = 66  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 85  # a receive row, anchor to the next row's start
-    send_decoded: int = 54  # the send branch taken
+    wait: int = 35  # the wait's instructions besides its delays (ld32, two table jumps: 10 + 7 and 10 + 7)
+    mux_put: int = 46  # the receive row's `put $INCOMING_MUX` (clock before it)
+    open: int = 58  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 71  # a receive row, anchor to the next row's start
+    send_decoded: int = 46  # the send branch taken
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
@@ -156,10 +147,10 @@ class RowCosts:
         first = (base + 1 + self.latency) if q else (tail_send + self.latency)
         if r:
             last = tail_send + self.latency + 2 * (r - 1)
-            cost = tail_send + 1 + self.latency + 2 * r + 6 + 7  # send, bri; add, brnzdec
+            cost = tail_send + 1 + self.latency + 2 * r + 7  # send; add, brnzdec
         else:
-            last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255
-            cost = tail_send + 6 + 7  # entry 0: bri; add, brnzdec
+            last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255 if q else first
+            cost = tail_send + 1 + 7  # entry 0: nop; add, brnzdec
         return first, last, cost
 
 
@@ -348,7 +339,7 @@ def send_costs(atoms: np.ndarray, costs: RowCosts = ROW) -> tuple[np.ndarray, np
     last = np.where(
         r > 0, tail_send + costs.latency + 2 * (r - 1), base + 1 + costs.block * (q - 1) + costs.latency + 510
     )
-    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 13, tail_send + 13)
+    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 7, tail_send + 8)
     return first, last, cost
 
 
@@ -442,16 +433,37 @@ def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, re
     t, at, cost, kind, a, b = sched.row_arrays()
     if not len(t):
         return np.zeros((num_tiles, 1), np.uint32)
-    count = np.bincount(t, minlength=num_tiles)
-    start = np.cumsum(count) - count
-    k = np.arange(len(t)) - start[t]  # row index within its tile
-    prev_end = np.where(k > 0, np.r_[0, (at + cost)[:-1]], 0)
-    wait = at - prev_end
+    first_row = np.r_[True, t[1:] != t[:-1]]
+    wait = at - np.where(first_row, 0, np.r_[0, (at + cost)[:-1]])
     if (wait < 0).any():
         raise AssertionError("timed exchange: overlapping rows in the schedule")
     send = kind == 1
-    w1 = np.where(send, SEND_MARK | (a << MUX_BITS), a | (np.asarray(recv_atoms, np.int64)[np.where(send, 0, b)] << MUX_BITS))
-    addr = np.where(send, np.asarray(send_addr, np.int64)[np.where(send, b, 0)], np.asarray(recv_addr, np.int64)[np.where(send, 0, b)])
+    r_atoms = np.r_[np.asarray(recv_atoms, np.int64), 0]  # one pad entry: the index of a send row
+    r_addr = np.r_[np.asarray(recv_addr, np.int64), 0]
+    s_addr = np.r_[np.asarray(send_addr, np.int64), 0]
+    w1 = np.where(send, SEND_MARK | (a << MUX_BITS), a | (r_atoms[np.where(send, -1, b)] << MUX_BITS))
+    addr = np.where(send, s_addr[np.where(send, b, -1)], r_addr[np.where(send, -1, b)])
+    long = np.nonzero(wait > MAX_WAIT)[0]
+    if len(long):  # rows that send nothing before them, each waiting at most MAX_WAIT
+        idle = ROW.send(0)[2]
+        extra = -(-(wait[long] - MAX_WAIT) // (MAX_WAIT + idle))
+        spread = wait[long] - extra * idle  # over extra + 1 waits
+        reps = np.ones(len(t), np.int64)
+        reps[long] += extra
+        t, w1, addr = np.repeat(t, reps), np.repeat(w1, reps), np.repeat(addr, reps)
+        new_wait = np.repeat(wait, reps)
+        at_row = np.cumsum(reps) - 1  # where each original row lands
+        for i, k, total in zip(long.tolist(), extra.tolist(), spread.tolist()):
+            pos = at_row[i] - k
+            part = total // (k + 1)
+            new_wait[pos : pos + k] = part
+            new_wait[pos + k] = total - k * part
+            w1[pos : pos + k] = SEND_MARK  # a send of 0 atoms: only its wait
+            addr[pos : pos + k] = 0
+        wait = new_wait
+    count = np.bincount(t, minlength=num_tiles)
+    start = np.cumsum(count) - count
+    k = np.arange(len(t)) - start[t]  # row index within its tile
     tab = np.zeros((num_tiles, 1 + ROW_WORDS * int(count.max())), np.uint32)
     tab[:, 0] = count
     col = 1 + ROW_WORDS * k

@@ -38,7 +38,7 @@ def _send_rows(rows):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_row_costs_are_the_simulators(seed):
     """One more row changes the run by exactly its wait plus `ROW.send(n)`'s cost, for every length class of a
-    send (under 256 atoms, whole 256-atom blocks, both) and waits across the delay tables and the 4096-cycle loop."""
+    send (under 256 atoms, whole 256-atom blocks, both) and waits across both delay tables (up to `MAX_WAIT`)."""
     rng = np.random.default_rng(seed)
     target = Target.small(tiles=1, sram_kib=624)
     data = rng.integers(0, 256, 8 * 1100, dtype=np.uint8)
@@ -46,10 +46,28 @@ def test_row_costs_are_the_simulators(seed):
     base = [(int(rng.integers(0, 200)), 3, SRC)]
     _, res0 = _run(target, {0: _send_rows(base)}, mem)
     for n in (1, 2, 255, 256, 257, 300, 512, 1000):
-        wait = int(rng.integers(0, 300)) + (9000 if n in (257, 1000) else 0)  # and past the 4096-cycle loop
+        wait = int(rng.integers(0, 300)) + (3700 if n in (257, 1000) else 0)  # up to the longest one row waits
         _, res = _run(target, {0: _send_rows(base + [(wait, n, SRC)])}, mem)
         got = int(res.tile_cycles[0] - res0.tile_cycles[0])
         assert got == wait + tm.ROW.send(n)[2], (n, wait)
+
+
+@pytest.mark.parametrize("gap", [tm.MAX_WAIT, tm.MAX_WAIT + 1, 20_000, 3 * tm.MAX_WAIT + 500])
+def test_long_waits_are_split_exactly(gap):
+    """A gap longer than one row can wait becomes rows that send nothing: the run is longer by exactly the gap."""
+    target = Target.small(tiles=1, sram_kib=624)
+    data = np.arange(64, dtype=np.uint8)
+    first, _, cost = tm.ROW.send(3)
+
+    def cycles(second_at):
+        cols = (np.zeros(2, np.int64), np.array([0, second_at]), np.array([cost, cost]), np.ones(2, np.int64),
+                np.array([3, 3]), np.zeros(2, np.int64))  # fmt: skip
+        sched = tm.Schedule(None, 0, 2, arrays=cols)
+        tab = tm.table(sched, 1, np.zeros(0, np.int64), np.array([SRC]), np.zeros(0, np.int64))
+        _, res = _run(target, {0: tab[0]}, [(SRC, 0, data)])
+        return int(res.tile_cycles[0])
+
+    assert cycles(cost + gap) - cycles(cost) == gap
 
 
 def test_send_departures_follow_the_model():
