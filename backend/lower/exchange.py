@@ -26,7 +26,6 @@ from ipu.backend.target import Target
 from ipu.dialects import exchange as ex
 
 
-
 class ExchangeLoweringError(ValueError):
     pass
 
@@ -147,13 +146,19 @@ _ROUNDS_CACHE_RECEIVES = 1 << 24  # at most 64 MiB of cached rounds (an So400m l
 _SCHEDULE_CACHE: dict[bytes, tm.Schedule] = {}
 
 
-def timed_schedule(sends: np.ndarray, recvs: np.ndarray, atoms: np.ndarray, target: Target | None) -> tm.Schedule:
+def timed_schedule(
+    sends: np.ndarray, recvs: np.ndarray, atoms: np.ndarray, target: Target | None
+) -> tm.Schedule:
     """The phase's timed schedule (`ipu.backend.lower.timed.schedule`), its transmissions grouped as the
     `receive_rounds` rounds; cached (a loop body's phase is lowered for several iterations)."""
     target = target or Target.ipu21()
     h = hashlib.blake2b(_rounds_key(sends, recvs), digest_size=20)
     h.update(np.ascontiguousarray(atoms, np.int64).tobytes())
-    h.update(repr((target.exchange_fabric_cycles, target.exchange_shared_receive_bus, target.tiles_per_exchange_bus)).encode())
+    h.update(
+        repr(
+            (target.exchange_fabric_cycles, target.exchange_shared_receive_bus, target.tiles_per_exchange_bus)
+        ).encode()
+    )
     key = h.digest()
     hit = _SCHEDULE_CACHE.get(key)
     if hit is None:
@@ -227,12 +232,12 @@ def _per_tile(tiles: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[int, 
 def phase_tables(*args):
     """(rounds table or None, pre-copies, post-copies, number of rounds) of a phase that needs no half-word shifted
     staging (`staged_phase_tables`, which the lowering calls, has the shifted staging's table too)."""
-    rtab, pre, stab, post, nrounds = staged_phase_tables(*args)
+    rtab, pre, stab, post, sched = staged_phase_tables(*args)
     if stab is not None:
         raise ExchangeLoweringError(
             "exchange.phase: needs half-word shifted send staging (staged_phase_tables)"
         )
-    return rtab, pre, post, nrounds
+    return rtab, pre, post, sched.rounds if sched is not None else 0
 
 
 def _whole_end_words(tiles, src, dst, nbytes, copies, dst_addr) -> np.ndarray:
@@ -278,7 +283,7 @@ def staged_phase_tables(
     target: Target | None = None,
 ):
     """(timed table [tiles, words] uint32 or None (`ipu.backend.lower.timed`), pre-copies, shifted pre-copies (a
-    `copy_shift_sup` table or None), post-copies, number of rounds); the copies are {tile: [(source, destination, bytes)]}: the phase's
+    `copy_shift_sup` table or None), post-copies, the timed schedule (`ipu.backend.lower.timed.Schedule`) or None); the copies are {tile: [(source, destination, bytes)]}: the phase's
     on-tile copies, and the staging of transfers that are not whole aligned atoms (copied to `send_stage` before
     sending, received at `recv_stage` and copied into place).
 
@@ -346,15 +351,13 @@ def staged_phase_tables(
                 "area (one kernel scratch element); the phase is not staged in parts: more tiles (smaller shards "
                 "per tile) or even-sized, 8-byte aligned blocks would help"
             )
-    rtab = None
-    nrounds = 0
+    rtab = sched = None
     if len(sends) and len(recvs):
         if num_tiles >= tm.SEND_MARK:
             raise ExchangeLoweringError(
                 f"exchange.phase: {num_tiles} tiles do not fit the {tm.MUX_BITS}-bit mux field"
             )
         sched = timed_schedule(sends, recvs, atoms, target)
-        nrounds = sched.rounds
         rtab = tm.table(sched, num_tiles, atoms[recvs[:, 3]], staged_src, staged_dst)
     if len(copies):
         cp = np.stack(
@@ -367,11 +370,13 @@ def staged_phase_tables(
         )
         for t, rows in _per_tile(copies[:, 0], cp).items():
             post.setdefault(t, []).extend(rows)
-    return rtab, pre, stab, post, nrounds
+    return rtab, pre, stab, post, sched
 
 
 # The routines: the timed exchange (`ipu.backend.lower.timed`) and the half-word copy.
-ROUTINES = tm.ROUTINE + """
+ROUTINES = (
+    tm.ROUTINE
+    + """
 .globl xch_half
 .supervisor
 xch_half:
@@ -398,6 +403,7 @@ xch_half:
 .Lxh_done:
     br $lr
 """
+)
 HALF_WORDS = 5  # xch_half row: source word, source shift, destination word, keep mask, destination shift
 
 

@@ -28,6 +28,7 @@ Op lowering (what exists, see docs/lowering.md for what does not):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -57,7 +58,7 @@ from ipu.backend.lower.placement import (
     StorageOverflow,
     scratch_elements,
 )
-from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, op_name, resolve
+from ipu.backend.lower.sites import PHASE_MARKER, exchange_phases, label_sites, op_marker, op_name, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -602,7 +603,7 @@ class Lowering(NnOps):
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         try:
-            rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(
+            rtab, pre, shifted, post, sched = lx.staged_phase_tables(
                 op, src, dst, self.n, c_area, a_area, e, self.target
             )
         except lx.ExchangeLoweringError as err:  # which values the phase moves: their makers and readers
@@ -630,8 +631,19 @@ class Lowering(NnOps):
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:  # opens with the phase's sync, ends with one
-            self.table_call("xch_timed", rtab, f"exchange timed ({nrounds} rounds)")
+            self._phase_timing(sched)
+            self.table_call("xch_timed", rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
+
+    def _phase_timing(self, sched) -> None:
+        """The timed schedule's figures in the phase's summary (the marker line `op_marker` wrote for it)."""
+        for k in range(len(self.lines) - 1, -1, -1):
+            line = self.lines[k]
+            if line.startswith(PHASE_MARKER):
+                detail = json.loads(line[len(PHASE_MARKER) :])
+                detail.update(timed_cycles=int(sched.cycles), transmissions=int(sched.transmissions))
+                self.lines[k] = PHASE_MARKER + json.dumps(detail, separators=(",", ":"))
+                return
 
     # -- operators ---------------------------------------------------------------------------------------------
     def _panel_addr(

@@ -322,7 +322,10 @@ def schedule_gaps(
                     bus_tx[p] = tx
             span = max(span, al + 2, anchor + cost)
         k = g_end
-    rows = {t: [(st, en - st) + row for st, en, row in zip(tl.starts, tl.ends, tl.rows)] for t, tl in lines.items()}
+    rows = {
+        t: [(st, en - st) + row for st, en, row in zip(tl.starts, tl.ends, tl.rows)]
+        for t, tl in lines.items()
+    }
     for tl in rows.values():
         span = max(span, tl[-1][0] + tl[-1][1])
     return Schedule(rows, span, len(lo_idx), int(recv_group.max()) + 1 if len(recv_group) else 0)

@@ -11,8 +11,8 @@ import pytest
 from ipu.backend.kernels import copy as C
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower import timed as tm
-from ipu.backend.target import Target
 from ipu.backend.lower.lowering import _split_halves_of
+from ipu.backend.target import Target
 
 BASE, SIZE = 0x60000, 0x50000
 SRC, DST, SEND_STAGE, RECV_STAGE, STAGE = 0x60000, 0x70000, 0x90000, 0xA0000, 0x8000
@@ -70,7 +70,7 @@ def test_staged_phase_delivers(seed, same_phase):
     addr = [np.full(tiles, SRC, np.int64)]
     daddr = [np.full(tiles, DST, np.int64)]
     lx._ROUNDS_CACHE.clear()
-    rtab, pre, stab, post, nrounds = lx.staged_phase_tables(
+    rtab, pre, stab, post, _ = lx.staged_phase_tables(
         _Phase(sends, recvs, copies), addr, daddr, tiles, SEND_STAGE, RECV_STAGE, STAGE
     )
     mem = rng.integers(0, 256, (tiles, SIZE), dtype=np.uint8)

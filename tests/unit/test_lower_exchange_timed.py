@@ -46,7 +46,9 @@ def test_row_costs_are_the_simulators(seed):
     base = [(int(rng.integers(0, 200)), 3, SRC)]
     _, res0 = _run(target, {0: _send_rows(base)}, mem)
     for n in (1, 2, 255, 256, 257, 300, 512, 1000):
-        wait = int(rng.integers(0, 300)) + (3700 if n in (257, 1000) else 0)  # up to the longest one row waits
+        wait = int(rng.integers(0, 300)) + (
+            3700 if n in (257, 1000) else 0
+        )  # up to the longest one row waits
         _, res = _run(target, {0: _send_rows(base + [(wait, n, SRC)])}, mem)
         got = int(res.tile_cycles[0] - res0.tile_cycles[0])
         assert got == wait + tm.ROW.send(n)[2], (n, wait)
@@ -105,12 +107,12 @@ def _check_schedule(sched: tm.Schedule, sends, recvs, target):
     for t, rows in sched.per_tile().items():
         for (a0, c0, *_), (a1, _, *_) in zip(rows, rows[1:]):
             assert a0 + c0 <= a1, t
-        for anchor, cost, kind, a, b in rows:
+        for anchor, _, kind, _, b in rows:
             if kind == 1:
                 send_rows.setdefault(b, []).append(anchor)
     assert sorted(len(v) for v in send_rows.values())  # every send went out
-    for t, rows in sched.per_tile().items():
-        for anchor, cost, kind, a, b in rows:
+    for rows in sched.per_tile().values():
+        for anchor, _, kind, _, b in rows:
             if kind == 0:
                 i = int(recvs[b, 3])
                 opened = anchor + tm.ROW.open
@@ -140,9 +142,7 @@ def test_scheduled_phase_runs_on_the_timed_exchange(seed, shared):
     rng = np.random.default_rng(100 + seed)
     tiles = int(rng.integers(2, 9))
     sends, recvs = _random_phase(rng, tiles, int(rng.integers(1, 12)), 4)
-    target = dataclasses.replace(
-        Target.small(tiles=tiles, sram_kib=624), exchange_shared_receive_bus=shared
-    )
+    target = dataclasses.replace(Target.small(tiles=tiles, sram_kib=624), exchange_shared_receive_bus=shared)
     atoms = (sends[:, 3] + 7) // 8
     send_addr = SRC + np.r_[0, np.cumsum(8 * atoms)[:-1]]
     # Receives one after the other on each tile.
