@@ -23,8 +23,8 @@ tile (two destinations) take two transmissions.
 
 The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 3 words
 per row: the wait before the row (cycles), then mux | atoms << 11 for a receive or 0x7ff | atoms << 11 for a send,
-then the receive or send address. The wait is exact: chunks of 4096 cycles (a `delay` loop), then two jumps into
-tables of `delay` instructions (64-cycle steps, single cycles). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
+then the receive or send address. The wait is exact: two jumps into tables of `delay` instructions (64-cycle steps,
+then single cycles; longer waits are split over rows that send nothing). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
 control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
 checks them against the simulator.
 """
@@ -44,24 +44,40 @@ SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
 COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
 
 
-# The wait (below MAX_WAIT cycles; a longer one is split over rows that send nothing): 64-cycle steps, then
-# single cycles, through two jump tables of `delay` entries: a few instructions whatever the wait (a simulator
-# keeps a group of tiles together through them; a loop of small chunks or a run of nops costs a step per chunk or
-# cycle). A row ends with the loop's `brnzdec` itself (no branch back to a shared tail).
+# The wait (below MAX_WAIT cycles; a longer one is split over rows that send nothing): a jump into a table of
+# 64-cycle `delay`s, then one into a table of single-cycle `delay`s, each entry of which goes on with the row
+# itself (decode, receive set-up, next row): a few instructions whatever the wait (a simulator keeps a group of
+# tiles together through them; a loop of small chunks or a run of nops costs a step per chunk or cycle).
 MAX_WAIT = COARSE * COARSE - 1
 
 
-def _delay_table(label: str, step: int, then: str) -> str:
-    return f"{label}:\n" + "".join(f"    delay {step * j}\n    bri {then}\n" for j in range(COARSE))
+def _fine_entry(r: int) -> list[str]:
+    return [
+        f"delay {r}",
+        "ld32 $m4, $m0, $mzero, 2",
+        "ld32 $m5, $m0, $mzero, 3",
+        f"and $m6, $m4, {SEND_MARK:#x}",
+        f"shr $m4, $m4, {MUX_BITS}",
+        f"cmpeq $m1, $m6, {SEND_MARK:#x}",
+        "brnz $m1, .Lxt_send",
+        "put $INCOMING_MUX, $m6",
+        "put $INCOMING_BASE, $m5",
+        "put $INCOMING_DCOUNT, $m4",
+        "add $m0, $m0, 12",
+        "brnzdec $m2, .Lxt_row",
+        "bri .Lxt_done",
+    ]
 
 
-def _send_tail_table(label: str) -> str:
-    """256 four-instruction entries (16 bytes): entry r sends r atoms (the count is an immediate), entry 0 none;
-    then the next row."""
+FINE_ENTRY_BYTES = 4 * len(_fine_entry(0))
+
+
+def _send_tail_table(label: str, then: str) -> str:
+    """256 two-instruction entries: entry r sends r atoms (the count is an immediate), entry 0 none."""
     rows = [f"{label}:\n"]
     for i in range(256):
-        first = f"send $m5+=, {i - 1}" if i else "nop"
-        rows.append(f"    {first}\n    add $m0, $m0, 12\n    brnzdec $m2, .Lxt_row\n    bri .Lxt_done\n")
+        first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
+        rows.append(f"    {first}\n    bri {then}\n")
     return "".join(rows)
 
 
@@ -76,34 +92,21 @@ xch_timed:
     sub $m2, $m2, 1
 .Lxt_row:
     ld32 $m3, $m0, $mzero, 1
+    and $m6, $m3, {COARSE - 1}
+    mul $m6, $m6, {FINE_ENTRY_BYTES}
+    setzi $m7, .Lxt_finetab
+    add $m7, $m7, $m6
     shr $m6, $m3, 6
     shl $m6, $m6, 3
-    setzi $m7, .Lxt_midtab
-    add $m6, $m6, $m7
+    setzi $m1, .Lxt_midtab
+    add $m6, $m6, $m1
     br $m6
-.Lxt_fine:
-    and $m6, $m3, {COARSE - 1}
-    shl $m6, $m6, 3
-    setzi $m7, .Lxt_finetab
-    add $m6, $m6, $m7
-    br $m6
+.Lxt_midtab:
 """
-    + _delay_table(".Lxt_midtab", COARSE, ".Lxt_fine")
-    + _delay_table(".Lxt_finetab", 1, ".Lxt_go")
-    + f""".Lxt_go:
-    ld32 $m4, $m0, $mzero, 2
-    ld32 $m5, $m0, $mzero, 3
-    and $m6, $m4, {SEND_MARK:#x}
-    shr $m4, $m4, {MUX_BITS}
-    cmpeq $m7, $m6, {SEND_MARK:#x}
-    brnz $m7, .Lxt_send
-    put $INCOMING_MUX, $m6
-    put $INCOMING_BASE, $m5
-    put $INCOMING_DCOUNT, $m4
-    add $m0, $m0, 12
-    brnzdec $m2, .Lxt_row
-    bri .Lxt_done
-.Lxt_send:
+    + "".join(f"    delay {COARSE * j}\n    br $m7\n" for j in range(COARSE))
+    + ".Lxt_finetab:\n"
+    + "".join("".join(f"    {ins}\n" for ins in _fine_entry(r)) for r in range(COARSE))
+    + """.Lxt_send:
     shr $m6, $m4, 8
     brz $m6, .Lxt_tail
     sub $m6, $m6, 1
@@ -112,13 +115,16 @@ xch_timed:
     brnzdec $m6, .Lxt_block
 .Lxt_tail:
     and $m6, $m4, 255
-    shl $m6, $m6, 4
+    shl $m6, $m6, 3
     setzi $m7, .Lxt_tab
     add $m6, $m6, $m7
     br $m6
 """
-    + _send_tail_table(".Lxt_tab")
-    + """.Lxt_done:
+    + _send_tail_table(".Lxt_tab", ".Lxt_next")
+    + """.Lxt_next:
+    add $m0, $m0, 12
+    brnzdec $m2, .Lxt_row
+.Lxt_done:
     sync TEXCH_SYNCZONE_INTERNAL
     br $lr
 """
@@ -130,11 +136,11 @@ class RowCosts:
     """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
-    wait: int = 35  # the wait's instructions besides its delays (ld32, two table jumps: 10 + 7 and 10 + 7)
-    mux_put: int = 46  # the receive row's `put $INCOMING_MUX` (clock before it)
-    open: int = 58  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 71  # a receive row, anchor to the next row's start
-    send_decoded: int = 46  # the send branch taken
+    wait: int = 23  # the wait's instructions besides its delays (ld32, both jump targets, br; br; the delay)
+    mux_put: int = 34  # the receive row's `put $INCOMING_MUX` (clock before it)
+    open: int = 46  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 59  # a receive row, anchor to the next row's start
+    send_decoded: int = 34  # the send branch taken
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
@@ -147,10 +153,10 @@ class RowCosts:
         first = (base + 1 + self.latency) if q else (tail_send + self.latency)
         if r:
             last = tail_send + self.latency + 2 * (r - 1)
-            cost = tail_send + 1 + self.latency + 2 * r + 7  # send; add, brnzdec
+            cost = tail_send + 1 + self.latency + 2 * r + 6 + 7  # send, bri; add, brnzdec
         else:
             last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255 if q else first
-            cost = tail_send + 1 + 7  # entry 0: nop; add, brnzdec
+            cost = tail_send + 6 + 7  # entry 0: bri; add, brnzdec
         return first, last, cost
 
 
@@ -342,7 +348,7 @@ def send_costs(atoms: np.ndarray, costs: RowCosts = ROW) -> tuple[np.ndarray, np
     last = np.where(
         r > 0, tail_send + costs.latency + 2 * (r - 1), base + 1 + costs.block * (q - 1) + costs.latency + 510
     )
-    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 7, tail_send + 8)
+    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 13, tail_send + 13)
     return first, last, cost
 
 

@@ -165,3 +165,30 @@ def test_scheduled_phase_runs_on_the_timed_exchange(seed, shared):
         got = sim.read(int(recv_addr[j]), n, tiles=[t]).reshape(-1)
         want = data[int(sends[i, 0])][send_addr[i] - SRC : send_addr[i] - SRC + n]
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("early", [0, 1])
+def test_receive_row_opens_at_its_modelled_cycle(early):
+    """Tile 1's window opens at anchor + `ROW.open`: a send whose first atom arrives exactly then is received,
+    one arriving a cycle earlier is not (the simulator names the receive)."""
+    from ipu.runtime.errors import SimError
+
+    target = Target.small(tiles=2, sram_kib=624)
+    n = 5
+    first, _, cost = tm.ROW.send(n)
+    r_anchor = 300
+    s_anchor = r_anchor + tm.ROW.open - first - target.exchange_fabric_cycles - early
+    cols = (
+        np.array([0, 1]), np.array([s_anchor, r_anchor]), np.array([cost, tm.ROW.recv]), np.array([1, 0]),
+        np.array([n, 0]), np.array([0, 0]),
+    )  # fmt: skip
+    tab = tm.table(tm.Schedule(None, 0, 1, arrays=cols), 2, np.array([n]), np.array([SRC]), np.array([DST]))
+    data = np.arange(8 * n, dtype=np.uint8)
+    mem = [(SRC, 0, data), (DST, 1, np.zeros(8 * n, np.uint8))]
+    if early:
+        with pytest.raises(SimError) as e:
+            _run(target, {0: tab[0], 1: tab[1]}, mem)
+        assert e.value.check == "exchange-no-sender" and e.value.tile == 1
+        return
+    sim, res = _run(target, {0: tab[0], 1: tab[1]}, mem)
+    np.testing.assert_array_equal(sim.read(DST, 8 * n, tiles=[1]).reshape(-1), data)
