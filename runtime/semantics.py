@@ -692,7 +692,9 @@ def _csr_write(sim, g, sel, ins, c, vals):
     if g.supervisor and c in (SC["FP_INFMT"], SC["FP_ISCL"]):
         amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending FP8 products use the old formats/scale
     if g.supervisor and c in _X_SETUP:
-        _exchange_setup(sim, g, sel, c, vals)  # exchange in time: receive set-ups are recorded with their clock
+        _exchange_setup(
+            sim, g, sel, c, vals
+        )  # exchange in time: receive set-ups are recorded with their clock
     sim.csr[sel, _col(c)] = vals
 
 
@@ -1001,7 +1003,12 @@ def _x_resolve_reference(sim, release):
         w0 = (b - sim.base) // 8  # word-major SRAM: tile r's words are column r
         if (sim.wstate[w0 : w0 + v, r] & PROTECTED).any():
             raise SimError(
-                "protected", "receive into code or a reserved range", tile=r, context="supervisor", pc=pc, address=b
+                "protected",
+                "receive into code or a reserved range",
+                tile=r,
+                context="supervisor",
+                pc=pc,
+                address=b,
             )
         sim.mem64[w0 : w0 + v, r] = atoms
         sim.wstate[w0 : w0 + v, r] |= WRITTEN

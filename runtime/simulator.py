@@ -501,6 +501,7 @@ class Simulator:
         # Every run starts with $lr = 0 (`br $lr` returns to the host), also the second run of a loaded program.
         self.m[sup, M_ALIASES["lr"]] = 0
         self._groups = [Group(pc, np.sort(sup), True)]
+        semantics._x_clear(self)  # no exchange phase spans runs (a run that raised may have left one)
         start_rounds = self.rounds
         self._run_start = self.cycles.copy()
         self._run_start_issued = self.issued.copy()
