@@ -692,7 +692,9 @@ def _csr_write(sim, g, sel, ins, c, vals):
     if g.supervisor and c in (SC["FP_INFMT"], SC["FP_ISCL"]):
         amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending FP8 products use the old formats/scale
     if g.supervisor and c in _X_SETUP:
-        _exchange_setup(sim, g, sel, c, vals)  # exchange in time: receive set-ups are recorded with their clock
+        _exchange_setup(
+            sim, g, sel, c, vals
+        )  # exchange in time: receive set-ups are recorded with their clock
     sim.csr[sel, _col(c)] = vals
 
 
@@ -859,12 +861,11 @@ def _x_timing(sim):
     return t.exchange_send_latency + t.exchange_fabric_cycles, 8 // t.exchange_bytes_per_cycle
 
 
-def _x_where(sim, tile, sync_pc):
-    return "(no internal sync ends the phase)" if sync_pc is None else f"(the phase ending at the sync at pc {sync_pc:#x})"
-
-
-def _x_sync_pc(sim, tile, release):
-    return None if release is None else int(sim._sync_pc[sim.NW + tile])
+def _x_where(sim, tile, release) -> str:
+    """The phase, for messages: the PC of the sync that ends it (tile's), or none (the end of a run)."""
+    if release is None:
+        return "(no internal sync ends the phase)"
+    return f"(the phase ending at the sync at pc {int(sim._sync_pc[sim.NW + tile]):#x})"
 
 
 def _x_resolve_reference(sim, release):
@@ -897,18 +898,17 @@ def _x_resolve_reference(sim, release):
             k1 = min(len(data), k0 + v - got)
             segs.append((j, k0, k1, a0 + A * k0, a0 + A * k1))  # atoms [k0, k1), cycles [start, end)
             got += k1 - k0
-        sp = _x_sync_pc(sim, r, release)
         if got < v:
             raise SimError(
                 "exchange-no-sender",
                 f"a window for {v} atoms from tile {m} opened at cycle {t} (put $INCOMING_DCOUNT at pc {pc:#x}) "
-                f"received {got} {_x_where(sim, r, sp)}",
+                f"received {got} {_x_where(sim, r, release)}",
                 tile=r, context="supervisor", pc=pc, address=b,
             )  # fmt: skip
         if b % 8 or not sim.target.in_sram(b, 8 * v):
             raise SimError(
                 "exchange",
-                f"bad receive address for the window opened at cycle {t} {_x_where(sim, r, sp)}",
+                f"bad receive address for the window opened at cycle {t} {_x_where(sim, r, release)}",
                 tile=r, context="supervisor", pc=pc, address=b,
             )  # fmt: skip
         accepted.append(segs)
@@ -926,7 +926,7 @@ def _x_resolve_reference(sim, release):
                 raise SimError(
                     "exchange-overlap",
                     f"{what} written at cycle {t} (pc {pc:#x}) before the window opened at cycle {pw[2]} (pc "
-                    f"{pw[6]:#x}, from tile {pw[3]}) ends at cycle {end} {_x_where(sim, r, _x_sync_pc(sim, r, release))}",
+                    f"{pw[6]:#x}, from tile {pw[3]}) ends at cycle {end} {_x_where(sim, r, release)}",
                     tile=r, context="supervisor", pc=pc, address=pw[4],
                 )  # fmt: skip
         if k >= 0:
@@ -952,7 +952,7 @@ def _x_resolve_reference(sim, release):
                             f"two sends arriving on one receive bus in one cycle: tile {r} receives from tile {m} "
                             f"in cycles [{s0}, {s1}) (window opened at cycle {w[2]}, pc {w[6]:#x}), tile {x[2]} "
                             f"from tile {x[3]} in cycles [{x[0]}, {x[1]}) (window opened at cycle {wx[2]}, pc "
-                            f"{wx[6]:#x}) {_x_where(sim, r, _x_sync_pc(sim, r, release))}",
+                            f"{wx[6]:#x}) {_x_where(sim, r, release)}",
                             tile=r, context="supervisor", pc=w[6], address=w[4],
                         )  # fmt: skip
                 active.append((s0, s1, r, m, j, k))
@@ -969,7 +969,7 @@ def _x_resolve_reference(sim, release):
                     raise SimError(
                         "exchange-overwrite",
                         f"the windows opened at cycles {wp[2]} (pc {wp[6]:#x}) and {w[2]} (pc {w[6]:#x}) both write "
-                        f"address {lst[i][0]:#x} {_x_where(sim, r, _x_sync_pc(sim, r, release))}",
+                        f"address {lst[i][0]:#x} {_x_where(sim, r, release)}",
                         tile=r, context="supervisor", pc=w[6], address=lst[i][0],
                     )  # fmt: skip
     # E3: a send of data that a window of the phase writes on the sending tile
@@ -982,7 +982,7 @@ def _x_resolve_reference(sim, release):
                     raise SimError(
                         "exchange-early-send",
                         f"a send at cycle {c0} (pc {pc:#x}) reads address {lo:#x}, which the window opened at cycle "
-                        f"{w[2]} (pc {w[6]:#x}) receives in the same phase {_x_where(sim, s, _x_sync_pc(sim, s, release))}",
+                        f"{w[2]} (pc {w[6]:#x}) receives in the same phase {_x_where(sim, s, release)}",
                         tile=s, context="supervisor", pc=pc, address=lo,
                     )  # fmt: skip
     # E5: an atom arriving after the release
@@ -993,7 +993,7 @@ def _x_resolve_reference(sim, release):
             raise SimError(
                 "exchange-late",
                 f"the window opened at cycle {w[2]} (pc {w[6]:#x}) receives its last atom at cycle {arrive}, after "
-                f"the sync's release at cycle {release} {_x_where(sim, w[0], _x_sync_pc(sim, w[0], release))}",
+                f"the sync's release at cycle {release} {_x_where(sim, w[0], release)}",
                 tile=w[0], context="supervisor", pc=w[6], address=w[4] + 8 * (w[5] - 1),
             )  # fmt: skip
     # the writes
@@ -1003,7 +1003,12 @@ def _x_resolve_reference(sim, release):
         w0 = (b - sim.base) // 8  # word-major SRAM: tile r's words are column r
         if (sim.wstate[w0 : w0 + v, r] & PROTECTED).any():
             raise SimError(
-                "protected", "receive into code or a reserved range", tile=r, context="supervisor", pc=pc, address=b
+                "protected",
+                "receive into code or a reserved range",
+                tile=r,
+                context="supervisor",
+                pc=pc,
+                address=b,
             )
         sim.mem64[w0 : w0 + v, r] = atoms
         sim.wstate[w0 : w0 + v, r] |= WRITTEN

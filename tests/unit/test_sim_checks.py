@@ -199,7 +199,9 @@ main:
     sim = Simulator(T)
     sim.load(parse_program(src.replace("{count}", "3"), T.sram_base))
     sim.write(MEM, data, tiles=[0, 1])
-    with pytest.raises(SimError, match="a window for 3 atoms from tile 0 opened at cycle 27 .* received 2") as e:
+    with pytest.raises(
+        SimError, match="a window for 3 atoms from tile 0 opened at cycle 27 .* received 2"
+    ) as e:
         sim.run("main")
     assert e.value.check == "exchange-no-sender" and e.value.tile == 1
 

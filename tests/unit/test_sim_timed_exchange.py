@@ -13,7 +13,6 @@ import dataclasses
 import re
 
 import numpy as np
-import pytest
 
 from ipu.backend.asm_text import parse_program
 from ipu.backend.target import Target
@@ -129,7 +128,9 @@ def fails(blocks, check, **kw):
 def test_window_timing_decides_which_atoms_arrive():
     """Tile 0 sends 6 atoms at c0 = R0 + 12 (first arrival R0 + 36). Tile 1 opens at R0 + 15, tile 2 at R0 + 36
     (the first atom's arrival: accepted), tile 3 at R0 + 37: it gets atoms 1..5 (atom 0 went by)."""
-    r0, mem = ok({0: send(6, delay=10), 1: window(0, 6), 2: window(0, 6, delay=20), 3: window(0, 5, delay=21)})
+    r0, mem = ok(
+        {0: send(6, delay=10), 1: window(0, 6), 2: window(0, 6, delay=20), 3: window(0, 5, delay=21)}
+    )
     src = data(0)
     np.testing.assert_array_equal(mem[1, :6], src[:6])
     np.testing.assert_array_equal(mem[2, :6], src[:6])
@@ -180,7 +181,9 @@ def test_receiver_switches_senders_back_to_back():
 
 def test_receiver_switching_too_early_is_overlap():
     r0, msg, tile, pc, addr = fails(switch(9), "exchange-overlap")
-    assert tile == 2 and f"$INCOMING_MUX written at cycle {r0 + 32}" in msg and f"ends at cycle {r0 + 33}" in msg
+    assert (
+        tile == 2 and f"$INCOMING_MUX written at cycle {r0 + 32}" in msg and f"ends at cycle {r0 + 33}" in msg
+    )
     assert "the sync at pc" in msg and addr == DST
 
 
@@ -203,7 +206,11 @@ def bus(receivers: dict[int, int], senders=(0, 1)) -> dict[int, list[str]]:
 def test_shared_receive_bus_is_overlap():
     r0, msg, tile, _, _ = fails(bus({2: 0, 3: 1}), "exchange-overlap")  # tiles 2 and 3 share a bus
     assert "two sends arriving on one receive bus in one cycle" in msg
-    assert "tile 3 receives from tile 1" in msg and "tile 2 from tile 0" in msg and f"[{r0 + 25}, {r0 + 33})" in msg
+    assert (
+        "tile 3 receives from tile 1" in msg
+        and "tile 2 from tile 0" in msg
+        and f"[{r0 + 25}, {r0 + 33})" in msg
+    )
     assert tile == 3
 
 
@@ -219,7 +226,12 @@ def test_shared_receive_bus_allows_multicast_and_other_buses():
 
 def test_bus_senders_in_different_cycles_are_fine():
     """Tiles 2 and 3 receive from different senders, tile 1's atoms after tile 0's have gone by."""
-    blocks = {0: send(4), 1: send(4, delay=8), 2: window(0, 4), 3: window(1, 4)}  # tile 1's arrive from R0 + 34
+    blocks = {
+        0: send(4),
+        1: send(4, delay=8),
+        2: window(0, 4),
+        3: window(1, 4),
+    }  # tile 1's arrive from R0 + 34
     _, mem = ok(blocks)
     np.testing.assert_array_equal(mem[3, :4], data(1)[:4])
     blocks[1] = send(4, delay=6)  # from R0 + 32: one cycle with tile 0's last atom
@@ -233,7 +245,9 @@ def test_mux_naming_a_silent_tile_is_no_sender():
 
 def test_window_without_a_closing_sync_is_no_sender():
     out = run({1: window(0, 2)}, reference=True, end_sync=False)
-    assert out[0] == "error" and out[2] == "exchange-no-sender" and "no internal sync ends the phase" in out[3]
+    assert (
+        out[0] == "error" and out[2] == "exchange-no-sender" and "no internal sync ends the phase" in out[3]
+    )
     assert run({1: window(0, 2)}, reference=False, end_sync=False) == out
 
 
@@ -246,7 +260,12 @@ def test_relay_within_a_phase_is_early_send():
 
 def test_two_windows_writing_one_address_is_overwrite():
     blocks = {
-        0: ["setzi $m2, 0x60000", "send $m2+=, 1", "delay 30", "send $m2+=, 1"],  # arrivals R0 + 25, 27, 69, 71
+        0: [
+            "setzi $m2, 0x60000",
+            "send $m2+=, 1",
+            "delay 30",
+            "send $m2+=, 1",
+        ],  # arrivals R0 + 25, 27, 69, 71
         1: window(0, 2) + ["delay 10"] + window(0, 2, base=DST + 8),  # the second set-up from R0 + 33
     }
     r0, msg, tile, _, addr = fails(blocks, "exchange-overwrite")
