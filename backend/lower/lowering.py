@@ -632,7 +632,10 @@ class Lowering(NnOps):
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:  # opens with the phase's sync, ends with one
             self._phase_timing(sched)
-            self.table_call("xch_timed", rtab, f"exchange timed ({sched.rounds} rounds)")
+            # Right after another phase's closing sync (no staging, no copies between): that sync opens this one.
+            last = next((x for x in reversed(self.lines) if not x.startswith("    // ")), "")
+            entry = "xch_timed_synced" if last.startswith("    call $lr, xch_timed") else "xch_timed"
+            self.table_call(entry, rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
 
     def _phase_timing(self, sched) -> None:

@@ -18,6 +18,9 @@ phase, a received word overwritten in the phase, and data arriving after the clo
   same send multicast to both;
 - a window opens after the previous atoms of its sender went by (it takes the *next* atoms of that sender).
 
+`xch_timed_synced` (the same routine after its opening sync) serves a phase that directly follows another one's
+closing sync, with nothing between them on any tile.
+
 A send's data is multicast: one send row serves every receiver listening then. Two receives of one send on one
 tile (two destinations) take two transmissions.
 
@@ -87,6 +90,8 @@ ROUTINE = (
 .supervisor
 xch_timed:
     sync TEXCH_SYNCZONE_INTERNAL
+.globl xch_timed_synced
+xch_timed_synced:
     ld32 $m2, $m0, $mzero, 0
     brz $m2, .Lxt_done
     sub $m2, $m2, 1
