@@ -631,20 +631,25 @@ class Lowering(NnOps):
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
         if rtab is not None:  # opens with the phase's sync, ends with one
-            self._phase_timing(sched)
+            self._phase_timing(sched, rtab)
             # Right after another phase's closing sync (no staging, no copies between): that sync opens this one.
             last = next((x for x in reversed(self.lines) if not x.startswith("    // ")), "")
             entry = "xch_timed_synced" if last.startswith("    call $lr, xch_timed") else "xch_timed"
             self.table_call(entry, rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
 
-    def _phase_timing(self, sched) -> None:
-        """The timed schedule's figures in the phase's summary (the marker line `op_marker` wrote for it)."""
+    def _phase_timing(self, sched, rtab: np.ndarray) -> None:
+        """The timed schedule's figures in the phase's summary (the marker line `op_marker` wrote for it): its span,
+        transmissions and the table's bytes per tile (as wide on every tile: its busiest tile's rows)."""
         for k in range(len(self.lines) - 1, -1, -1):
             line = self.lines[k]
             if line.startswith(PHASE_MARKER):
                 detail = json.loads(line[len(PHASE_MARKER) :])
-                detail.update(timed_cycles=int(sched.cycles), transmissions=int(sched.transmissions))
+                detail.update(
+                    timed_cycles=int(sched.cycles),
+                    transmissions=int(sched.transmissions),
+                    table_bytes=int(rtab.shape[1] * 4),
+                )
                 self.lines[k] = PHASE_MARKER + json.dumps(detail, separators=(",", ":"))
                 return
 
