@@ -125,7 +125,7 @@ def test_superstep_cycles_equal_the_sync_releases(run):
             continue
         assert s["cycles"] == want, (i, k)
         checked += 1
-    assert checked > 100
+    assert checked > 40  # two syncs per exchange phase (tiny: 26 phases)
     # Iterations 2..N summed: from the first body site's second visit to the loop's end site.
     sites = run["pkg"].metadata["profile_sites"]
     body = next(s for s in sites if s["role"] == "body")
@@ -275,7 +275,8 @@ def test_sites_name_the_operators(run):
     )
     assert all(s["repeat"] is None for s in by_op["nn.linear_partials embeddings.patch_embedding"])
     assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_timed", "copy_sup"}
-    assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
+    # An exchange.sync before a phase is the timed exchange's opening sync: counted in the exchange.phase.
+    assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase"}
 
 
 def test_merged_rounds_keep_totals_and_supersteps(run):
@@ -292,7 +293,7 @@ def test_merged_rounds_keep_totals_and_supersteps(run):
         return sum(1 for s in steps if s.get("kernel") == "xch_timed")
 
     assert len(merged["steps"]) - xch(merged["steps"]) == len(doc["steps"]) - xch(doc["steps"])
-    assert xch(merged["steps"]) < xch(doc["steps"]) / 3
+    assert xch(merged["steps"]) < xch(doc["steps"]) / 2  # a call: sync, rows, sync, return -> 2 steps
     xs = [s for s in merged["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync"]
     n_rounds = sum(s["rounds"] for s in xs)
     assert n_rounds == sum(1 for s in doc["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync")
