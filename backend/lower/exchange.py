@@ -358,7 +358,10 @@ def staged_phase_tables(
                 f"exchange.phase: {num_tiles} tiles do not fit the {tm.MUX_BITS}-bit mux field"
             )
         sched = timed_schedule(sends, recvs, atoms, target)
-        rtab = tm.table(sched, num_tiles, atoms[recvs[:, 3]], staged_src, staged_dst)
+        try:
+            rtab = tm.table(sched, num_tiles, atoms[recvs[:, 3]], sends[recvs[:, 3], 0], staged_src, staged_dst)
+        except ValueError as e:
+            raise ExchangeLoweringError(f"exchange.phase: {e}") from None
     if len(copies):
         cp = np.stack(
             [

@@ -24,9 +24,10 @@ closing sync, with nothing between them on any tile.
 A send's data is multicast: one send row serves every receiver listening then. Two receives of one send on one
 tile (two destinations) take two transmissions.
 
-The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 3 words
-per row: the wait before the row (cycles), then mux | atoms << 11 for a receive or 0x7ff | atoms << 11 for a send,
-then the receive or send address. The wait is exact: two jumps into tables of `delay` instructions (64-cycle steps,
+The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 4 words
+per row: the wait before the row (cycles); its receive set-up, mux | atoms << 11 and the receive address (0 atoms:
+none); its send, address / 8 | atoms << 17 (0 atoms: none). A tile that receives and sends in one round does both
+in one row when its send is then still early enough for its receivers. The wait is exact: two jumps into tables of `delay` instructions (64-cycle steps,
 then single cycles; longer waits are split over rows that send nothing). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
 control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
 checks them against the simulator.
@@ -41,8 +42,10 @@ import numpy as np
 
 from ipu.backend.target import Target
 
-ROW_WORDS = 3
+ROW_WORDS = 4
 MUX_BITS = 11
+SEND_ADDR_BITS = 17  # w3: send address / 8 (SRAM below 1 MiB) | atoms << 17
+MAX_SEND_ATOMS = (1 << (32 - SEND_ADDR_BITS)) - 1
 SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
 COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
 
@@ -54,22 +57,31 @@ COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles
 MAX_WAIT = COARSE * COARSE - 1
 
 
-def _fine_entry(r: int) -> list[str]:
-    return [
-        f"delay {r}",
-        "ld32 $m4, $m0, $mzero, 2",
-        "ld32 $m5, $m0, $mzero, 3",
-        f"and $m6, $m4, {SEND_MARK:#x}",
-        f"shr $m4, $m4, {MUX_BITS}",
-        f"cmpeq $m1, $m6, {SEND_MARK:#x}",
-        "brnz $m1, .Lxt_send",
-        "put $INCOMING_MUX, $m6",
-        "put $INCOMING_BASE, $m5",
-        "put $INCOMING_DCOUNT, $m4",
-        "add $m0, $m0, 12",
+def _row_tail(label: str | None = None) -> list[str]:
+    """The send check and the next row: a row's send (w3: address / 8 | atoms << 17; 0 atoms: none)."""
+    return ([f"{label}:"] if label else []) + [
+        "ld32 $m4, $m0, $mzero, 4",
+        f"shr $m6, $m4, {SEND_ADDR_BITS}",
+        "brnz $m6, .Lxt_send",
+        f"add $m0, $m0, {4 * ROW_WORDS}",
         "brnzdec $m2, .Lxt_row",
         "bri .Lxt_done",
     ]
+
+
+def _fine_entry(r: int) -> list[str]:
+    """Wait r cycles, then the row: its receive set-up (w1: mux | atoms << 11, w2: base; 0 atoms: none), its send."""
+    return [
+        f"delay {r}",
+        "ld32 $m4, $m0, $mzero, 2",
+        f"shr $m6, $m4, {MUX_BITS}",
+        "brz $m6, .Lxt_sendck",
+        "ld32 $m5, $m0, $mzero, 3",
+        f"and $m4, $m4, {SEND_MARK:#x}",
+        "put $INCOMING_MUX, $m4",
+        "put $INCOMING_BASE, $m5",
+        "put $INCOMING_DCOUNT, $m6",
+    ] + _row_tail()
 
 
 FINE_ENTRY_BYTES = 4 * len(_fine_entry(0))
@@ -82,6 +94,10 @@ def _send_tail_table(label: str, then: str) -> str:
         first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
         rows.append(f"    {first}\n    bri {then}\n")
     return "".join(rows)
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(x + "\n" if x.endswith(":") else f"    {x}\n" for x in lines)
 
 
 ROUTINE = (
@@ -110,24 +126,27 @@ xch_timed_synced:
 """
     + "".join(f"    delay {COARSE * j}\n    br $m7\n" for j in range(COARSE))
     + ".Lxt_finetab:\n"
-    + "".join("".join(f"    {ins}\n" for ins in _fine_entry(r)) for r in range(COARSE))
-    + """.Lxt_send:
-    shr $m6, $m4, 8
-    brz $m6, .Lxt_tail
-    sub $m6, $m6, 1
+    + "".join(_lines(_fine_entry(r)) for r in range(COARSE))
+    + _lines(_row_tail(".Lxt_sendck"))
+    + f""".Lxt_send:
+    shl $m5, $m4, {32 - SEND_ADDR_BITS}
+    shr $m5, $m5, {32 - SEND_ADDR_BITS - 3}
+    shr $m7, $m6, 8
+    brz $m7, .Lxt_tail
+    sub $m7, $m7, 1
 .Lxt_block:
     send $m5+=, 255
-    brnzdec $m6, .Lxt_block
+    brnzdec $m7, .Lxt_block
 .Lxt_tail:
-    and $m6, $m4, 255
-    shl $m6, $m6, 3
-    setzi $m7, .Lxt_tab
-    add $m6, $m6, $m7
-    br $m6
+    and $m7, $m6, 255
+    shl $m7, $m7, 3
+    setzi $m1, .Lxt_tab
+    add $m7, $m7, $m1
+    br $m7
 """
     + _send_tail_table(".Lxt_tab", ".Lxt_next")
-    + """.Lxt_next:
-    add $m0, $m0, 12
+    + f""".Lxt_next:
+    add $m0, $m0, {4 * ROW_WORDS}
     brnzdec $m2, .Lxt_row
 .Lxt_done:
     sync TEXCH_SYNCZONE_INTERNAL
@@ -142,17 +161,20 @@ class RowCosts:
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
     wait: int = 23  # the wait's instructions besides its delays (ld32, both jump targets, br; br; the delay)
-    mux_put: int = 34  # the receive row's `put $INCOMING_MUX` (clock before it)
-    open: int = 46  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 59  # a receive row, anchor to the next row's start
-    send_decoded: int = 34  # the send branch taken
+    mux_put: int = 33  # the receive set-up's `put $INCOMING_MUX` (clock before it)
+    open: int = 45  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 66  # a row that only receives, anchor to the next row's start
+    send_decoded: int = 39  # a row that only sends: its send branch taken
+    recv_send_decoded: int = 59  # a row that receives and sends: its send branch taken
+    idle: int = 46  # a row that does neither (a part of a long wait)
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
-    def send(self, atoms: int) -> tuple[int, int, int]:
-        """(first atom's departure, last atom's departure, row cost) of a send row of `atoms` atoms."""
+    def send(self, atoms: int, decoded: int | None = None) -> tuple[int, int, int]:
+        """(first atom's departure, last atom's departure, row cost) of a row that sends `atoms` atoms, its send
+        branch taken at `decoded` (default: a row that only sends)."""
         q, r = atoms >> 8, atoms & 255
-        base = self.send_decoded + 7  # shr 1, brz 6
+        base = (self.send_decoded if decoded is None else decoded) + 9  # address (2), shr, brz
         u = base if q == 0 else base + 1 + self.block * q  # sub 1, q blocks: the tail's start
         tail_send = u + 10  # and, shl, setzi, add, br: the tail entry
         first = (base + 1 + self.latency) if q else (tail_send + self.latency)
@@ -206,19 +228,22 @@ class Schedule:
     cycles: int
     transmissions: int
     rounds: int = 0  # the groups the transmissions were taken in (`receive_rounds`)
-    # The same rows as arrays (tile, anchor, cost, kind, a, b), sorted by tile then anchor (`schedule`).
+    # The same rows as arrays (`row_arrays`), sorted by tile then anchor (`schedule`).
     arrays: tuple | None = None
 
     def row_arrays(self) -> tuple:
+        """(tile, anchor, cost, receive index or -1, send index or -1, atoms sent), by tile then anchor."""
         if self.arrays is not None:
             return self.arrays
         flat = [(t,) + row for t, rows in sorted(self.rows.items()) for row in rows]
         cols = np.array(flat, np.int64).reshape(-1, 6)
-        return tuple(cols[:, k] for k in range(6))
+        t, at, cost, kind, a, b = (cols[:, k] for k in range(6))
+        recv = np.where(kind == 0, b, -1)
+        send = np.where(kind == 1, b, -1)
+        return t, at, cost, recv, send, np.where(kind == 1, a, 0)
 
     def per_tile(self) -> dict[int, list[tuple]]:
-        if self.rows is not None:
-            return self.rows
+        """{tile: [(anchor, cost, receive index or -1, send index or -1, atoms sent)]} in time order."""
         t, *cols = self.row_arrays()
         out: dict[int, list[tuple]] = {}
         for row in zip(t.tolist(), *(c.tolist() for c in cols)):
@@ -342,11 +367,13 @@ def schedule_gaps(
     return Schedule(rows, span, len(lo_idx), int(recv_group.max()) + 1 if len(recv_group) else 0)
 
 
-def send_costs(atoms: np.ndarray, costs: RowCosts = ROW) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def send_costs(
+    atoms: np.ndarray, costs: RowCosts = ROW, decoded: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`RowCosts.send` of every element of atoms (int64 arrays: first and last departures, row cost)."""
     n = np.asarray(atoms, np.int64)
     q, r = n >> 8, n & 255
-    base = costs.send_decoded + 7
+    base = (costs.send_decoded if decoded is None else decoded) + 9
     u = np.where(q == 0, base, base + 1 + costs.block * q)
     tail_send = u + 10
     first = np.where(q > 0, base + 1 + costs.latency, tail_send + costs.latency)
@@ -386,6 +413,7 @@ def schedule(
         return Schedule({}, 0, 0, 0)
     tiles = int(max(sender.max(initial=0), recv_tile.max())) + 1
     first_s, last_s, cost_s = send_costs(atoms, costs)
+    first_c, last_c, cost_c = send_costs(atoms, costs, costs.recv_send_decoded)
     # Transmissions: (round, send) pairs, in round order then send index.
     tx_key = recv_group * len(sender) + recv_send
     tx_keys, tx_of = np.unique(tx_key, return_inverse=True)
@@ -394,9 +422,13 @@ def schedule(
     sup_free = np.zeros(tiles, np.int64)
     port_end = np.zeros(tiles, np.int64)
     prev_last = np.full(tiles, -(1 << 40), np.int64)
+    recv_here = np.full(tiles, -1, np.int64)  # this round's receive on each tile
     r_anchor = np.zeros(nr, np.int64)
+    r_joined = np.zeros(nr, bool)  # the receive's set-up shares its row with its tile's send
     t_anchor = np.zeros(ntx, np.int64)
+    t_cost = np.zeros(ntx, np.int64)
     t_al = np.zeros(ntx, np.int64)
+    t_recv = np.full(ntx, -1, np.int64)  # the receive whose row the send joins
     order = np.argsort(tx_of, kind="stable")  # receives by transmission (so by round)
     tx_bounds = np.searchsorted(tx_round, np.arange(int(tx_round.max()) + 2))
     rx_bounds = np.r_[0, np.cumsum(np.bincount(tx_of, minlength=ntx))]
@@ -411,60 +443,86 @@ def schedule(
         ar = np.maximum(ar, 0)
         r_anchor[rx] = ar
         sup_free[rt] = ar + costs.recv
+        recv_here[rt] = rx
         txs = np.arange(t0, t1)
         s = tx_send[txs]
         st = sender[s]
         need = np.full(len(txs), -(1 << 40), np.int64)  # the latest window of each transmission
         np.maximum.at(need, tx_of[rx] - t0, ar + costs.open)
+        # A sender that also receives in this round sends in the same row when that is early enough.
+        mine = recv_here[st]
+        joined = mine >= 0
+        joined[joined] &= r_anchor[mine[joined]] + first_c[s[joined]] + fabric >= need[joined]
         anchor = np.maximum(sup_free[st], need - first_s[s] - fabric)
-        anchor = np.maximum(anchor, 0)
-        al = anchor + last_s[s] + fabric
-        t_anchor[txs], t_al[txs] = anchor, al
-        sup_free[st] = anchor + cost_s[s]
+        anchor = np.where(joined, r_anchor[np.maximum(mine, 0)], np.maximum(anchor, 0))
+        al = anchor + np.where(joined, last_c[s], last_s[s]) + fabric
+        cost = np.where(joined, cost_c[s], cost_s[s])
+        t_anchor[txs], t_al[txs], t_cost[txs] = anchor, al, cost
+        t_recv[txs] = np.where(joined, mine, -1)
+        r_joined[mine[joined]] = True
+        sup_free[st] = anchor + cost
         prev_last[st] = al
         port_end[rt] = al[tx_of[rx] - t0] + 2
-    # Rows per tile in time order: receives (kind 0) and sends (kind 1).
-    r_tile = np.r_[recv_tile, sender[tx_send]]
-    r_at = np.r_[r_anchor, t_anchor]
-    r_cost = np.r_[np.full(nr, costs.recv, np.int64), cost_s[tx_send]]
-    r_kind = np.r_[np.zeros(nr, np.int64), np.ones(ntx, np.int64)]
-    r_a = np.r_[sender[recv_send], atoms[tx_send]]
-    r_b = np.r_[np.arange(nr), tx_send]
-    o = np.lexsort((r_kind, r_at, r_tile))
+        recv_here[rt] = -1
+    # Rows per tile in time order: receives alone, sends alone, and receives with a send.
+    alone = ~r_joined
+    r_tile = np.r_[recv_tile[alone], sender[tx_send]]
+    r_at = np.r_[r_anchor[alone], t_anchor]
+    r_cost = np.r_[np.full(int(alone.sum()), costs.recv, np.int64), t_cost]
+    r_recv = np.r_[np.nonzero(alone)[0], t_recv]
+    r_send = np.r_[np.full(int(alone.sum()), -1, np.int64), tx_send]
+    r_atoms = np.r_[np.zeros(int(alone.sum()), np.int64), atoms[tx_send]]
+    o = np.lexsort((r_at, r_tile))
     cycles = int(max((r_at + r_cost).max(), (t_al + 2).max()))
     return Schedule(
         rows=None,
         cycles=cycles,
         transmissions=ntx,
         rounds=int(recv_group.max()) + 1,
-        arrays=(r_tile[o], r_at[o], r_cost[o], r_kind[o], r_a[o], r_b[o]),
+        arrays=(r_tile[o], r_at[o], r_cost[o], r_recv[o], r_send[o], r_atoms[o]),
     )
 
 
-def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, recv_addr) -> np.ndarray:
-    """The routine's table [tiles, 1 + 3 * rows] (uint32): per tile its rows in time order, each with its wait
-    (the gap since the previous row's end; the first row's since clock 0)."""
-    t, at, cost, kind, a, b = sched.row_arrays()
+def table(
+    sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, recv_mux: np.ndarray, send_addr, recv_addr
+) -> np.ndarray:
+    """The routine's table [tiles, 1 + 4 * rows] (uint32): per tile its rows in time order, each with its wait
+    (the gap since the previous row's end; the first row's since clock 0), its receive set-up (mux | atoms << 11,
+    base; 0 atoms: none) and its send (address / 8 | atoms << 17; 0 atoms: none)."""
+    t, at, cost, recv, send, satoms = sched.row_arrays()
     if not len(t):
         return np.zeros((num_tiles, 1), np.uint32)
     first_row = np.r_[True, t[1:] != t[:-1]]
     wait = at - np.where(first_row, 0, np.r_[0, (at + cost)[:-1]])
     if (wait < 0).any():
         raise AssertionError("timed exchange: overlapping rows in the schedule")
-    send = kind == 1
-    r_atoms = np.r_[np.asarray(recv_atoms, np.int64), 0]  # one pad entry: the index of a send row
+    has_r, has_s = recv >= 0, send >= 0
+    r_atoms = np.r_[np.asarray(recv_atoms, np.int64), 0]  # one pad entry: index -1
+    r_mux = np.r_[np.asarray(recv_mux, np.int64), 0]
     r_addr = np.r_[np.asarray(recv_addr, np.int64), 0]
     s_addr = np.r_[np.asarray(send_addr, np.int64), 0]
-    w1 = np.where(send, SEND_MARK | (a << MUX_BITS), a | (r_atoms[np.where(send, -1, b)] << MUX_BITS))
-    addr = np.where(send, s_addr[np.where(send, b, -1)], r_addr[np.where(send, -1, b)])
+    w1 = np.where(has_r, r_mux[recv] | (r_atoms[recv] << MUX_BITS), 0)
+    w2 = np.where(has_r, r_addr[recv], 0)
+    sa = s_addr[send]
+    if (has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS))).any():
+        i = int(
+            np.nonzero(has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS)))[0][
+                0
+            ]
+        )
+        raise ValueError(
+            f"tile {int(t[i])} sends {int(satoms[i])} atoms from {int(sa[i]):#x}: a row holds at most "
+            f"{MAX_SEND_ATOMS} atoms from an 8-byte aligned address below {8 << SEND_ADDR_BITS:#x}"
+        )
+    w3 = np.where(has_s, (sa >> 3) | (satoms << SEND_ADDR_BITS), 0)
     long = np.nonzero(wait > MAX_WAIT)[0]
-    if len(long):  # rows that send nothing before them, each waiting at most MAX_WAIT
-        idle = ROW.send(0)[2]
+    if len(long):  # rows that do nothing before them, each waiting at most MAX_WAIT
+        idle = ROW.idle
         extra = -(-(wait[long] - MAX_WAIT) // (MAX_WAIT + idle))
         spread = wait[long] - extra * idle  # over extra + 1 waits
         reps = np.ones(len(t), np.int64)
         reps[long] += extra
-        t, w1, addr = np.repeat(t, reps), np.repeat(w1, reps), np.repeat(addr, reps)
+        t, w1, w2, w3 = (np.repeat(x, reps) for x in (t, w1, w2, w3))
         new_wait = np.repeat(wait, reps)
         at_row = np.cumsum(reps) - 1  # where each original row lands
         for i, k, total in zip(long.tolist(), extra.tolist(), spread.tolist()):
@@ -472,8 +530,7 @@ def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, re
             part = total // (k + 1)
             new_wait[pos : pos + k] = part
             new_wait[pos + k] = total - k * part
-            w1[pos : pos + k] = SEND_MARK  # a send of 0 atoms: only its wait
-            addr[pos : pos + k] = 0
+            w1[pos : pos + k] = w2[pos : pos + k] = w3[pos : pos + k] = 0
         wait = new_wait
     count = np.bincount(t, minlength=num_tiles)
     start = np.cumsum(count) - count
@@ -481,19 +538,28 @@ def table(sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, send_addr, re
     tab = np.zeros((num_tiles, 1 + ROW_WORDS * int(count.max())), np.uint32)
     tab[:, 0] = count
     col = 1 + ROW_WORDS * k
-    tab[t, col] = wait
-    tab[t, col + 1] = w1
-    tab[t, col + 2] = addr
+    for j, w in enumerate((wait, w1, w2, w3)):
+        tab[t, col + j] = w
     return tab
 
 
-def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, str, int, int, int]]:
-    """Tile's rows of a table as (wait, "send" | "recv", sender tile (recv) or -1, atoms, address)."""
+def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int, int]]:
+    """Tile's rows of a table as (wait, sender tile or -1, atoms to receive, receive address, atoms to send,
+    send address)."""
     out = []
     for k in range(int(tab[tile, 0])):
-        wait, w1, addr = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
-        mux, n = w1 & SEND_MARK, w1 >> MUX_BITS
-        out.append((wait, "send", -1, n, addr) if mux == SEND_MARK else (wait, "recv", mux, n, addr))
+        wait, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
+        n = w1 >> MUX_BITS
+        out.append(
+            (
+                wait,
+                (w1 & SEND_MARK) if n else -1,
+                n,
+                w2,
+                w3 >> SEND_ADDR_BITS,
+                (w3 & ((1 << SEND_ADDR_BITS) - 1)) * 8,
+            )
+        )
     return out
 
 
@@ -507,14 +573,15 @@ def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple
     windows = []
     for t in range(tab.shape[0]):
         clock = 0
-        for wait, kind, mux, n, addr in table_rows(tab, t):
+        for wait, mux, rn, raddr, sn, saddr in table_rows(tab, t):
             anchor = clock + wait
-            if kind == "send":
-                first, _, cost = costs.send(n)
-                sends.setdefault(t, []).append((anchor + first + fabric, addr, n))
+            if rn:
+                windows.append((t, anchor + costs.open, mux, rn, raddr))
+            if sn:
+                first, _, cost = costs.send(sn, costs.recv_send_decoded if rn else None)
+                sends.setdefault(t, []).append((anchor + first + fabric, saddr, sn))
             else:
-                cost = costs.recv
-                windows.append((t, anchor + costs.open, mux, n, addr))
+                cost = costs.recv if rn else costs.idle
             clock = anchor + cost
     out = []
     for t, opened, mux, n, addr in windows:

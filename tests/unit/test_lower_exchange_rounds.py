@@ -170,12 +170,12 @@ def test_phase_tables_words_and_staging():
     got_tx = 0
     for t in range(tiles):
         rows = tm.table_rows(rtab, t)
-        got_sends = {(k, a) for _, kind, _, k, a in rows if kind == "send"}
-        got_tx += sum(kind == "send" for _, kind, *_ in rows)
+        got_sends = {(sn, sa) for _, _, _, _, sn, sa in rows if sn}
+        got_tx += sum(bool(sn) for _, _, _, _, sn, _ in rows)
         assert got_sends == want_sends.get(t, set())
-        got_recvs = [(m, k) for _, kind, m, k, a in rows if kind == "recv"]
+        got_recvs = [(m, rn) for _, m, rn, _, _, _ in rows if rn]
         assert sorted(got_recvs) == sorted(want_recvs.get(t, []))
-        assert all(0xA0000 <= a < 0xA0000 + 4096 for _, kind, _, _, a in rows if kind == "recv")
+        assert all(0xA0000 <= ra < 0xA0000 + 4096 for _, _, rn, ra, _, _ in rows if rn)
     assert n == len(greedy_rounds(sends, recvs))  # the transmissions' grouping
     assert got_tx >= sum(len(v) for v in want_sends.values())
     # Every receive is copied from its staging slot into place; the phase's own copies come after, on tile 1.

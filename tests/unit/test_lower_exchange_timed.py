@@ -31,7 +31,7 @@ def _send_rows(rows):
     """Table words of send rows [(wait, atoms, address)]."""
     out = [len(rows)]
     for wait, n, addr in rows:
-        out += [wait, tm.SEND_MARK | (n << tm.MUX_BITS), addr]
+        out += [wait, 0, 0, (addr >> 3) | (n << tm.SEND_ADDR_BITS)]
     return np.array(out, np.uint32)
 
 
@@ -62,10 +62,11 @@ def test_long_waits_are_split_exactly(gap):
     first, _, cost = tm.ROW.send(3)
 
     def cycles(second_at):
-        cols = (np.zeros(2, np.int64), np.array([0, second_at]), np.array([cost, cost]), np.ones(2, np.int64),
-                np.array([3, 3]), np.zeros(2, np.int64))  # fmt: skip
+        cols = (np.zeros(2, np.int64), np.array([0, second_at]), np.array([cost, cost]), np.array([-1, -1]),
+                np.zeros(2, np.int64), np.array([3, 3]))  # fmt: skip
         sched = tm.Schedule(None, 0, 2, arrays=cols)
-        tab = tm.table(sched, 1, np.zeros(0, np.int64), np.array([SRC]), np.zeros(0, np.int64))
+        z = np.zeros(0, np.int64)
+        tab = tm.table(sched, 1, z, z, np.array([SRC]), z)
         _, res = _run(target, {0: tab[0]}, [(SRC, 0, data)])
         return int(res.tile_cycles[0])
 
@@ -103,21 +104,20 @@ def _random_phase(rng, tiles, nsends, fanout):
 def _check_schedule(sched: tm.Schedule, sends, recvs, target):
     """Per tile: rows disjoint in time; per receiver: windows one after the other, each open in time."""
     fabric = target.exchange_fabric_cycles
-    send_rows = {}
+    arrivals = {}
     for t, rows in sched.per_tile().items():
         for (a0, c0, *_), (a1, _, *_) in zip(rows, rows[1:]):
             assert a0 + c0 <= a1, t
-        for anchor, _, kind, _, b in rows:
-            if kind == 1:
-                send_rows.setdefault(b, []).append(anchor)
-    assert sorted(len(v) for v in send_rows.values())  # every send went out
+        for anchor, _, recv, send, n in rows:
+            if send >= 0:
+                decoded = tm.ROW.recv_send_decoded if recv >= 0 else None
+                arrivals.setdefault(send, []).append(anchor + tm.ROW.send(n, decoded)[0] + fabric)
+    assert set(arrivals) == set(recvs[:, 3].tolist())  # every send with a receiver went out
     for rows in sched.per_tile().values():
-        for anchor, _, kind, _, b in rows:
-            if kind == 0:
-                i = int(recvs[b, 3])
+        for anchor, _, recv, _, _ in rows:
+            if recv >= 0:
                 opened = anchor + tm.ROW.open
-                arrivals = [x + tm.ROW.send((int(sends[i, 3]) + 7) // 8)[0] + fabric for x in send_rows[i]]
-                assert any(af >= opened for af in arrivals)
+                assert any(af >= opened for af in arrivals[int(recvs[recv, 3])])
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -130,7 +130,10 @@ def test_schedule_is_consistent(seed):
         target = dataclasses.replace(Target.small(tiles=tiles), exchange_shared_receive_bus=shared)
         rr, _ = lx.receive_rounds(sends, recvs)
         sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
-        assert sum(len(r) for r in sched.per_tile().values()) == len(recvs) + sched.transmissions
+        rows = [r for rs in sched.per_tile().values() for r in rs]
+        assert (
+            sum(r[2] >= 0 for r in rows) == len(recvs) and sum(r[3] >= 0 for r in rows) == sched.transmissions
+        )
         _check_schedule(sched, sends, recvs, target)
 
 
@@ -154,7 +157,7 @@ def test_scheduled_phase_runs_on_the_timed_exchange(seed, shared):
         recv_addr[sel] = DST + np.r_[0, np.cumsum(rbytes[sel])[:-1]]
     rr, _ = lx.receive_rounds(sends, recvs)
     sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
-    tab = tm.table(sched, tiles, atoms[recvs[:, 3]], send_addr, recv_addr)
+    tab = tm.table(sched, tiles, atoms[recvs[:, 3]], sends[recvs[:, 3], 0], send_addr, recv_addr)
     data = {t: rng.integers(0, 256, int(8 * atoms.sum()), dtype=np.uint8) for t in range(tiles)}
     mem = [(SRC, t, data[t]) for t in range(tiles)]
     mem += [(DST, t, np.zeros(int(rbytes.sum()), np.uint8)) for t in range(tiles)]
@@ -179,10 +182,11 @@ def test_receive_row_opens_at_its_modelled_cycle(early):
     r_anchor = 300
     s_anchor = r_anchor + tm.ROW.open - first - target.exchange_fabric_cycles - early
     cols = (
-        np.array([0, 1]), np.array([s_anchor, r_anchor]), np.array([cost, tm.ROW.recv]), np.array([1, 0]),
-        np.array([n, 0]), np.array([0, 0]),
+        np.array([0, 1]), np.array([s_anchor, r_anchor]), np.array([cost, tm.ROW.recv]), np.array([-1, 0]),
+        np.array([0, -1]), np.array([n, 0]),
     )  # fmt: skip
-    tab = tm.table(tm.Schedule(None, 0, 1, arrays=cols), 2, np.array([n]), np.array([SRC]), np.array([DST]))
+    sched = tm.Schedule(None, 0, 1, arrays=cols)
+    tab = tm.table(sched, 2, np.array([n]), np.array([0]), np.array([SRC]), np.array([DST]))
     data = np.arange(8 * n, dtype=np.uint8)
     mem = [(SRC, 0, data), (DST, 1, np.zeros(8 * n, np.uint8))]
     if early:
@@ -192,3 +196,37 @@ def test_receive_row_opens_at_its_modelled_cycle(early):
         return
     sim, res = _run(target, {0: tab[0], 1: tab[1]}, mem)
     np.testing.assert_array_equal(sim.read(DST, 8 * n, tiles=[1]).reshape(-1), data)
+
+
+@pytest.mark.parametrize("shift", [1, 3])
+def test_ring_sends_share_rows_with_receives(shift):
+    """Every tile sends to the tile `shift` further on, in rounds: each tile receives and sends in one row (the
+    combined row's timing against the simulator), and every receive holds its sender's bytes."""
+    tiles = 6
+    sends = np.zeros((2 * tiles, 5), np.int64)
+    sends[:, 0] = np.tile(np.arange(tiles), 2)
+    sends[:, 3] = 8 * np.r_[np.full(tiles, 3), np.full(tiles, 40)]
+    recvs = np.zeros((2 * tiles, 5), np.int64)
+    recvs[:, 0] = (sends[:, 0] + shift) % tiles
+    recvs[:, 3] = np.arange(2 * tiles)
+    target = Target.small(tiles=tiles, sram_kib=624)
+    atoms = (sends[:, 3] + 7) // 8
+    rr, _ = lx.receive_rounds(sends, recvs)
+    sched = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
+    rows = [r for rs in sched.per_tile().values() for r in rs]
+    assert sum(r[2] >= 0 and r[3] >= 0 for r in rows) >= tiles  # receive and send in one row
+    send_addr = SRC + 8 * np.r_[0, np.cumsum(atoms)[:-1]]
+    recv_addr = DST + 8 * np.r_[0, np.cumsum(atoms)[:-1]]
+    tab = tm.table(sched, tiles, atoms, sends[:, 0], send_addr, recv_addr)
+    data = {
+        t: np.random.default_rng(t).integers(0, 256, int(8 * atoms.sum()), dtype=np.uint8)
+        for t in range(tiles)
+    }
+    mem = [(SRC, t, data[t]) for t in range(tiles)] + [
+        (DST, t, np.zeros(int(8 * atoms.sum()), np.uint8)) for t in range(tiles)
+    ]
+    sim, _ = _run(target, {t: tab[t] for t in range(tiles)}, mem)
+    for j in range(len(recvs)):
+        n, off = 8 * int(atoms[j]), int(send_addr[j] - SRC)
+        got = sim.read(int(recv_addr[j]), n, tiles=[int(recvs[j, 0])]).reshape(-1)
+        np.testing.assert_array_equal(got, data[int(sends[j, 0])][off : off + n])
