@@ -359,7 +359,9 @@ def staged_phase_tables(
             )
         sched = timed_schedule(sends, recvs, atoms, target)
         try:
-            rtab = tm.table(sched, num_tiles, atoms[recvs[:, 3]], sends[recvs[:, 3], 0], staged_src, staged_dst)
+            rtab = tm.table(
+                sched, num_tiles, atoms[recvs[:, 3]], sends[recvs[:, 3], 0], staged_src, staged_dst
+            )
         except ValueError as e:
             raise ExchangeLoweringError(f"exchange.phase: {e}") from None
     if len(copies):
