@@ -184,7 +184,7 @@ def phase_run(args) -> dict:
         breakdown = {
             "profile_totals": doc["totals"],
             "profile_kernels": {k["name"]: k["cycles"] for k in doc["kernels"]},
-            "exchange_rounds": sum(
+            "exchange_syncs": sum(  # two per timed exchange phase
                 1 for s in doc["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync"
             ),
         }
