@@ -97,6 +97,18 @@ class Target:
     exchange_send_latency: int = 8
     exchange_recv_to_load: int = 2
     exchange_opposite_side_extra: int = 18
+    # Exchange in time (runtime/semantics.py `deliver_exchange`): atom k of a `send` issued at supervisor clock c0
+    # departs at c0 + exchange_send_latency + k * 8 / exchange_bytes_per_cycle and arrives at every tile
+    # exchange_fabric_cycles later. 16 cycles is an estimate [I]: wire stages plus the receive pipeline, of the
+    # order of the IPU1 delay constants (FDLY=9, ERUN2RCV=7, MINEXCHIN2LDDLY=2, S4 [R]); the dependence on the
+    # distance between tiles (S15 [3P]) is not modelled.
+    exchange_fabric_cycles: int = 16
+    # True: the tiles of one exchange bus (tiles_per_exchange_bus) cannot receive atoms of different senders in
+    # one cycle (the simulator's check `exchange-overlap`; the exchange schedule respects it). Off by default: the
+    # public figures disagree (the 8 TB/s aggregate is ~4 B/cycle into every tile; poplibs' estimator doubles a
+    # pair's bandwidth only for shared data), and it would halve the receive bandwidth of pairs that receive
+    # different data [I].
+    exchange_shared_receive_bus: bool = False
     # Sync costs: supervisor sync charges 6 cycles plus pipeline stall (S1 SLIC estimator [C]); an internal
     # (all-tile) barrier is not public: 150 cycles is our estimate [I], a local (worker) sync 6 cycles [C].
     sync_local_cycles: int = 6

@@ -184,8 +184,8 @@ def phase_run(args) -> dict:
         breakdown = {
             "profile_totals": doc["totals"],
             "profile_kernels": {k["name"]: k["cycles"] for k in doc["kernels"]},
-            "exchange_rounds": sum(
-                1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync"
+            "exchange_syncs": sum(  # two per timed exchange phase
+                1 for s in doc["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync"
             ),
         }
     identical = all(

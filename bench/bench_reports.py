@@ -43,7 +43,9 @@ def synthetic(tiles: int, layers: int, phases: int, rounds: int, kernels: int, s
         out = []
         for p in range(phases):
             out.append(("sync", site("sync", "sync", "exchange.sync", repeat, role)))
-            out.append(("xch", site("exchange", "xch_rounds", f"exchange rounds ({rounds})", repeat, role)))
+            out.append(
+                ("xch", site("exchange", "xch_timed", f"exchange timed ({rounds} rounds)", repeat, role))
+            )
             for k in range(kernels // phases + (p < kernels % phases)):
                 kern = ("gemm_f16_sup_ld64", "ew_sup", "rows_sup", "copy_sup")[k % 4]
                 out.append(("k", site("compute", kern, f"nn.op{tag}{p}_{k}: {kern}", repeat, role)))

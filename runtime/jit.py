@@ -565,9 +565,10 @@ rpt_loop = run_rpt_loop if numba is not None else None
 
 
 def _deliver(mem64, wstate, atoms, src_first, rt, n, w0, nchunks):
-    """semantics._deliver_exchange_fast's writes: receiver i (tile rt[i], distinct) gets atoms[src_first[i] +
-    k] at word w0[i] + k, k < n[i], marked written. False (nothing changed) if any of those words is protected.
-    Receivers are distinct tiles (columns of mem64): `nchunks` even runs of receivers."""
+    """semantics._x_resolve_fast's writes: receive window i (on tile rt[i]) gets atoms[src_first[i] + k] at word
+    w0[i] + k, k < n[i], marked written. False (nothing changed) if any of those words is protected. Windows
+    write disjoint words (the exchange-overwrite check runs first), so `nchunks` even runs of windows never
+    write one word twice, also when several windows are on one tile."""
     r = rt.shape[0]
     bad = np.zeros(nchunks, np.int64)
     for q in numba.prange(nchunks):

@@ -691,6 +691,10 @@ def _csr_write(sim, g, sel, ins, c, vals):
         return
     if g.supervisor and c in (SC["FP_INFMT"], SC["FP_ISCL"]):
         amp_flush(sim, _tile_workers(sim, sel))  # this tile's pending FP8 products use the old formats/scale
+    if g.supervisor and c in _X_SETUP:
+        _exchange_setup(
+            sim, g, sel, c, vals
+        )  # exchange in time: receive set-ups are recorded with their clock
     sim.csr[sel, _col(c)] = vals
 
 
@@ -778,6 +782,8 @@ def _send_block(sim, sel, addr, n):
 
 
 def sem_send(sim, g, sel, ins):
+    """`send $a+=, c`: c + 1 atoms read now (at issue) and recorded with the sender's clock before the instruction;
+    they depart and arrive in time (see deliver_exchange). The cost (latency + 2 cycles per atom) is unchanged."""
     areg, count = ins.ops
     n = int(count) + 1
     addr = sim.m[sel, areg].astype(np.int64)
@@ -788,7 +794,8 @@ def sem_send(sim, g, sel, ins):
             w = _words(sim, g, sel, ins, addr + 8 * k, 8)
             data.append(sim.flat64[w])
         block = np.stack(data, axis=1)
-    sim.exchange_log.append((sim.ctx_tile[sel].copy(), block))
+    sim.xsends.append((sim.ctx_tile[sel].copy(), sim.cycles[sel].copy(), block, addr, g.pc, sim.xseq))
+    sim.xseq += 1
     _set_m(sim, sel, areg, (addr + 8 * n).astype(U32))
     sim.cycles[sel] += sim.target.exchange_send_latency + n * 8 // sim.target.exchange_bytes_per_cycle
 
@@ -797,92 +804,358 @@ def sem_delay(sim, g, sel, ins):
     sim.cycles[sel] += int(ins.ops[0])
 
 
-def _deliver_exchange_fast(sim, tiles) -> bool:
-    """deliver_exchange as a few array operations. Returns False, having changed nothing, when any check would
-    fail (deliver_exchange then reports the failure exactly)."""
-    sup = sim.NW + tiles
-    c_dcount = _col(SC["INCOMING_DCOUNT"])
-    n = sim.csr[sup, c_dcount].astype(np.int64)
-    recv = n > 0
-    if not recv.any():
-        sim.exchange_log = []
-        return True
-    rt, ctx, n = tiles[recv], sup[recv], n[recv]
+# --- Exchange in time -------------------------------------------------------------------------------------------
+#
+# Between two internal syncs (one phase) the simulator records every send (sender, clock c0 before the `send`,
+# atoms, source address, PC) and every receive set-up by a supervisor: `put $INCOMING_DCOUNT, v` with v > 0 opens a
+# window (tile r, clock t before the put, mux m = $INCOMING_MUX and base b = $INCOMING_BASE as they are then,
+# count v); puts to $INCOMING_MUX / $INCOMING_BASE (and $INCOMING_DCOUNT with 0) are set-ups that must not switch a
+# window in progress. Timing (tile cycles; A = 8 / exchange_bytes_per_cycle = 2 cycles per 8-byte atom):
+#   atom k of a send departs at d_k = c0 + exchange_send_latency + A k, arrives at every tile at
+#   a_k = d_k + exchange_fabric_cycles and occupies the receiver's bus during [a_k, a_k + A);
+#   a window accepts the first v atoms sent by tile m (in m's send order) with a_k >= t and writes them at
+#   b, b + 8, ...; its end cycle is (arrival of its last atom) + A.
+# At the next internal sync's release (cycle R) the phase is resolved: memory written, $INCOMING_DCOUNT = 0, and
+#   exchange-no-sender (E1)  a window got fewer than v atoms (also: a window still open at the end of a run);
+#   exchange-overlap (E2)    a window opens, or a set-up is written, on a tile before its previous window's end;
+#                            or tiles of one exchange bus (r // tiles_per_exchange_bus) accept atoms of different
+#                            senders in overlapping cycles (target.exchange_shared_receive_bus);
+#   exchange-overwrite (E4)  two windows of one tile write one address;
+#   exchange-early-send (E3) a send's source bytes are written by a window of the same phase on its tile;
+#   exchange-late (E5)       an accepted atom arrives after R (a_k > R);
+# checked in that order (then the receive address and protected memory). Sends nobody accepts are lost; any number
+# of windows may accept the same atoms (multicast). `_x_resolve_fast` (vectorised over windows and (window x send)
+# segments) returns False when any check fails; `_x_resolve_reference` (loops) then reports it, so both paths raise
+# the same error.
+
+_X_MUX, _X_BASE, _X_DCOUNT = SC["INCOMING_MUX"], SC["INCOMING_BASE"], SC["INCOMING_DCOUNT"]
+_X_SETUP = {_X_MUX: "$INCOMING_MUX", _X_BASE: "$INCOMING_BASE", _X_DCOUNT: "$INCOMING_DCOUNT"}
+
+
+def _exchange_setup(sim, g, sel, c, vals):
+    """A supervisor's put to $INCOMING_MUX / $INCOMING_BASE / $INCOMING_DCOUNT (before the CSR is written)."""
+    tiles = sim.ctx_tile[sel].copy()
+    t = sim.cycles[sel].copy()
+    seq = sim.xseq
+    sim.xseq += 1
+    if c == _X_DCOUNT:
+        v = np.broadcast_to(np.asarray(vals).astype(np.int64), (len(tiles),))
+        opened = v > 0
+        if opened.any():
+            ctx = np.asarray(g.idx)[opened]
+            mux = sim.csr[ctx, _col(_X_MUX)].astype(np.int64)
+            base = sim.csr[ctx, _col(_X_BASE)].astype(np.int64)
+            sim.xwins.append((tiles[opened], t[opened], seq, mux, base, v[opened].copy(), g.pc))
+        if opened.all():
+            return
+        tiles, t = tiles[~opened], t[~opened]
+    sim.xsets.append((tiles, t, seq, g.pc, c))
+
+
+def _x_clear(sim):
+    sim.xsends, sim.xwins, sim.xsets = [], [], []
+
+
+def _x_timing(sim):
+    t = sim.target
+    return t.exchange_send_latency + t.exchange_fabric_cycles, 8 // t.exchange_bytes_per_cycle
+
+
+def _x_where(sim, tile, release) -> str:
+    """The phase, for messages: the PC of the sync that ends it (tile's), or none (the end of a run)."""
+    if release is None:
+        return "(no internal sync ends the phase)"
+    return f"(the phase ending at the sync at pc {int(sim._sync_pc[sim.NW + tile]):#x})"
+
+
+def _x_resolve_reference(sim, release):
+    """The phase's exchange, one window and one send at a time (see the section comment). release: the sync's
+    release cycle, or None at the end of a run (then every window is E1). Raises on the first failed check."""
     T = sim.T
-    log = sim.exchange_log
-    if log:
-        src = np.concatenate([np.repeat(s, d.shape[1]) for s, d in log])
-        atoms = np.concatenate([d.reshape(-1) for _, d in log])
-        order = np.argsort(src, kind="stable")  # per source tile, in the order sent
-        atoms = atoms[order]
-        count = np.bincount(src, minlength=T)
-    else:
-        atoms = np.zeros(0, np.uint64)
-        count = np.zeros(T, np.int64)
-    first = np.cumsum(count) - count
-    mux = sim.csr[ctx, _col(SC["INCOMING_MUX"])].astype(np.int64)
-    base = sim.csr[ctx, _col(SC["INCOMING_BASE"])].astype(np.int64)
-    known = mux < T
-    muxk = np.where(known, mux, 0)
-    ok = known & (count[muxk] >= n) & (base % 8 == 0) & (base >= sim.base) & (base + 8 * n <= sim.end)
-    if not ok.all():
-        return False
-    if jit.deliver is not None:  # the copies compiled (runtime/jit.py): False if a word is protected
-        w0 = (base - sim.base) // 8
-        if not jit.deliver(sim.mem64, sim.wstate, atoms, first[muxk], rt.astype(np.int64), n, w0):
-            return False
-        sim.csr[ctx, c_dcount] = 0
-        sim.exchange_log = []
+    lat, A = _x_timing(sim)
+    sends: dict[int, list] = {}  # sender tile -> [(seq, c0, atoms, addr, pc)] in send order
+    for tiles, c0, block, addr, pc, seq in sim.xsends:
+        for i in range(len(tiles)):
+            sends.setdefault(int(tiles[i]), []).append((seq, int(c0[i]), block[i], int(addr[i]), pc))
+    for lst in sends.values():
+        lst.sort(key=lambda s: s[0])
+    wins = []  # (tile, seq, t, mux, base, v, pc)
+    for tiles, t, seq, mux, base, v, pc in sim.xwins:
+        for i in range(len(tiles)):
+            wins.append((int(tiles[i]), seq, int(t[i]), int(mux[i]), int(base[i]), int(v[i]), pc))
+    wins.sort(key=lambda w: (w[0], w[1]))
+    # E1: accept the atoms; per window its segments (send index, first atom, end atom) and arrival bounds
+    accepted = []
+    for r, _, t, m, b, v, pc in wins:
+        got, segs = 0, []
+        for j, (_, c0, data, _, _) in enumerate(sends.get(m, []) if m < T and release is not None else []):
+            if got == v:
+                break
+            a0 = c0 + lat
+            k0 = max(0, -((a0 - t) // A))  # first atom arriving at or after t
+            if k0 >= len(data):
+                continue
+            k1 = min(len(data), k0 + v - got)
+            segs.append((j, k0, k1, a0 + A * k0, a0 + A * k1))  # atoms [k0, k1), cycles [start, end)
+            got += k1 - k0
+        if got < v:
+            raise SimError(
+                "exchange-no-sender",
+                f"a window for {v} atoms from tile {m} opened at cycle {t} (put $INCOMING_DCOUNT at pc {pc:#x}) "
+                f"received {got} {_x_where(sim, r, release)}",
+                tile=r, context="supervisor", pc=pc, address=b,
+            )  # fmt: skip
+        if b % 8 or not sim.target.in_sram(b, 8 * v):
+            raise SimError(
+                "exchange",
+                f"bad receive address for the window opened at cycle {t} {_x_where(sim, r, release)}",
+                tile=r, context="supervisor", pc=pc, address=b,
+            )  # fmt: skip
+        accepted.append(segs)
+    # E2: on one tile, a window or set-up before the previous window's end
+    events = [(w[0], w[1], w[2], k, w[6], "a window ($INCOMING_DCOUNT)") for k, w in enumerate(wins)]
+    for tiles, t, seq, pc, c in sim.xsets:
+        events += [(int(tiles[i]), seq, int(t[i]), -1, pc, _X_SETUP[c]) for i in range(len(tiles))]
+    events.sort(key=lambda e: (e[0], e[1]))
+    last = None  # (tile, window index)
+    for r, _, t, k, pc, what in events:
+        if last is not None and last[0] == r:
+            pw = wins[last[1]]
+            end = accepted[last[1]][-1][4]
+            if t < end:
+                raise SimError(
+                    "exchange-overlap",
+                    f"{what} written at cycle {t} (pc {pc:#x}) before the window opened at cycle {pw[2]} (pc "
+                    f"{pw[6]:#x}, from tile {pw[3]}) ends at cycle {end} {_x_where(sim, r, release)}",
+                    tile=r, context="supervisor", pc=pc, address=pw[4],
+                )  # fmt: skip
+        if k >= 0:
+            last = (r, k)
+    # E2: the shared receive bus
+    if sim.target.exchange_shared_receive_bus:
+        tpb = sim.target.tiles_per_exchange_bus
+        groups: dict[int, list] = {}
+        for k, segs in enumerate(accepted):
+            r, m = wins[k][0], wins[k][3]
+            for j, _, _, s0, s1 in segs:
+                groups.setdefault(r // tpb, []).append((s0, s1, r, m, j, k))
+        for segs in groups.values():
+            segs.sort()
+            active = []
+            for s0, s1, r, m, j, k in segs:
+                active = [x for x in active if x[1] > s0]
+                for x in active:
+                    if x[3] != m:
+                        w, wx = wins[k], wins[x[5]]
+                        raise SimError(
+                            "exchange-overlap",
+                            f"two sends arriving on one receive bus in one cycle: tile {r} receives from tile {m} "
+                            f"in cycles [{s0}, {s1}) (window opened at cycle {w[2]}, pc {w[6]:#x}), tile {x[2]} "
+                            f"from tile {x[3]} in cycles [{x[0]}, {x[1]}) (window opened at cycle {wx[2]}, pc "
+                            f"{wx[6]:#x}) {_x_where(sim, r, release)}",
+                            tile=r, context="supervisor", pc=w[6], address=w[4],
+                        )  # fmt: skip
+                active.append((s0, s1, r, m, j, k))
+    # E4: two windows of one tile write one address
+    by_tile: dict[int, list] = {}
+    for k, w in enumerate(wins):
+        by_tile.setdefault(w[0], []).append((w[4], w[4] + 8 * w[5], k))
+    for r, lst in by_tile.items():
+        lst.sort()
+        for i in range(1, len(lst)):
+            for j in range(i):
+                if lst[j][1] > lst[i][0]:
+                    w, wp = wins[lst[i][2]], wins[lst[j][2]]
+                    raise SimError(
+                        "exchange-overwrite",
+                        f"the windows opened at cycles {wp[2]} (pc {wp[6]:#x}) and {w[2]} (pc {w[6]:#x}) both write "
+                        f"address {lst[i][0]:#x} {_x_where(sim, r, release)}",
+                        tile=r, context="supervisor", pc=w[6], address=lst[i][0],
+                    )  # fmt: skip
+    # E3: a send of data that a window of the phase writes on the sending tile
+    for s, lst in sends.items():
+        for _, c0, data, addr, pc in lst:
+            for b0, b1, k in by_tile.get(s, []):
+                lo, hi = max(addr, b0), min(addr + 8 * len(data), b1)
+                if lo < hi:
+                    w = wins[k]
+                    raise SimError(
+                        "exchange-early-send",
+                        f"a send at cycle {c0} (pc {pc:#x}) reads address {lo:#x}, which the window opened at cycle "
+                        f"{w[2]} (pc {w[6]:#x}) receives in the same phase {_x_where(sim, s, release)}",
+                        tile=s, context="supervisor", pc=pc, address=lo,
+                    )  # fmt: skip
+    # E5: an atom arriving after the release
+    for k, segs in enumerate(accepted):
+        w = wins[k]
+        arrive = segs[-1][4] - A  # the last atom's arrival
+        if arrive > release:
+            raise SimError(
+                "exchange-late",
+                f"the window opened at cycle {w[2]} (pc {w[6]:#x}) receives its last atom at cycle {arrive}, after "
+                f"the sync's release at cycle {release} {_x_where(sim, w[0], release)}",
+                tile=w[0], context="supervisor", pc=w[6], address=w[4] + 8 * (w[5] - 1),
+            )  # fmt: skip
+    # the writes
+    for k, segs in enumerate(accepted):
+        r, _, t, m, b, v, pc = wins[k]
+        atoms = np.concatenate([sends[m][j][2][k0:k1] for j, k0, k1, _, _ in segs])
+        w0 = (b - sim.base) // 8  # word-major SRAM: tile r's words are column r
+        if (sim.wstate[w0 : w0 + v, r] & PROTECTED).any():
+            raise SimError(
+                "protected",
+                "receive into code or a reserved range",
+                tile=r,
+                context="supervisor",
+                pc=pc,
+                address=b,
+            )
+        sim.mem64[w0 : w0 + v, r] = atoms
+        sim.wstate[w0 : w0 + v, r] |= WRITTEN
+        sim.csr[sim.NW + r, _col(_X_DCOUNT)] = 0
+
+
+def _cat(parts, dtype=np.int64):
+    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+
+
+def _x_resolve_fast(sim, release) -> bool:
+    """_x_resolve_reference as array operations over windows, sends and (window x send) segments. Returns False,
+    having changed nothing, when any check would fail."""
+    if not sim.xwins:
         return True
-    total = int(n.sum())
-    within = np.arange(total) - np.repeat(np.cumsum(n) - n, n)
-    rows = np.repeat((base - sim.base) // 8, n) + within
-    cols = np.repeat(rt, n)
-    st = sim.wstate[rows, cols]
-    if (st & PROTECTED).any():
+    T = sim.T
+    lat, A = _x_timing(sim)
+    # windows, in the order they were opened
+    wt = _cat([w[0] for w in sim.xwins])
+    wtime = _cat([w[1] for w in sim.xwins])
+    wseq = _cat([np.full(len(w[0]), w[2]) for w in sim.xwins])
+    wmux = _cat([w[3] for w in sim.xwins])
+    wbase = _cat([w[4] for w in sim.xwins])
+    wv = _cat([w[5] for w in sim.xwins])
+    nw = len(wt)
+    # sends, by sender and in send order, and their atoms in that order
+    if not sim.xsends:
+        return False  # every window is E1
+    st = _cat([s[0] for s in sim.xsends])
+    sc0 = _cat([s[1] for s in sim.xsends])
+    sn = _cat([np.full(len(s[0]), s[2].shape[1]) for s in sim.xsends])
+    saddr = _cat([s[3] for s in sim.xsends])
+    sseq = _cat([np.full(len(s[0]), s[5]) for s in sim.xsends])
+    raw = _cat([s[2].reshape(-1) for s in sim.xsends], np.uint64)
+    raw_first = np.cumsum(sn) - sn
+    order = np.lexsort((sseq, st))
+    st, sc0, sn, saddr, raw_first = st[order], sc0[order], sn[order], saddr[order], raw_first[order]
+    ns = len(st)
+    F = np.cumsum(sn) - sn  # first atom of each send in the sender-ordered atoms
+    total = int(sn.sum())
+    atoms = raw[np.repeat(raw_first - F, sn) + np.arange(total)]
+    a0 = sc0 + lat
+    span_lo = min(int(a0.min()), int(wtime.min()))
+    BIG = np.int64(1) << 40
+    if int((a0 + A * sn).max()) - span_lo >= BIG or int(wtime.max()) - span_lo >= BIG or T >= 1 << 22:
         return False
-    sim.mem64[rows, cols] = atoms[np.repeat(first[muxk], n) + within]
-    sim.wstate[rows, cols] = st | WRITTEN
-    sim.csr[ctx, c_dcount] = 0
-    sim.exchange_log = []
+    key = st * BIG + (a0 + A * (sn - 1) - span_lo)  # sorted: by sender, then last arrival
+    atom_end = np.cumsum(np.bincount(st, weights=sn, minlength=T).astype(np.int64))  # per sender
+    known = wmux < T
+    m = np.where(known, wmux, 0)
+    q = np.searchsorted(key, m * BIG + (wtime - span_lo), "left")  # the first send with an atom at/after t
+    qq = np.minimum(q, ns - 1)
+    has = known & (q < ns) & (st[qq] == m)
+    k0 = np.maximum(0, -((a0[qq] - wtime) // A))
+    g0 = F[qq] + k0
+    avail = np.where(has, atom_end[m] - g0, 0)
+    if (avail < wv).any():  # E1
+        return False
+    if (wbase % 8).any() or (wbase < sim.base).any() or (wbase + 8 * wv > sim.end).any():
+        return False
+    glast = g0 + wv - 1
+    slast = np.searchsorted(F, glast, "right") - 1
+    wend = a0[slast] + A * (glast - F[slast]) + A
+    # E2 on one tile: each window or set-up against the window opened last before it on its tile
+    et = [wt] + [s[0].astype(np.int64) for s in sim.xsets]
+    etime = [wtime] + [s[1] for s in sim.xsets]
+    eseq = [wseq] + [np.full(len(s[0]), s[2]) for s in sim.xsets]
+    ewin = [np.arange(nw)] + [np.full(len(s[0]), -1) for s in sim.xsets]
+    et, etime, eseq, ewin = _cat(et), _cat(etime), _cat(eseq), _cat(ewin)
+    o = np.lexsort((eseq, et))
+    et, etime, ewin = et[o], etime[o], ewin[o]
+    mark = np.where(ewin >= 0, np.arange(len(et)), -1)
+    prev = np.concatenate([[-1], np.maximum.accumulate(mark)[:-1]])
+    pc = np.maximum(prev, 0)
+    if ((prev >= 0) & (et[pc] == et) & (etime < wend[ewin[pc]])).any():
+        return False
+    # E2 on the shared bus: the (window x send) segments' cycles, merged per (bus, sender), must not overlap
+    if sim.target.exchange_shared_receive_bus:
+        nseg = slast - qq + 1
+        seg_w = np.repeat(np.arange(nw), nseg)
+        seg_s = np.repeat(qq, nseg) + (np.arange(int(nseg.sum())) - np.repeat(np.cumsum(nseg) - nseg, nseg))
+        lo = np.maximum(g0[seg_w], F[seg_s]) - F[seg_s]
+        hi = np.minimum(glast[seg_w], F[seg_s] + sn[seg_s] - 1) - F[seg_s]
+        s0 = a0[seg_s] + A * lo - span_lo
+        s1 = a0[seg_s] + A * hi + A - span_lo
+        bus = wt[seg_w] // sim.target.tiles_per_exchange_bus
+        _, pair = np.unique(bus * T + st[seg_s], return_inverse=True)
+        o = np.lexsort((s0, pair))
+        pair, s0, s1, bus = pair[o], s0[o], s1[o], bus[o]
+        ce = np.maximum.accumulate(pair * BIG + s1)
+        new = np.flatnonzero(pair * BIG + s0 >= np.concatenate([[-1], ce[:-1]]))
+        m0, m1, mbus = s0[new], np.maximum.reduceat(s1, new), bus[new]
+        o = np.lexsort((m0, mbus))
+        m0, m1, mbus = m0[o], m1[o], mbus[o]
+        ce = np.maximum.accumulate(mbus * BIG + m1)
+        if len(m0) > 1 and (mbus[1:] * BIG + m0[1:] < ce[:-1]).any():
+            return False
+    # E4: the windows of one tile write disjoint ranges
+    BA = np.int64(1) << 32
+    o = np.lexsort((wbase, wt))
+    ot, ob, oe = wt[o], wbase[o], wbase[o] + 8 * wv[o]
+    ce = np.maximum.accumulate(ot * BA + oe)
+    if nw > 1 and (ot[1:] * BA + ob[1:] < ce[:-1]).any():
+        return False
+    # E3: no send reads what a window of its tile writes (windows disjoint: the last one starting below the send's
+    # end is the only candidate)
+    i = np.searchsorted(ot * BA + ob, st * BA + saddr + 8 * sn, "left") - 1
+    ii = np.maximum(i, 0)
+    if ((i >= 0) & (ot[ii] == st) & (oe[ii] > saddr)).any():
+        return False
+    # E5
+    if (wend - A > release).any():
+        return False
+    # the writes
+    w0 = (wbase - sim.base) // 8
+    if jit.deliver is not None:  # compiled (runtime/jit.py): False if a word is protected
+        if not jit.deliver(sim.mem64, sim.wstate, atoms, g0, wt, wv, w0):
+            return False
+    else:
+        within = np.arange(int(wv.sum())) - np.repeat(np.cumsum(wv) - wv, wv)
+        rows = np.repeat(w0, wv) + within
+        cols = np.repeat(wt, wv)
+        stt = sim.wstate[rows, cols]
+        if (stt & PROTECTED).any():
+            return False
+        sim.mem64[rows, cols] = atoms[np.repeat(g0, wv) + within]
+        sim.wstate[rows, cols] = stt | WRITTEN
+    sim.csr[sim.NW + np.unique(wt), _col(_X_DCOUNT)] = 0
     return True
 
 
 def deliver_exchange(sim, tiles):
-    """At an internal sync: every tile with $INCOMING_DCOUNT > 0 receives, in order, the atoms sent since the
-    last sync by the tile named in its $INCOMING_MUX, at $INCOMING_BASE upwards. A receiver left waiting for
-    data no one sent is an error (a receive with no matching send)."""
-    if sim.fast and _deliver_exchange_fast(sim, np.asarray(tiles)):
-        return
-    sup = sim.NW + np.asarray(tiles)
-    dcount = sim.csr[sup, _col(SC["INCOMING_DCOUNT"])].astype(np.int64)
-    sent: dict[int, list] = {}
-    for src, data in sim.exchange_log:
-        for t, row in zip(src, data):
-            sent.setdefault(int(t), []).append(row)
-    sim.exchange_log = []
-    for t, ctx, n in zip(tiles, sup, dcount):
-        if n <= 0:
-            continue
-        mux = int(sim.csr[ctx, _col(SC["INCOMING_MUX"])])
-        atoms = np.concatenate(sent.get(mux, [np.zeros(0, np.uint64)]))
-        if len(atoms) < n:
-            raise SimError(
-                "exchange",
-                f"receive of {n} atoms from tile {mux} but only {len(atoms)} were sent",
-                tile=int(t),
-                context="supervisor",
-            )
-        base = int(sim.csr[ctx, _col(SC["INCOMING_BASE"])])
-        off = base - sim.base
-        if base % 8 or not sim.target.in_sram(base, 8 * int(n)):
-            raise SimError("exchange", "bad receive address", tile=int(t), context="supervisor", address=base)
-        w0 = off // 8  # word-major SRAM: tile t's words are column t
-        if (sim.wstate[w0 : w0 + n, t] & PROTECTED).any():
-            raise SimError("protected", "receive into code or a reserved range", tile=int(t), address=base)
-        sim.mem64[w0 : w0 + n, t] = atoms[:n]
-        sim.wstate[w0 : w0 + n, t] |= WRITTEN
-        sim.csr[ctx, _col(SC["INCOMING_DCOUNT"])] = 0
+    """At an internal sync's release (the clocks of `tiles` already set to the release cycle): the phase since the
+    previous internal sync, in time (see the section comment): windows filled, checks, $INCOMING_DCOUNT = 0."""
+    tiles = np.asarray(tiles)
+    if sim.xwins or sim.xsends or sim.xsets:
+        release = int(sim.cycles[sim.NW + tiles].max()) if len(tiles) else 0
+        if not (sim.fast and _x_resolve_fast(sim, release)):
+            _x_resolve_reference(sim, release)
+    _x_clear(sim)
+
+
+def exchange_end_of_run(sim):
+    """At the end of a run: a window no internal sync resolved is E1; unreceived sends are lost."""
+    if sim.xwins:
+        _x_resolve_reference(sim, None)
+    _x_clear(sim)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ instruction of cost c advances its clock by 6c (S6, S9 [D]); the supervisor's in
 runs them; `sync` waits for the slowest participant, plus the target's sync cost. Simplification: the supervisor
 is not slowed down by running workers (on hardware it only gets the free barrel slots).
 
+Exchange in time (issue 21): a supervisor's `send` records its atoms (read at issue) with its clock c0 before the
+instruction; atom k departs at c0 + exchange_send_latency + 2k (8-byte atoms at exchange_bytes_per_cycle = 4) and
+arrives at every tile exchange_fabric_cycles later. `put $INCOMING_DCOUNT, v` (v > 0) at clock t opens a receive
+window on its tile with the current $INCOMING_MUX / $INCOMING_BASE: it takes the first v atoms of the mux's tile
+arriving at or after t. At the next internal sync's release the phase is resolved and checked (exchange-no-sender,
+-overlap, -overwrite, -early-send, -late; see the section comment in runtime/semantics.py and `deliver_exchange`).
+
 Checks raise `SimError` naming tile, context, PC, instruction and address (see `runtime/errors.py`).
 
 Use:
@@ -282,7 +289,12 @@ class Simulator:
         self._n_internal = 0  # supervisors waiting on the internal sync
         self._sync_pc = np.zeros(self.NC, dtype=np.int64)  # PC of the sync each waiting supervisor executed
         self._defer: list | None = None
-        self.exchange_log: list = []  # pending sends until the next internal sync
+        # The exchange phase since the last internal sync (runtime/semantics.py `deliver_exchange`): sends,
+        # receive windows and receive set-ups, each with its clock and a sequence number (program order per tile).
+        self.xsends: list = []
+        self.xwins: list = []
+        self.xsets: list = []
+        self.xseq = 0
         self.rounds = 0
         self.recorder: Recorder | None = None  # profiling (off unless set; see the module docstring)
         self.progress = None  # a runtime.progress.Progress (off unless set): cycles, rate and ETA on stderr
@@ -489,6 +501,7 @@ class Simulator:
         # Every run starts with $lr = 0 (`br $lr` returns to the host), also the second run of a loaded program.
         self.m[sup, M_ALIASES["lr"]] = 0
         self._groups = [Group(pc, np.sort(sup), True)]
+        semantics._x_clear(self)  # no exchange phase spans runs (a run that raised may have left one)
         start_rounds = self.rounds
         self._run_start = self.cycles.copy()
         self._run_start_issued = self.issued.copy()
@@ -512,6 +525,7 @@ class Simulator:
                 tile=int(self.ctx_tile[ctx]),
                 context="supervisor",
             )
+        semantics.exchange_end_of_run(self)  # a receive window no sync resolved is an error
         if rec is not None:
             rec.mark(sup - self.NW, -1, Recorder.END, self.cycles[sup])
         return self.result()

@@ -1,23 +1,17 @@
-"""An `exchange.phase` as data for one shared exchange routine: receive/send rounds and on-tile copies.
+"""An `exchange.phase` as data for the shared exchange routines: one timed transfer table and on-tile copies.
 
-The simulator's exchange (runtime/semantics.py `deliver_exchange`) delivers, at each internal sync, to every tile
-whose $INCOMING_DCOUNT > 0, the atoms sent since the last sync by the one tile named in its $INCOMING_MUX, at
-$INCOMING_BASE upwards. So a phase becomes *rounds*: in a round every tile sends at most one stream (one send of
-the phase's table, to all its receivers that are free in that round) and receives at most one. Rounds are packed
-greedily in the phase's scheduled order; a multicast whose receivers cannot all listen in one round is sent again
-in a later round to those that missed it. A phase of unicast sends only gets the fewest rounds possible instead
-(as many as its busiest port's transfers: a bipartite edge colouring, `unicast_rounds`) when the greedy needs more.
+A phase is one statically timed exchange (`ipu.backend.lower.timed`: the routine `xch_timed`, its table, the
+schedule): one internal sync opens it, every tile then runs its own rows (sends and receive set-ups at compiled
+cycles, no sync between them), one internal sync closes it. The transfers are grouped into *rounds* first
+(`receive_rounds`): in a round every tile sends at most one stream (one send, to all its receivers that are free in
+that round) and receives at most one; rounds are packed greedily in the phase's scheduled order, a multicast whose
+receivers cannot all listen in one round is sent again in a later round to those that missed it, and a phase of
+unicast sends gets the fewest rounds possible (a bipartite edge colouring, `unicast_rounds`) when the greedy needs
+more. A round is only a grouping: each of its transmissions starts as soon as its own tiles are free.
 
-Per tile, the routine `xch_rounds` reads a table at one address shared by all tiles (contents differ per tile):
-word 0 = rounds - 1, then one 3-word row per round (`round_row`): incoming mux (sender tile, 11 bits) | atoms to
-receive << 11 (0: none); receive address; send address / 8 (17 bits) | atoms to send << 17 (0: none). Every tile
-walks every round (each ends in an internal sync), so the table is as wide on every tile: three words instead of
-five per round saved ~35 KB of region 0 per tile at So400m size. The on-tile copies go through the worker copy
-kernel (`backend/kernels/copy.py`, `copy_sup`); single halves through `xch_half` (read-modify-write of a word).
-
-Transfers that are not whole aligned 8-byte atoms are staged: copied (4-byte words) into a send staging area
-before the rounds, received into a staging area and copied into place after. Simplifications: the cycle schedule of `exchange-schedule` only orders the rounds (the simulator has no cycle-level exchange), and
-a round costs a full internal sync.
+The on-tile copies go through the worker copy kernel (`backend/kernels/copy.py`, `copy_sup`); single halves through
+`xch_half` (read-modify-write of a word). Transfers that are not whole aligned 8-byte atoms are staged: copied
+(4-byte words) into a send staging area before the phase, received into a staging area and copied into place after.
 """
 
 from __future__ import annotations
@@ -27,19 +21,9 @@ import hashlib
 import numpy as np
 
 from ipu.backend.kernels import copy as ck
+from ipu.backend.lower import timed as tm
+from ipu.backend.target import Target
 from ipu.dialects import exchange as ex
-
-ROUND_WORDS = 3
-MUX_BITS = 11  # sender tile in word 0 (IPU21: 1472 tiles)
-SEND_ADDR_BITS = 17  # send address / 8 in word 2 (SRAM below 1 MiB)
-MAX_SEND_ATOMS = (1 << (32 - SEND_ADDR_BITS)) - 1
-
-
-def round_row(rtab: np.ndarray, tile: int, k: int) -> tuple[int, int, int, int, int]:
-    """Round k of tile's table as (mux, receive address, atoms to receive, send address, atoms to send)."""
-    w0, w1, w2 = (int(x) for x in rtab[tile, 1 + ROUND_WORDS * k : 1 + ROUND_WORDS * (k + 1)])
-    mask = (1 << SEND_ADDR_BITS) - 1
-    return w0 & ((1 << MUX_BITS) - 1), w1, w0 >> MUX_BITS, (w2 & mask) * 8, w2 >> SEND_ADDR_BITS
 
 
 class ExchangeLoweringError(ValueError):
@@ -159,6 +143,33 @@ _ROUNDS_CACHE: dict[bytes, tuple[np.ndarray, int]] = {}  # key -> (int32 round p
 _ROUNDS_CACHE_RECEIVES = 1 << 24  # at most 64 MiB of cached rounds (an So400m layer's phases fit)
 
 
+_SCHEDULE_CACHE: dict[bytes, tm.Schedule] = {}
+
+
+def timed_schedule(
+    sends: np.ndarray, recvs: np.ndarray, atoms: np.ndarray, target: Target | None
+) -> tm.Schedule:
+    """The phase's timed schedule (`ipu.backend.lower.timed.schedule`), its transmissions grouped as the
+    `receive_rounds` rounds; cached (a loop body's phase is lowered for several iterations)."""
+    target = target or Target.ipu21()
+    h = hashlib.blake2b(_rounds_key(sends, recvs), digest_size=20)
+    h.update(np.ascontiguousarray(atoms, np.int64).tobytes())
+    h.update(
+        repr(
+            (target.exchange_fabric_cycles, target.exchange_shared_receive_bus, target.tiles_per_exchange_bus)
+        ).encode()
+    )
+    key = h.digest()
+    hit = _SCHEDULE_CACHE.get(key)
+    if hit is None:
+        rr, _ = receive_rounds(sends, recvs)
+        hit = tm.schedule(sends[:, 0], atoms, recvs[:, 0], recvs[:, 3], rr, target)
+        if len(_SCHEDULE_CACHE) > 256:
+            _SCHEDULE_CACHE.pop(next(iter(_SCHEDULE_CACHE)))
+        _SCHEDULE_CACHE[key] = hit
+    return hit
+
+
 def _rounds_key(sends: np.ndarray, recvs: np.ndarray) -> bytes:
     h = hashlib.blake2b(digest_size=20)
     for a in (sends[:, 0], sends[:, 4], recvs[:, 0], recvs[:, 3]):
@@ -221,12 +232,12 @@ def _per_tile(tiles: np.ndarray, rows: np.ndarray) -> dict[int, list[tuple[int, 
 def phase_tables(*args):
     """(rounds table or None, pre-copies, post-copies, number of rounds) of a phase that needs no half-word shifted
     staging (`staged_phase_tables`, which the lowering calls, has the shifted staging's table too)."""
-    rtab, pre, stab, post, nrounds = staged_phase_tables(*args)
+    rtab, pre, stab, post, sched = staged_phase_tables(*args)
     if stab is not None:
         raise ExchangeLoweringError(
             "exchange.phase: needs half-word shifted send staging (staged_phase_tables)"
         )
-    return rtab, pre, post, nrounds
+    return rtab, pre, post, sched.rounds if sched is not None else 0
 
 
 def _whole_end_words(tiles, src, dst, nbytes, copies, dst_addr) -> np.ndarray:
@@ -269,9 +280,10 @@ def staged_phase_tables(
     send_stage: int,
     recv_stage: int,
     stage_bytes: int,
+    target: Target | None = None,
 ):
-    """(rounds table [tiles, words] uint32 or None, pre-copies, shifted pre-copies (a `copy_shift_sup` table or
-    None), post-copies, number of rounds); the copies are {tile: [(source, destination, bytes)]}: the phase's
+    """(timed table [tiles, words] uint32 or None (`ipu.backend.lower.timed`), pre-copies, shifted pre-copies (a
+    `copy_shift_sup` table or None), post-copies, the timed schedule (`ipu.backend.lower.timed.Schedule`) or None); the copies are {tile: [(source, destination, bytes)]}: the phase's
     on-tile copies, and the staging of transfers that are not whole aligned atoms (copied to `send_stage` before
     sending, received at `recv_stage` and copied into place).
 
@@ -339,30 +351,19 @@ def staged_phase_tables(
                 "area (one kernel scratch element); the phase is not staged in parts: more tiles (smaller shards "
                 "per tile) or even-sized, 8-byte aligned blocks would help"
             )
-    rtab = None
-    rr, nrounds = receive_rounds(sends, recvs) if len(sends) else (np.zeros(0, np.int64), 0)
-    if nrounds:
-        if num_tiles > 1 << MUX_BITS:
+    rtab = sched = None
+    if len(sends) and len(recvs):
+        if num_tiles >= tm.SEND_MARK:
             raise ExchangeLoweringError(
-                f"exchange.phase: {num_tiles} tiles do not fit the {MUX_BITS}-bit mux field"
+                f"exchange.phase: {num_tiles} tiles do not fit the {tm.MUX_BITS}-bit mux field"
             )
-        rtab = np.zeros((num_tiles, 1 + ROUND_WORDS * nrounds), np.uint32)
-        rtab[:, 0] = nrounds - 1
-        col = 1 + ROUND_WORDS * rr
-        s = recvs[:, 3]
-        st = sends[s, 0]
-        big = np.nonzero((atoms[s] > MAX_SEND_ATOMS) | (staged_src[s] >= 8 << SEND_ADDR_BITS))[0]
-        if len(big):
-            i = s[big[0]]
-            raise ExchangeLoweringError(
-                f"exchange.phase: tile {sends[i, 0]} sends {atoms[i]} atoms from {staged_src[i]:#x}; a round row "
-                f"holds at most {MAX_SEND_ATOMS} atoms from below {8 << SEND_ADDR_BITS:#x}"
+        sched = timed_schedule(sends, recvs, atoms, target)
+        try:
+            rtab = tm.table(
+                sched, num_tiles, atoms[recvs[:, 3]], sends[recvs[:, 3], 0], staged_src, staged_dst
             )
-        # Per round a tile receives at most once and sends at most once: no two writes hit one word.
-        rt = recvs[:, 0]
-        rtab[rt, col] = st | (atoms[s] << MUX_BITS)
-        rtab[rt, col + 1] = staged_dst
-        rtab[st, col + 2] = (staged_src[s] >> 3) | (atoms[s] << SEND_ADDR_BITS)
+        except ValueError as e:
+            raise ExchangeLoweringError(f"exchange.phase: {e}") from None
     if len(copies):
         cp = np.stack(
             [
@@ -374,59 +375,13 @@ def staged_phase_tables(
         )
         for t, rows in _per_tile(copies[:, 0], cp).items():
             post.setdefault(t, []).extend(rows)
-    return rtab, pre, stab, post, nrounds
+    return rtab, pre, stab, post, sched
 
 
-# The remainder of a send under 256 atoms goes out as one `send` through a jump table of 256 two-instruction
-# entries (the count is an immediate; 8 bytes per entry): entry r sends r atoms, entry 0 none. Every `send` pays
-# the send latency once, so few large sends beat a loop of small ones (a 2304-byte row: 2 sends instead of 18);
-# one table instead of two (16 h + l atoms: two jumps, two sends) saves a jump, a branch and a send latency
-# per round with a remainder (~2 KB of code).
-def _send_table(label: str, then: str) -> str:
-    rows = [f"{label}:\n"]
-    for i in range(256):
-        first = f"send $m4+=, {i - 1}" if i else f"bri {then}"
-        rows.append(f"    {first}\n    bri {then}\n")
-    return "".join(rows)
-
-
-TAIL_SENDS = (
-    "    and $m6, $m5, 255\n    shl $m6, $m6, 3\n    setzi $m7, .Lxr_tab\n    add $m6, $m6, $m7\n    br $m6\n"
-    + _send_table(".Lxr_tab", ".Lxr_sync")
-)
-
-# The routines (the round-row fields decoded with the widths `phase_tables` packs them with).
-ROUTINES = f"""
-.globl xch_rounds
-.supervisor
-xch_rounds:
-    ld32 $m2, $m0, $mzero, 0
-.Lxr_round:
-    ld32 $m3, $m0, $mzero, 1
-    and $m4, $m3, {(1 << MUX_BITS) - 1:#x}
-    put $INCOMING_MUX, $m4
-    shr $m3, $m3, {MUX_BITS}
-    ld32 $m4, $m0, $mzero, 2
-    put $INCOMING_BASE, $m4
-    put $INCOMING_DCOUNT, $m3
-    ld32 $m5, $m0, $mzero, 3
-    shl $m4, $m5, {32 - SEND_ADDR_BITS}
-    shr $m4, $m4, {32 - SEND_ADDR_BITS - 3}
-    shr $m5, $m5, {SEND_ADDR_BITS}
-    brz $m5, .Lxr_sync
-    shr $m6, $m5, 8
-    brz $m6, .Lxr_tail
-    sub $m6, $m6, 1
-.Lxr_block:
-    send $m4+=, 255
-    brnzdec $m6, .Lxr_block
-.Lxr_tail:
-{TAIL_SENDS}.Lxr_sync:
-    sync TEXCH_SYNCZONE_INTERNAL
-    add $m0, $m0, 12
-    brnzdec $m2, .Lxr_round
-    br $lr
-
+# The routines: the timed exchange (`ipu.backend.lower.timed`) and the half-word copy.
+ROUTINES = (
+    tm.ROUTINE
+    + """
 .globl xch_half
 .supervisor
 xch_half:
@@ -453,6 +408,7 @@ xch_half:
 .Lxh_done:
     br $lr
 """
+)
 HALF_WORDS = 5  # xch_half row: source word, source shift, destination word, keep mask, destination shift
 
 

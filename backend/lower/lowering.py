@@ -28,6 +28,7 @@ Op lowering (what exists, see docs/lowering.md for what does not):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -57,7 +58,7 @@ from ipu.backend.lower.placement import (
     StorageOverflow,
     scratch_elements,
 )
-from ipu.backend.lower.sites import exchange_phases, label_sites, op_marker, op_name, resolve
+from ipu.backend.lower.sites import PHASE_MARKER, exchange_phases, label_sites, op_marker, op_name, resolve
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
@@ -253,6 +254,9 @@ class Lowering(NnOps):
                 self.bind_output(op)
                 continue
             if isinstance(op, ex.SyncOp):
+                nxt = op.next_op
+                if isinstance(nxt, ex.PhaseOp) and len(nxt.send_table()) and len(nxt.recv_table()):
+                    continue  # the phase's timed exchange opens with this sync, after its send staging
                 self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync")
                 continue
             if isinstance(op, ex.PhaseOp):
@@ -599,8 +603,8 @@ class Lowering(NnOps):
         c_area, a_area, _ = self.scratch(mark=False)  # free between ops: the exchange's staging areas
         e = self.target.region1_element_bytes
         try:
-            rtab, pre, shifted, post, nrounds = lx.staged_phase_tables(
-                op, src, dst, self.n, c_area, a_area, e
+            rtab, pre, shifted, post, sched = lx.staged_phase_tables(
+                op, src, dst, self.n, c_area, a_area, e, self.target
             )
         except lx.ExchangeLoweringError as err:  # which values the phase moves: their makers and readers
 
@@ -626,9 +630,28 @@ class Lowering(NnOps):
         self.copy_call(pre, "exchange send staging")  # whole words into 8-byte staging slots
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
-        if rtab is not None:
-            self.table_call("xch_rounds", rtab, f"exchange rounds ({nrounds})")
+        if rtab is not None:  # opens with the phase's sync, ends with one
+            self._phase_timing(sched, rtab)
+            # Right after another phase's closing sync (no staging, no copies between): that sync opens this one.
+            last = next((x for x in reversed(self.lines) if not x.startswith("    // ")), "")
+            entry = "xch_timed_synced" if last.startswith("    call $lr, xch_timed") else "xch_timed"
+            self.table_call(entry, rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
+
+    def _phase_timing(self, sched, rtab: np.ndarray) -> None:
+        """The timed schedule's figures in the phase's summary (the marker line `op_marker` wrote for it): its span,
+        transmissions and the table's bytes per tile (as wide on every tile: its busiest tile's rows)."""
+        for k in range(len(self.lines) - 1, -1, -1):
+            line = self.lines[k]
+            if line.startswith(PHASE_MARKER):
+                detail = json.loads(line[len(PHASE_MARKER) :])
+                detail.update(
+                    timed_cycles=int(sched.cycles),
+                    transmissions=int(sched.transmissions),
+                    table_bytes=int(rtab.shape[1] * 4),
+                )
+                self.lines[k] = PHASE_MARKER + json.dumps(detail, separators=(",", ":"))
+                return
 
     # -- operators ---------------------------------------------------------------------------------------------
     def _panel_addr(
@@ -1358,7 +1381,7 @@ class Lowering(NnOps):
             outputs=self.outputs,
             metadata={
                 "lowering": "ipu.backend.lower",
-                "exchange": "exchange instructions (send / $INCOMING_MUX rounds, one internal sync per round)",
+                "exchange": "exchange instructions (the timed sends and receive set-ups of a phase, its two internal syncs)",
                 "notes": self.notes,
                 "data_bytes": dict(self.image.used),
                 "profile_sites": resolve(sites, program.labels),

@@ -16,7 +16,7 @@ weight parameter, e.g. `nn.linear self_attn.q_proj`, other operators by result n
 same operators of their block, `nn.add #2`; `layer ` before operators of a `tile.repeat` body). Exchange, sync and
 layer-loop sites keep the names of `op_of`.
 
-A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_rounds`, sync = `exchange.sync`), `kernel` (the
+A site dict: `label`, `pc`, `kind` (compute, exchange = `xch_timed`, sync = `exchange.sync`), `kernel` (the
 routine called: `gemm_f16_sup_ld64`, `ew_sup`, `copy_sup`, ...; `sync`; `main` for the return), `what` (the
 lowering's comment, e.g. `nn.linear (unnamed): GEMM`), `op` (`op_of(what)`), `repeat` (the loop id for
 sites of a `tile.repeat` body and its control code, else None), `role` (body, setup, next, end, or None); the
@@ -44,7 +44,7 @@ NO_CODE = {"nn.param", "nn.input", "memory.plan", "memory.reserve", "func.return
 _REP_END = re.compile(r"^\.Lrep(\d+)_end:")
 _CALL = re.compile(r"^\s*call \$lr, (\S+)")
 
-KIND_OF_ROUTINE = {"xch_rounds": "exchange"}
+KIND_OF_ROUTINE = {"xch_timed": "exchange", "xch_timed_synced": "exchange"}
 
 
 def _param_name(v: SSAValue) -> str | None:

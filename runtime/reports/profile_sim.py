@@ -13,7 +13,7 @@ B(e + 1) - B(e) >= 0. The walls telescope: they sum to the slowest tile's elapse
 `RunResult.max_cycles`, exactly.
 
 Steps are runs of intervals of one site visit, one kind and one superstep (supersteps are counted by internal
-sync releases, including the rounds inside `xch_rounds`); steps whose every tile and wall are 0 are dropped.
+sync releases, including the rounds inside `xch_timed`); steps whose every tile and wall are 0 are dropped.
 With `merge_rounds`, an exchange routine call is one exchange step and one sync step (its rounds summed): fewer
 steps for phases of many rounds (the JSON holds a dense per-tile row per step), same totals and supersteps. A
 `tile.repeat` loop: the visits of its body and next-iteration sites in the first iteration are steps (`repeat` =

@@ -334,7 +334,7 @@ def test_two_stage_gather_gives_the_same_bits(monkeypatch):
             sum_attention_module(t, s, c, heads, f32, q_layout, kv_layout), Target.small(32, sram_kib=624)
         )
         phases.append(
-            sum(site["what"].startswith("exchange rounds") for site in pkg.metadata["profile_sites"])
+            sum(site["what"].startswith("exchange timed") for site in pkg.metadata["profile_sites"])
         )
         outs.append(Session(pkg).run(x).outputs["o"])
     assert phases[1] > phases[0], phases

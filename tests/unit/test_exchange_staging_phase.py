@@ -10,7 +10,9 @@ import pytest
 
 from ipu.backend.kernels import copy as C
 from ipu.backend.lower import exchange as lx
+from ipu.backend.lower import timed as tm
 from ipu.backend.lower.lowering import _split_halves_of
+from ipu.backend.target import Target
 
 BASE, SIZE = 0x60000, 0x50000
 SRC, DST, SEND_STAGE, RECV_STAGE, STAGE = 0x60000, 0x70000, 0x90000, 0xA0000, 0x8000
@@ -68,7 +70,7 @@ def test_staged_phase_delivers(seed, same_phase):
     addr = [np.full(tiles, SRC, np.int64)]
     daddr = [np.full(tiles, DST, np.int64)]
     lx._ROUNDS_CACHE.clear()
-    rtab, pre, stab, post, nrounds = lx.staged_phase_tables(
+    rtab, pre, stab, post, _ = lx.staged_phase_tables(
         _Phase(sends, recvs, copies), addr, daddr, tiles, SEND_STAGE, RECV_STAGE, STAGE
     )
     mem = rng.integers(0, 256, (tiles, SIZE), dtype=np.uint8)
@@ -81,15 +83,12 @@ def test_staged_phase_delivers(seed, same_phase):
     if stab is not None:
         for t in range(tiles):
             mem[t] = C.shift_semantics(mem[t], BASE, [r for w in C.worker_rows(stab[t]) for r in w])
-    # The rounds: each receiver takes the atoms its sender sends in that round.
-    for k in range(nrounds):
-        snap = mem.copy()
-        for t in range(tiles):
-            mux, base, count, _, _ = lx.round_row(rtab, t, k)
-            if count:
-                _, _, _, at, atoms = lx.round_row(rtab, mux, k)
-                assert atoms == count and base % 8 == 0 and at % 8 == 0
-                mem[t, base - BASE : base - BASE + 8 * count] = snap[mux, at - BASE : at - BASE + 8 * count]
+    # The timed exchange: each window takes the atoms its sender sends next (by the routine's timing).
+    snap = mem.copy()
+    if rtab is not None:
+        for t, base, mux, at, count in tm.replay(rtab, Target.small(tiles=tiles)):
+            assert base % 8 == 0 and at % 8 == 0
+            mem[t, base - BASE : base - BASE + 8 * count] = snap[mux, at - BASE : at - BASE + 8 * count]
     halves = 0
     for rs in post.values():
         for r in rs:

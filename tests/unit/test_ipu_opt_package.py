@@ -152,4 +152,4 @@ def test_two_steps_through_placed_ir_and_asm(tmp_path, capsys):
     assert capsys.readouterr().out == main_text and main_text.startswith(".globl main\n")
     assert ipu_opt.main([str(placed), "-t", "ipu-asm{full=true}"]) == 0
     full = capsys.readouterr().out
-    assert full.startswith(main_text) and "\nxch_rounds:" in full and "\nxch_rounds:" not in main_text
+    assert full.startswith(main_text) and "\nxch_timed:" in full and "\nxch_timed:" not in main_text

@@ -125,7 +125,7 @@ def test_superstep_cycles_equal_the_sync_releases(run):
             continue
         assert s["cycles"] == want, (i, k)
         checked += 1
-    assert checked > 100
+    assert checked > 40  # two syncs per exchange phase (tiny: 26 phases)
     # Iterations 2..N summed: from the first body site's second visit to the loop's end site.
     sites = run["pkg"].metadata["profile_sites"]
     body = next(s for s in sites if s["role"] == "body")
@@ -190,7 +190,7 @@ def test_label_sites_names_every_site_of_main():
     lines = [
         "    sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync",
         "    setzi $m0, 0x70000  // exchange rounds (3)",
-        "    call $lr, xch_rounds",
+        "    call $lr, xch_timed",
         "    setzi $m0, 0x70068  // nn.linear (x): GEMM",
         "    ld32 $m1, $m0, $mzero, 0",
         "    brz $m1, .Lskip0",
@@ -217,7 +217,7 @@ def test_label_sites_names_every_site_of_main():
     got = [(s["kind"], s["kernel"], s["op"], s["repeat"], s["role"]) for s in sites]
     assert got == [
         ("sync", "sync", "exchange.sync", None, None),
-        ("exchange", "xch_rounds", "exchange.phase", None, None),
+        ("exchange", "xch_timed", "exchange.phase", None, None),
         ("compute", "gemm_f16_sup_ld64", "nn.linear (x)", None, None),
         ("compute", "main", "tile.repeat", 0, "setup"),
         ("compute", "rows_sup", "nn.gelu (g)", 0, "body"),
@@ -274,8 +274,9 @@ def test_sites_name_the_operators(run):
         for s in by_op["nn.linear_partials embeddings.patch_embedding"]
     )
     assert all(s["repeat"] is None for s in by_op["nn.linear_partials embeddings.patch_embedding"])
-    assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_rounds", "copy_sup"}
-    assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase", "exchange.sync"}
+    assert {s["kernel"] for s in by_op["exchange.phase"]} >= {"xch_timed", "copy_sup"}
+    # An exchange.sync before a phase is the timed exchange's opening sync: counted in the exchange.phase.
+    assert {o["name"] for o in doc["ops"]} >= {"layer nn.linear q_proj", "exchange.phase"}
 
 
 def test_merged_rounds_keep_totals_and_supersteps(run):
@@ -289,13 +290,13 @@ def test_merged_rounds_keep_totals_and_supersteps(run):
 
     # Only the exchange routine's steps merge (each call: one exchange and one sync step), and they were many.
     def xch(steps):
-        return sum(1 for s in steps if s.get("kernel") == "xch_rounds")
+        return sum(1 for s in steps if s.get("kernel") == "xch_timed")
 
     assert len(merged["steps"]) - xch(merged["steps"]) == len(doc["steps"]) - xch(doc["steps"])
-    assert xch(merged["steps"]) < xch(doc["steps"]) / 3
-    xs = [s for s in merged["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync"]
+    assert xch(merged["steps"]) < xch(doc["steps"]) / 2  # a call: sync, rows, sync, return -> 2 steps
+    xs = [s for s in merged["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync"]
     n_rounds = sum(s["rounds"] for s in xs)
-    assert n_rounds == sum(1 for s in doc["steps"] if s.get("kernel") == "xch_rounds" and s["kind"] == "sync")
+    assert n_rounds == sum(1 for s in doc["steps"] if s.get("kernel") == "xch_timed" and s["kind"] == "sync")
     assert sum(s["cycles"] for s in merged["steps"]) == doc["total_cycles"]
     assert merged["tile_busy"] == doc["tile_busy"]
 
@@ -323,7 +324,7 @@ def test_trace_json_matches_the_profile(run):
         )
         end += s["cycles"]
     # Exchange steps name what they move.
-    xch = [e for e in steps if e["args"].get("kernel") == "xch_rounds"]
+    xch = [e for e in steps if e["args"].get("kernel") == "xch_timed"]
     assert xch and all(
         e["args"]["bytes"] > 0 and e["args"]["senders"] and e["args"]["receivers"] for e in xch
     )

@@ -9,15 +9,14 @@
 // CHECK-NEXT: .supervisor
 // CHECK-NEXT: main:
 // CHECK-NEXT:     add $m9, $lr, 0
+// The phase's exchange.sync is the timed exchange's opening sync (inside xch_timed).
 // CHECK-NEXT: .Lsite0:
-// CHECK-NEXT:     sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync
+// CHECK-NEXT:     setzi $m0, 0x70100  // exchange timed ({{[0-9]+}} rounds)
+// CHECK-NEXT:     call $lr, xch_timed
 // CHECK-NEXT: .Lsite1:
-// CHECK-NEXT:     setzi $m0, 0x70100  // exchange rounds ({{[0-9]+}})
-// CHECK-NEXT:     call $lr, xch_rounds
-// CHECK-NEXT: .Lsite2:
 // CHECK-NEXT:     setzi $m0, [[COPIES:0x[0-9a-f]+]]  // exchange copies
 // CHECK-NEXT:     call $lr, copy_sup
-// CHECK-NEXT: .Lsite3:
+// CHECK-NEXT: .Lsite2:
 // The FP8 weight rows become the F16 AMP weight panels in one pass (converted and reordered, N padding zeroed).
 // CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): weight panels f8e4m3fnuz -> f16
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
@@ -25,7 +24,7 @@
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, rows_sup
 // CHECK-NEXT: .Lskip0:
-// CHECK-NEXT: .Lsite4:
+// CHECK-NEXT: .Lsite3:
 // CHECK-NEXT:     setzi $m0, [[GEMM:0x[0-9a-f]+]]  // nn.linear (unnamed): GEMM
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip1
@@ -33,21 +32,21 @@
 // The weight panels are staged in interleaved memory: the supervisor loads two coefficient slots at a time.
 // CHECK-NEXT:     call $lr, gemm_f16_sup_ld128
 // CHECK-NEXT: .Lskip1:
-// CHECK-NEXT: .Lsite5:
+// CHECK-NEXT: .Lsite4:
 // CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): bias
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip2
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, ew_sup
 // CHECK-NEXT: .Lskip2:
-// CHECK-NEXT: .Lsite6:
+// CHECK-NEXT: .Lsite5:
 // CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (unnamed): cast to f32
 // CHECK-NEXT:     ld32 $m1, $m0, $mzero, 0
 // CHECK-NEXT:     brz $m1, .Lskip3
 // CHECK-NEXT:     add $m0, $m0, 8
 // CHECK-NEXT:     call $lr, ew_sup
 // CHECK-NEXT: .Lskip3:
-// CHECK-NEXT: .Lsite7:
+// CHECK-NEXT: .Lsite6:
 // CHECK-NEXT:     br $m9
 // CHECK-NOT:  {{.}}
 

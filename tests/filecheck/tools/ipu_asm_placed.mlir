@@ -19,20 +19,19 @@ func.func @mlp() {
 // CHECK-NEXT: .supervisor
 // CHECK-NEXT: main:
 // CHECK-NEXT:     add $m9, $lr, 0
+// The phase's exchange.sync is the timed exchange's opening sync (inside xch_timed).
 // CHECK-NEXT: .Lsite0:
-// CHECK-NEXT:     sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync
-// CHECK-NEXT: .Lsite1:
-// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // exchange rounds ({{[0-9]+}})
-// CHECK-NEXT:     call $lr, xch_rounds
+// CHECK-NEXT:     setzi $m0, {{0x[0-9a-f]+}}  // exchange timed ({{[0-9]+}} rounds)
+// CHECK-NEXT:     call $lr, xch_timed
 // CHECK:          setzi $m0, {{0x[0-9a-f]+}}  // nn.linear (y): weight panels f8e4m3fnuz -> f16
 // CHECK:          call $lr, gemm_f16_sup_ld128
 // CHECK:          setzi $m0, {{0x[0-9a-f]+}}  // nn.gelu (g): tanh GELU
 // CHECK:          br $m9
-// CHECK-NOT:  xch_rounds:
+// CHECK-NOT:  xch_timed:
 
 // FULL:     main:
 // FULL:     br $m9
 // FULL:     rep_patch:
-// FULL:     xch_rounds:
+// FULL:     xch_timed:
 // FULL:     gemm_f16_sup_ld128:
 // FULL:     ew_sup:

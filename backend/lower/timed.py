@@ -1,0 +1,593 @@
+"""An `exchange.phase` as one statically timed exchange: every tile's sends and receive set-ups at compiled cycles.
+
+The IPU does not sync inside an exchange phase (../shared/reference/IPU_FACTS.md section 6): after one barrier every
+tile runs its part of a compiled schedule. A `send` carries no destination; a receiver points $INCOMING_MUX at the
+sender and opens a receive window ($INCOMING_DCOUNT atoms at $INCOMING_BASE) in time for the first atom. The
+simulator (runtime/semantics.py) executes exactly that: atom k of a send issued at clock c leaves at
+c + exchange_send_latency + 2k and arrives everywhere exchange_fabric_cycles later; a window opened at clock t takes
+the next DCOUNT atoms of its sender that arrive at or after t. It names any receive that finds no sender, a window
+switched before its data is in, two senders on one receive bus in one cycle, a send of data received in the same
+phase, a received word overwritten in the phase, and data arriving after the closing sync.
+
+`schedule` places every transfer in time (list scheduling in exchange-schedule's order), respecting:
+
+- each tile's supervisor: one table row at a time (a send row blocks it for its atoms; a receive row for the
+  set-up only, the data lands in the background);
+- each tile's receive port: one window at a time, the next opened only after the last atom of the previous one;
+- the receive bus two neighbouring tiles share (`Target.tiles_per_exchange_bus`): one sender at a time, except the
+  same send multicast to both;
+- a window opens after the previous atoms of its sender went by (it takes the *next* atoms of that sender).
+
+`xch_timed_synced` (the same routine after its opening sync) serves a phase that directly follows another one's
+closing sync, with nothing between them on any tile.
+
+A send's data is multicast: one send row serves every receiver listening then. Two receives of one send on one
+tile (two destinations) take two transmissions.
+
+The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 4 words
+per row: the wait before the row (cycles); its receive set-up, mux | atoms << 11 and the receive address (0 atoms:
+none); its send, address / 8 | atoms << 17 (0 atoms: none). A tile that receives and sends in one round does both
+in one row when its send is then still early enough for its receivers. The wait is exact: two jumps into tables of `delay` instructions (64-cycle steps,
+then single cycles; longer waits are split over rows that send nothing). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
+control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
+checks them against the simulator.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+import numpy as np
+
+from ipu.backend.target import Target
+
+ROW_WORDS = 4
+MUX_BITS = 11
+SEND_ADDR_BITS = 17  # w3: send address / 8 (SRAM below 1 MiB) | atoms << 17
+MAX_SEND_ATOMS = (1 << (32 - SEND_ADDR_BITS)) - 1
+SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
+COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
+
+
+# The wait (below MAX_WAIT cycles; a longer one is split over rows that send nothing): a jump into a table of
+# 64-cycle `delay`s, then one into a table of single-cycle `delay`s, each entry of which goes on with the row
+# itself (decode, receive set-up, next row): a few instructions whatever the wait (a simulator keeps a group of
+# tiles together through them; a loop of small chunks or a run of nops costs a step per chunk or cycle).
+MAX_WAIT = COARSE * COARSE - 1
+
+
+def _row_tail(label: str | None = None) -> list[str]:
+    """The send check and the next row: a row's send (w3: address / 8 | atoms << 17; 0 atoms: none)."""
+    return ([f"{label}:"] if label else []) + [
+        "ld32 $m4, $m0, $mzero, 4",
+        f"shr $m6, $m4, {SEND_ADDR_BITS}",
+        "brnz $m6, .Lxt_send",
+        f"add $m0, $m0, {4 * ROW_WORDS}",
+        "brnzdec $m2, .Lxt_row",
+        "bri .Lxt_done",
+    ]
+
+
+def _fine_entry(r: int) -> list[str]:
+    """Wait r cycles, then the row: its receive set-up (w1: mux | atoms << 11, w2: base; 0 atoms: none), its send."""
+    return [
+        f"delay {r}",
+        "ld32 $m4, $m0, $mzero, 2",
+        f"shr $m6, $m4, {MUX_BITS}",
+        "brz $m6, .Lxt_sendck",
+        "ld32 $m5, $m0, $mzero, 3",
+        f"and $m4, $m4, {SEND_MARK:#x}",
+        "put $INCOMING_MUX, $m4",
+        "put $INCOMING_BASE, $m5",
+        "put $INCOMING_DCOUNT, $m6",
+    ] + _row_tail()
+
+
+FINE_ENTRY_BYTES = 4 * len(_fine_entry(0))
+
+
+def _send_tail_table(label: str, then: str) -> str:
+    """256 two-instruction entries: entry r sends r atoms (the count is an immediate), entry 0 none."""
+    rows = [f"{label}:\n"]
+    for i in range(256):
+        first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
+        rows.append(f"    {first}\n    bri {then}\n")
+    return "".join(rows)
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(x + "\n" if x.endswith(":") else f"    {x}\n" for x in lines)
+
+
+ROUTINE = (
+    f"""
+.globl xch_timed
+.supervisor
+xch_timed:
+    sync TEXCH_SYNCZONE_INTERNAL
+.globl xch_timed_synced
+xch_timed_synced:
+    ld32 $m2, $m0, $mzero, 0
+    brz $m2, .Lxt_done
+    sub $m2, $m2, 1
+.Lxt_row:
+    ld32 $m3, $m0, $mzero, 1
+    and $m6, $m3, {COARSE - 1}
+    mul $m6, $m6, {FINE_ENTRY_BYTES}
+    setzi $m7, .Lxt_finetab
+    add $m7, $m7, $m6
+    shr $m6, $m3, 6
+    shl $m6, $m6, 3
+    setzi $m1, .Lxt_midtab
+    add $m6, $m6, $m1
+    br $m6
+.Lxt_midtab:
+"""
+    + "".join(f"    delay {COARSE * j}\n    br $m7\n" for j in range(COARSE))
+    + ".Lxt_finetab:\n"
+    + "".join(_lines(_fine_entry(r)) for r in range(COARSE))
+    + _lines(_row_tail(".Lxt_sendck"))
+    + f""".Lxt_send:
+    shl $m5, $m4, {32 - SEND_ADDR_BITS}
+    shr $m5, $m5, {32 - SEND_ADDR_BITS - 3}
+    shr $m7, $m6, 8
+    brz $m7, .Lxt_tail
+    sub $m7, $m7, 1
+.Lxt_block:
+    send $m5+=, 255
+    brnzdec $m7, .Lxt_block
+.Lxt_tail:
+    and $m7, $m6, 255
+    shl $m7, $m7, 3
+    setzi $m1, .Lxt_tab
+    add $m7, $m7, $m1
+    br $m7
+"""
+    + _send_tail_table(".Lxt_tab", ".Lxt_next")
+    + f""".Lxt_next:
+    add $m0, $m0, {4 * ROW_WORDS}
+    brnzdec $m2, .Lxt_row
+.Lxt_done:
+    sync TEXCH_SYNCZONE_INTERNAL
+    br $lr
+"""
+)
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
+    Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
+
+    wait: int = 23  # the wait's instructions besides its delays (ld32, both jump targets, br; br; the delay)
+    mux_put: int = 33  # the receive set-up's `put $INCOMING_MUX` (clock before it)
+    open: int = 45  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 66  # a row that only receives, anchor to the next row's start
+    send_decoded: int = 39  # a row that only sends: its send branch taken
+    recv_send_decoded: int = 59  # a row that receives and sends: its send branch taken
+    idle: int = 46  # a row that does neither (a part of a long wait)
+    block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
+    latency: int = 8
+
+    def send(self, atoms: int, decoded: int | None = None) -> tuple[int, int, int]:
+        """(first atom's departure, last atom's departure, row cost) of a row that sends `atoms` atoms, its send
+        branch taken at `decoded` (default: a row that only sends)."""
+        q, r = atoms >> 8, atoms & 255
+        base = (self.send_decoded if decoded is None else decoded) + 9  # address (2), shr, brz
+        u = base if q == 0 else base + 1 + self.block * q  # sub 1, q blocks: the tail's start
+        tail_send = u + 10  # and, shl, setzi, add, br: the tail entry
+        first = (base + 1 + self.latency) if q else (tail_send + self.latency)
+        if r:
+            last = tail_send + self.latency + 2 * (r - 1)
+            cost = tail_send + 1 + self.latency + 2 * r + 6 + 7  # send, bri; add, brnzdec
+        else:
+            last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255 if q else first
+            cost = tail_send + 6 + 7  # entry 0: bri; add, brnzdec
+        return first, last, cost
+
+
+ROW = RowCosts()
+
+
+class _Timeline:
+    """One tile's supervisor: its rows as sorted, disjoint [anchor, anchor + cost) intervals."""
+
+    __slots__ = ("starts", "ends", "rows")
+
+    def __init__(self):
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        self.rows: list[tuple] = []
+
+    def fit(self, lo: int, cost: int) -> int:
+        """The earliest anchor >= lo where a row of `cost` cycles fits between the rows there."""
+        st, en = self.starts, self.ends
+        i = bisect_right(st, lo)
+        if i and en[i - 1] > lo:
+            lo = en[i - 1]
+        while i < len(st) and st[i] < lo + cost:
+            lo = max(lo, en[i])
+            i += 1
+        return lo
+
+    def insert(self, anchor: int, cost: int, row: tuple) -> None:
+        i = bisect_right(self.starts, anchor)
+        self.starts.insert(i, anchor)
+        self.ends.insert(i, anchor + cost)
+        self.rows.insert(i, row)
+
+
+@dataclass
+class Schedule:
+    """Per tile: rows (anchor, cost, kind, a, b) in time order; kind 0 = receive (a = sender, b = receive index),
+    1 = send (a = atoms, b = send index); and the phase's span in cycles (the last row's end on any tile, and
+    the last arrival)."""
+
+    rows: dict[int, list[tuple]] | None
+    cycles: int
+    transmissions: int
+    rounds: int = 0  # the groups the transmissions were taken in (`receive_rounds`)
+    # The same rows as arrays (`row_arrays`), sorted by tile then anchor (`schedule`).
+    arrays: tuple | None = None
+
+    def row_arrays(self) -> tuple:
+        """(tile, anchor, cost, receive index or -1, send index or -1, atoms sent), by tile then anchor."""
+        if self.arrays is not None:
+            return self.arrays
+        flat = [(t,) + row for t, rows in sorted(self.rows.items()) for row in rows]
+        cols = np.array(flat, np.int64).reshape(-1, 6)
+        t, at, cost, kind, a, b = (cols[:, k] for k in range(6))
+        recv = np.where(kind == 0, b, -1)
+        send = np.where(kind == 1, b, -1)
+        return t, at, cost, recv, send, np.where(kind == 1, a, 0)
+
+    def per_tile(self) -> dict[int, list[tuple]]:
+        """{tile: [(anchor, cost, receive index or -1, send index or -1, atoms sent)]} in time order."""
+        t, *cols = self.row_arrays()
+        out: dict[int, list[tuple]] = {}
+        for row in zip(t.tolist(), *(c.tolist() for c in cols)):
+            out.setdefault(row[0], []).append(row[1:])
+        return out
+
+
+def schedule_gaps(
+    sender: np.ndarray,
+    atoms: np.ndarray,
+    recv_tile: np.ndarray,
+    recv_send: np.ndarray,
+    recv_group: np.ndarray,
+    target: Target,
+    costs: RowCosts = ROW,
+) -> Schedule:
+    """Times every transfer: sends i (sender[i], atoms[i]), each to its receives (recv_tile[j], recv_send[j] == i);
+    the receives of one send with the same recv_group[j] go in one transmission (a multicast), taken in the
+    order of their groups (then of their sends). Greedy list scheduling: a transmission starts at the earliest
+    cycle at which its sender's supervisor is free after its previous send, and every receiver can open its
+    window in time (its port free: the previous window's last atom in; its supervisor free for the set-up; the
+    sender's previous atoms gone by) and, with `Target.exchange_shared_receive_bus`, every receive bus is free.
+
+    `receive_rounds` (backend/lower/exchange.py) gives the groups: its rounds pack each tile's receives so that
+    one multicast serves the receivers free in a round; here a round's transmissions start as soon as their own
+    tiles are free (no sync between rounds)."""
+    fabric = target.exchange_fabric_cycles
+    shared = target.exchange_shared_receive_bus
+    bus_of = max(1, int(target.tiles_per_exchange_bus)) if shared else 1
+    sender = np.asarray(sender, np.int64)
+    atoms = np.asarray(atoms, np.int64)
+    recv_tile = np.asarray(recv_tile, np.int64)
+    recv_send = np.asarray(recv_send, np.int64)
+    recv_group = np.asarray(recv_group, np.int64)
+    by = np.lexsort((np.arange(len(recv_tile)), recv_send, recv_group))
+    rs, rg = recv_send[by], recv_group[by]
+    cut = (np.nonzero((rs[1:] != rs[:-1]) | (rg[1:] != rg[:-1]))[0] + 1).tolist()
+    lo_idx, hi_idx = [0] + cut, cut + [len(by)]
+    if not len(by):
+        lo_idx, hi_idx = [], []
+    lines: dict[int, _Timeline] = {}
+
+    def line(t: int) -> _Timeline:
+        tl = lines.get(t)
+        if tl is None:
+            tl = lines[t] = _Timeline()
+        return tl
+
+    send_end: dict[int, int] = {}  # per sender: end of its last send row
+    prev_last: dict[int, int] = {}  # per sender: arrival of its last atom so far
+    port_end: dict[int, int] = {}
+    bus_end: dict[int, int] = {}
+    bus_tx: dict[int, int] = {}
+    cost_of: dict[int, tuple[int, int, int]] = {}
+    span = 0
+    rt_l, by_l, rs_l = recv_tile[by].tolist(), by.tolist(), rs.tolist()
+    sender_l, atoms_l = sender.tolist(), atoms.tolist()
+    rg_l = rg.tolist()
+    k = 0
+    while k < len(lo_idx):
+        # One group (a round): first every receiver's window set-up, as early as its port and the sender's
+        # previous atoms allow (a tile that also sends in the group opens its window before its own send row
+        # blocks its supervisor), then every send, as early as its sender and all its receivers' windows allow.
+        g_end = k
+        while g_end < len(lo_idx) and rg_l[lo_idx[g_end]] == rg_l[lo_idx[k]]:
+            g_end += 1
+        opened = []
+        for tx in range(k, g_end):
+            a, b = lo_idx[tx], hi_idx[tx]
+            i = rs_l[a]
+            s = sender_l[i]
+            open_lo = prev_last.get(s, -(1 << 40)) + 1 - costs.open  # after the sender's previous atoms
+            ars = []
+            for r, j in zip(rt_l[a:b], by_l[a:b]):
+                rl = line(r)
+                ar = rl.fit(max(port_end.get(r, 0) - costs.mux_put, open_lo, 0), costs.recv)
+                rl.insert(ar, costs.recv, (0, s, j))
+                ars.append(ar)
+            opened.append(ars)
+        for tx in range(k, g_end):
+            a, b = lo_idx[tx], hi_idx[tx]
+            i = rs_l[a]
+            s, n = sender_l[i], atoms_l[i]
+            if n not in cost_of:
+                cost_of[n] = costs.send(n)
+            first, last, cost = cost_of[n]
+            receivers = rt_l[a:b]
+            sline = line(s)
+            lo = max(send_end.get(s, 0), max(opened[tx - k]) + costs.open - first - fabric)
+            while True:
+                anchor = sline.fit(lo, cost)
+                af = anchor + first + fabric
+                bump = 0
+                if bus_of > 1:
+                    for r in receivers:
+                        p = r // bus_of
+                        be = bus_end.get(p, 0)
+                        if be > af and bus_tx.get(p) != tx:
+                            bump = max(bump, be - af)
+                if bump <= 0:
+                    break
+                lo = anchor + bump
+            al = anchor + last + fabric
+            sline.insert(anchor, cost, (1, n, i))
+            send_end[s] = anchor + cost
+            prev_last[s] = al
+            for r in receivers:
+                port_end[r] = al + 2
+                if bus_of > 1:
+                    p = r // bus_of
+                    bus_end[p] = max(bus_end.get(p, 0), al + 2)
+                    bus_tx[p] = tx
+            span = max(span, al + 2, anchor + cost)
+        k = g_end
+    rows = {
+        t: [(st, en - st) + row for st, en, row in zip(tl.starts, tl.ends, tl.rows)]
+        for t, tl in lines.items()
+    }
+    for tl in rows.values():
+        span = max(span, tl[-1][0] + tl[-1][1])
+    return Schedule(rows, span, len(lo_idx), int(recv_group.max()) + 1 if len(recv_group) else 0)
+
+
+def send_costs(
+    atoms: np.ndarray, costs: RowCosts = ROW, decoded: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`RowCosts.send` of every element of atoms (int64 arrays: first and last departures, row cost)."""
+    n = np.asarray(atoms, np.int64)
+    q, r = n >> 8, n & 255
+    base = (costs.send_decoded if decoded is None else decoded) + 9
+    u = np.where(q == 0, base, base + 1 + costs.block * q)
+    tail_send = u + 10
+    first = np.where(q > 0, base + 1 + costs.latency, tail_send + costs.latency)
+    last = np.where(
+        r > 0, tail_send + costs.latency + 2 * (r - 1), base + 1 + costs.block * (q - 1) + costs.latency + 510
+    )
+    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 13, tail_send + 13)
+    return first, last, cost
+
+
+def schedule(
+    sender: np.ndarray,
+    atoms: np.ndarray,
+    recv_tile: np.ndarray,
+    recv_send: np.ndarray,
+    recv_group: np.ndarray,
+    target: Target,
+    costs: RowCosts = ROW,
+) -> Schedule:
+    """Times every transfer, round by round (recv_group: `receive_rounds`; in a round a tile receives at most
+    once and sends at most once), with array operations per round: first every receiver's window set-up, as
+    early as its port (the previous window's last atom in), its supervisor and its sender's previous atoms
+    allow, then every transmission of the round, as early as its sender's supervisor and all its receivers'
+    windows allow. A tile's rows are appended in time (a set-up never goes into a gap before an earlier row;
+    `schedule_gaps` does that, one Python step per row, and also respects a shared receive bus, which this one
+    leaves to it)."""
+    if target.exchange_shared_receive_bus and target.tiles_per_exchange_bus > 1:
+        return schedule_gaps(sender, atoms, recv_tile, recv_send, recv_group, target, costs)
+    fabric = target.exchange_fabric_cycles
+    sender = np.asarray(sender, np.int64)
+    atoms = np.asarray(atoms, np.int64)
+    recv_tile = np.asarray(recv_tile, np.int64)
+    recv_send = np.asarray(recv_send, np.int64)
+    recv_group = np.asarray(recv_group, np.int64)
+    nr = len(recv_tile)
+    if nr == 0:
+        return Schedule({}, 0, 0, 0)
+    tiles = int(max(sender.max(initial=0), recv_tile.max())) + 1
+    first_s, last_s, cost_s = send_costs(atoms, costs)
+    first_c, last_c, cost_c = send_costs(atoms, costs, costs.recv_send_decoded)
+    # Transmissions: (round, send) pairs, in round order then send index.
+    tx_key = recv_group * len(sender) + recv_send
+    tx_keys, tx_of = np.unique(tx_key, return_inverse=True)
+    tx_round, tx_send = tx_keys // len(sender), tx_keys % len(sender)
+    ntx = len(tx_keys)
+    sup_free = np.zeros(tiles, np.int64)
+    port_end = np.zeros(tiles, np.int64)
+    prev_last = np.full(tiles, -(1 << 40), np.int64)
+    recv_here = np.full(tiles, -1, np.int64)  # this round's receive on each tile
+    r_anchor = np.zeros(nr, np.int64)
+    r_joined = np.zeros(nr, bool)  # the receive's set-up shares its row with its tile's send
+    t_anchor = np.zeros(ntx, np.int64)
+    t_cost = np.zeros(ntx, np.int64)
+    t_al = np.zeros(ntx, np.int64)
+    t_recv = np.full(ntx, -1, np.int64)  # the receive whose row the send joins
+    order = np.argsort(tx_of, kind="stable")  # receives by transmission (so by round)
+    tx_bounds = np.searchsorted(tx_round, np.arange(int(tx_round.max()) + 2))
+    rx_bounds = np.r_[0, np.cumsum(np.bincount(tx_of, minlength=ntx))]
+    for k in range(len(tx_bounds) - 1):
+        t0, t1 = tx_bounds[k], tx_bounds[k + 1]
+        if t0 == t1:
+            continue
+        rx = order[rx_bounds[t0] : rx_bounds[t1]]  # this round's receives (each tile at most once)
+        rt = recv_tile[rx]
+        snd = sender[recv_send[rx]]
+        ar = np.maximum.reduce([port_end[rt] - costs.mux_put, prev_last[snd] + 1 - costs.open, sup_free[rt]])
+        ar = np.maximum(ar, 0)
+        r_anchor[rx] = ar
+        sup_free[rt] = ar + costs.recv
+        recv_here[rt] = rx
+        txs = np.arange(t0, t1)
+        s = tx_send[txs]
+        st = sender[s]
+        need = np.full(len(txs), -(1 << 40), np.int64)  # the latest window of each transmission
+        np.maximum.at(need, tx_of[rx] - t0, ar + costs.open)
+        # A sender that also receives in this round sends in the same row when that is early enough.
+        mine = recv_here[st]
+        joined = mine >= 0
+        joined[joined] &= r_anchor[mine[joined]] + first_c[s[joined]] + fabric >= need[joined]
+        anchor = np.maximum(sup_free[st], need - first_s[s] - fabric)
+        anchor = np.where(joined, r_anchor[np.maximum(mine, 0)], np.maximum(anchor, 0))
+        al = anchor + np.where(joined, last_c[s], last_s[s]) + fabric
+        cost = np.where(joined, cost_c[s], cost_s[s])
+        t_anchor[txs], t_al[txs], t_cost[txs] = anchor, al, cost
+        t_recv[txs] = np.where(joined, mine, -1)
+        r_joined[mine[joined]] = True
+        sup_free[st] = anchor + cost
+        prev_last[st] = al
+        port_end[rt] = al[tx_of[rx] - t0] + 2
+        recv_here[rt] = -1
+    # Rows per tile in time order: receives alone, sends alone, and receives with a send.
+    alone = ~r_joined
+    r_tile = np.r_[recv_tile[alone], sender[tx_send]]
+    r_at = np.r_[r_anchor[alone], t_anchor]
+    r_cost = np.r_[np.full(int(alone.sum()), costs.recv, np.int64), t_cost]
+    r_recv = np.r_[np.nonzero(alone)[0], t_recv]
+    r_send = np.r_[np.full(int(alone.sum()), -1, np.int64), tx_send]
+    r_atoms = np.r_[np.zeros(int(alone.sum()), np.int64), atoms[tx_send]]
+    o = np.lexsort((r_at, r_tile))
+    cycles = int(max((r_at + r_cost).max(), (t_al + 2).max()))
+    return Schedule(
+        rows=None,
+        cycles=cycles,
+        transmissions=ntx,
+        rounds=int(recv_group.max()) + 1,
+        arrays=(r_tile[o], r_at[o], r_cost[o], r_recv[o], r_send[o], r_atoms[o]),
+    )
+
+
+def table(
+    sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, recv_mux: np.ndarray, send_addr, recv_addr
+) -> np.ndarray:
+    """The routine's table [tiles, 1 + 4 * rows] (uint32): per tile its rows in time order, each with its wait
+    (the gap since the previous row's end; the first row's since clock 0), its receive set-up (mux | atoms << 11,
+    base; 0 atoms: none) and its send (address / 8 | atoms << 17; 0 atoms: none)."""
+    t, at, cost, recv, send, satoms = sched.row_arrays()
+    if not len(t):
+        return np.zeros((num_tiles, 1), np.uint32)
+    first_row = np.r_[True, t[1:] != t[:-1]]
+    wait = at - np.where(first_row, 0, np.r_[0, (at + cost)[:-1]])
+    if (wait < 0).any():
+        raise AssertionError("timed exchange: overlapping rows in the schedule")
+    has_r, has_s = recv >= 0, send >= 0
+    r_atoms = np.r_[np.asarray(recv_atoms, np.int64), 0]  # one pad entry: index -1
+    r_mux = np.r_[np.asarray(recv_mux, np.int64), 0]
+    r_addr = np.r_[np.asarray(recv_addr, np.int64), 0]
+    s_addr = np.r_[np.asarray(send_addr, np.int64), 0]
+    w1 = np.where(has_r, r_mux[recv] | (r_atoms[recv] << MUX_BITS), 0)
+    w2 = np.where(has_r, r_addr[recv], 0)
+    sa = s_addr[send]
+    if (has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS))).any():
+        i = int(
+            np.nonzero(has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS)))[0][
+                0
+            ]
+        )
+        raise ValueError(
+            f"tile {int(t[i])} sends {int(satoms[i])} atoms from {int(sa[i]):#x}: a row holds at most "
+            f"{MAX_SEND_ATOMS} atoms from an 8-byte aligned address below {8 << SEND_ADDR_BITS:#x}"
+        )
+    w3 = np.where(has_s, (sa >> 3) | (satoms << SEND_ADDR_BITS), 0)
+    long = np.nonzero(wait > MAX_WAIT)[0]
+    if len(long):  # rows that do nothing before them, each waiting at most MAX_WAIT
+        idle = ROW.idle
+        extra = -(-(wait[long] - MAX_WAIT) // (MAX_WAIT + idle))
+        spread = wait[long] - extra * idle  # over extra + 1 waits
+        reps = np.ones(len(t), np.int64)
+        reps[long] += extra
+        t, w1, w2, w3 = (np.repeat(x, reps) for x in (t, w1, w2, w3))
+        new_wait = np.repeat(wait, reps)
+        at_row = np.cumsum(reps) - 1  # where each original row lands
+        for i, k, total in zip(long.tolist(), extra.tolist(), spread.tolist()):
+            pos = at_row[i] - k
+            part = total // (k + 1)
+            new_wait[pos : pos + k] = part
+            new_wait[pos + k] = total - k * part
+            w1[pos : pos + k] = w2[pos : pos + k] = w3[pos : pos + k] = 0
+        wait = new_wait
+    count = np.bincount(t, minlength=num_tiles)
+    start = np.cumsum(count) - count
+    k = np.arange(len(t)) - start[t]  # row index within its tile
+    tab = np.zeros((num_tiles, 1 + ROW_WORDS * int(count.max())), np.uint32)
+    tab[:, 0] = count
+    col = 1 + ROW_WORDS * k
+    for j, w in enumerate((wait, w1, w2, w3)):
+        tab[t, col + j] = w
+    return tab
+
+
+def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int, int]]:
+    """Tile's rows of a table as (wait, sender tile or -1, atoms to receive, receive address, atoms to send,
+    send address)."""
+    out = []
+    for k in range(int(tab[tile, 0])):
+        wait, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
+        n = w1 >> MUX_BITS
+        out.append(
+            (
+                wait,
+                (w1 & SEND_MARK) if n else -1,
+                n,
+                w2,
+                w3 >> SEND_ADDR_BITS,
+                (w3 & ((1 << SEND_ADDR_BITS) - 1)) * 8,
+            )
+        )
+    return out
+
+
+def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple[int, int, int, int, int]]:
+    """What the table delivers by the timing rule alone (a model of the simulator's timed exchange for tests):
+    every receive window as (receiving tile, receive address, sender, the sender's send address, atoms) -- the
+    window takes the next atoms of its sender arriving at or after it opens; it raises AssertionError for a
+    window that finds no such send or a send shorter than the window."""
+    fabric = target.exchange_fabric_cycles
+    sends: dict[int, list[tuple[int, int, int]]] = {}  # tile -> (first arrival, address, atoms) in time order
+    windows = []
+    for t in range(tab.shape[0]):
+        clock = 0
+        for wait, mux, rn, raddr, sn, saddr in table_rows(tab, t):
+            anchor = clock + wait
+            if rn:
+                windows.append((t, anchor + costs.open, mux, rn, raddr))
+            if sn:
+                first, _, cost = costs.send(sn, costs.recv_send_decoded if rn else None)
+                sends.setdefault(t, []).append((anchor + first + fabric, saddr, sn))
+            else:
+                cost = costs.recv if rn else costs.idle
+            clock = anchor + cost
+    out = []
+    for t, opened, mux, n, addr in windows:
+        nxt = [s for s in sends.get(mux, []) if s[0] >= opened]
+        assert nxt, f"tile {t}: a window opened at {opened} on tile {mux}, which sends nothing after it"
+        _, at, k = nxt[0]
+        assert k >= n, f"tile {t}: a window of {n} atoms takes a send of {k} from tile {mux}"
+        out.append((t, addr, mux, at, n))
+    return out
