@@ -32,6 +32,8 @@ SCRATCH_EXTRA_BYTES = 48 * 1024
 # Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
 # So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
 RESIDENT_ALLOWANCE = 80 * 1024
+# Activation precision of the FP8-weight linears: f16 (the F16 AMP) or fp8 (the FP8 AMP, `nn-quantize-activations`).
+ACTIVATIONS = ("f16", "fp8")
 
 
 def pipeline_spec(
@@ -40,6 +42,7 @@ def pipeline_spec(
     scratch: bool = True,
     split_rows: bool = True,
     keep_f16: tuple[str, ...] | None = None,
+    activations: str = "f16",
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -59,6 +62,8 @@ def pipeline_spec(
     - `nn-split-k`: few-row linears (the MAP head's) as partial products over K chunks on more tiles, summed;
       with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
       where its estimate wins (not: `nn-split-k{many_rows=false}`);
+    - activations "fp8": `nn-split-k{fp8_kblock=true}` and `nn-quantize-activations`: the FP8-weight K splits
+      take FP8 activations and run on the FP8 AMP ("f16": f16 activations, the F16 AMP);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
@@ -85,7 +90,13 @@ def pipeline_spec(
         # the resident weights and other live values (RESIDENT_ALLOWANCE).
         frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
         xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
-    split_k = f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}}}"
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {activations!r}")
+    fp8x = activations == "fp8"
+    split_k = (
+        f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}"
+        f"{' fp8_kblock=true' if fp8x else ''}}}{',nn-quantize-activations' if fp8x else ''}"
+    )
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention,nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
@@ -120,6 +131,8 @@ class IpuCompilePipelinePass(ModulePass):
     """The precision policy: linears in F16 by parameter-name substrings, the rest FP8 (nn-quantize-weights'
     keep_f16): `default` (the patch embedding, q/k projections and MAP head: `KEEP_F16_DEFAULT`), `compact`
     (the patch embedding and MAP head: `KEEP_F16_COMPACT`), `none` (every projection FP8), or a list."""
+    activations: str = "f16"
+    """The FP8-weight K splits' activations: `f16` (F16 AMP) or `fp8` (`nn-quantize-activations`: the FP8 AMP)."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -141,6 +154,10 @@ class IpuCompilePipelinePass(ModulePass):
             compile_target(self.tiles, self.sram_kib)
         except ValueError as e:
             raise ValueError(f"{self.name}: {e}") from None
+        if self.activations not in ACTIVATIONS:
+            raise ValueError(
+                f"{self.name}: option 'activations' must be one of {', '.join(ACTIVATIONS)}, got {self.activations!r}"
+            )
         names = [p.name for p in self.passes()] if self.stop_after else []
         if self.stop_after and self.stop_after not in names:
             raise ValueError(f"{self.name}: option 'stop_after': no pass {self.stop_after!r} in {names}")
@@ -167,6 +184,7 @@ class IpuCompilePipelinePass(ModulePass):
             scratch=self.scratch,
             split_rows=self.split_rows,
             keep_f16=self.precision(),
+            activations=self.activations,
         )
 
     def passes(self) -> tuple[ModulePass, ...]:

@@ -35,7 +35,9 @@ columns). So400m's q / k / v projections: 25-28 k instead of ~51 k cycles each, 
 
 Options:
   tiles (default 1472): the tiles the plan may use;
-  max_rows (default 8): linears with more rows are split only with many_rows (default true).
+  max_rows (default 8): linears with more rows are split only with many_rows (default true);
+  fp8_kblock (default false): many-row linears with FP8 weights split in chunks of whole 32-deep FP8 AMP K blocks,
+      so that `nn-quantize-activations` can give them FP8 activations (the FP8 AMP).
 """
 
 from __future__ import annotations
@@ -308,14 +310,15 @@ def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
 
 def choose_rows_chunk(
     m: int, k: int, n: int, wbytes: int, wdt: str, tiles: int, panels: tuple[int, ...] = ROWS_SPLIT_PANELS,
-    source: str = "rows", width: int = PRODUCER_PANEL,
+    source: str = "rows", width: int = PRODUCER_PANEL, kblock: int = 16,
 ) -> int | None:  # fmt: skip
     """k_chunk of a many-row split (G = 2..8 chunks of whole 16-blocks, each one weight chunk of the kernels and
     an in-place A row), or None when the unsplit estimate (`rows_grid` over all of K) is not beaten by
     ROWS_SPLIT_MARGIN. x from column blocks ("panels", "heads"): chunks of whole producer blocks (a multiple of
     `width` too): a chunk boundary inside a producer block would cut that block's rows into a piece each (So400m's
-    fc2 in chunks of 272 of fc1's 32-column blocks: 777 k cycles of exchange instead of ~35 k)."""
-    step = math.lcm(16, width) if source in ("panels", "heads") else 16
+    fc2 in chunks of 272 of fc1's 32-column blocks: 777 k cycles of exchange instead of ~35 k). kblock: the chunks'
+    K multiple (32: whole FP8 AMP blocks, for `nn-quantize-activations`)."""
+    step = math.lcm(kblock, width) if source in ("panels", "heads") else kblock
     # Unsplit, the GEMM's A row panels arrive as column panels of the producer's blocks (`gathered_rows_layout`).
     unsplit = rows_grid(
         m, k, n, k, wbytes, wdt, tiles, one_chunk=False, panels=panels,
@@ -384,6 +387,8 @@ class NNSplitKPass(ModulePass):
     """Also split linears with more rows whose x is a layer norm's result, another split's sum or attention's
     output (`x_source`) when `rows_grid`'s estimate wins (f16 partials, the sum scattered over each block's G tiles
     with the bias)."""
+    fp8_kblock: bool = False
+    """Many-row splits of FP8-weight linears in chunks of whole 32-deep FP8 AMP blocks (`nn-quantize-activations`)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -416,12 +421,15 @@ class NNSplitKPass(ModulePass):
                 kc = choose_chunk(xs[0], xs[1], ws[0], wbytes, wdt, self.tiles)
                 if kc is not None:
                     self.split(lin, kc)
-            elif (source := x_source(lin, self.tiles)) and (
-                kc := choose_rows_chunk(
-                    xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin), *source
-                )
-            ):
-                self.split(lin, kc, many_rows=True)
+            elif source := x_source(lin, self.tiles):
+                args = (xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin), *source)
+                kc = None
+                if self.fp8_kblock and wbytes == 1:  # FP8 blocks (the FP8 AMP) if they split; else 16-blocks
+                    kc = choose_rows_chunk(*args, kblock=32)
+                if kc is None:
+                    kc = choose_rows_chunk(*args)
+                if kc is not None:
+                    self.split(lin, kc, many_rows=True)
 
     def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
         """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the

@@ -388,6 +388,7 @@ PASS_OPTIONS: dict[str, list[str]] = {
     "exchange-schedule": ["mode", "stream_words", "max_slowdown"],
     "nn-split-attention-keys": ["tiles", "chunks", "max_chunks", "max_rows", "min_keys", "min_rows"],
     "nn-split-k": ["tiles", "max_rows"],
+    "nn-quantize-activations": ["format", "scale"],
     "nn-split-mlp": ["max_k", "min_rows"],
     "nn-outline-repeat": ["min_layers"],
     "nn-quantize-weights": ["format", "scale", "activations", "keep_f16"],

@@ -186,7 +186,7 @@ def per_op(session, pkg, cfg, params, x) -> list[tuple]:
     from ipu.backend.lower.debug import nn_module
     from ipu.frontend.reference import OpId, evaluate
 
-    module = nn_module(cfg, pkg.target)
+    module = nn_module(cfg, pkg.target, pkg.metadata.get("nn_passes"))
     inputs = {"pixel_values": x}
     dev = evaluate(module, inputs, params, mode="device", capture=True).values
     f32 = evaluate(module, inputs, params, mode="fp32", capture=True).values
@@ -366,6 +366,7 @@ def compile_and_run(args) -> int:
             split_rows=args.split_rows,
             progress=progress,
             keep_f16=None if args.precision is None else tuple(args.precision.split(",")),
+            activations=args.activations or "f16",
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -404,6 +405,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--reference-only", args.reference_only or None),
                 ("--no-split-rows", None if args.split_rows else True),
                 ("--precision", args.precision),
+                ("--activations", args.activations),
             )
             if value is not None
         ]
@@ -445,6 +447,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--allow-nonfinite", args.allow_nonfinite),
                 ("--no-split-rows", not args.split_rows),
                 ("--precision", args.precision is not None),
+                ("--activations", args.activations is not None),
             )
         )
         if unread:
@@ -461,9 +464,15 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         if unread:
             p.error(f"--reference-only evaluates once and always compares with fp32: {_do_not_apply(unread)}")
     if args.reference_only and (
-        args.output or args.tiles is not None or not args.split_rows or args.precision is not None
+        args.output
+        or args.tiles is not None
+        or not args.split_rows
+        or args.precision is not None
+        or args.activations is not None
     ):
-        p.error("-o, --tiles, --no-split-rows and --precision need a compilation (not --reference-only)")
+        p.error(
+            "-o, --tiles, --no-split-rows, --precision and --activations need a compilation (not --reference-only)"
+        )
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
         p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")
 
@@ -571,6 +580,12 @@ def _main(argv: Sequence[str] | None) -> int:
         help="--model: the linears kept in F16, the rest FP8: default (patch embedding, q/k, MAP head), compact "
         "(patch embedding, MAP head), none, or parameter-name substrings (comma-separated); without it the "
         "default policy, or the compact one when the default does not fit (the package says so)",
+    )
+    p.add_argument(
+        "--activations",
+        choices=("f16", "fp8"),
+        help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP, default) or fp8 "
+        "(cast to FP8 with a power-of-two scale, the FP8 AMP: nn-quantize-activations)",
     )
     p.add_argument(
         "--emit-nn",

@@ -47,9 +47,10 @@ def value_name(op: Operation, pos: int) -> str:
     return f"#{pos} {op.name}" + (f" %{hint}" if hint else "")
 
 
-def nn_module(config, target):
+def nn_module(config, target, passes: str | None = None):
     """The nn-level module `compile_model` lowers (nn passes applied, positions as in the debug names): evaluate
-    it with `ipu.frontend.reference.evaluate(..., capture=True)` and look values up by `OpId((pos,))`."""
+    it with `ipu.frontend.reference.evaluate(..., capture=True)` and look values up by `OpId((pos,))`. passes:
+    the package's `nn_passes` metadata (its precision policy and activations); None: the default pipeline's."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -58,7 +59,7 @@ def nn_module(config, target):
     from ipu.passes.registry import all_passes
 
     module = build_vision_model(config)
-    head, _ = nn_passes(pipeline_spec(target))
+    head = passes if passes is not None else nn_passes(pipeline_spec(target))[0]
     PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
     return module
 

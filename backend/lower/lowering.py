@@ -1225,13 +1225,13 @@ class Lowering(NnOps):
 
     @staticmethod
     def _a_chunk_rows(
-        mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+        mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int, esize: int = 2
     ) -> list[tuple[int, int, int]]:
         """Copies gathering K chunk [k0, k0 + kw) of a tile's mr A rows of k columns at `a`, stored as column
         panels of p (`colsP`), into row-major [mpad, kw] at `dst`: per row one piece per overlapping panel, zeros
         for the K padding (columns >= k) and for the rows up to the kernel's minimum (leftovers can be Inf/NaN
         patterns). A new list each call (callers extend it); tiles of one class ask for the same copies."""
-        return list(_a_chunk_copies(mr, mpad, a, p, k, k0, kw, dst, zeros))
+        return list(_a_chunk_copies(mr, mpad, a, p, k, k0, kw, dst, zeros, esize))
 
     def elementwise(self, op: Operation) -> None:
         """A tile-local element-wise op over whole shards: every operand in the result's layout (same blocks on
@@ -1342,7 +1342,11 @@ class Lowering(NnOps):
             + REP_PATCH
             + lx.ROUTINES
             + "\n"
-            + gm.library_asm(self.target.sram_base, precisions=(gm.F16,), coefs=("ld128", "ld64"))
+            + gm.library_asm(  # the FP8 AMP's GEMM code only when a GEMM of FP8 operands is called
+                self.target.sram_base,
+                precisions=(gm.F16, gm.FP8) if self.__dict__.get("fp8_gemms") else (gm.F16,),
+                coefs=("ld128", "ld64"),
+            )
             + "\n"
             + ew.library_asm(self.target.sram_base)
             + "\n"
@@ -1542,9 +1546,10 @@ class _Words:
 
 @lru_cache(maxsize=8192)
 def _a_chunk_copies(
-    mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int
+    mr: int, mpad: int, a: int, p: int, k: int, k0: int, kw: int, dst: int, zeros: int, esize: int = 2
 ) -> tuple[tuple[int, int, int], ...]:
-    """`Lowering._a_chunk_rows`'s copies (a tuple: shared by the tiles that ask for the same ones)."""
+    """`Lowering._a_chunk_rows`'s copies (a tuple: shared by the tiles that ask for the same ones); esize: the
+    element bytes (2: f16, 1: FP8)."""
     rows = []
     hi = min(k0 + kw, k)
     for r in range(mr):
@@ -1553,11 +1558,11 @@ def _a_chunk_copies(
             panel = c // p
             width = min(p, k - panel * p)
             end = min(hi, panel * p + p)
-            src = a + (panel * p * mr + r * width + c - panel * p) * 2
-            rows.append((src, dst + (r * kw + c - k0) * 2, (end - c) * 2))
+            src = a + (panel * p * mr + r * width + c - panel * p) * esize
+            rows.append((src, dst + (r * kw + c - k0) * esize, (end - c) * esize))
             c = end
-        rows += zero_copies(zeros, dst + r * kw * 2 + (hi - k0) * 2, (kw - hi + k0) * 2)
-    rows += zero_copies(zeros, dst + mr * kw * 2, (mpad - mr) * kw * 2)
+        rows += zero_copies(zeros, dst + (r * kw + hi - k0) * esize, (kw - hi + k0) * esize)
+    rows += zero_copies(zeros, dst + mr * kw * esize, (mpad - mr) * kw * esize)
     return tuple(rows)
 
 
@@ -1740,6 +1745,7 @@ def compile_model(
     split_rows: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
     keep_f16: tuple[str, ...] | None = None,
+    activations: str = "f16",
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1750,7 +1756,8 @@ def compile_model(
     linears split along K too (`pipeline_spec`). `progress(phase, done, total)`, when given, is called before each
     pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`). `keep_f16`:
     the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
-    place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so."""
+    place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so. `activations`:
+    "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1778,14 +1785,16 @@ def compile_model(
             split_rows=split_rows,
             scratch=not debug_values,
             keep_f16=keep,
+            activations=activations,
         )
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))
     policy_notes = []
+    nn_head = None
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(compile_pass.pipeline_text())
+        nn_head, tail = head, tail = nn_passes(compile_pass.pipeline_text())
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
@@ -1818,6 +1827,8 @@ def compile_model(
     else:
         pkg = lower_fitting(module, target, plan_pass)
     pkg.metadata.setdefault("notes", []).extend(policy_notes)
+    if nn_head is not None:  # the nn passes the debug positions refer to (`debug.nn_module`)
+        pkg.metadata["nn_passes"] = nn_head
     if progress is not None:
         progress("done", total, total)
     if config is not None:

@@ -79,27 +79,41 @@ def zero_copies(zeros: int, dst: int, nbytes: int) -> list[tuple[int, int, int]]
     return [(zeros, dst + off, min(ZEROS_BYTES, nbytes - off)) for off in range(0, nbytes, ZEROS_BYTES)]
 
 
-def n_padding_zeros(pads: dict[int, tuple[int, int]], kw: int, area: int, zeros: int, piece: int = 32):
-    """Per tile t with pads[t] = (n, npad): the chunk writing zeros into the N padding rows [n, npad) of F16 AMP
-    weight panels of kw K columns at `area` (`gemm.pack_weights` order: 16-row K blocks of `piece`-byte rows)."""
+def n_padding_zeros(
+    pads: dict[int, tuple[int, int]], kw: int, area: int, zeros: int, piece: int = 32, kblock: int = 16
+):
+    """Per tile t with pads[t] = (n, npad): the chunk writing zeros into the N padding rows [n, npad) of AMP
+    weight panels of kw K columns at `area` (`gemm.pack_weights` order: 16-row K blocks of `piece`-byte rows;
+    kblock: the K elements of one block, 16 for F16 panels, 32 for FP8)."""
     blk = 16 * piece  # bytes of one 16-row K block of the area
+    kb = kw // kblock
     return {
         t: pk.Chunks(
             npad - n,
-            kw // 16,
+            kb,
             zeros,
-            area + (n >> 4) * (kw // 16) * blk + (n & 15) * piece,
+            area + (n >> 4) * kb * blk + (n & 15) * piece,
             src_row=0,
             src_blk=0,
             dst_row=piece,
             dst_blk=blk,
             shift=4,
-            dst_group=(kw // 16) * blk,
+            dst_group=kb * blk,
             piece=piece,
         )  # fmt: skip
         for t, (n, npad) in pads.items()
         if npad > n
     }
+
+
+def _padded_rows(rows: int, width: int, src: int, in_stride: int, dst: int, out_width: int):
+    """FP8 bytes: `rows` rows of `width` bytes at src (row stride in_stride) -> rows of out_width bytes at dst,
+    zeros after width, as one `panels_f16` row kernel over byte pairs; None when the kernel cannot (pieces of
+    whole 8-byte atoms, at least PF_MIN_P halves, aligned): the caller copies."""
+    if width % 8 or width // 2 < rw.PF_MIN_P or src % 8 or dst % 8 or in_stride % 8 or out_width % 8:
+        return None
+    return rw.Rows("panels_f16", rows, out_width // 2, in0=src, out=dst, panels=1, panel_width=width // 2,
+                   panel_step=rows * in_stride, in_stride=in_stride)  # fmt: skip
 
 
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
@@ -725,6 +739,8 @@ class NnOps:
         a_cols = tl.col_panel_width(
             xl
         )  # x blocks stored as column panels of a_cols (`colsP`), else row-major
+        if device_dtype(xl.dtype) in ("f8e4m3fnuz", "f8e5m2fnuz"):
+            return self._linear_partials_rows_fp8(op, what, xl, wl, a_cols)
         if (
             device_dtype(xl.dtype) != "f16"
             or (xl.order.data != "row_major" and (a_cols is None or a_cols % 4))
@@ -858,22 +874,7 @@ class NnOps:
                 max(kp[t] * npad[t] * 2 for t in jobs),
             )
         )
-        # f16 results whose rows are C's (no N padding), in interleaved memory and in other elements than every A
-        # the tile's GEMM calls read: the GEMM writes them in place of the C scratch (no result-row copy). The C
-        # scratch stays recorded as above, so the plan does not depend on this choice.
-        direct = set()
-        if rdt == "f16":
-            el = self.target.element_of
-            for t, j in jobs.items():
-                lo, hi = j[7], j[7] + j[3] * j[4] * 2
-                if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
-                    continue
-                c_el = set(range(el(lo), el(hi - 1) + 1))
-                a_el = set()
-                for _k1, w, a, _row, _area in parts[t]:
-                    a_el |= set(range(el(a), el(a + j[3] * w * 2 - 1) + 1))
-                if not c_el & a_el:
-                    direct.add(t)
+        direct = self._direct_results(jobs, npad, parts, rdt, 2)
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -921,6 +922,188 @@ class NnOps:
                 calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
                                        coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt)
+
+    def _linear_partials_rows_fp8(self, op: nn.LinearPartialsOp, what: str, xl, wl, a_cols) -> None:
+        """`linear_partials_rows` with FP8 x and weights (`nn-quantize-activations`): the FP8 AMP. Per tile, its
+        [pm, kw] FP8 x block is the GEMM's A in place (row-major with kw % 32 == 0, or column panels of P % 32 ==
+        0 columns with kw % P == 0), else its rows gathered into the A scratch with zero K padding to whole 32-deep
+        blocks; the [pn, kw] FP8 weight block is rearranged into FP8 AMP weight panels (bytes moved, no
+        conversion; a ragged chunk's rows re-strided with zero K padding first; N padded to 16 with zeros) -> one
+        FP8 GEMM into C (scale 2^(x scale + weight scale)) -> C's rows into the [1, pm, pn] result block."""
+        x, w = op.operands[0], op.operands[1]
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g, table = lay.geometry(), lay.table()
+        xdt, wdt, rdt = device_dtype(xl.dtype), device_dtype(wl.dtype), device_dtype(lay.dtype)
+        if wl.order.data != "row_major" or (xl.order.data != "row_major" and a_cols is None):
+            raise self.error(
+                f"{what}: FP8 x must arrive as row-major blocks or column panels, the weight row-major"
+            )
+        if wdt not in ("f8e4m3fnuz", "f8e5m2fnuz") or rdt not in ("f32", "f16"):
+            raise self.error(
+                f"{what}: FP8 x needs an FP8 weight (the FP8 AMP) and an f32 or f16 result (got {wdt}, {lay.dtype})"
+            )
+        kb = gm.KBLOCK[gm.FP8]
+        k, kc = x.type.get_shape()[1], op.chunk
+        if kc % kb or kc > 4112:
+            raise self.error(
+                f"{what}: with FP8 x, k_chunk = {kc} must be a multiple of {kb} (whole FP8 AMP blocks, <= 4112): "
+                "nn-split-k{fp8_kblock=true}"
+            )
+        c_area, a_area, zeros = self.scratch(mark=False)
+        panels = self.aux(mark=False)
+        e = self.target.region1_element_bytes
+        rsize = 4 if rdt == "f32" else 2
+        res = self.addrs.of(op.results[0]).addr
+        jobs = {}  # tile -> (chunk, first K column, chunk width, rows, panel columns, x, weight, result block)
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            k0 = c * kc
+            kw = min(kc, k - k0)
+            if nc % 4 or mr < gm.MIN_ROWS:
+                raise self.error(
+                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
+                    "of whole 4-element atoms)"
+                )
+            xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
+            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
+            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * rsize)
+        npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}
+        kp = {t: -(-j[2] // kb) * kb for t, j in jobs.items()}
+        # Per tile, the GEMM's K parts: (first column, K, A address, A row stride, weight panels, panel arguments,
+        # weight rows, their stride). Column panels: the whole panels in place (one call, panel jumps), the K end's
+        # narrower panel (a ragged last chunk) padded into the A scratch (a second call).
+        parts: dict[int, list] = {}
+        x_rows, x_copies, w_rows, w_copies = {}, {}, {}, {}  # zero-padded x rows (A scratch), weight rows (C)
+        for t, j in jobs.items():
+            kw, mr, nc, xa, wa = j[2], j[3], j[4], j[5], j[6]
+            if mr * npad[t] * 2 > e or kp[t] * npad[t] > e:
+                raise self.error(
+                    f"{what}: tile {t}: its {npad[t]} x {kp[t]} FP8 weight panels or its {mr} x {npad[t]} C block "
+                    f"exceed the {e}-byte scratch elements"
+                )
+            whole_panels = (
+                a_cols is not None
+                and a_cols % kb == 0
+                and j[1] % a_cols == 0
+                and (kw % a_cols == 0 or j[1] + kw == k)  # a narrower panel only at K's end
+            )
+            nfull = kw // a_cols * a_cols if whole_panels else (kw if a_cols is None and kw % kb == 0 else 0)
+            tparts = []
+            if nfull:  # in place: row-major rows of whole blocks, or whole column panels
+                row = kw if a_cols is None else a_cols
+                pkw = (
+                    dict(a_panel_blocks=a_cols // kb, a_panel_step=a_cols * mr)
+                    if a_cols and nfull > a_cols
+                    else {}
+                )
+                tparts.append((0, nfull, xa, row, panels, pkw, wa, kw))
+            if (
+                nfull < kw
+            ):  # the rest padded with zeros to whole K blocks in the A scratch (and C for the weight)
+                r = kw - nfull
+                rp = -(-r // kb) * kb
+                if mr * rp > e or nc * rp > e:
+                    raise self.error(
+                        f"{what}: tile {t}: its {mr} x {rp} x rows or {nc} x {rp} weight rows with zero K padding "
+                        f"exceed the {e}-byte scratch elements"
+                    )
+                if whole_panels or a_cols is None:  # one row-major piece per row: a row kernel (or copies)
+                    src = xa + nfull * mr
+                    kern = _padded_rows(mr, r, src, r, a_area, rp)
+                    if kern is None:
+                        x_copies[t] = self._a_chunk_rows(mr, mr, src, r, r, 0, rp, a_area, zeros, esize=1)
+                    else:
+                        x_rows[t] = kern
+                else:  # column panels the kernel cannot step through: rows gathered piece by piece
+                    x_copies[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, rp, a_area, zeros, esize=1)
+                if r % kb:
+                    kern = _padded_rows(nc, r, wa + nfull, kw, c_area, rp)
+                    if kern is None:
+                        w_copies[t] = [
+                            piece
+                            for q in range(nc)
+                            for piece in [(wa + nfull + q * kw, c_area + q * rp, r)]
+                            + zero_copies(zeros, c_area + q * rp + r, rp - r)
+                        ]
+                    else:
+                        w_rows[t] = kern
+                    wsrc = (c_area, rp)
+                else:
+                    wsrc = (wa + nfull, kw)
+                tparts.append((nfull, rp, a_area, rp, panels + npad[t] * nfull, {}, *wsrc))
+            parts[t] = tparts
+        self._use_bounded(
+            (
+                max(
+                    max([j[3] * npad[t] * 2] + [j[4] * q[1] for q in parts[t] if q[6] == c_area])
+                    for t, j in jobs.items()
+                ),
+                max((j[3] * q[1] for t, j in jobs.items() for q in parts[t] if q[2] == a_area), default=0),
+                max(kp[t] * npad[t] for t in jobs),
+            )
+        )
+        direct = self._direct_results(jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1)
+        self.kcall(f"{what}: FP8 x rows with zero K padding", x_rows)
+        self.copy_call(x_copies, f"{what}: FP8 x rows with zero K padding (copies)")
+        self.kcall(f"{what}: FP8 weight rows with zero K padding", w_rows)
+        self.copy_call(w_copies, f"{what}: FP8 weight rows with zero K padding (copies)")
+        nparts = max(len(v) for v in parts.values())
+        for p in range(nparts):
+            tag = f"{what}: FP8 weight panels" + (" (last panel)" if p else "")
+            sel = {t: v[p] for t, v in parts.items() if p < len(v)}
+            prep = {
+                t: self.kernel(pk.weights_from_bt, jobs[t][4], q[1], gm.FP8, q[6], q[4], src_row=q[7])
+                for t, q in sel.items()
+            }
+            self.kcall(tag, prep)
+            for width, area in sorted({(q[1], q[4]) for q in sel.values()}):  # N padding rows: zeros
+                pads = {t: (jobs[t][4], npad[t]) for t, q in sel.items() if (q[1], q[4]) == (width, area)}
+                self.kcall(f"{tag} N padding", n_padding_zeros(pads, width, area, zeros, kblock=kb))
+        coef = self.gemm_coef(op, panels)
+        fmt = dict(
+            in_format=fp8.F143 if xdt == "f8e4m3fnuz" else fp8.F152,
+            w_format=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152,
+            in_scale=xl.scale.data,
+            w_scale=wl.scale.data,
+        )
+        self.__dict__["fp8_gemms"] = True
+        for p in range(nparts):
+            calls = {}
+            for t, v in parts.items():
+                if p < len(v):
+                    _k1, kk, a, row, area, pkw = v[p][:6]
+                    c_at = jobs[t][7] if t in direct else c_area
+                    calls[t] = self.kernel(gm.Gemm, jobs[t][3], kk, npad[t], prec=gm.FP8, mode="acc" if p else "init",
+                                           coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
+            self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt)
+
+    def _direct_results(self, jobs, npad, parts, rdt: str, esize: int) -> set[int]:
+        """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than
+        every A their GEMM calls read (parts: (k1, width, A address, row stride, panels); esize: A's element
+        bytes): the GEMM writes them in place of the C scratch (no result-row copy). The C scratch stays
+        recorded, so the plan does not depend on this choice."""
+        direct = set()
+        if rdt != "f16":
+            return direct
+        el = self.target.element_of
+        for t, j in jobs.items():
+            lo, hi = j[7], j[7] + j[3] * j[4] * 2
+            if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
+                continue
+            c_el = set(range(el(lo), el(hi - 1) + 1))
+            a_el = set()
+            for _k1, w, a, _row, _area in parts[t]:
+                a_el |= set(range(el(a), el(a + j[3] * w * esize - 1) + 1))
+            if not c_el & a_el:
+                direct.add(t)
+        return direct
+
+    def _rows_results(self, what: str, jobs, npad, c_area: int, direct: set[int], rdt: str) -> None:
+        """A many-row split's C [mr][npad] f16 -> each tile's [mr, nc] result block at jobs[t][7] (f16: copied,
+        or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there)."""
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():

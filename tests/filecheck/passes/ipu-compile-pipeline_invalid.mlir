@@ -29,7 +29,7 @@
 // INT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' = 'sixteen' has the wrong type (given ('sixteen',), expected <class 'int'>)
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
-// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "stop_after"]
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "stop_after"]
 
 func.func @f() {
   %x = nn.input "x" : tensor<4x8xf32>
@@ -40,3 +40,7 @@ func.func @f() {
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 keep_f16=q_porj}' 2>&1 | filecheck %s --check-prefix=KEEP
 // KEEP: error: nn-quantize-weights: option 'keep_f16': 'q_porj' is part of no linear's weight parameter name
 // KEEP-NOT: Traceback
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 activations=bf16}' 2>&1 | filecheck %s --check-prefix=ACT
+// ACT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'activations' must be one of f16, fp8, got 'bf16'
+// ACT-NOT: Traceback

@@ -1,0 +1,102 @@
+"""`nn-quantize-activations`: FP8 activations into the K-split linears whose weights are FP8 (the FP8 AMP).
+
+The IPU21's AMP multiplies FP8 x FP8 at 128 MACs per cycle and tile, twice its F16 rate, but only when both
+operands are FP8: an FP8 weight against an f16 activation runs on the F16 AMP after the weight is widened to f16
+panels on the device at every inference. This pass gives such linears an FP8 activation:
+
+    %xq = nn.cast %x {scale = S} : tensor<MxKxf16> -> tensor<MxKxf8E4M3FNUZ>
+    %p  = nn.linear_partials %xq, %w k_chunk = kc : (tensor<MxKxf8E4M3FNUZ>, tensor<NxKxf8E4M3FNUZ>) -> ...
+
+for every many-row `nn.linear_partials` (more than `nn_split_k.FEW_ROWS` rows: the [G, gm, gn] grids whose
+lowering takes FP8 x) with an FP8 weight, an f16 x and chunks of whole 32-deep FP8 K blocks
+(`nn-split-k{fp8_kblock=true}` chooses such chunks). Linears reading the same x share one cast (before the first
+of them), so the exchange carries the FP8 bytes (half of f16's) to the GEMM tiles. The lowering only rearranges
+the FP8 weights into the FP8 AMP's panels (no conversion to f16 panels).
+
+Scale (the rule, documented here and in docs/lowering.md): one power of two per cast, option `scale` (default -4:
+F143's largest finite 240 x 2^-4 = 15, smallest normal 2^-11; the activations entering So400m's projections with
+Hugging Face's initialisation peak at 2^-5 x 240 = 7.5, so nothing saturates and F143's relative rounding does not
+depend on the scale in its normal range). The scale is a decision in the IR: a per-cast scale (say, from a
+calibration input) is set by editing that cast's `scale` in textual IR; the lowering reads it from there.
+
+Options:
+  format (default "f143"): the activation format (f143 = F143 / E4M3, f152 = F152 / E5M2);
+  scale (default -4): the power-of-two scale of every cast, in the FP8 metadata range [-32, 31];
+  only (default none): parameter-name substrings: only linears whose weight parameter name contains one of them
+      (for bisecting the accuracy; "none" casts every eligible linear's x).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import Float16Type, ModuleOp, TensorType
+from xdsl.passes import ModulePass
+
+from ipu.dialects import nn
+from ipu.passes.nn_quantize import FP8_FORMATS, SCALE_RANGE
+from ipu.passes.nn_utils import param_names
+
+FP8_KBLOCK = 32  # inner elements of one FP8 AMP weight block (gemm.KBLOCK["fp8"])
+FP8_TYPES = tuple(type(t) for t in FP8_FORMATS.values())
+
+
+def fp8_x_eligible(op: nn.LinearPartialsOp) -> bool:
+    """A many-row, ungrouped K split with an FP8 weight, an f16 x and chunks of whole FP8 K blocks."""
+    from ipu.passes.nn_split_k import FEW_ROWS
+
+    xt, wt = op.input.type, op.weight.type
+    if not (isinstance(xt, TensorType) and isinstance(wt, TensorType)) or op.groups:
+        return False
+    shape = xt.get_shape()
+    return (
+        len(shape) == 2
+        and shape[0] > FEW_ROWS
+        and isinstance(xt.element_type, Float16Type)
+        and isinstance(wt.element_type, FP8_TYPES)
+        and op.chunk % FP8_KBLOCK == 0
+    )
+
+
+@dataclass(frozen=True)
+class NNQuantizeActivationsPass(ModulePass):
+    """Casts the f16 input of every eligible FP8-weight K split to FP8 (see the module docstring)."""
+
+    name = "nn-quantize-activations"
+
+    format: str = "f143"
+    scale: int = -4
+    only: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.format not in FP8_FORMATS:
+            raise ValueError(
+                f"{self.name}: option 'format' must be one of {', '.join(FP8_FORMATS)}, got {self.format!r}"
+            )
+        lo, hi = SCALE_RANGE
+        if isinstance(self.scale, bool) or not isinstance(self.scale, int) or not lo <= self.scale <= hi:
+            raise ValueError(
+                f"{self.name}: option 'scale' must be an integer in [{lo}, {hi}] (the FP8 metadata range), "
+                f"got {self.scale!r}"
+            )
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        fp8 = FP8_FORMATS[self.format]
+        casts: dict = {}  # x -> its FP8 cast (shared by the linears reading it)
+        only = tuple(s for s in self.only if s != "none")
+        for lin in [o for o in op.walk() if isinstance(o, nn.LinearPartialsOp)]:
+            if not fp8_x_eligible(lin):
+                continue
+            if only and not any(s in n for n in param_names(lin.weight) for s in only):
+                continue
+            x = lin.input
+            key = (x, id(lin.parent_block()))
+            cast = casts.get(key)
+            if cast is None:
+                # Before the first reader (walk order): it dominates the block's other readers, which share it.
+                cast = casts[key] = nn.CastOp(x, TensorType(fp8, x.type.get_shape()), self.scale)
+                if x.name_hint:
+                    cast.results[0].name_hint = f"{x.name_hint}_fp8"
+                lin.parent_block().insert_op_before(cast, lin)
+            lin.operands[0] = cast.result

@@ -1,0 +1,17 @@
+// Bad option values fail before any IR is read, with one line naming the option.
+
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{format=e4m3}' 2>&1 | filecheck %s --check-prefix=FORMAT
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{scale=32}' 2>&1 | filecheck %s --check-prefix=SCALE
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{scale=big}' 2>&1 | filecheck %s --check-prefix=TYPE
+
+// FORMAT: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'format' must be one of f143, f152, got 'e4m3'
+// FORMAT-NOT: Traceback
+// SCALE: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scale' must be an integer in [-32, 31] (the FP8 metadata range), got 32
+// TYPE: ipu-opt: error: bad pass pipeline:
+// TYPE-NOT: Traceback
+
+func.func @linear() {
+  %x = nn.input "x" : tensor<64x256xf16>
+  nn.output "x" %x : tensor<64x256xf16>
+  func.return
+}
