@@ -44,6 +44,8 @@ DEVICE_PASSES = (
     "nn-fold-probe-attention,nn-split-mlp,nn-outline-repeat,{spec},nn-split-attention-keys{{tiles=1472}},"
     "nn-hoist-stacked,nn-split-k{{tiles=1472}}"
 )
+# --activations fp8: the K splits in whole FP8 blocks and their FP8 activations (pipeline_spec's activations="fp8").
+FP8_ACTIVATIONS = ("nn-split-k{{tiles=1472}}", "nn-split-k{{tiles=1472 fp8_kblock=true}},nn-quantize-activations")
 # Linear kinds by parameter-name substring (keep_f16 of nn-quantize-weights). "head" also covers the MAP head's
 # fc1 / out_proj, so a kind is isolated by keeping every other kind, "head" included, in F16.
 KINDS = ("patch_embedding", "q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", "head")
@@ -160,14 +162,24 @@ def main() -> None:
         default="both",
         help="policies: the default device mode, every device kernel modelled, or both",
     )
+    p.add_argument(
+        "--activations",
+        choices=("f16", "fp8"),
+        default="f16",
+        help="the FP8-weight K splits' activations: f16, or FP8 (nn-quantize-activations, the FP8 AMP)",
+    )
     args = p.parse_args()
+    passes = DEVICE_PASSES if args.activations == "f16" else DEVICE_PASSES.replace(*FP8_ACTIVATIONS)
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
     rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy, args.kernels)
     if args.only:
         rows = [r for r in rows if any(o in r.name for o in args.only)]
     inits = ("perturbed", "hf") if args.init == "both" else (args.init,)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
-    print(f"So400m/14-384, {args.layers} layers + MAP head; cells: min token cos / pooler cos / max rel-L2")
+    print(
+        f"So400m/14-384, {args.layers} layers + MAP head, {args.activations} activations; cells: min token cos / "
+        "pooler cos / max rel-L2"
+    )
     modules: dict[str, object] = {}
     for init in inits:
         cols = [f"{init} seed {s}" for s in seeds]
@@ -184,7 +196,7 @@ def main() -> None:
             for r in rows:
                 if r.spec not in modules or r.max_abs_scale:
                     m = build_vision_model(cfg)
-                    PassPipeline.parse_spec(dict(all_passes()), DEVICE_PASSES.format(spec=r.spec)).apply(
+                    PassPipeline.parse_spec(dict(all_passes()), passes.format(spec=r.spec)).apply(
                         Context(), m
                     )
                     if r.max_abs_scale:

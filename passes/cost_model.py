@@ -93,6 +93,26 @@ def gemm_kernel_cycles(m: int, k: int, n: int, wbytes: int = 1, coef: str = "ld1
     )
 
 
+def fp8_gemm_cycles(m: int, k: int, n: int, coef: str = "ld128") -> int:
+    """One tile's [m, k] x [k, n] on the FP8 AMP (FP8 x and weights, `nn-quantize-activations`): one FP8 GEMM call
+    over K padded to 32 and N to 16 (rows padded to the kernel's minimum), the kernel's own estimate."""
+    from ipu.backend.kernels import gemm as G
+
+    return G.cycles(G.Gemm(max(m, G.MIN_ROWS), -(-k // 32) * 32, -(-n // 16) * 16, G.FP8, "init", coef))
+
+
+def fp8_panel_cycles(n: int, k: int) -> int:
+    """A row-major [n, k] FP8 weight block rearranged into FP8 AMP panels (K padded to 32, the N padding rows
+    zeroed): the pack kernels' own estimates."""
+    from ipu.backend.kernels import pack as pk
+
+    kp, npad = -(-k // 32) * 32, -(-n // 16) * 16
+    total = pk.weights_from_bt(n, kp, "fp8", 0, 0).cycles()
+    if npad != n:
+        total += pk.Chunks(npad - n, kp // 32, 0, 0, 0, 0, 32, 512, piece=32).cycles()
+    return total
+
+
 def elementwise_cycles(n: int, kind: str, dtype: str = "f32", target: Target = IPU21) -> int:
     """n elements of an element-wise op, spread over the six workers (BinaryOp1D, IPU_FACTS 7):
     6 * (w0 + ceil(ceil(n/6) / vw) * (cpl + ovh)) + 11, w0 = 26 (half) / 29 (float), vw = 4 (half) / 2 (float).

@@ -194,8 +194,10 @@ def x_rounds(pm: int, kc: int, k: int, source: str = "rows", width: int = PRODUC
 def rows_grid(
     m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True,
     panels: tuple[int, ...] = ROWS_SPLIT_PANELS, source: str = "rows", width: int = PRODUCER_PANEL,
+    fp8_x: bool = False,
 ):  # fmt: skip
-    """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc: G = ceil(k / kc) chunks x gm row
+    """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc (fp8_x: FP8 x and weights, the
+    FP8 AMP GEMM, the weight block only rearranged into FP8 panels, x's bytes halved): G = ceil(k / kc) chunks x gm row
     panels of pm rows (a multiple of G: the sum gives each of a block's G tiles pm / G of its rows) x gn column
     panels of pn (one of `panels`; the kernel pads it to 16), G * gm * gn <= tiles. The busiest tile: its GEMM
     (`cost_model.gemm_kernel_cycles`), weight preparation, the receipt of its x and weight blocks at the
@@ -207,7 +209,10 @@ def rows_grid(
     for pn in panels:
         gn = -(-n // pn)
         npad = -(-pn // 16) * 16
-        if gn * g > tiles or (one_chunk and len(cm.gemm_k_chunks(kc, npad, wbytes)) != 1):
+        if fp8_x:  # one FP8 GEMM call per chunk: its panels [npad, kc padded to 32] in one scratch element
+            if gn * g > tiles or npad * -(-kc // 32) * 32 > IPU21.region1_element_bytes:
+                continue
+        elif gn * g > tiles or (one_chunk and len(cm.gemm_k_chunks(kc, npad, wbytes)) != 1):
             continue
         gm = tiles // (g * gn)
         rows = -(-m // gm)  # rows per panel, rounded up to a multiple of G below
@@ -222,10 +227,12 @@ def rows_grid(
             continue  # the lowering's C scratch (f16 + f32 staging)
         if source == "heads" and pm * kc * 2 > IPU21.region1_element_bytes:
             continue  # x's rows gathered from the head panels into the A scratch
+        gemm = cm.fp8_gemm_cycles(pm, kc, pn) if fp8_x else cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
+        prep = cm.fp8_panel_cycles(pn, kc) if fp8_x else cm.weight_prep_cycles(pn, kc, wdt, IPU21)
         c = (
-            cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
-            + cm.weight_prep_cycles(pn, kc, wdt, IPU21)
-            + cm.exchange_cycles(pm * kc * 2 + pn * kc * wbytes)
+            gemm
+            + prep
+            + cm.exchange_cycles(pm * kc * (1 if fp8_x else 2) + pn * kc * wbytes)
             + x_rounds(pm, kc, k, source, width) * ROUND_CYCLES
         )
         if g > 1:
@@ -272,17 +279,18 @@ def shared_rows_panels(parts: nn.LinearPartialsOp, tiles: int, panels: tuple[int
     ]
     if len(sibs) < 2:
         return panels
+    fp8_x = tl.element_bytes(parts.input.type.element_type) == 1
     weights = [
         (tl.element_bytes(o.weight.type.element_type), tl.dtype_name(o.weight.type.element_type))
         for o in sibs
     ]
     best = None
     for pn in panels:
-        grids = [rows_grid(m, k, n, kc, wb, wdt, tiles, panels=(pn,)) for wb, wdt in weights]
+        grids = [rows_grid(m, k, n, kc, wb, wdt, tiles, panels=(pn,), fp8_x=fp8_x) for wb, wdt in weights]
         if any(g is None for g in grids):
             continue
         pm = grids[0][2]
-        x_once = cm.exchange_cycles(pm * kc * 2) + x_rounds(pm, kc, k) * ROUND_CYCLES
+        x_once = cm.exchange_cycles(pm * kc * (1 if fp8_x else 2)) + x_rounds(pm, kc, k) * ROUND_CYCLES
         total = sum(g[0] for g in grids) - (len(grids) - 1) * x_once
         if best is None or total < best[0]:
             best = (total, pn)
@@ -295,7 +303,10 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     (m, k), n = parts.input.type.get_shape(), parts.weight.type.get_shape()[0]
     wt = parts.weight.type.element_type
     panels = shared_rows_panels(parts, tiles, rows_panels(parts))
-    return rows_grid(m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels)
+    fp8_x = tl.element_bytes(parts.input.type.element_type) == 1
+    return rows_grid(
+        m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels, fp8_x=fp8_x
+    )
 
 
 def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
@@ -329,7 +340,8 @@ def choose_rows_chunk(
         kc = step * -(-k // step // g)
         if -(-k // kc) != g or 2 * kc > cm.GEMM_MAX_A_ROW_BYTES:
             continue
-        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles, panels=panels, source=source, width=width)
+        c = rows_grid(m, k, n, kc, wbytes, wdt, tiles, panels=panels, source=source, width=width,
+                      fp8_x=kblock == 32 and wbytes == 1)  # fmt: skip
         if c is not None and (best is None or c[0] < best[0]):
             best = (c[0], kc)
     if best is None or (unsplit is not None and best[0] >= ROWS_SPLIT_MARGIN * unsplit[0]):

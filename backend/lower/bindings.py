@@ -160,6 +160,14 @@ def fold_host(
         et = op.result.type.element_type
         if isinstance(et, Float8E4M3FNUZType | Float8E5M2FNUZType) and fp8_via is None:
             fp8_via = (device_dtype(et), op.fp8_scale)
+        elif (
+            isinstance(et, Float16Type)
+            and fp8_via is not None
+            and len(fp8_via) == 2
+            and isinstance(op.operands[0].type.element_type, Float32Type)
+        ):
+            # f32 -> f16 -> FP8: the f16 rounding comes first (rounding f32 straight to FP8 can differ on ties)
+            fp8_via = (*fp8_via, "f16")
         return fold_host(op.operands[0], chunks, fp8_via, esize, layer)
     if isinstance(op, nn.ReshapeOp):
         return fold_host(op.operands[0], chunks, fp8_via, esize, layer)
@@ -250,14 +258,16 @@ def make_bindings(
     """(parameter bindings, input bindings) writing device value `v`'s chunks from the host sources."""
     params, inputs = [], []
     for src, ch, via in fold_host(v, chunks, None, DEVICE_DTYPES[dtype].itemsize, layer):
+        if via and via[0] == dtype:  # the device value is that FP8 cast's: rounded once, or through f16 first
+            via = ("f16", 0) if len(via) == 3 else None
         b = Binding(
             src.sym.data,
             _flat_shape(src.results[0].type),
             dtype,
             ch,
             scale,
-            via=via[0] if via and via[0] != dtype else "",
-            via_scale=via[1] if via and via[0] != dtype else 0,
+            via=via[0] if via else "",
+            via_scale=via[1] if via else 0,
         )
         (inputs if isinstance(src, nn.InputOp) else params).append(b)
     return params, inputs

@@ -1016,7 +1016,16 @@ class NnOps:
                         x_copies[t] = self._a_chunk_rows(mr, mr, src, r, r, 0, rp, a_area, zeros, esize=1)
                     else:
                         x_rows[t] = kern
-                else:  # column panels the kernel cannot step through: rows gathered piece by piece
+                elif (  # column panels the kernel cannot step through (e.g. attention's heads of 72): gathered
+                    kw % a_cols == 0
+                    and a_cols % 8 == 0
+                    and a_cols // 2 >= rw.PF_MIN_P
+                    and xa % 8 == 0
+                    and a_area % 8 == 0
+                ):  # whole panels of whole atoms: one row kernel over byte pairs
+                    x_rows[t] = rw.Rows("panels_f16", mr, rp // 2, in0=xa, out=a_area, panels=kw // a_cols,
+                                        panel_width=a_cols // 2, panel_step=mr * a_cols)  # fmt: skip
+                else:  # piece by piece
                     x_copies[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, rp, a_area, zeros, esize=1)
                 if r % kb:
                     kern = _padded_rows(nc, r, wa + nfull, kw, c_area, rp)
