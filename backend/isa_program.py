@@ -16,6 +16,7 @@ printed from a program parses back to the same program.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ipu.backend.isa import FORMS_BY_KEY, Ctx, Instr, Kind, OperandError, Slot, check_instr
@@ -209,6 +210,52 @@ def layout(kernels: list[Kernel], base: int) -> Program:
             resolved.append(Instr(ins.form, tuple(ops)))
         units.append(Unit(a, tuple(resolved), kname, sup))
     return Program(base, units, labels, kentries)
+
+
+def _falls_through(k: Kernel) -> bool:
+    """Whether control can run off the end of k into the kernel laid out after it: the last instruction is not an
+    unconditional branch (`br`, `bri`) or exit (`exitz $mzero`)."""
+    last = next((it for it in reversed(k.items) if not isinstance(it, Label)), None)
+    if last is None:
+        return True
+    ins = last.main if isinstance(last, Bundle) else last
+    if ins.mnemonic in ("br", "bri"):
+        return False
+    return not (ins.mnemonic in ("exitz", "exitnz") and "$mzero" in ins.text(k.supervisor))
+
+
+def reachable(kernels: list[Kernel], roots: Iterable[str]) -> list[Kernel]:
+    """The kernels reachable from `roots` (kernel or label names) through label operands, in their order: what a
+    linker keeps when it drops unreferenced sections. A library routine nothing calls, and no frame names, then
+    takes no code bytes on any tile. A root naming no label is an error (a frame asking for a missing routine)."""
+    owner: dict[str, int] = {}
+    for i, k in enumerate(kernels):
+        owner[k.name] = i
+        for it in k.items:
+            if isinstance(it, Label):
+                owner[it.name] = i
+    refs: list[set[int]] = [set() for _ in kernels]
+    for i, k in enumerate(kernels):
+        for it in k.items:
+            for ins in (
+                (it.main, it.aux) if isinstance(it, Bundle) else (it,) if isinstance(it, Instr) else ()
+            ):
+                for o, v in zip(ins.form.operands, ins.ops):
+                    if o.kind == Kind.LABEL and isinstance(v, str) and v in owner:
+                        refs[i].add(owner[v])
+        if i + 1 < len(kernels) and _falls_through(k):  # a second entry placed after the first (`xch_timed`)
+            refs[i].add(i + 1)
+    missing = sorted(r for r in set(roots) if r not in owner)
+    if missing:
+        raise OperandError(f"undefined label(s) {', '.join(missing)} named outside the code")
+    keep: set[int] = set()
+    todo = [owner[r] for r in roots]
+    while todo:
+        i = todo.pop()
+        if i not in keep:
+            keep.add(i)
+            todo.extend(refs[i] - keep)
+    return [k for i, k in enumerate(kernels) if i in keep]
 
 
 def kernel_context(ins: Instr) -> bool | None:

@@ -45,7 +45,10 @@ DEVICE_PASSES = (
     "nn-hoist-stacked,nn-split-k{{tiles=1472}}"
 )
 # --activations fp8: the K splits in whole FP8 blocks and their FP8 activations (pipeline_spec's activations="fp8").
-FP8_ACTIVATIONS = ("nn-split-k{{tiles=1472}}", "nn-split-k{{tiles=1472 fp8_kblock=true}},nn-quantize-activations")
+FP8_ACTIVATIONS = (
+    "nn-split-k{{tiles=1472}}",
+    "nn-split-k{{tiles=1472 fp8_kblock=true}},nn-quantize-activations",
+)
 # Linear kinds by parameter-name substring (keep_f16 of nn-quantize-weights). "head" also covers the MAP head's
 # fc1 / out_proj, so a kind is isolated by keeping every other kind, "head" included, in F16.
 KINDS = ("patch_embedding", "q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2", "head")

@@ -40,8 +40,9 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
-from ipu.backend.asm_text import parse_program
+from ipu.backend.asm_text import parse_kernels
 from ipu.backend.encoding import encode_program
+from ipu.backend.isa_program import Program, layout, reachable
 from ipu.backend.kernels import copy as cp
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
@@ -102,6 +103,18 @@ rep_patch:
 
 class LoweringError(ValueError):
     pass
+
+
+class _NamedLabels(dict):
+    """A label table that remembers which names were looked up (the routines the frames name)."""
+
+    def __init__(self, labels: dict[str, int]):
+        super().__init__(labels)
+        self.names: set[str] = set()
+
+    def __getitem__(self, name: str) -> int:
+        self.names.add(name)
+        return super().__getitem__(name)
 
 
 @dataclass
@@ -1328,6 +1341,31 @@ class Lowering(NnOps):
             raise LoweringError(f"{what}: a GEMM bias computed from a model input is not supported")
         self.params += p
 
+    def _link(self, text: str) -> tuple[Program, str]:
+        """(the laid-out code, its text) with only the routines something uses: main, what it calls, the kernels
+        the frames name (recorded by building every frame once against the whole library's labels) and their
+        callees. A library routine no op of this function needs takes no code bytes on any tile."""
+        kernels = parse_kernels(text)
+        whole = layout(kernels, self.code_addr)
+        named = _NamedLabels(whole.labels)
+        calls = {id(c): c for c in self.calls}
+        for rep in self.repeats:
+            for _, rcalls, _ in rep["runs"] or ():
+                calls.update((id(c), c) for c in rcalls)
+        for c in calls.values():
+            c.build(named)  # frames are built for real below, against the linked labels
+        kept = reachable(kernels, ("main", *named.names))
+        if len(kept) == len(kernels):
+            return whole, text
+        names = {k.name for k in kept}
+        chunks, keep = [], True
+        for line in text.splitlines(keepends=True):
+            if line.startswith(".globl "):
+                keep = line.split()[1] in names
+            if keep:
+                chunks.append(line)
+        return layout(kept, self.code_addr), "".join(chunks)
+
     # -- the package -------------------------------------------------------------------------------------------
     def finish(self) -> Package:
         if not self.measure:
@@ -1358,7 +1396,7 @@ class Lowering(NnOps):
                 self.target.sram_base, self.target.region1_base, self.target.region0_element_bytes
             )
         )
-        program = parse_program(text, self.code_addr)
+        program, text = self._link(text)
         self.code_bytes = program.end - program.base
         if program.end > self.code_end and not self.measure:
             raise StorageOverflow(

@@ -14,7 +14,7 @@
 // elements reserved per op, at its event only, by the bytes it uses (the GEMM at event 4), and whole at the host
 // events (where the package's image initialises them).
 // PLAN-DAG: memory.reserve "code" {buffer = #memory.buffer<addr = {{0x7[0-9a-f]+}}, bytes = {{[0-9]+}}, live = [0, 5], region = "r0", align = 16, resident>}
-// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x78000, bytes = {{[0-9]+}}, live = [0, 5], region = "r0", align = 16384, resident>}
+// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7c000, bytes = {{[0-9]+}}, live = [0, 5], region = "r0", align = 16384, resident>}
 // PLAN-DAG: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xcffe0, bytes = 32, live = [0, 5], region = "any", align = 8, resident>}
 // PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xe0000, bytes = 17152, live = [4, 4], region = "any", align = 16>}
 // PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xd0000, bytes = 2048, live = [4, 4], region = "any", align = 16>}

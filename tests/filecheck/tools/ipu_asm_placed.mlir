@@ -29,9 +29,12 @@ func.func @mlp() {
 // CHECK:          br $m9
 // CHECK-NOT:  xch_timed:
 
+// Only the routines the program uses are linked: no layer loop here (no `rep_patch`), no softmax, no FP8 GEMM.
 // FULL:     main:
 // FULL:     br $m9
-// FULL:     rep_patch:
+// FULL-NOT: rep_patch:
 // FULL:     xch_timed:
 // FULL:     gemm_f16_sup_ld128:
 // FULL:     ew_sup:
+// FULL-NOT: rows_softmax:
+// FULL-NOT: gemm_fp8_
