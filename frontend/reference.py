@@ -664,6 +664,7 @@ class _Evaluator:
         mode: str,
         capture: bool,
         device_model: DeviceModel | None = None,
+        observe: Callable[[Operation, list[np.ndarray]], None] | None = None,
     ):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -678,6 +679,7 @@ class _Evaluator:
         self.device = mode == "device"
         self.dtype = np.dtype(np.float64 if mode == "fp64" else np.float32)
         self.capture = capture
+        self.observe = observe
         self.outputs: dict[str, np.ndarray] = {}
         self.values: dict[OpId, np.ndarray] = {}
         self.positions: dict[SSAValue, tuple[tuple[int, ...], int]] = {}
@@ -779,6 +781,8 @@ class _Evaluator:
                 pass  # outputs are the nn.output ops
             else:
                 results = self.eval_op(op, scope, op_path, iterations, label)
+                if self.observe is not None and not isinstance(op, nn.ParamOp):
+                    self.observe(op, [self.resolve(v) for v in results])
                 for r, value in zip(op.results, results):
                     scope.values[r] = value
                     # Parameters are the caller's arrays, not computed values: capturing them could only mean
@@ -894,6 +898,7 @@ def evaluate(
     capture: bool = False,
     verify: bool = True,
     device_model: DeviceModel | None = None,
+    observe: Callable[[Operation, list[np.ndarray]], None] | None = None,
 ) -> Result:
     """Evaluates the function with NumPy and returns its `nn.output` values (see the module docstring).
 
@@ -901,7 +906,8 @@ def evaluate(
     IR uses (a lazy mapping of memmaps works and is not copied). mode: "fp32", "fp64" or "device".
     capture: also return every op result (Result.values). verify: run the IR verifier first.
     device_model: with mode "device", sources to leave out or device kernels to model (`DeviceModel`; default:
-    device mode as documented).
+    device mode as documented). observe: called as observe(op, results) after every op but `nn.param` (every iteration of an
+    `nn.repeat` body), with the results as `Result.values` holds them (calibration, `ipu.frontend.calibrate`).
     """
     func = _single_func(module_or_func)
     if verify:
@@ -910,6 +916,6 @@ def evaluate(
         params = with_derived(params, func)  # parameters the host derives at upload, derived alike
     except DerivationError as e:
         raise EvaluationError(str(e)) from None
-    ev = _Evaluator(inputs, params, mode, capture, device_model)
+    ev = _Evaluator(inputs, params, mode, capture, device_model, observe)
     ev.run_block(func.body.block, _Scope(), (), ())
     return Result(ev.outputs, ev.values, ev.positions)

@@ -43,6 +43,7 @@ def pipeline_spec(
     split_rows: bool = True,
     keep_f16: tuple[str, ...] | None = None,
     activations: str = "f16",
+    activation_scales: tuple[str, ...] = (),
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -63,7 +64,8 @@ def pipeline_spec(
       with split_rows (default) many-row linears too (x from a layer norm, another split's sum or attention),
       where its estimate wins (not: `nn-split-k{many_rows=false}`);
     - activations "fp8": `nn-split-k{fp8_kblock=true}` and `nn-quantize-activations`: the FP8-weight K splits
-      take FP8 activations and run on the FP8 AMP ("f16": f16 activations, the F16 AMP);
+      take FP8 activations and run on the FP8 AMP ("f16": f16 activations, the F16 AMP), each cast at
+      `activation_scales`' scale for its linears ("NAME=S" entries, `nn-quantize-activations{scales}`) or 2^-4;
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
@@ -97,6 +99,8 @@ def pipeline_spec(
         f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}"
         f"{' fp8_kblock=true' if fp8x else ''}}}{',nn-quantize-activations' if fp8x else ''}"
     )
+    if fp8x and activation_scales:
+        split_k += "{scales=" + ",".join(f'"{e}"' for e in activation_scales) + "}"
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention,nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
@@ -133,6 +137,9 @@ class IpuCompilePipelinePass(ModulePass):
     (the patch embedding and MAP head: `KEEP_F16_COMPACT`), `none` (every projection FP8), or a list."""
     activations: str = "f16"
     """The FP8-weight K splits' activations: `f16` (F16 AMP) or `fp8` (`nn-quantize-activations`: the FP8 AMP)."""
+    activation_scales: tuple[str, ...] = ()
+    """With activations `fp8`: per-cast FP8 scales, "NAME=S" (`nn-quantize-activations{scales}`; what
+    `compile_model(calibration=...)` derives from a calibration input); none: the rule's 2^-4."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -185,6 +192,7 @@ class IpuCompilePipelinePass(ModulePass):
             split_rows=self.split_rows,
             keep_f16=self.precision(),
             activations=self.activations,
+            activation_scales=tuple(self.activation_scales),
         )
 
     def passes(self) -> tuple[ModulePass, ...]:

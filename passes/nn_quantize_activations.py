@@ -23,7 +23,10 @@ Options:
   format (default "f143"): the activation format (f143 = F143 / E4M3, f152 = F152 / E5M2);
   scale (default -4): the power-of-two scale of every cast, in the FP8 metadata range [-32, 31];
   only (default none): parameter-name substrings: only linears whose weight parameter name contains one of them
-      (for bisecting the accuracy; "none" casts every eligible linear's x).
+      (for bisecting the accuracy; "none" casts every eligible linear's x);
+  scales (default none): per-cast scales, entries "NAME=S": a cast whose readers' weight parameter names contain
+      NAME gets scale S (the largest of several matches), the others `scale`. `ipu.frontend.calibrate` derives
+      them from a calibration input (`compile_model(calibration=...)`, `ipu-run --calibrate`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import Float16Type, ModuleOp, TensorType
+from xdsl.dialects.builtin import Float16Type, IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.passes import ModulePass
 
 from ipu.dialects import nn
@@ -68,6 +71,7 @@ class NNQuantizeActivationsPass(ModulePass):
     format: str = "f143"
     scale: int = -4
     only: tuple[str, ...] = ()
+    scales: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.format not in FP8_FORMATS:
@@ -81,14 +85,39 @@ class NNQuantizeActivationsPass(ModulePass):
                 f"got {self.scale!r}"
             )
 
+        for entry in self.scales:
+            self._parse_scale(entry)
+
+    def _parse_scale(self, entry: str) -> tuple[str, int]:
+        name, sep, value = entry.rpartition("=")
+        lo, hi = SCALE_RANGE
+        try:
+            s = int(value)
+        except ValueError:
+            s = None
+        if not sep or not name or s is None or not lo <= s <= hi:
+            raise ValueError(
+                f"{self.name}: option 'scales': entries are \"NAME=S\" (a parameter-name substring, an integer "
+                f"scale in [{lo}, {hi}]), got {entry!r}"
+            )
+        return name, s
+
+    def scale_of(self, readers: list) -> int:
+        """The cast's scale: the largest `scales` entry matching one of its readers' weights, else `scale`."""
+        entries = [self._parse_scale(e) for e in self.scales]
+        names = [n for lin in readers for n in param_names(lin.weight, through_casts=True)]
+        matched = [s for key, s in entries if any(key in n for n in names)]
+        return max(matched) if matched else self.scale
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fp8 = FP8_FORMATS[self.format]
         casts: dict = {}  # x -> its FP8 cast (shared by the linears reading it)
+        readers: dict = {}  # cast -> the linears reading it
         only = tuple(s for s in self.only if s != "none")
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearPartialsOp)]:
             if not fp8_x_eligible(lin):
                 continue
-            if only and not any(s in n for n in param_names(lin.weight) for s in only):
+            if only and not any(s in n for n in param_names(lin.weight, through_casts=True) for s in only):
                 continue
             x = lin.input
             key = (x, id(lin.parent_block()))
@@ -100,3 +129,8 @@ class NNQuantizeActivationsPass(ModulePass):
                     cast.results[0].name_hint = f"{x.name_hint}_fp8"
                 lin.parent_block().insert_op_before(cast, lin)
             lin.operands[0] = cast.result
+            readers.setdefault(cast, []).append(lin)
+        for cast, lins in readers.items():
+            s = self.scale_of(lins)
+            if s != self.scale:
+                cast.properties["scale"] = IntegerAttr(s, i64)

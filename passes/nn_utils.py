@@ -36,9 +36,10 @@ def is_param_derived(value: SSAValue, _seen: dict[SSAValue, bool] | None = None)
     return result
 
 
-def param_names(value: SSAValue) -> list[str]:
+def param_names(value: SSAValue, through_casts: bool = False) -> list[str]:
     """Names of the `nn.param`s a parameter-derived value is computed from (through data movement and the
-    stacked operands of `nn.repeat` body arguments)."""
+    stacked operands of `nn.repeat` body arguments; with through_casts, through `nn.cast` too: a quantized
+    weight's parameter)."""
     names, todo, seen = [], [value], set()
     while todo:
         v = todo.pop()
@@ -48,7 +49,7 @@ def param_names(value: SSAValue) -> list[str]:
         if isinstance(v, OpResult):
             if isinstance(v.op, nn.ParamOp):
                 names.append(v.op.param_name)
-            elif isinstance(v.op, DATA_MOVEMENT_OPS):
+            elif isinstance(v.op, DATA_MOVEMENT_OPS) or (through_casts and isinstance(v.op, nn.CastOp)):
                 todo.extend(v.op.operands)
         elif isinstance(v, BlockArgument):
             repeat = v.block.parent_op()

@@ -132,6 +132,14 @@ def _input(args, cfg) -> np.ndarray:
     return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
 
 
+def _calibration_input(args, cfg) -> np.ndarray:
+    """--calibrate NPY, else a seeded uniform image in [-1, 1] other than `_input`'s (seed + 2)."""
+    if args.calibrate:
+        return load_input(args.calibrate, cfg, args.allow_nonfinite)
+    rng = np.random.default_rng(args.seed + 2)
+    return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
+
+
 def load_input(path: str, cfg, allow_nonfinite: bool = False) -> np.ndarray:
     if not str(path).endswith(INPUT_SUFFIX):
         raise ValueError(f"--input {path}: expected a {INPUT_SUFFIX} file (numpy.save of the pixel values)")
@@ -367,6 +375,7 @@ def compile_and_run(args) -> int:
             progress=progress,
             keep_f16=None if args.precision is None else tuple(args.precision.split(",")),
             activations=args.activations or "f16",
+            calibration=None if args.calibrate is None else {"pixel_values": _calibration_input(args, cfg)},
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -406,6 +415,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--no-split-rows", None if args.split_rows else True),
                 ("--precision", args.precision),
                 ("--activations", args.activations),
+                ("--calibrate", args.calibrate),
             )
             if value is not None
         ]
@@ -448,6 +458,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--no-split-rows", not args.split_rows),
                 ("--precision", args.precision is not None),
                 ("--activations", args.activations is not None),
+                ("--calibrate", args.calibrate is not None),
             )
         )
         if unread:
@@ -473,6 +484,8 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         p.error(
             "-o, --tiles, --no-split-rows, --precision and --activations need a compilation (not --reference-only)"
         )
+    if args.calibrate is not None and args.activations != "fp8":
+        p.error("--calibrate sets the FP8 activations' scales: it needs --activations fp8")
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
         p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")
 
@@ -586,6 +599,15 @@ def _main(argv: Sequence[str] | None) -> int:
         choices=("f16", "fp8"),
         help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP, default) or fp8 "
         "(cast to FP8 with a power-of-two scale, the FP8 AMP: nn-quantize-activations)",
+    )
+    p.add_argument(
+        "--calibrate",
+        nargs="?",
+        const="",
+        metavar="NPY",
+        help="--model with --activations fp8: each FP8 cast's scale from the fp32 activations of a calibration "
+        "input (a .npy of pixel values; without NPY a seeded uniform image other than the run's input) instead of "
+        "the fixed 2^-4 (ipu.frontend.calibrate; the package notes the scales)",
     )
     p.add_argument(
         "--emit-nn",

@@ -29,7 +29,7 @@ Op lowering (what exists, see docs/lowering.md for what does not):
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import chain
@@ -1784,6 +1784,7 @@ def compile_model(
     progress: Callable[[str, int, int], None] | None = None,
     keep_f16: tuple[str, ...] | None = None,
     activations: str = "f16",
+    calibration: Mapping[str, np.ndarray] | None = None,
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1795,7 +1796,10 @@ def compile_model(
     pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`). `keep_f16`:
     the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
     place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so. `activations`:
-    "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`)."""
+    "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`).
+    `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
+    cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
+    without it the casts take the rule's 2^-4."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1828,19 +1832,53 @@ def compile_model(
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))
     policy_notes = []
+    calibrating = calibration is not None and activations == "fp8"
+    if calibrating and weights is None:
+        raise ValueError("compile_model: calibration of the FP8 activation scales needs the weights")
+
+    def calibrate(cp: IpuCompilePipelinePass) -> IpuCompilePipelinePass:
+        """The FP8 casts' scales from the calibration input (after the nn passes): cp with them recorded."""
+        from ipu.frontend.calibrate import calibrate_activations, scale_entries
+
+        scales = calibrate_activations(module, calibration, weights)
+        shown = ", ".join(f"{n} {s} (|x| <= {a:.3g})" for n, (s, a) in sorted(scales.items()))
+        policy_notes.append(
+            f"FP8 activation scales calibrated on the calibration input: {shown or 'no casts'}"
+        )
+        return replace(cp, activation_scales=scale_entries(scales))
+
+    def run_pipeline(cp: IpuCompilePipelinePass) -> IpuCompilePipelinePass:
+        if not calibrating:
+            cp.apply_with_progress(Context(), module, progress, extra_phases=1)
+            return cp
+        from ipu.backend.lower.debug import nn_passes
+
+        head, tail = nn_passes(cp.pipeline_text())
+        if progress is not None:
+            progress("nn passes, calibration", 0, 3)
+        PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
+        cp = calibrate(cp)
+        if progress is not None:
+            progress("nn-to-exchange-pipeline, lowering-storage, memory-plan", 1, 3)
+        PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
+        return cp
+
     nn_head = None
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
         from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        nn_head, tail = head, tail = nn_passes(compile_pass.pipeline_text())
+        head, tail = nn_passes(compile_pass.pipeline_text())
         PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
+        if calibrating:
+            compile_pass = calibrate(compile_pass)
+        nn_head = nn_passes(compile_pass.pipeline_text())[0]  # with the calibrated scales
         tag_positions(f)
         PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
     planned_here = not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
     if planned_here and not debug_values:
         fallback = module.clone() if keep_f16 is None else None
         try:
-            compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
+            compile_pass = run_pipeline(compile_pass)
         except PassFailedException as err:
             if fallback is None or not str(err).startswith(
                 ("memory-plan:", "lowering-storage: the function does not fit")
@@ -1853,7 +1891,8 @@ def compile_model(
             )
             module, compile_pass = fallback, pipeline(("compact",))
             f = _single_func(module)
-            compile_pass.apply_with_progress(Context(), module, progress, extra_phases=1)
+            policy_notes[:] = [n for n in policy_notes if not n.startswith("FP8 activation scales")]
+            compile_pass = run_pipeline(compile_pass)
     total = len(compile_pass.passes()) + 1
     if progress is not None:
         progress("asm lowering", total - 1, total)

@@ -150,3 +150,50 @@ def test_small_siglip_with_fp8_activations():
     want = evaluate(dev, {"pixel_values": x}, params, mode="device").outputs
     for k in ("last_hidden_state", "pooler_output"):
         assert np.linalg.norm(out[k] - want[k]) / np.linalg.norm(want[k]) < 0.03, k
+
+
+def test_calibrated_scales_keep_large_activations():
+    """Layer norms with 20x their weights put the projections' inputs near 100, far above F143's 15 at the rule's
+    2^-4: the fixed scale saturates them and the output collapses; scales calibrated on another image
+    (`compile_model(calibration=...)`) hold them, the accuracy comes back to f16 activations' level, and the
+    package notes the scales it chose."""
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.frontend.weights import random_weights
+
+    cfg, target = small_siglip(), Target.small(tiles=64, sram_kib=624)
+    w = random_weights(cfg, seed=5)
+    params = {k: np.asarray(w[k]) for k in w.keys()}
+    for k in params:
+        if k.startswith("encoder.") and "layer_norm" in k and k.endswith("weight"):
+            params[k] = params[k] * 20
+    x = np.random.default_rng(6).uniform(-1, 1, (1, 3, 128, 128)).astype(np.float32)
+    calib = {"pixel_values": np.random.default_rng(7).uniform(-1, 1, x.shape).astype(np.float32)}
+    fp32 = evaluate(build_vision_model(cfg), {"pixel_values": x}, params).outputs
+    cos = {}
+    for name, act, cal in (("f16", "f16", None), ("fixed", "fp8", None), ("calibrated", "fp8", calib)):
+        pkg = compile_model(cfg, target, repeat=False, activations=act, weights=params, calibration=cal)
+        notes = [n for n in pkg.metadata.get("notes", []) if n.startswith("FP8 activation scales")]
+        assert bool(notes) == (cal is not None)
+        if cal is not None:  # v, out_proj, fc1, fc2, each at a scale above the rule's
+            assert all(f"{p}.weight" in notes[0] for p in ("v_proj", "out_proj", "fc1", "fc2"))
+            assert "-4 (" not in notes[0]
+        session = Session(pkg)
+        session.upload_parameters(params)
+        out = session.run({"pixel_values": x}).outputs
+        cos[name] = min(
+            cosines(out["last_hidden_state"], fp32["last_hidden_state"]).min(),
+            cosines(out["pooler_output"], fp32["pooler_output"]).min(),
+        )
+    assert cos["fixed"] < cos["calibrated"] - 0.05, cos
+    assert cos["calibrated"] > cos["f16"] - 0.01, cos
+
+
+def test_calibration_needs_the_weights():
+    from ipu.backend.lower import compile_model
+    from ipu.backend.target import Target
+
+    with pytest.raises(ValueError, match="calibration .* needs the weights"):
+        compile_model(small_siglip(), Target.small(tiles=64, sram_kib=624), activations="fp8",
+                      calibration={"pixel_values": np.zeros((1, 3, 128, 128), np.float32)})  # fmt: skip

@@ -29,7 +29,7 @@
 // INT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' = 'sixteen' has the wrong type (given ('sixteen',), expected <class 'int'>)
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
-// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "stop_after"]
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "activation_scales", "stop_after"]
 
 func.func @f() {
   %x = nn.input "x" : tensor<4x8xf32>

@@ -4,6 +4,8 @@
 // RUN: ipu-opt %s -p 'nn-quantize-activations' | filecheck %s
 // RUN: ipu-opt %s -p 'nn-quantize-activations{format=f152 scale=-6}' | filecheck %s --check-prefix=F152
 // RUN: ipu-opt %s -p 'nn-quantize-activations{only=fc1}' | filecheck %s --check-prefix=ONLY
+// RUN: ipu-opt %s -p 'nn-quantize-activations{scales="v_proj=-2","layers.0.fc1=-1","q_proj=5"}' | filecheck %s --check-prefix=SCALES
+// RUN: ipu-opt %s -p 'nn-quantize-activations{scale=-3 scales="fc9=2"}' | filecheck %s --check-prefix=NOMATCH
 
 // CHECK-LABEL: func.func @splits
 // CHECK:         %[[XQ:[^ ]+]] = nn.cast %x {scale = -4 : i64} : tensor<64x256xf16> -> tensor<64x256xf8E4M3FNUZ>
@@ -24,6 +26,12 @@
 // ONLY-NEXT:     %[[XQ:[^ ]+]] = nn.cast %x {scale = -4 : i64}
 // ONLY-NEXT:     nn.linear_partials %[[XQ]], %w1
 // ONLY-NOT:      nn.cast
+
+// Per-cast scales by the readers' weight names (what a calibration writes): the cast read by v and fc1 takes the
+// larger of their entries; q_proj's entry matches no cast (its x stays f16).
+// SCALES:        nn.cast %x {scale = -1 : i64}
+// SCALES-NOT:    nn.cast
+// NOMATCH:       nn.cast %x {scale = -3 : i64}
 
 func.func @splits() {
   %x = nn.input "x" : tensor<64x256xf16>

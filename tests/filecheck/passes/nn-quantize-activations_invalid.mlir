@@ -3,12 +3,16 @@
 // RUN: not ipu-opt %s -p 'nn-quantize-activations{format=e4m3}' 2>&1 | filecheck %s --check-prefix=FORMAT
 // RUN: not ipu-opt %s -p 'nn-quantize-activations{scale=32}' 2>&1 | filecheck %s --check-prefix=SCALE
 // RUN: not ipu-opt %s -p 'nn-quantize-activations{scale=big}' 2>&1 | filecheck %s --check-prefix=TYPE
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{scales="fc1"}' 2>&1 | filecheck %s --check-prefix=ENTRY
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{scales="fc1=40"}' 2>&1 | filecheck %s --check-prefix=RANGE
 
 // FORMAT: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'format' must be one of f143, f152, got 'e4m3'
 // FORMAT-NOT: Traceback
 // SCALE: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scale' must be an integer in [-32, 31] (the FP8 metadata range), got 32
 // TYPE: ipu-opt: error: bad pass pipeline:
 // TYPE-NOT: Traceback
+// ENTRY: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scales': entries are "NAME=S" (a parameter-name substring, an integer scale in [-32, 31]), got 'fc1'
+// RANGE: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scales': {{.*}} got 'fc1=40'
 
 func.func @linear() {
   %x = nn.input "x" : tensor<64x256xf16>
