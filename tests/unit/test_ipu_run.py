@@ -51,7 +51,9 @@ def test_errors_are_one_line(tmp_path, capsys):
         main([])
     with pytest.raises(SystemExit):  # a calibration only sets FP8 activations' scales
         main(["--model", "siglip-tiny", "--calibrate"])
-    assert "--calibrate sets the FP8 activations' scales: it needs --activations fp8" in capsys.readouterr().err
+    assert (
+        "--calibrate sets the FP8 activations' scales: it needs --activations fp8" in capsys.readouterr().err
+    )
 
 
 def test_metrics():
