@@ -19,6 +19,7 @@ in [-1, 1], seed + 1).
     python -m bench.bench_accuracy_depth --layers 4 --seeds 2 --rows bisect          # rank the sources
     python -m bench.bench_accuracy_depth --layers 27 --seeds 3 --init hf --rows policies --kernels device
     python -m bench.bench_accuracy_depth --layers 27 --rows policies --policy 'nn-quantize-weights{...}'
+    python -m bench.bench_accuracy_depth --layers 27 --init hf --rows policies --activations fp8 --calibrate
 """
 
 from __future__ import annotations
@@ -171,6 +172,12 @@ def main() -> None:
         default="f16",
         help="the FP8-weight K splits' activations: f16, or FP8 (nn-quantize-activations, the FP8 AMP)",
     )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="with --activations fp8: each seed's FP8 activation scales calibrated on another image "
+        "(ipu.frontend.calibrate) instead of the fixed 2^-4",
+    )
     args = p.parse_args()
     passes = DEVICE_PASSES if args.activations == "f16" else DEVICE_PASSES.replace(*FP8_ACTIVATIONS)
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
@@ -206,6 +213,15 @@ def main() -> None:
                         print(f"  (max-abs scales {max_abs_scales(m, w)})")
                     else:
                         modules[r.spec] = m
+                if args.calibrate:  # this seed's weights, another image (seed + 2)
+                    from ipu.frontend.calibrate import calibrate_activations
+
+                    xc = np.random.default_rng(seed + 2).uniform(-1, 1, x.shape).astype(np.float32)
+                    got = calibrate_activations(
+                        m if r.max_abs_scale else modules[r.spec], {"pixel_values": xc}, w
+                    )
+                    print("  (calibrated scales " + ", ".join(f"{n.split('.')[-2]} {s}" for n, (s, _) in
+                          sorted(got.items())) + ")", flush=True)  # fmt: skip
                 t0 = time.perf_counter()
                 d = evaluate(
                     m if r.max_abs_scale else modules[r.spec],
