@@ -906,8 +906,9 @@ def evaluate(
     IR uses (a lazy mapping of memmaps works and is not copied). mode: "fp32", "fp64" or "device".
     capture: also return every op result (Result.values). verify: run the IR verifier first.
     device_model: with mode "device", sources to leave out or device kernels to model (`DeviceModel`; default:
-    device mode as documented). observe: called as observe(op, results) after every op but `nn.param` (every iteration of an
-    `nn.repeat` body), with the results as `Result.values` holds them (calibration, `ipu.frontend.calibrate`).
+    device mode as documented). observe: called as observe(op, results) after every op but `nn.param` (every
+    iteration of an `nn.repeat` body), with the results as `Result.values` holds them (calibration,
+    `ipu.frontend.calibrate`).
     """
     func = _single_func(module_or_func)
     if verify:

@@ -84,7 +84,6 @@ class NNQuantizeActivationsPass(ModulePass):
                 f"{self.name}: option 'scale' must be an integer in [{lo}, {hi}] (the FP8 metadata range), "
                 f"got {self.scale!r}"
             )
-
         for entry in self.scales:
             self._parse_scale(entry)
 
@@ -102,9 +101,9 @@ class NNQuantizeActivationsPass(ModulePass):
             )
         return name, s
 
-    def scale_of(self, readers: list) -> int:
-        """The cast's scale: the largest `scales` entry matching one of its readers' weights, else `scale`."""
-        entries = [self._parse_scale(e) for e in self.scales]
+    def scale_of(self, readers: list, entries: list[tuple[str, int]]) -> int:
+        """The cast's scale: the largest of `entries` (the parsed `scales`) matching one of its readers' weights,
+        else `scale`."""
         names = [n for lin in readers for n in param_names(lin.weight, through_casts=True)]
         matched = [s for key, s in entries if any(key in n for n in names)]
         return max(matched) if matched else self.scale
@@ -130,7 +129,8 @@ class NNQuantizeActivationsPass(ModulePass):
                 lin.parent_block().insert_op_before(cast, lin)
             lin.operands[0] = cast.result
             readers.setdefault(cast, []).append(lin)
+        entries = [self._parse_scale(e) for e in self.scales]
         for cast, lins in readers.items():
-            s = self.scale_of(lins)
+            s = self.scale_of(lins, entries)
             if s != self.scale:
                 cast.properties["scale"] = IntegerAttr(s, i64)

@@ -128,15 +128,18 @@ def _input(args, cfg) -> np.ndarray:
     """--input (a .npy of [1, C, H, W] real numbers, finite unless --allow-nonfinite), else seeded uniform."""
     if args.input:
         return load_input(args.input, cfg, args.allow_nonfinite)
-    rng = np.random.default_rng(args.seed + 1)
-    return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
+    return _uniform_image(cfg, args.seed + 1)
 
 
 def _calibration_input(args, cfg) -> np.ndarray:
     """--calibrate NPY, else a seeded uniform image in [-1, 1] other than `_input`'s (seed + 2)."""
     if args.calibrate:
         return load_input(args.calibrate, cfg, args.allow_nonfinite)
-    rng = np.random.default_rng(args.seed + 2)
+    return _uniform_image(cfg, args.seed + 2)
+
+
+def _uniform_image(cfg, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
     return rng.uniform(-1, 1, (1, cfg.num_channels, cfg.image_size, cfg.image_size)).astype(np.float32)
 
 

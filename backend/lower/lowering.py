@@ -1835,45 +1835,45 @@ def compile_model(
     calibrating = calibration is not None and activations == "fp8"
     if calibrating and weights is None:
         raise ValueError("compile_model: calibration of the FP8 activation scales needs the weights")
+    # The calibration of the pipeline run that made the package (the compact fallback's replaces the first's).
+    calibration_notes: list[str] = []
 
-    def calibrate(cp: IpuCompilePipelinePass) -> IpuCompilePipelinePass:
-        """The FP8 casts' scales from the calibration input (after the nn passes): cp with them recorded."""
-        from ipu.frontend.calibrate import calibrate_activations, scale_entries
-
-        scales = calibrate_activations(module, calibration, weights)
-        shown = ", ".join(f"{n} {s} (|x| <= {a:.3g})" for n, (s, a) in sorted(scales.items()))
-        policy_notes.append(
-            f"FP8 activation scales calibrated on the calibration input: {shown or 'no casts'}"
-        )
-        return replace(cp, activation_scales=scale_entries(scales))
-
-    def run_pipeline(cp: IpuCompilePipelinePass) -> IpuCompilePipelinePass:
-        if not calibrating:
+    def run_pipeline(cp: IpuCompilePipelinePass, tag: bool = False) -> IpuCompilePipelinePass:
+        """Applies cp to the module; with a calibration input or `tag` (per-op debug positions) in two parts:
+        the nn passes, then the FP8 casts' scales from the calibration input and / or the nn ops' positions,
+        then the rest. Returns cp with the calibrated scales recorded (`activation_scales`)."""
+        if not (calibrating or tag):
             cp.apply_with_progress(Context(), module, progress, extra_phases=1)
             return cp
-        from ipu.backend.lower.debug import nn_passes
+        from ipu.backend.lower.debug import nn_passes, tag_positions
 
-        head, tail = nn_passes(cp.pipeline_text())
+        head, tail = (PassPipeline.parse_spec(dict(all_passes()), s) for s in nn_passes(cp.pipeline_text()))
+        total = len(head.passes) + len(tail.passes) + 1
         if progress is not None:
-            progress("nn passes, calibration", 0, 3)
-        PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
-        cp = calibrate(cp)
+            progress(head.passes[0].name, 0, total)
+        head.apply(Context(), module)
+        if calibrating:
+            from ipu.frontend.calibrate import calibrate_activations, scale_entries
+
+            scales = calibrate_activations(module, calibration, weights)
+            shown = ", ".join(f"{n} {s} (|x| <= {a:.3g})" for n, (s, a) in sorted(scales.items()))
+            calibration_notes[:] = [
+                f"FP8 activation scales calibrated on the calibration input: {shown or 'no casts'}"
+            ]
+            cp = replace(cp, activation_scales=scale_entries(scales))
+        if tag:
+            tag_positions(_single_func(module))
         if progress is not None:
-            progress("nn-to-exchange-pipeline, lowering-storage, memory-plan", 1, 3)
-        PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
+            progress(tail.passes[0].name, len(head.passes), total)
+        tail.apply(Context(), module)
         return cp
 
     nn_head = None
     if debug_values:  # tag nn ops with their nn-level positions (per-op comparison with the reference)
-        from ipu.backend.lower.debug import nn_passes, tag_positions
+        from ipu.backend.lower.debug import nn_passes
 
-        head, tail = nn_passes(compile_pass.pipeline_text())
-        PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
-        if calibrating:
-            compile_pass = calibrate(compile_pass)
-        nn_head = nn_passes(compile_pass.pipeline_text())[0]  # with the calibrated scales
-        tag_positions(f)
-        PassPipeline.parse_spec(dict(all_passes()), tail).apply(Context(), module)
+        compile_pass = run_pipeline(compile_pass, tag=True)
+        nn_head = nn_passes(compile_pass.pipeline_text())[0]  # with the calibrated scales, if any
     planned_here = not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
     if planned_here and not debug_values:
         fallback = module.clone() if keep_f16 is None else None
@@ -1891,7 +1891,6 @@ def compile_model(
             )
             module, compile_pass = fallback, pipeline(("compact",))
             f = _single_func(module)
-            policy_notes[:] = [n for n in policy_notes if not n.startswith("FP8 activation scales")]
             compile_pass = run_pipeline(compile_pass)
     total = len(compile_pass.passes()) + 1
     if progress is not None:
@@ -1903,7 +1902,7 @@ def compile_model(
         pkg = lower_to_package(module, target, debug_values)
     else:
         pkg = lower_fitting(module, target, plan_pass)
-    pkg.metadata.setdefault("notes", []).extend(policy_notes)
+    pkg.metadata.setdefault("notes", []).extend(policy_notes + calibration_notes)
     if nn_head is not None:  # the nn passes the debug positions refer to (`debug.nn_module`)
         pkg.metadata["nn_passes"] = nn_head
     if progress is not None:
