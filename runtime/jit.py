@@ -257,6 +257,39 @@ _products_jit = (
 )
 
 
+def _products32(x, w, t, acc_cur, c):
+    """_products for the FP8 AMP's 32 inputs (8 per phase): the same in-order float64 sums per engine. FP8
+    F143 products scaled by a power of two are exact in float64 and so is their sum (at most 47 significant
+    bits), so the order is that of the numpy reference's matmul in effect."""
+    for e0 in range(0, 16, 8):
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        for i in range(32):
+            xi = x[i]
+            s0 += xi * w[t, i, e0]
+            s1 += xi * w[t, i, e0 + 1]
+            s2 += xi * w[t, i, e0 + 2]
+            s3 += xi * w[t, i, e0 + 3]
+            s4 += xi * w[t, i, e0 + 4]
+            s5 += xi * w[t, i, e0 + 5]
+            s6 += xi * w[t, i, e0 + 6]
+            s7 += xi * w[t, i, e0 + 7]
+        acc_cur[c, e0] += np.float32(s0)
+        acc_cur[c, e0 + 1] += np.float32(s1)
+        acc_cur[c, e0 + 2] += np.float32(s2)
+        acc_cur[c, e0 + 3] += np.float32(s3)
+        acc_cur[c, e0 + 4] += np.float32(s4)
+        acc_cur[c, e0 + 5] += np.float32(s5)
+        acc_cur[c, e0 + 6] += np.float32(s6)
+        acc_cur[c, e0 + 7] += np.float32(s7)
+
+
+_products32_jit = (
+    numba.njit(cache=True, nogil=True, inline="always", fastmath={"contract"})(_products32)
+    if numba is not None
+    else None
+)
+
+
 def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
     """semantics.amp_flush for the contexts of ctx with pending F16 AMP inputs (kind 1): acc_cur[c] += the
     float64 sum of the exact products x[c] * w[tile(c)], rounded once to float32 (inputs and weights are halves:
@@ -350,20 +383,21 @@ amp_step_f16 = _step_call if numba is not None else None
 set_threads()
 
 
-# The fused rpt body (issue 23): a whole rpt loop whose every bundle is a pace form with an F16 AMP (or an fnop)
+# The fused rpt body (issue 23): a whole rpt loop whose every bundle is a pace form with an AMP (or an fnop)
 # beside it, every iteration of every context in one call. Row of `body` per bundle (BODY_* columns):
 (B_NL, B_STORE, B_SRC, B_D0, B_D1, B_AREG, B_STRIDE, B_S0, B_S1, B_S2) = range(10)  # the pace form
-# the AUX instruction (B_AMP: AUX_NONE an fnop or none, AUX_AMP_F16 the F16 AMP with B_ADST, B_AX, B_AP, B_PHASE,
-# AUX_F8TOF16 f8v4tof16 from the ARF register B_AX into the pair B_ADST), the unit's cycles and instructions issued (2: a bundle, 1: a pace form alone)
+# the AUX instruction (B_AMP: AUX_NONE an fnop or none, AUX_AMP_F16 / AUX_AMP_F8 the F16 / FP8 AMP with B_ADST,
+# B_AX, B_AP, B_PHASE, AUX_F8TOF16 f8v4tof16 from the ARF register B_AX into the pair B_ADST), the unit's cycles
+# and instructions issued (2: a bundle, 1: a pace form alone)
 B_AMP, B_ADST, B_AX, B_AP, B_PHASE, B_COST, B_ISSUE = range(10, 17)
 BODY_COLS = 17
-AUX_NONE, AUX_AMP_F16, AUX_F8TOF16 = 0, 1, 2
+AUX_NONE, AUX_AMP_F16, AUX_F8TOF16, AUX_AMP_F8 = 0, 1, 2, 3
 
 
 def _rpt_loop(
     m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
     check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
-    cycles, issued, a32, f8_bits,
+    cycles, issued, a32, f8_bits, amp_scale, f8_dec, akind, ascale,
 ):  # fmt: skip
     """Simulator._step over every bundle of the body for the contexts idx (their iterations left in `left`), the
     fast path's way: iteration by iteration, each bundle as one step of the group (the AMP of the bundle, its
@@ -380,6 +414,7 @@ def _rpt_loop(
     tmp = np.empty(n, np.uint64)
     ld = np.empty((2, n), np.uint64)
     x = np.empty(16, np.float64)
+    x8 = np.empty(32, np.float64)
     limit = end - base - 8
     used = np.empty(3, np.int64)
     while n > 0:
@@ -407,8 +442,10 @@ def _rpt_loop(
                 if not _memory_ok_jit(flat_state, words, j, nl, store, check_poison):
                     status[0], status[1] = n, nd
                     return bi
-            # 2. the AMP (semantics._amp): flush at phase 0, then the step; its register write deferred
-            amp = body[bi, B_AMP] == AUX_AMP_F16
+            # 2. the AMP (semantics._amp): flush at phase 0, then the step; its register write deferred. One AMP
+            # kind per body (akind: 1 F16, 2/3 FP8 with F143/F152 weights, issued with the scale ascale); the
+            # group's pending products are of that kind or none (Simulator._fusable)
+            amp = body[bi, B_AMP] == AUX_AMP_F16 or body[bi, B_AMP] == AUX_AMP_F8
             conv = body[bi, B_AMP] == AUX_F8TOF16
             phase = body[bi, B_PHASE]
             if amp and phase == 0:
@@ -421,6 +458,14 @@ def _rpt_loop(
                             for h in range(4):
                                 x[4 * p + h] = f16_to_f32[(v >> np.uint64(16 * h)) & np.uint64(0xFFFF)]
                         _products_jit(x, w, t, acc_cur, c)
+                    elif amp_kind[c] > 1:  # FP8 inputs [phase * 8 + byte], times 2^(their scale)
+                        t = c // workers
+                        sc = 2.0 ** np.float64(amp_scale[c])
+                        for p in range(4):
+                            v = xraw[c, p]
+                            for h in range(8):
+                                x8[8 * p + h] = f8_dec[(v >> np.uint64(8 * h)) & np.uint64(0xFF)] * sc
+                        _products32_jit(x8, w, t, acc_cur, c)
                     for p in range(4):
                         xraw[c, p] = 0
                     amp_kind[c] = 0
@@ -459,7 +504,9 @@ def _rpt_loop(
                     tmp[j] = done_raw[c, phase]
                     next_raw[c, phase] = a64[c, ppair]
                     xraw[c, phase] = a64[c, xpair]
-                    amp_kind[c] = 1
+                    amp_kind[c] = akind
+                    if akind > 1:
+                        amp_scale[c] = ascale
             if conv:  # semantics.sem_f8v4tof16 (the table: _f8_table's halves as bits)
                 xreg = body[bi, B_AX]
                 for j in range(n):
@@ -523,7 +570,7 @@ _rpt_core = (
 def _rpt_runs(
     m, a64, flat_state, flat64, word_base, idx, left, done, status, body, base, end, r1, e0, e1,
     check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w, f16_to_f32, workers,
-    cycles, issued, a32, f8_bits, bounds, stops,
+    cycles, issued, a32, f8_bits, amp_scale, f8_dec, akind, ascale, bounds, stops,
 ):  # fmt: skip
     """_rpt_loop over runs of whole tiles, one per thread: run q is idx[bounds[q]:bounds[q + 1]] (likewise left,
     done; status[q] its counts), stops[q] its result. The runs share no memory word, register or AMP state, so
@@ -533,7 +580,7 @@ def _rpt_runs(
         stops[q] = _rpt_core(
             m, a64, flat_state, flat64, word_base, idx[j0:j1], left[j0:j1], done[j0:j1], status[q], body, base,
             end, r1, e0, e1, check_poison, word_stride, amp_kind, acc_cur, acc_bits, next_raw, done_raw, xraw, w,
-            f16_to_f32, workers, cycles, issued, a32, f8_bits,
+            f16_to_f32, workers, cycles, issued, a32, f8_bits, amp_scale, f8_dec, akind, ascale,
         )  # fmt: skip
 
 

@@ -74,7 +74,7 @@ import numpy as np
 from ipu.backend.isa import M_ALIASES, SUPERVISOR_CSRS, WORKER_CSRS, Ctx, Instr
 from ipu.backend.isa_program import Program
 from ipu.backend.target import Target
-from ipu.runtime import jit, semantics
+from ipu.runtime import fp8, jit, semantics
 from ipu.runtime.errors import SimError
 from ipu.runtime.halfconv import F16_TO_F32
 
@@ -376,6 +376,9 @@ class Simulator:
         self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
         self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
         self._f8_bits = np.zeros(256, np.uint64)  # fast path: FP8 -> F16 bits of a fused body's conversions
+        # fast path: FP8 AMP inputs by format (amp_xfmt), and the AMP kind and scale of a fused body's call
+        self._f8_dec = {f: fp8.DECODE[f].astype(np.float64) for f in (fp8.F143, fp8.F152)}
+        self._amp_call = (1, 0)
         n = (program.end - program.base) // 4
         self._units = [None] * max(n, 0)
         for u in program.units:
@@ -806,7 +809,7 @@ class Simulator:
             (fm, im), fa, ia = unit[1][0], S.sem_fnop, None
         if fm not in (S.sem_ld2xst64pace, S.sem_ldst64pace, S.sem_ld2x64pace, S.sem_st64pace):
             return None
-        if fa not in (S.sem_f16v4hihov4amp, S.sem_fnop, S.sem_f8v4tof16):
+        if fa not in (S.sem_f16v4hihov4amp, S.sem_f8v8hihov4amp, S.sem_fnop, S.sem_f8v4tof16):
             return None
         if im.form.ctx == Ctx.SUPERVISOR or (ia is not None and ia.form.ctx == Ctx.SUPERVISOR):
             return None
@@ -830,11 +833,12 @@ class Simulator:
             sels = (-1, -1, sv & 3)
         r[jit.B_AREG], r[jit.B_STRIDE] = im.operand("addr"), im.operand("stride")
         r[jit.B_S0], r[jit.B_S1], r[jit.B_S2] = sels
-        if fa is S.sem_f16v4hihov4amp:
+        if fa is S.sem_f16v4hihov4amp or fa is S.sem_f8v8hihov4amp:
             d, xreg, p, flags = ia.ops
             if flags >> 2 != 2:  # an error the numpy semantics report
                 return None
-            r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = 1, d // 2, xreg // 2, p // 2
+            aux = jit.AUX_AMP_F16 if fa is S.sem_f16v4hihov4amp else jit.AUX_AMP_F8
+            r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX], r[jit.B_AP] = aux, d // 2, xreg // 2, p // 2
             r[jit.B_PHASE] = flags & 3
         elif fa is S.sem_f8v4tof16:  # FP8 -> F16 with the group's one $FP_NFMT / $FP_SCL (see _f8_table)
             r[jit.B_AMP], r[jit.B_ADST], r[jit.B_AX] = jit.AUX_F8TOF16, ia.ops[0] // 2, ia.ops[1]
@@ -909,12 +913,34 @@ class Simulator:
         return True
 
     def _fusable(self, idx: np.ndarray, body: np.ndarray) -> bool:
-        """Whether the state of the contexts idx lets jit.rpt_loop run body: no FP8 AMP products pending (F16
-        AMPs: the numpy flush does those), one FP8 conversion setting for the group (FP8 -> F16: the table
-        `_f8_table` is then set for the call; no unit of such a body writes a CSR)."""
+        """Whether the state of the contexts idx lets jit.rpt_loop run body: one AMP kind in the body, and the
+        group's pending products of that kind or none; FP8 AMPs: one input format and scale over the group's
+        tiles (sem_f8v8hihov4amp's settings, then set for the call as self._amp_call) and no pending products
+        elsewhere in another input format; one FP8 conversion setting for the group (FP8 -> F16: the table
+        `_f8_table` is then set for the call). No unit of such a body writes a CSR."""
         aux = body[:, jit.B_AMP]
-        if (aux == jit.AUX_AMP_F16).any() and (self.amp_kind[idx] > 1).any():
+        f16, f8 = (aux == jit.AUX_AMP_F16).any(), (aux == jit.AUX_AMP_F8).any()
+        self._amp_call = (1, 0)
+        if f16 and f8:
             return False
+        if f16 and (self.amp_kind[idx] > 1).any():
+            return False
+        if f8:
+            sup = self.NW + self.ctx_tile[idx]
+            infmt = self.csr[sup, semantics._col(semantics.SC["FP_INFMT"])]
+            iscl = self.csr[sup, semantics._col(semantics.SC["FP_ISCL"])]
+            if (infmt != infmt[0]).any() or (iscl != iscl[0]).any():
+                return False  # the numpy semantics report it
+            wfmt, xfmt = int(infmt[0]) & 1, (int(infmt[0]) >> 1) & 1
+            v = int(iscl[0]) & 0x7F
+            kind = 3 if wfmt else 2
+            pending = self.amp_kind[idx]
+            if ((pending != 0) & (pending != kind)).any():
+                return False
+            if xfmt != self.amp_xfmt and self.amp_kind.any():
+                return False
+            self.amp_xfmt = xfmt
+            self._amp_call = (kind, v - 128 if v & 0x40 else v)
         if (aux == jit.AUX_F8TOF16).any():
             fmt, scl, _ = semantics._fp8_csrs(self, idx)
             key = fmt.astype(np.int64) | (scl.astype(np.int64) & 0x3F) << 1
@@ -931,7 +957,11 @@ class Simulator:
         self._rpt_done (see jit.run_rpt_loop for the runs returned)."""
         done = self._rpt_done = np.empty(len(idx), np.int64)
         status = np.zeros(2, np.int64)
-        w = self.cwei_matrix(1) if (body[:, jit.B_AMP] == jit.AUX_AMP_F16).any() else self._no_weights
+        aux = body[:, jit.B_AMP]
+        akind, ascale = self._amp_call  # set by _fusable
+        amp = (aux == jit.AUX_AMP_F16).any() or (aux == jit.AUX_AMP_F8).any()
+        w = self.cwei_matrix(akind) if amp else self._no_weights
+        f8_dec = self._f8_dec[self.amp_xfmt]
         t = self.target
         return jit.rpt_loop(
             (
@@ -939,7 +969,7 @@ class Simulator:
                 self.base, self.end, self.r1, t.region0_element_bytes, t.region1_element_bytes, self.check_poison,
                 self.word_stride, self.amp_kind, self.acc_cur, self.acc_cur.view(np.uint32), self.amp_next_raw,
                 self.amp_done_raw, self.amp_xraw, w, F16_TO_F32, self.W, self.cycles, self.issued, self.a,
-                self._f8_bits,
+                self._f8_bits, self.amp_scale, f8_dec, akind, ascale,
             )
         )  # fmt: skip
 

@@ -972,7 +972,9 @@ class NnOps:
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}
         kp = {t: -(-j[2] // kb) * kb for t, j in jobs.items()}
         # Per tile, the GEMM's K parts: (first column, K, A address, A row stride, weight panels, panel arguments,
-        # weight rows, their stride). Column panels: the whole panels in place (one call, panel jumps), the K end's
+        # weight rows, their stride, whether A is in the A scratch, whether the weight rows are in C). Flags, not
+        # address comparisons: an x block in place may lie where the A / C scratch elements are (memory-plan
+        # gives their room to other buffers at events that do not use them). Column panels: the whole panels in place (one call, panel jumps), the K end's
         # narrower panel (a ragged last chunk) padded into the A scratch (a second call).
         parts: dict[int, list] = {}
         x_rows, x_copies, w_rows, w_copies = {}, {}, {}, {}  # zero-padded x rows (A scratch), weight rows (C)
@@ -998,7 +1000,7 @@ class NnOps:
                     if a_cols and nfull > a_cols
                     else {}
                 )
-                tparts.append((0, nfull, xa, row, panels, pkw, wa, kw))
+                tparts.append((0, nfull, xa, row, panels, pkw, wa, kw, False, False))
             if (
                 nfull < kw
             ):  # the rest padded with zeros to whole K blocks in the A scratch (and C for the weight)
@@ -1038,18 +1040,18 @@ class NnOps:
                         ]
                     else:
                         w_rows[t] = kern
-                    wsrc = (c_area, rp)
+                    wsrc = (c_area, rp, True)
                 else:
-                    wsrc = (wa + nfull, kw)
-                tparts.append((nfull, rp, a_area, rp, panels + npad[t] * nfull, {}, *wsrc))
+                    wsrc = (wa + nfull, kw, False)
+                tparts.append((nfull, rp, a_area, rp, panels + npad[t] * nfull, {}, *wsrc[:2], True, wsrc[2]))
             parts[t] = tparts
         self._use_bounded(
             (
                 max(
-                    max([j[3] * npad[t] * 2] + [j[4] * q[1] for q in parts[t] if q[6] == c_area])
+                    max([j[3] * npad[t] * 2] + [j[4] * q[1] for q in parts[t] if q[9]])
                     for t, j in jobs.items()
                 ),
-                max((j[3] * q[1] for t, j in jobs.items() for q in parts[t] if q[2] == a_area), default=0),
+                max((j[3] * q[1] for t, j in jobs.items() for q in parts[t] if q[8]), default=0),
                 max(kp[t] * npad[t] for t in jobs),
             )
         )
@@ -1093,9 +1095,11 @@ class NnOps:
         """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than
         every A their GEMM calls read (parts: (k1, width, A address, row stride, panels); esize: A's element
         bytes): the GEMM writes them in place of the C scratch (no result-row copy). The C scratch stays
-        recorded, so the plan does not depend on this choice."""
+        recorded, so the plan does not depend on this choice. A measuring lowering (`lowering-storage`, on a
+        provisional plan) takes no tile as direct: the choice depends on the addresses, and the code and tables
+        it measures must cover the copies any final plan may need."""
         direct = set()
-        if rdt != "f16":
+        if rdt != "f16" or self.measure:
             return direct
         el = self.target.element_of
         for t, j in jobs.items():
@@ -1842,6 +1846,7 @@ def attention_program(
             )
 
     qp = panels_of[0]
+    q_via_c = False  # f16 Q in narrow panels: made f32 rows in C first (a flag: Q's own buffer may lie at C)
     if esizes[0] == 2:
         # f16 Q: its rows of dpad in A in one pass (`panels_f16` from column panels, `pad_f16` from rows; zero
         # columns d..dpad), then scaled in place in f16 (`scale_f16`: f16(q * f16(scale)), zeros stay zeros).
@@ -1853,8 +1858,8 @@ def attention_program(
             prog.append(("Q rows", rw.Rows("pad_f16", m, dpad, in0=qa, out=a_area, valid=d)))
         else:  # narrow panels: through f32 rows in C, as f32 Q
             panel_rows("Q to f32", "to_f32", m, qp, qa, m, 0, 2, c_area, 4, d * 4)
-            qa, qp = c_area, None
-        if qa != c_area:
+            qa, qp, q_via_c = c_area, None, True
+        if not q_via_c:
             prog.append(
                 (
                     "Q * scale",
@@ -1863,7 +1868,7 @@ def attention_program(
             )
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
-    if esizes[0] == 2 and qa != c_area:
+    if esizes[0] == 2 and not q_via_c:
         pass  # done above
     elif qp is None:
         prog.append(

@@ -52,12 +52,33 @@ def _run(pkg, cfg, seed: int, reference: bool):
     return runs, sim, steps[0]
 
 
-@pytest.mark.parametrize("layers,tiles,seed", [(1, 8, 1), (2, 16, 0)])
-def test_fast_path_equals_reference(layers, tiles, seed):
-    cfg = PRESETS["tiny"].with_layers(layers)
-    pkg = compile_model(cfg, Target.small(tiles=tiles, sram_kib=624))
+def _width256():
+    """A SigLIP layer wide enough for K-split linears on 64 tiles (with activations fp8: on the FP8 AMP)."""
+    from ipu.frontend.siglip import SiglipVisionConfig
+
+    base = PRESETS["siglip-tiny"].to_dict()
+    return SiglipVisionConfig(
+        **{**base, "image_size": 64, "num_hidden_layers": 1, "hidden_size": 256, "intermediate_size": 512,
+           "num_attention_heads": 4}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "model,layers,tiles,seed,activations",
+    [("tiny", 1, 8, 1, "f16"), ("tiny", 2, 16, 0, "f16"), ("width256", 1, 64, 2, "fp8")],
+)
+def test_fast_path_equals_reference(model, layers, tiles, seed, activations, monkeypatch):
+    """fp8: the K splits' GEMMs on the FP8 AMP, whose rpt loops the fast path fuses (jit.AUX_AMP_F8)."""
+    cfg = (PRESETS["tiny"] if model == "tiny" else _width256()).with_layers(layers)
+    pkg = compile_model(cfg, Target.small(tiles=tiles, sram_kib=624), activations=activations)
     ref_runs, ref_sim, ref_steps = _run(pkg, cfg, seed, reference=True)
+    aux = []
+    if jit.rpt_loop is not None:
+        loop = jit.rpt_loop
+        monkeypatch.setattr(jit, "rpt_loop", lambda args: aux.extend(args[9][:, jit.B_AMP]) or loop(args))
     fast_runs, fast_sim, fast_steps = _run(pkg, cfg, seed, reference=False)
+    if jit.rpt_loop is not None:
+        assert (jit.AUX_AMP_F8 in aux) is (activations == "fp8")
     for ref, fast in zip(ref_runs, fast_runs):
         assert ref.outputs.keys() == fast.outputs.keys()
         for name in ref.outputs:
