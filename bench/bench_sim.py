@@ -89,10 +89,13 @@ def _package(spec: str, tiles: int):
     return spec, Package.load(spec)
 
 
-def bench_package(spec: str, tiles: int, repeats: int, warmup: int, threads=(None,), reference=True) -> dict:
+def bench_package(
+    spec: str, tiles: int, repeats: int, warmup: int, threads=(None,), reference=True, unfused_fp8=False
+) -> dict:
     """Inferences of one package through the reference and the fast path, alternating (see the docstring).
     `threads`: the fast path once per entry with that many kernel threads (jit.set_threads; None: the default),
-    each its own session, as "fast" (one entry) or "fast, N thread(s)"."""
+    each its own session, as "fast" (one entry) or "fast, N thread(s)". unfused_fp8: first a fast path whose
+    FP8 AMP rpt loops are stepped (the fast path before jit.AUX_AMP_F8), the ratios' base."""
     from ipu.frontend.siglip import SiglipVisionConfig
     from ipu.frontend.weights import random_weights
     from ipu.runtime import jit
@@ -111,6 +114,15 @@ def bench_package(spec: str, tiles: int, repeats: int, warmup: int, threads=(Non
         s.upload_parameters(weights)
         sessions[path] = s
         nthreads[path] = n
+    if unfused_fp8:  # the fast path as before FP8 AMP rpt loops were fused: those loops stepped bundle by bundle
+        sim = Simulator(pkg.target)
+        row = sim._fused_row
+        sim._fused_row = lambda a: None if (r := row(a)) is not None and r[0][jit.B_AMP] == jit.AUX_AMP_F8 else r
+        s = Session(pkg, sim)
+        s.upload_parameters(weights)
+        sessions = {"fast, FP8 AMP loops stepped": s, **sessions}
+        nthreads["fast, FP8 AMP loops stepped"] = None
+        paths = ["fast, FP8 AMP loops stepped", *paths]
     wall = {p: [] for p in sessions}
     cpu = {p: [] for p in sessions}
     for i in range(warmup + repeats):
@@ -181,6 +193,7 @@ def main_packages(args) -> None:
             args.warmup,
             tuple(args.threads or [None]),
             not args.no_reference,
+            args.unfused_fp8,
         )
         rw, rc = r["median"][r["paths"][0]]
         for path in r["paths"]:
@@ -213,6 +226,11 @@ def main() -> None:
     )
     ap.add_argument(
         "--no-reference", action="store_true", help="--packages: fast path(s) only (ratios to the first)"
+    )
+    ap.add_argument(
+        "--unfused-fp8",
+        action="store_true",
+        help="--packages: first the fast path with FP8 AMP rpt loops stepped (before they were fused)",
     )
     args = ap.parse_args()
     if args.packages:
