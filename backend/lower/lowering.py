@@ -58,6 +58,7 @@ from ipu.backend.lower.placement import (
     Placed,
     StorageOverflow,
     scratch_elements,
+    scratch_target_problem,
 )
 from ipu.backend.lower.sites import PHASE_MARKER, exchange_phases, label_sites, op_marker, op_name, resolve
 from ipu.backend.target import IPU21, Target
@@ -689,6 +690,9 @@ class Lowering(NnOps):
         (`placement.scratch_elements`, where memory-plan reserves them per op), and the zero constant."""
         if self._scratch is not None:
             return
+        problem = scratch_target_problem(self.target)
+        if problem:  # also when measuring: its stand-in addresses would make the kernels' own checks fail
+            raise LoweringError(problem)
         e = self.target.region1_element_bytes
         c = self.image.alloc(e, e, "high", region1=True)
         a = self.image.alloc(e, e, "high", region1=True)
@@ -719,10 +723,13 @@ class Lowering(NnOps):
         use = self.scratch_use.setdefault(event, [0, 0, 0])
         for i, nbytes in enumerate((c, a, aux)):
             use[i] = max(use[i], -(-int(nbytes) // 64) * 64)
+        if not self.measure:  # at once: the op's kernels would otherwise run into buffers placed in that room
+            self._check_scratch(only=event)
 
-    def _check_scratch(self) -> None:
+    def _check_scratch(self, only: int | None = None) -> None:
         """With per-op scratch reservations (memory-plan's `kernel_scratch`), every use must lie inside the
-        reservation of its event: else the plan is stale (StorageOverflow: planned again by `lower_fitting`)."""
+        reservation of its event (only: that event's): else the plan is stale (StorageOverflow: planned again by
+        `lower_fitting`)."""
         reserved = self.addrs.timed_scratch
         if reserved is None:
             return
@@ -732,11 +739,12 @@ class Lowering(NnOps):
                 f"the scratch elements are at {self._scratch[:2] + (self._aux,)}, memory-plan reserved them at "
                 f"{expected}"
             )
-        names = {ev: label for label, ev in ((op_label(o), e) for o, e in self.events.start.items())}
-        for event, use in sorted(self.scratch_use.items()):
+        uses = self.scratch_use.items() if only is None else [(only, self.scratch_use.get(only, [0, 0, 0]))]
+        for event, use in sorted(uses):
             have = reserved.get(event, (0, 0, 0))
             for area, u, h in zip(("C", "A", "aux"), use, have):
                 if u > h:
+                    names = {e: op_label(o) for o, e in self.events.start.items()}
                     where = (
                         f"event {event} ({names.get(event, 'outside any op')})"
                         if event >= 0

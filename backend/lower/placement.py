@@ -123,10 +123,28 @@ class Addresses:
 
 def scratch_elements(target: Target) -> tuple[int, int, int]:
     """Addresses of the C, A and aux scratch elements: the top three region-1 elements of SRAM, C the highest
-    (the lowering's `DataImage` takes them from the top in that order; memory-plan reserves them per op)."""
+    (the lowering's `DataImage` takes them from the top in that order; memory-plan reserves them per op).
+    With fewer than three whole elements (`scratch_target_problem`) the lower ones lie in region 0: memory-plan
+    still plans such targets; the lowering refuses them."""
     e = target.region1_element_bytes
     top = target.region1_base + (target.sram_end - target.region1_base) // e * e
     return (top - e, top - 2 * e, top - 3 * e)
+
+
+def scratch_target_problem(target: Target) -> str | None:
+    """Why the lowering cannot use this target, or None: its kernels' C, A and aux scratch are three whole
+    interleaved (region-1) elements (a GEMM reads A and writes C in different elements), so the SRAM must
+    reach three elements past the region's start."""
+    e = target.region1_element_bytes
+    have = max(0, (target.sram_end - target.region1_base) // e)
+    if have >= 3:
+        return None
+    need_kib = (target.region1_base + 3 * e - target.sram_base) // 1024
+    return (
+        f"target {target.name}: its {target.sram_bytes // 1024} KiB of SRAM per tile hold {have} whole interleaved "
+        f"(region-1) element(s) of {e // 1024} KiB above {target.region1_base:#x}; the kernels' C, A and aux "
+        f"scratch need 3: a target with at least {need_kib} KiB per tile (sram_kib={need_kib})"
+    )
 
 
 def _timed_scratch(f: func.FuncOp, plan: mem.PlanOp) -> dict[int, list[int]] | None:

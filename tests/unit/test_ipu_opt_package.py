@@ -129,6 +129,25 @@ def test_bad_options_one_line(tmp_path, capsys, options, message):
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("sram_kib", [256, 288])
+def test_target_without_three_scratch_elements_one_line(tmp_path, capsys, sram_kib):
+    """A target whose SRAM holds fewer than three interleaved elements (the kernels' C, A and aux scratch): one
+    diagnostic naming the smallest target that has them, from ipu-opt and from compile_model alike (not a copy
+    kernel's overlap error from deep in the lowering)."""
+    from ipu.backend.lower import LoweringError
+
+    mlir = tmp_path / "model.mlir"
+    mlir.write_text(str(build_vision_model(PRESETS["tiny"])) + "\n")
+    out = tmp_path / "x.ipupkg"
+    pipeline = f"builtin.module(ipu-compile-pipeline{{tiles=16 sram_kib={sram_kib}}})"
+    rc = ipu_opt.main([str(mlir), f"--pass-pipeline={pipeline}", "-t", "ipu-package", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err and not out.exists()
+    assert f"its {sram_kib} KiB of SRAM per tile hold" in err and "at least 304 KiB per tile" in err
+    with pytest.raises(LoweringError, match="C, A and aux scratch need 3"):
+        compile_model("siglip-tiny", Target.small(tiles=16, sram_kib=sram_kib))
+
+
 def test_unplaced_input_and_stdout_refused(tmp_path, capsys):
     mlir = tmp_path / "model.mlir"
     mlir.write_text(str(build_vision_model(PRESETS["tiny"])) + "\n")
