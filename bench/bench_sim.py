@@ -117,7 +117,12 @@ def bench_package(
     if unfused_fp8:  # the fast path as before FP8 AMP rpt loops were fused: those loops stepped bundle by bundle
         sim = Simulator(pkg.target)
         row = sim._fused_row
-        sim._fused_row = lambda a: None if (r := row(a)) is not None and r[0][jit.B_AMP] == jit.AUX_AMP_F8 else r
+
+        def unfused(a, row=row):
+            r = row(a)
+            return None if r is not None and r[0][jit.B_AMP] == jit.AUX_AMP_F8 else r
+
+        sim._fused_row = unfused
         s = Session(pkg, sim)
         s.upload_parameters(weights)
         sessions = {"fast, FP8 AMP loops stepped": s, **sessions}
