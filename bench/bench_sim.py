@@ -114,7 +114,9 @@ def bench_package(
         s.upload_parameters(weights)
         sessions[path] = s
         nthreads[path] = n
-    if unfused_fp8:  # the fast path as before FP8 AMP rpt loops were fused: those loops stepped bundle by bundle
+    if (
+        unfused_fp8
+    ):  # the fast path as before FP8 AMP rpt loops were fused: those loops stepped bundle by bundle
         sim = Simulator(pkg.target)
         row = sim._fused_row
 
