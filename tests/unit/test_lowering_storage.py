@@ -101,8 +101,9 @@ def test_every_written_byte_is_in_the_map(cfg, tiles):
 @pytest.mark.parametrize("cfg,tiles", CASES[:3])
 def test_reservations_are_the_measured_use(cfg, tiles):
     """memory-plan reserves what lowering-storage measured: the code 16-byte aligned, the tables below it up to the
-    element boundary of the two (whole elements together, no more); the real lowering uses the measured bytes
-    (low and high data, code) exactly."""
+    element boundary of the two (whole elements together, no more); the real lowering fits in the measured bytes
+    (low and high data, code) and uses nearly all of them: the measuring lowering counts the GEMM result-row copies
+    that a final plan may make unnecessary (`_direct_results`), so the real code can be a few bytes shorter."""
     f, target = _placed(cfg, tiles)
     measured = storage_of(f)
     assert measured is not None and all(v > 0 for v in measured.values()), measured
@@ -118,7 +119,7 @@ def test_reservations_are_the_measured_use(cfg, tiles):
     assert measured["scratch"] <= spans["lowering_scratch"] < measured["scratch"] + 16
     lowering = Lowering(f, target)
     pkg = lowering.run()
-    assert len(pkg.code) == measured["code"]
+    assert 0.98 * measured["code"] <= len(pkg.code) <= measured["code"]
     low_start = lowering.low[0][0]
     low_end = max(
         s.address + s.data.shape[1] for s in pkg.segments if low_start <= s.address < lowering.code_addr
