@@ -21,7 +21,7 @@ from xdsl.ir import Operation
 from ipu.backend.lower.bindings import device_dtype, layout_chunks
 from ipu.backend.lower.lowering import Lowering, LoweringError
 from ipu.dialects import tile as tl
-from ipu.runtime.package import Binding, Package
+from ipu.runtime.package import Binding
 
 POS_ATTR = "debug.pos"
 
@@ -136,9 +136,3 @@ class DebugLowering(Lowering):
     def attention(self, op, plan):
         super().attention(op, plan)
         self.keep(op)
-
-    def finish(self) -> Package:
-        pkg = super().finish()
-        pkg.debug = self.debug
-        pkg.metadata["debug_positions"] = self.debug_positions
-        return pkg

@@ -40,13 +40,9 @@ from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
-from ipu.backend.asm_text import parse_kernels
-from ipu.backend.encoding import encode_program
-from ipu.backend.isa_program import Program, layout, reachable
 from ipu.backend.kernels import copy as cp
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
-from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
@@ -60,11 +56,27 @@ from ipu.backend.lower.placement import (
     scratch_elements,
     scratch_target_problem,
 )
-from ipu.backend.lower.sites import PHASE_MARKER, exchange_phases, label_sites, op_marker, op_name, resolve
+from ipu.backend.lower.program import (
+    FRAME_HEADER,
+    CallItem,
+    CodeOverflow,
+    OpMarker,
+    PhaseMarker,
+    ProgramError,
+    RepeatItem,
+    SyncItem,
+    build_program,
+    link,
+    lower_calls,
+    lower_repeats,
+    package_of,
+    program_text,
+)
+from ipu.backend.lower.sites import op_marker, op_name
 from ipu.backend.target import IPU21, Target
+from ipu.dialects import asm, nn
 from ipu.dialects import exchange as ex
 from ipu.dialects import memory as mem
-from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeline moved to the named pass)
@@ -77,29 +89,6 @@ from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeli
 from ipu.passes.memory_plan import number_events, op_label
 from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package, Segment
-
-FRAME_HEADER = 8  # active word + padding: kernel frames stay 8-byte aligned
-
-
-# rep_patch: $m0 = a table (word 0 = entries, then (address, stride) pairs): adds each stride to its word.
-REP_PATCH = """
-.globl rep_patch
-.supervisor
-rep_patch:
-    ld32 $m2, $m0, $mzero, 0
-    brz $m2, .Lrp_done
-    sub $m2, $m2, 1
-.Lrp_row:
-    ld32 $m3, $m0, $mzero, 1
-    ld32 $m4, $m0, $mzero, 2
-    ld32 $m5, $m3, $mzero, 0
-    add $m5, $m5, $m4
-    st32 $m5, $m3, $mzero, 0
-    add $m0, $m0, 8
-    brnzdec $m2, .Lrp_row
-.Lrp_done:
-    br $lr
-"""
 
 
 class LoweringError(ValueError):
@@ -194,7 +183,7 @@ class Lowering(NnOps):
             low.append((int(xtab.addr.max()), self.code_addr))
         self.low = low
         self.calls: list[KernelCall] = []
-        self.lines: list[str] = []
+        self.items: list = []  # main's program items (`ipu.backend.lower.program`): calls, syncs, loops, markers
         self.params: list[Binding] = []
         self.inputs: list[Binding] = []
         self.outputs: list[Binding] = []
@@ -223,19 +212,13 @@ class Lowering(NnOps):
     # -- emission helpers -----------------------------------------------------------------------------------
     def call(self, entry: str, words: int, build, all_active: bool = False, what: str = "") -> None:
         addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low")
-        k = len(self.calls)
         self.calls.append(KernelCall(entry, addr, words, build, all_active, what=what))
-        self.lines.append(f"    setzi $m0, {addr:#x}" + (f"  // {what}" if what else ""))
-        if not all_active:
-            self.lines += ["    ld32 $m1, $m0, $mzero, 0", f"    brz $m1, .Lskip{k}"]
-        self.lines += [f"    add $m0, $m0, {FRAME_HEADER}", f"    call $lr, {entry}"]
-        if not all_active:
-            self.lines.append(f".Lskip{k}:")
+        self.items.append(CallItem(entry, addr, True, all_active, what))
 
     def table_call(self, routine: str, table: np.ndarray, name: str) -> None:
         addr = self.image.alloc(table.shape[1] * 4, 8, "low")
         self.image.put(name, addr, np.asarray(table, np.uint32))  # no copy of a uint32 table
-        self.lines += [f"    setzi $m0, {addr:#x}  // {name}", f"    call $lr, {routine}"]
+        self.items.append(CallItem(routine, addr, False, True, name))
 
     # -- the walk ---------------------------------------------------------------------------------------------
     def run(self) -> Package:
@@ -256,7 +239,7 @@ class Lowering(NnOps):
 
     def block(self, block: Block) -> None:
         for op in block.ops:
-            self.lines += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
+            self.items += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
             self._event = self.events.start.get(op)
             if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
                 continue
@@ -271,7 +254,7 @@ class Lowering(NnOps):
                 nxt = op.next_op
                 if isinstance(nxt, ex.PhaseOp) and len(nxt.send_table()) and len(nxt.recv_table()):
                     continue  # the phase's timed exchange opens with this sync, after its send staging
-                self.lines.append("    sync TEXCH_SYNCZONE_INTERNAL  // exchange.sync")
+                self.items.append(SyncItem("exchange.sync"))
                 continue
             if isinstance(op, ex.PhaseOp):
                 self.phase(op)
@@ -383,12 +366,6 @@ class Lowering(NnOps):
             self._carried_copy(v, arg, "tile.repeat: carried values in")
         rec = self.image.alloc(16, 8, "low")  # counter, forward table, reset table
         r = len(self.repeats)
-        self.lines += [
-            f"    setzi $m0, {rec:#x}  // tile.repeat x{count}",
-            f"    setzi $m1, {count - 1}",
-            "    st32 $m1, $m0, $mzero, 0",
-            f".Lrep{r}:",
-        ]
         image = self.image
         state = (
             [list(x) for x in image.ranges["low"]],
@@ -397,7 +374,7 @@ class Lowering(NnOps):
         )
         n_calls, n_lines, n_segs, n_lr, n_par = (
             len(self.calls),
-            len(self.lines),
+            len(self.items),
             len(image.segments),
             len(self.layer_ranges),
             len(self.params),
@@ -416,7 +393,7 @@ class Lowering(NnOps):
                 [list(x) for x in state[1]],
             )
             image.used = dict(state[2])
-            del self.calls[n_calls:], self.lines[n_lines:], self.layer_ranges[n_lr:], self.params[n_par:]
+            del self.calls[n_calls:], self.items[n_lines:], self.layer_ranges[n_lr:], self.params[n_par:]
             del image.segments[n_segs:]  # kept per run below
             self.layer = self.addrs.iteration = i
             n_in, n_out = len(self.inputs), len(self.outputs)
@@ -429,7 +406,7 @@ class Lowering(NnOps):
             runs.append(
                 dict(
                     i=i,
-                    lines=self.lines[n_lines:],
+                    lines=self.items[n_lines:],
                     calls=self.calls[n_calls:],
                     segs=image.segments[n_segs:],
                     ranges=after,
@@ -452,9 +429,9 @@ class Lowering(NnOps):
         first = runs[0]
         image.ranges["low"], image.ranges["high"] = first["ranges"]
         image.used = first["used"]
-        del self.calls[n_calls:], self.lines[n_lines:], image.segments[n_segs:]
+        del self.calls[n_calls:], self.items[n_lines:], image.segments[n_segs:]
         del self.layer_ranges[n_lr:], self.params[n_par:]
-        self.lines += first["lines"]
+        self.items.append(RepeatItem(r, count, rec, what, first["lines"]))
         self.calls += first["calls"]
         lr = first["layer_ranges"]
         self.layer_ranges += lr
@@ -477,26 +454,13 @@ class Lowering(NnOps):
                 rec=rec, count=count, runs=[(run["i"], run["calls"], run["segs"]) for run in runs], what=what
             )
         )
-        self.lines += [
-            f"    setzi $m0, {rec:#x}  // tile.repeat: next iteration",
-            "    ld32 $m1, $m0, $mzero, 0",
-            f"    brz $m1, .Lrep{r}_end",
-            "    sub $m1, $m1, 1",
-            "    st32 $m1, $m0, $mzero, 0",
-            "    ld32 $m0, $m0, $mzero, 1",
-            "    call $lr, rep_patch",
-            f"    bri .Lrep{r}",
-            f".Lrep{r}_end:",
-            "    ld32 $m0, $m0, $mzero, 2",
-            "    call $lr, rep_patch  // back to iteration 0 for the next run",
-        ]
         for res, arg in zip(op.res, block.args[:nc]):
             self._carried_copy(arg, res, "tile.repeat: carried values out")
 
-    def _patch_tables(self, rep: dict, labels: dict[str, int]) -> None:
-        """The frame / table words of the sampled iterations -> (forward, reset) patch tables of one repeat: the
-        stride of each word from iterations 0 and 1, every further sampled iteration checked against it (see
-        `repeat`)."""
+    def _patch_descriptors(self, rep: dict, labels: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The frame / table words of a repeat's sampled iterations -> its patch descriptors (the addresses of the
+        words that change per iteration [P], their per-tile strides [tiles, P] modulo 2^32): the stride of each
+        word from iterations 0 and 1, every further sampled iteration checked against it (see `repeat`)."""
         n, what = self.n, rep["what"]
         base = delta = None
         for i, calls, segs in rep["runs"]:
@@ -530,26 +494,9 @@ class Lowering(NnOps):
                 )
         rep["runs"] = None  # the sampled iterations' frames are not needed any more
         if delta is None:
-            addrs, d = np.zeros(0, np.int64), np.zeros((n, 0), np.uint32)
-        else:
-            var = delta.any(0)
-            addrs, d = base.addr[var], delta[:, var]
-        nz = d != 0
-        most = int(nz.sum(1).max(initial=0))
-        back = -(rep["count"] - 1)
-        tabs = []
-        for sign in (1, back):
-            tab = np.zeros((n, 1 + 2 * most), np.uint32)
-            for t in range(n):
-                cols = np.nonzero(nz[t])[0]
-                tab[t, 0] = len(cols)
-                tab[t, 1 : 1 + 2 * len(cols) : 2] = addrs[cols]
-                tab[t, 2 : 2 + 2 * len(cols) : 2] = (sign * d[t, cols].astype(np.int64)) % (1 << 32)
-            addr = self.image.alloc(tab.shape[1] * 4, 8, "low")
-            self.image.put("tile.repeat patch table", addr, tab)
-            tabs.append(addr)
-        self.image.put("tile.repeat record", rep["rec"], np.array([0, tabs[0], tabs[1], 0], np.uint32))
-        self.notes.append(f"tile.repeat x{rep['count']}: {most} patched words per tile (max)")
+            return np.zeros(0, np.int64), np.zeros((n, 0), np.uint32)
+        var = delta.any(0)
+        return base.addr[var], delta[:, var]
 
     # -- host values -------------------------------------------------------------------------------------------
     def bind_host_value(self, v: SSAValue) -> None:
@@ -647,25 +594,22 @@ class Lowering(NnOps):
         if rtab is not None:  # opens with the phase's sync, ends with one
             self._phase_timing(sched, rtab)
             # Right after another phase's closing sync (no staging, no copies between): that sync opens this one.
-            last = next((x for x in reversed(self.lines) if not x.startswith("    // ")), "")
-            entry = "xch_timed_synced" if last.startswith("    call $lr, xch_timed") else "xch_timed"
+            last = next((x for x in reversed(self.items) if not isinstance(x, OpMarker | PhaseMarker)), None)
+            timed = isinstance(last, CallItem) and last.entry.startswith("xch_timed")
+            entry = "xch_timed_synced" if timed else "xch_timed"
             self.table_call(entry, rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
 
     def _phase_timing(self, sched, rtab: np.ndarray) -> None:
         """The timed schedule's figures in the phase's summary (the marker line `op_marker` wrote for it): its span,
         transmissions and the table's bytes per tile (as wide on every tile: its busiest tile's rows)."""
-        for k in range(len(self.lines) - 1, -1, -1):
-            line = self.lines[k]
-            if line.startswith(PHASE_MARKER):
-                detail = json.loads(line[len(PHASE_MARKER) :])
-                detail.update(
-                    timed_cycles=int(sched.cycles),
-                    transmissions=int(sched.transmissions),
-                    table_bytes=int(rtab.shape[1] * 4),
-                )
-                self.lines[k] = PHASE_MARKER + json.dumps(detail, separators=(",", ":"))
-                return
+        marker = next((x for x in reversed(self.items) if isinstance(x, PhaseMarker)), None)
+        if marker is not None:
+            marker.detail.update(
+                timed_cycles=int(sched.cycles),
+                transmissions=int(sched.transmissions),
+                table_bytes=int(rtab.shape[1] * 4),
+            )
 
     # -- operators ---------------------------------------------------------------------------------------------
     def _panel_addr(
@@ -1349,96 +1293,29 @@ class Lowering(NnOps):
             raise LoweringError(f"{what}: a GEMM bias computed from a model input is not supported")
         self.params += p
 
-    def _link(self, text: str) -> tuple[Program, str]:
-        """(the laid-out code, its text) with only the routines something uses: main, what it calls, the kernels
-        the frames name (recorded by building every frame once against the whole library's labels) and their
-        callees. A library routine no op of this function needs takes no code bytes on any tile."""
-        kernels = parse_kernels(text)
-        whole = layout(kernels, self.code_addr)
-        named = _NamedLabels(whole.labels)
-        calls = {id(c): c for c in self.calls}
-        for rep in self.repeats:
-            for _, rcalls, _ in rep["runs"] or ():
-                calls.update((id(c), c) for c in rcalls)
-        for c in calls.values():
-            c.build(named)  # frames are built for real below, against the linked labels
-        kept = reachable(kernels, ("main", *named.names))
-        if len(kept) == len(kernels):
-            return whole, text
-        names = {k.name for k in kept}
-        chunks, keep = [], True
-        for line in text.splitlines(keepends=True):
-            if line.startswith(".globl "):
-                keep = line.split()[1] in names
-            if keep:
-                chunks.append(line)
-        return layout(kept, self.code_addr), "".join(chunks)
-
-    # -- the package -------------------------------------------------------------------------------------------
+    # -- the program and the package ---------------------------------------------------------------------------
     def finish(self) -> Package:
+        """The walk's result as an `asm.program` (`program.build_program`), lowered by the backend's passes
+        (loops, calls, link) and printed as the package."""
         if not self.measure:
             self._check_scratch()
-        sites = label_sites(self.lines)  # profile sites (ipu.backend.lower.sites)
-        phases = exchange_phases(sites)  # what each exchange phase moves, once (its sites name it by index)
-        main = [".globl main", ".supervisor", "main:", "    add $m9, $lr, 0", *self.lines, "    br $m9"]
-        self.main_text = "\n".join(main) + "\n"
-        text = (
-            "\n".join(main)
-            + "\n"
-            + REP_PATCH
-            + lx.ROUTINES
-            + "\n"
-            + gm.library_asm(  # the FP8 AMP's GEMM code only when a GEMM of FP8 operands is called
-                self.target.sram_base,
-                precisions=(gm.F16, gm.FP8) if self.__dict__.get("fp8_gemms") else (gm.F16,),
-                coefs=("ld128", "ld64"),
-            )
-            + "\n"
-            + ew.library_asm(self.target.sram_base)
-            + "\n"
-            + ks.library_asm(sorted(self.__dict__.get("ksum_kinds", ())))  # the fused K-split sums called
-            + "\n"
-            + pk.library_asm(self.target.sram_base)  # row kernels and pack kernels (shared supervisor)
-            + "\n"
-            + cp.library_asm(  # worker-parallel on-tile copies
-                self.target.sram_base, self.target.region1_base, self.target.region0_element_bytes
-            )
-        )
-        program, text = self._link(text)
-        self.code_bytes = program.end - program.base
-        if program.end > self.code_end and not self.measure:
-            raise StorageOverflow(
-                f"the code image ({program.end - program.base} B) exceeds memory-plan's code reservation "
-                f"({self.code_end - self.code_addr} B): raise reserve-code-bytes"
-            )
-        for c in self.calls:
-            data = c.data(program.labels, self.n)
-            self.image.put(f"frame {c.entry}", c.addr, data if self.n > 1 else data[:1])
-        for rep in self.repeats:
-            self._patch_tables(rep, program.labels)
-        self.text = text
-        return Package(
-            target=self.target,
-            code=encode_program(program),
-            code_base=program.base,
-            kernels=program.kernels,
-            labels=program.labels,
-            entry="main",
-            segments=self.image.segments,
-            protected=[],
-            parameters=self.params,
-            inputs=self.inputs,
-            outputs=self.outputs,
-            metadata={
-                "lowering": "ipu.backend.lower",
-                "exchange": "exchange instructions (the timed sends and receive set-ups of a phase, its two internal syncs)",
-                "notes": self.notes,
-                "data_bytes": dict(self.image.used),
-                "profile_sites": resolve(sites, program.labels),
-                "exchange_phases": phases,
-                "derived_parameters": derived_parameters(self.f),
-            },
-        )
+        program = build_program(self, self._patch_descriptors)
+        meta = program.metadata()
+        meta["derived_parameters"] = derived_parameters(self.f)
+        program.set_metadata(meta)
+        try:
+            lower_repeats(program)
+            lower_calls(program)
+            laid = link(program, self.target, check=not self.measure)
+        except CodeOverflow as e:
+            raise StorageOverflow(str(e)) from None
+        except ProgramError as e:
+            raise LoweringError(str(e)) from None
+        self.program = program
+        self.code_bytes = laid.end - laid.base
+        self.text = program_text(program)
+        self.main_text = asm.kernel_text(program.main())
+        return package_of(program, self.target, laid)
 
 
 def repeat_samples(count: int, per_iteration: bool = False) -> list[int]:
@@ -1755,7 +1632,6 @@ def lower_fitting(module: ModuleOp, target: Target, plan_pass, attempts: int = 3
 
 def model_config(module) -> dict | None:
     """The builder's config (frontend.siglip.MODEL_CONFIG_ATTR) of a module, checked; None without one."""
-    import json
 
     from ipu.frontend.siglip import SiglipVisionConfig
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 import numpy as np
 from xdsl.ir import BlockArgument, Operation, SSAValue
@@ -42,7 +43,7 @@ PHASE_MARKER = "    // phase: "
 NO_CODE = {"nn.param", "nn.input", "memory.plan", "memory.reserve", "func.return", "tile.yield", "exchange.sync",
            "exchange.phase"}  # fmt: skip
 _REP_END = re.compile(r"^\.Lrep(\d+)_end:")
-_CALL = re.compile(r"^\s*call \$lr, (\S+)")
+_CALL = re.compile(r"^\s*call \$(?:lr|m10), (\S+)")
 
 KIND_OF_ROUTINE = {"xch_timed": "exchange", "xch_timed_synced": "exchange"}
 
@@ -247,16 +248,31 @@ def phase_detail(op: Operation) -> dict:
     }
 
 
-def op_marker(op: Operation) -> list[str]:
-    """The marker line the walk puts before an operator's code ([] for operators without code of their own; an
-    exchange phase's marker carries `phase_detail` as JSON for its sites)."""
+@dataclass(frozen=True)
+class OpMarker:
+    """The operator whose code follows in the walk's program items (names the profile sites, `op_name`)."""
+
+    name: str
+
+
+@dataclass
+class PhaseMarker:
+    """The exchange phase whose code follows (`phase_detail`, completed by the lowering's timing figures)."""
+
+    detail: dict
+
+
+def op_marker(op: Operation) -> list[OpMarker | PhaseMarker]:
+    """The marker the walk puts before an operator's code ([] for operators without code of their own; an
+    exchange phase's marker carries `phase_detail` for its sites). `asm-lower-calls` writes them as the marker
+    lines `label_sites` reads."""
     if op.prev_op is None and (p := op.parent_op()) is not None and p.name == "func.func":
         _NAMES.clear()  # a new walk of a function: its names afresh
     if op.name == "exchange.phase":
-        return [PHASE_MARKER + json.dumps(phase_detail(op), separators=(",", ":"))]
+        return [PhaseMarker(phase_detail(op))]
     if op.name in NO_CODE:
         return []
-    return [OP_MARKER + op_name(op)]
+    return [OpMarker(op_name(op))]
 
 
 def op_of(what: str) -> str:
