@@ -3,9 +3,11 @@
 - A module of `asm.kernel` ops: its kernels. `layout=true` lays the kernels out at `base` first (see
   `ipu.backend.isa_program`), so the printed text shows the padding `nop`s and bundled rpt bodies that the
   program really holds, with each line's address as a trailing comment.
-- Placed IR (after `memory-plan`, e.g. through `ipu-compile-pipeline`): the package's supervisor program `main`
-  (what `python -m ipu.backend.lower placed.mlir --print-asm` prints); `full=true`: the whole code image's source
-  (main, the exchange routines and the kernel library).
+- An `asm.program` (after `asm-lower` or `ipu-asm-pipeline`; passes it still needs run first): its `main` with
+  each instruction's comment; `full=true`: the whole linked code image (main, the loop patcher, the exchange
+  routines and the kernel library routines it uses).
+- Placed IR (after `memory-plan`, e.g. through `ipu-compile-pipeline`): lowered first (the same passes), then as
+  above (what `python -m ipu.backend.lower placed.mlir --print-asm` prints).
 - Anything else is an error (run memory-plan or ipu-compile-pipeline first).
 """
 
@@ -34,8 +36,12 @@ class IpuAsmTarget(Target):
     """Placed IR: print the whole code image's source, not only `main`."""
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:
-        from ipu.dialects.asm import module_to_kernels
+        from ipu.dialects.asm import module_to_kernels, program_of
 
+        program = program_of(module)
+        if program is not None:
+            output.write(self.program_asm(program))
+            return
         kernels = module_to_kernels(module)
         if not kernels:
             output.write(self.placed_asm(module))
@@ -52,6 +58,19 @@ class IpuAsmTarget(Target):
             out.append(line)
         output.write("\n".join(out) + "\n")
 
+    def program_asm(self, program) -> str:
+        from xdsl.utils.exceptions import PassFailedException
+
+        from ipu.backend.lower.program import program_text
+        from ipu.dialects.asm import kernel_text
+        from ipu.passes.asm_passes import complete
+
+        try:
+            complete(program)
+        except PassFailedException as e:
+            raise DiagnosticException(f"-t {self.name}: {e}") from None
+        return program_text(program) if self.full else kernel_text(program.main())
+
     def placed_asm(self, module: ModuleOp) -> str:
         from ipu.backend.lower.lowering import Lowering, LoweringError, target_of
         from ipu.backend.lower.placement import PlacementError
@@ -60,7 +79,7 @@ class IpuAsmTarget(Target):
 
         f = placed_func(module)
         if f is None:
-            raise unplaced_error(module, self.name, "has no asm.kernel ops and ")
+            raise unplaced_error(module, self.name, "has no asm.program or asm.kernel ops and ")
         plan = next(o for o in f.body.block.ops if isinstance(o, mem.PlanOp))
         try:
             low = Lowering(f, target_of(plan))

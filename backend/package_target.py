@@ -1,7 +1,12 @@
-"""`ipu-opt -t ipu-package -o model.ipupkg`: lower a placed module (after `memory-plan`, e.g. through
-`ipu-compile-pipeline`) to a package (`ipu.backend.lower.lower_to_package`) and write its `.ipupkg` bytes.
+"""`ipu-opt -t ipu-package -o model.ipupkg`: print a module's package as `.ipupkg` bytes.
+
+- An `asm.program` (after `asm-lower` or `ipu-asm-pipeline`): printed from the IR (`program.package_of`); passes
+  it still needs (asm-lower-repeat, asm-lower-calls, asm-link) run first.
+- Placed IR (after `memory-plan`, e.g. through `ipu-compile-pipeline`): lowered first
+  (`ipu.backend.lower.lower_to_package`: the same passes).
 
     ipu-opt model.mlir --pass-pipeline='builtin.module(ipu-compile-pipeline{tiles=16})' -t ipu-package -o m.ipupkg
+    ipu-opt model.mlir -p 'ipu-compile-pipeline{tiles=16},ipu-asm-pipeline' -t ipu-package -o m.ipupkg  # the same
 
 The package is binary: `ipu-opt` writes it to the `-o` file only once the lowering has succeeded (no file is
 left behind on an error) and refuses to write it to stdout. `emit` (xDSL's text-stream interface) writes through
@@ -16,7 +21,7 @@ from typing import IO
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.utils.exceptions import DiagnosticException
+from xdsl.utils.exceptions import DiagnosticException, PassFailedException
 from xdsl.utils.target import Target
 
 
@@ -52,13 +57,25 @@ class IpuPackageTarget(Target):
     def package_bytes(self, module: ModuleOp) -> bytes:
         from ipu.backend.lower import LoweringError, lower_to_package
         from ipu.backend.lower.placement import PlacementError
+        from ipu.backend.lower.program import ProgramError, package_of, target_of_program
+        from ipu.dialects.asm import program_of
+        from ipu.passes.asm_passes import complete
         from ipu.runtime.package import PackageError
 
-        if placed_func(module) is None:
-            raise unplaced_error(module, self.name)
+        program = program_of(module)
         try:
+            if program is not None:
+                try:
+                    complete(program)
+                except PassFailedException as e:
+                    raise DiagnosticException(f"-t {self.name}: {e}") from None
+                pkg = package_of(program, target_of_program(program))
+                pkg.validate()
+                return pkg.to_bytes()
+            if placed_func(module) is None:
+                raise unplaced_error(module, self.name, "has no asm.program and ")
             return lower_to_package(module).to_bytes()
-        except (LoweringError, PlacementError, PackageError) as e:
+        except (LoweringError, PlacementError, PackageError, ProgramError) as e:
             raise DiagnosticException(f"-t {self.name}: {e}") from None
 
     def emit(self, ctx: Context, module: ModuleOp, output: IO[str]) -> None:

@@ -604,13 +604,13 @@ class DataOp(IRDLOperation):
             return np.zeros((0, 3), np.int32), []
         if not isinstance(names, ArrayAttr) or not all(isinstance(x, StringAttr) for x in names.data):
             raise VerifyException(
-                f"asm.data {self.label.data!r}: relocs need reloc_labels (an array of strings)"
+                f'asm.data "{self.label.data}": relocs need reloc_labels (an array of strings)'
             )
         return r, [x.data for x in names.data]
 
     def verify_(self) -> None:
         data = self.rows()
-        what = f"asm.data {self.label.data!r}"
+        what = f'asm.data "{self.label.data}"'
         if data.ndim != 2:
             raise VerifyException(f"{what}: data must be [rows, bytes]")
         tiles = self.tiles()

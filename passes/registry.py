@@ -32,6 +32,11 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("memory-plan", "ipu.passes.memory_plan", "MemoryPlanPass"),
     ("ipu-compile-pipeline", "ipu.passes.compile_pipeline", "IpuCompilePipelinePass"),
     ("nn-canonicalize", "ipu.passes.nn_canonicalize", "NNCanonicalizePass"),
+    ("asm-lower", "ipu.passes.asm_passes", "AsmLowerPass"),
+    ("asm-lower-repeat", "ipu.passes.asm_passes", "AsmLowerRepeatPass"),
+    ("asm-lower-calls", "ipu.passes.asm_passes", "AsmLowerCallsPass"),
+    ("asm-link", "ipu.passes.asm_passes", "AsmLinkPass"),
+    ("ipu-asm-pipeline", "ipu.passes.asm_passes", "IpuAsmPipelinePass"),
 ]
 
 _XDSL_PASSES: list[tuple[str, str, str]] = [

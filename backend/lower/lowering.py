@@ -36,7 +36,7 @@ from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
@@ -222,6 +222,11 @@ class Lowering(NnOps):
 
     # -- the walk ---------------------------------------------------------------------------------------------
     def run(self) -> Package:
+        """The walk, then its program lowered and printed as the package (`finish`)."""
+        self.walk()
+        return self.finish()
+
+    def walk(self) -> None:
         # Code size is only known after emission; reserve the low arena after a generous code estimate and
         # check at the end.
         # The lowering's "high" data lives in memory-plan's lowering_scratch reservation when there is one (sized
@@ -235,7 +240,6 @@ class Lowering(NnOps):
             high = max(self.addrs.high, self.target.region0[1])
         self.image = DataImage(self.target, self.low, high, measure=self.measure, high_end=high_end)
         self.block(self.f.body.block)
-        return self.finish()
 
     def block(self, block: Block) -> None:
         for op in block.ops:
@@ -1294,15 +1298,23 @@ class Lowering(NnOps):
         self.params += p
 
     # -- the program and the package ---------------------------------------------------------------------------
-    def finish(self) -> Package:
-        """The walk's result as an `asm.program` (`program.build_program`), lowered by the backend's passes
-        (loops, calls, link) and printed as the package."""
+    def build(self) -> asm.ProgramOp:
+        """After the walk: its result as an `asm.program` (`program.build_program`), before the backend's passes."""
         if not self.measure:
             self._check_scratch()
-        program = build_program(self, self._patch_descriptors)
+        try:
+            program = build_program(self, self._patch_descriptors)
+        except ProgramError as e:
+            raise LoweringError(str(e)) from None
         meta = program.metadata()
         meta["derived_parameters"] = derived_parameters(self.f)
         program.set_metadata(meta)
+        program.attributes["sram_kib"] = IntegerAttr(self.target.sram_bytes // 1024, i32)
+        return program
+
+    def finish(self) -> Package:
+        """The program lowered by the backend's passes (loops, calls, link) and printed as the package."""
+        program = self.build()
         try:
             lower_repeats(program)
             lower_calls(program)
@@ -1561,6 +1573,50 @@ def _single_func(module: ModuleOp | func.FuncOp) -> func.FuncOp:
     return fs[0]
 
 
+def _placed_target(f: func.FuncOp, target: Target | None) -> Target:
+    plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
+    if plan is None:
+        raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
+    target = target or target_of(plan)
+    if target.num_tiles != plan.tiles.value.data:
+        raise LoweringError(f"target has {target.num_tiles} tiles, the memory plan {plan.tiles.value.data}")
+    return target
+
+
+def package_extras(
+    module: ModuleOp | func.FuncOp, f: func.FuncOp, target: Target, debug_values: bool
+) -> dict:
+    """The package metadata that comes from the placed function rather than the lowering: the model's config,
+    the planner's estimate (which a measured profile is compared with) and the memory map (placement.json)."""
+    extras = {}
+    config = model_config(module)
+    if config is not None:
+        extras["config"] = config  # lets a package runner make random weights for it
+    if not debug_values:
+        from ipu.runtime.reports.profile import estimate_summary, profile_from_function
+
+        extras["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
+    # The memory map travels with the package: `ipu-run --memory-map`, `ipu-report placement`.
+    from ipu.runtime.reports.placement import model_from_function, placement_json
+
+    extras["memory_map"] = placement_json(model_from_function(f))
+    return extras
+
+
+def lower_to_program(module: ModuleOp | func.FuncOp, target: Target | None = None) -> asm.ProgramOp:
+    """The placed module (after memory-plan) as an `asm.program` before the backend's passes (`asm-lower`), with
+    the package's metadata."""
+    f = _single_func(module)
+    target = _placed_target(f, target)
+    low = Lowering(f, target)
+    low.walk()
+    program = low.build()
+    meta = program.metadata()
+    meta.update(package_extras(module, f, target, False))
+    program.set_metadata(meta)
+    return program
+
+
 def lower_to_package(
     module: ModuleOp | func.FuncOp,
     target: Target | None = None,
@@ -1571,29 +1627,14 @@ def lower_to_package(
     `debug.pos` (ipu.backend.lower.debug) in `Package.debug`. per_iteration: a tile.repeat body lowered once per
     iteration (the reference path of `Lowering.repeat`; the same package)."""
     f = _single_func(module)
-    plan = next((o for o in f.body.block.ops if isinstance(o, mem.PlanOp)), None)
-    if plan is None:
-        raise LoweringError(f"@{f.sym_name.data}: no memory.plan: run memory-plan first")
-    target = target or target_of(plan)
-    if target.num_tiles != plan.tiles.value.data:
-        raise LoweringError(f"target has {target.num_tiles} tiles, the memory plan {plan.tiles.value.data}")
+    target = _placed_target(f, target)
     if debug_values:
         from ipu.backend.lower.debug import DebugLowering
 
         pkg = DebugLowering(f, target).run()
     else:
         pkg = Lowering(f, target, per_iteration=per_iteration).run()
-    config = model_config(module)
-    if config is not None:
-        pkg.metadata["config"] = config  # lets a package runner make random weights for it
-    if not debug_values:  # the planner's estimate, which a measured profile is compared with
-        from ipu.runtime.reports.profile import estimate_summary, profile_from_function
-
-        pkg.metadata["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
-    # The memory map (placement.json) travels with the package: `ipu-run --memory-map`, `ipu-report placement`.
-    from ipu.runtime.reports.placement import model_from_function, placement_json
-
-    pkg.metadata["memory_map"] = placement_json(model_from_function(f))
+    pkg.metadata.update(package_extras(module, f, target, debug_values))
     pkg.validate()
     return pkg
 

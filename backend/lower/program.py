@@ -36,7 +36,7 @@ from xdsl.ir import Attribute, Operation
 from ipu.backend.asm_text import parse_kernels, print_kernels
 from ipu.backend.encoding import encode_program
 from ipu.backend.isa import OperandError, raw_operand, select_form
-from ipu.backend.isa_program import Kernel, Program, layout, reachable
+from ipu.backend.isa_program import Kernel, Label, Program, layout, reachable
 from ipu.backend.kernels import copy as cp
 from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
@@ -312,7 +312,10 @@ def build_program(low, patch_tables) -> asm.ProgramOp:
         ],
     )
     data = [_data_op(s) for s in low.image.segments]
-    data += [_data_op(s, rel, label_names) for s, rel in frames]
+    for s, rel in frames:  # each frame names its own labels (relocs index that list)
+        used, local = np.unique(rel[:, 2], return_inverse=True)
+        rel = np.column_stack([rel[:, :2], local.reshape(-1)]).astype(np.int32) if len(rel) else rel
+        data.append(_data_op(s, rel, [label_names[i] for i in used.tolist()]))
     bindings = [binding_op("parameter", b) for b in low.params]
     bindings += [binding_op("input", b) for b in low.inputs]
     bindings += [binding_op("output", b) for b in low.outputs]
@@ -468,7 +471,7 @@ def lower_calls(program: asm.ProgramOp) -> None:
     skips = 0
     for op in main.body.block.ops:
         if isinstance(op, asm.RepeatOp):
-            raise ProgramError("asm-lower-calls: run asm-lower-repeat first (an asm.repeat is left in @main)")
+            raise ProgramError("run asm-lower-repeat first (an asm.repeat is left in @main)")
         site = isinstance(op, asm.KernelCallOp) or (
             isinstance(op, asm.AsmInstructionOp) and op.MNEMONIC == "sync"
         )
@@ -490,7 +493,7 @@ def lower_calls(program: asm.ProgramOp) -> None:
             line = f"    {op.to_instr(True).text(True)}"
             lines.append(line + (f"  // {op.comment.data}" if op.comment is not None else ""))
         else:
-            raise ProgramError(f"asm-lower-calls: unexpected {op.name} in @main")
+            raise ProgramError(f"unexpected {op.name} in @main")
     # The return to the host is a site of its own (label_sites puts its label before the last line).
     ret = lines.pop()
     sites = label_sites(lines)
@@ -531,16 +534,13 @@ def library_text(target: Target, library: dict) -> str:
 
 
 def target_of_program(program: asm.ProgramOp) -> Target:
+    """The target a program was lowered for (its `tiles` and `sram_kib`)."""
     from ipu.passes.tile_plan import target_for
 
-    name = program.attributes["target"].data
-    n = int(program.attributes["tiles"].value.data)
-    from ipu.backend.target import IPU21
-
-    if name == IPU21.name:
-        return IPU21
-    kib = int(name.rsplit("x", 1)[1].removesuffix("k")) if "x" in name else IPU21.sram_bytes // 1024
-    return target_for(n, kib)
+    attrs = program.attributes
+    if not isinstance(attrs.get("sram_kib"), IntegerAttr):
+        raise ProgramError(f"asm.program @{program.sym_name.data}: no sram_kib attribute (the target's SRAM)")
+    return target_for(int(attrs["tiles"].value.data), int(attrs["sram_kib"].value.data))
 
 
 def _kernels(program: asm.ProgramOp) -> list[Kernel]:
@@ -561,10 +561,19 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True) -> Program:
     have = {k.name for k in own}
     library = [k for k in library if k.name not in have]
     datas = [o for o in program.body.block.ops if isinstance(o, asm.DataOp)]
+    defined = {k.name for k in own + library} | {
+        it.name for k in own + library for it in k.items if isinstance(it, Label)
+    }
     roots = {program.main().sym_name.data}
     for d in datas:
         r, names = d.relocs()
-        roots.update(names[i] for i in np.unique(r[:, 2]).tolist()) if len(r) else None
+        used = [names[i] for i in np.unique(r[:, 2]).tolist()] if len(r) else []
+        missing = [x for x in used if x not in defined]
+        if missing:
+            raise ProgramError(
+                f'asm.data "{d.label.data}" names the label {missing[0]!r}, which no routine defines'
+            )
+        roots.update(used)
     try:
         kept = reachable(own + library, sorted(roots))
     except OperandError as e:
@@ -596,7 +605,7 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True) -> Program:
             addr = np.array([laid.labels[x] for x in names], np.int64)
         except KeyError as e:
             raise ProgramError(
-                f"asm.data {d.label.data!r}: names the label {e}, which no routine defines"
+                f'asm.data "{d.label.data}" names the label {e}, which no routine defines'
             ) from None
         w[r[:, 0], r[:, 1]] = ((w[r[:, 0], r[:, 1]].astype(np.int64) + addr[r[:, 2]]) % (1 << 32)).astype(
             np.uint32
@@ -641,7 +650,7 @@ def package_of(program: asm.ProgramOp, target: Target, laid: Program | None = No
     for op in program.body.block.ops:
         if isinstance(op, asm.DataOp):
             if op.relocs()[1]:
-                raise ProgramError(f"asm.data {op.label.data!r}: unresolved relocations (run asm-link)")
+                raise ProgramError(f'asm.data "{op.label.data}": unresolved relocations (run asm-link)')
             segments.append(Segment(op.label.data, int(op.address.value.data), op.rows(), op.tiles()))
         elif isinstance(op, asm.BindingOp):
             kinds[op.kind.data].append(binding_of(op))
