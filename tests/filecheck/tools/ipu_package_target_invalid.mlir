@@ -3,7 +3,7 @@
 
 // RUN: rm -f %t.ipupkg
 // RUN: not ipu-opt %s -t ipu-package -o %t.ipupkg 2>&1 | filecheck %s --check-prefix=UNPLACED
-// UNPLACED: ipu-opt: error: -t ipu-package: the input is not placed IR (@mlp has no memory.plan): run memory-plan or ipu-compile-pipeline first
+// UNPLACED: ipu-opt: error: -t ipu-package: the input has no asm.program and is not placed IR (@mlp has no memory.plan): run memory-plan or ipu-compile-pipeline first
 // UNPLACED-NOT: Traceback
 // RUN: not test -e %t.ipupkg
 
