@@ -11,7 +11,7 @@
 // RUN: not ipu-opt %s -p nn-quantize-weights -t ipu-package -o %t.ipupkg 2>&1 | filecheck %s --check-prefix=UNPLACED
 
 // RUN: not ipu-opt %s -t ipu-asm 2>&1 | filecheck %s --check-prefix=ASM
-// ASM: ipu-opt: error: -t ipu-asm: the input has no asm.kernel ops and is not placed IR (@mlp has no memory.plan): run memory-plan or ipu-compile-pipeline first
+// ASM: ipu-opt: error: -t ipu-asm: the input has no asm.program or asm.kernel ops and is not placed IR (@mlp has no memory.plan): run memory-plan or ipu-compile-pipeline first
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4}' -t ipu-package 2>&1 | filecheck %s --check-prefix=STDOUT
 // STDOUT: ipu-opt: error: -t ipu-package writes a binary package: give -o FILE (it is not written to stdout)
