@@ -21,7 +21,7 @@
 
 // A module of asm kernels, no function: not placed IR either.
 // RUN: not ipu-opt %S/../asm/asm_ops.mlir -t ipu-package -o %t.ipupkg 2>&1 | filecheck %s --check-prefix=NOFUNC
-// NOFUNC: ipu-opt: error: -t ipu-package: the input is not placed IR (expected one func.func, found 0): run memory-plan or ipu-compile-pipeline first
+// NOFUNC: ipu-opt: error: -t ipu-package: the input has no asm.program and is not placed IR (expected one func.func, found 0): run memory-plan or ipu-compile-pipeline first
 
 func.func @mlp() {
   %x = nn.input "x" : tensor<24x64xf32>
