@@ -160,7 +160,7 @@ def test_unplaced_input_and_stdout_refused(tmp_path, capsys):
     )
     assert not out.exists()  # nothing written on an error
     assert ipu_opt.main([str(mlir), "-t", "ipu-asm"]) == 1
-    assert "has no asm.kernel ops and is not placed IR" in capsys.readouterr().err
+    assert "has no asm.program or asm.kernel ops and is not placed IR" in capsys.readouterr().err
     assert ipu_opt.main([str(mlir), "-p", "ipu-compile-pipeline{tiles=16}", "-t", "ipu-package"]) == 1
     assert "give -o FILE" in capsys.readouterr().err
 
