@@ -12,7 +12,7 @@ prints as a package and `-t ipu-asm` as assembly.
 - `asm-lower-calls`: each `asm.kernel_call` -> the calling convention's instructions and the profile's site labels.
 - `asm-link`: the library routines the program reaches, relocations resolved, the code checked against memory-plan's
   code reservation.
-- `ipu-asm-pipeline`: the four in order.
+- `ipu-asm-pipeline`: the four in order (from an `asm.program`: the ones it still needs).
 
 Each fails with one diagnostic naming the op, the data or the label (`ProgramError`, `LoweringError`).
 """
@@ -127,10 +127,16 @@ class AsmLinkPass(ModulePass):
 
 @dataclass(frozen=True)
 class IpuAsmPipelinePass(ModulePass):
-    """asm-lower, asm-lower-repeat, asm-lower-calls, asm-link: placed IR -> a linked `asm.program`."""
+    """asm-lower, asm-lower-repeat, asm-lower-calls, asm-link: placed IR -> a linked `asm.program` (on a module
+    that holds an `asm.program` already: the passes it still needs)."""
 
     name = "ipu-asm-pipeline"
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        for p in (AsmLowerPass(), AsmLowerRepeatPass(), AsmLowerCallsPass(), AsmLinkPass()):
-            p.apply(ctx, op)
+        if asm.program_of(op) is None:
+            AsmLowerPass().apply(ctx, op)
+        program = asm.program_of(op)
+        assert program is not None
+        if program.linked:
+            raise PassFailedException(f"{self.name}: asm.program @{program.sym_name.data} is linked already")
+        complete(program)

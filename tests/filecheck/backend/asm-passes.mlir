@@ -12,6 +12,8 @@
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4}' -t ipu-package -o %t.placed.ipupkg
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower' | ipu-opt -p asm-lower-repeat | ipu-opt -p asm-lower-calls | ipu-opt -p asm-link | ipu-opt -t ipu-package -o %t.staged.ipupkg
 // RUN: cmp %t.placed.ipupkg %t.staged.ipupkg
+// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower,asm-lower-repeat' | ipu-opt -p ipu-asm-pipeline -t ipu-package -o %t.rest.ipupkg
+// RUN: cmp %t.placed.ipupkg %t.rest.ipupkg
 
 // The function is replaced by the program: main's calls, the loop as a region with its patch descriptors, the
 // data (frames with relocations for the routines they name) and the host bindings.
