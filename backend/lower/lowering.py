@@ -1318,16 +1318,24 @@ class Lowering(NnOps):
         try:
             lower_repeats(program)
             lower_calls(program)
-            laid = link(program, self.target, check=not self.measure)
+            laid = link(program, self.target, check=not self.measure, materialize=not self.measure)
         except CodeOverflow as e:
             raise StorageOverflow(str(e)) from None
         except ProgramError as e:
             raise LoweringError(str(e)) from None
         self.program = program
         self.code_bytes = laid.end - laid.base
-        self.text = program_text(program)
-        self.main_text = asm.kernel_text(program.main())
         return package_of(program, self.target, laid)
+
+    @property
+    def text(self) -> str:
+        """The assembly of the linked code image (main with its comments, then the routines)."""
+        return program_text(self.program)
+
+    @property
+    def main_text(self) -> str:
+        """The assembly of `main`, each instruction with its comment."""
+        return asm.kernel_text(self.program.main())
 
 
 def repeat_samples(count: int, per_iteration: bool = False) -> list[int]:

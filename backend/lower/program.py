@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i32
@@ -533,6 +534,12 @@ def library_text(target: Target, library: dict) -> str:
     )
 
 
+@lru_cache(maxsize=16)
+def _library(target: Target, library: str) -> tuple[Kernel, ...]:
+    """The parsed library (the same for every program of a target and library selection: parsed once)."""
+    return tuple(parse_kernels(library_text(target, json.loads(library))))
+
+
 def target_of_program(program: asm.ProgramOp) -> Target:
     """The target a program was lowered for (its `tiles` and `sram_kib`)."""
     from ipu.passes.tile_plan import target_for
@@ -550,14 +557,16 @@ def _kernels(program: asm.ProgramOp) -> list[Kernel]:
         raise ProgramError(str(e)) from None
 
 
-def link(program: asm.ProgramOp, target: Target, check: bool = True) -> Program:
+def link(program: asm.ProgramOp, target: Target, check: bool = True, materialize: bool = True) -> Program:
     """The library routines `main` and the frames reach, appended after the program's kernels; every relocation
-    resolved; with `check`, the code must end inside memory-plan's reservation (`CodeOverflow`)."""
+    resolved; with `check`, the code must end inside memory-plan's reservation (`CodeOverflow`). Without
+    `materialize` (a measuring lowering, which only needs the code's size) the routines are laid out but not
+    added to the IR: the returned layout is then the only record of the code."""
     meta = program.metadata()
     if program.linked:
         raise ProgramError(f"asm.program @{program.sym_name.data} is linked already")
     own = _kernels(program)
-    library = [k for k in parse_kernels(library_text(target, json.loads(program.attributes["library"].data)))]
+    library = list(_library(target, program.attributes["library"].data))
     have = {k.name for k in own}
     library = [k for k in library if k.name not in have]
     datas = [o for o in program.body.block.ops if isinstance(o, asm.DataOp)]
@@ -588,7 +597,7 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True) -> Program:
         )
     first_data = datas[0] if datas else None
     for k in kept:
-        if k.name in have:
+        if k.name in have or not materialize:
             continue
         op = asm.KernelOp.from_kernel(k)
         if first_data is not None:
