@@ -372,6 +372,8 @@ class Simulator:
         """Load a laid-out program into every tile: compile its units, write and protect the code image."""
         self.program = program
         self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
+        self.__dict__.pop("_sup_tab", None)  # fast path: jit.sup_run's table (see _sup_table)
+        self._sup_stop_key = 0
         self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
         self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
         self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
@@ -681,10 +683,13 @@ class Simulator:
                 g.nofuse = False
             elif self._run_fused(g):
                 return
-        elif self.fast and g.rpt is None and not g.supervisor:  # fast path, worker code outside rpt loops
+        elif self.fast and g.rpt is None:
             if g.nofuse:
                 g.nofuse = False
-            elif self._run_straight(g):
+            elif g.supervisor:  # fast path, supervisor code: each context on its own (see _run_sup)
+                if jit.sup_run is not None and self._run_sup(g):
+                    return
+            elif self._run_straight(g):  # fast path, worker code outside rpt loops
                 return
         prog = self.program
         k = (g.pc - prog.base) >> 2
@@ -1009,6 +1014,136 @@ class Simulator:
         if self.progress is not None:  # a fused loop is many rounds' work in one (progress: every 256 rounds)
             self._show_progress()
         return True
+
+    def _sup_table(self) -> np.ndarray:
+        """Fast path: the jit.sup_run row (SUP_* columns) of every code word: the supervisor's scalar
+        instructions it takes (integer arithmetic, setzi, ld32 / st32 and their step forms, branches, delay,
+        get, put: plain CSR writes and the exchange set-ups), S_STOP for everything else (and for a put the
+        numpy semantics would refuse or that flushes the AMPs: $FP_INFMT, $FP_ISCL, read-only CSRs)."""
+        tab = self.__dict__.get("_sup_tab")
+        if tab is not None:
+            return tab
+        S = semantics
+        tab = np.zeros((len(self._units), jit.SUP_COLS), np.int64)
+        alu = {op: i for i, op in enumerate(jit.ALU_OPS)}
+        xs = {S._X_MUX: jit.PUT_MUX, S._X_BASE: jit.PUT_BASE, S._X_DCOUNT: jit.PUT_DCOUNT}
+        no_put = {S.SC["FP_INFMT"], S.SC["FP_ISCL"], S.SC["TILE_ID"]}
+        for k, unit in enumerate(self._units):
+            if unit is None or not unit[4] or len(unit[1]) != 1 or unit[0].size != 4:
+                continue
+            ins = unit[1][0][1]
+            if ins.form.ctx == Ctx.WORKER:
+                continue
+            key, ops = ins.form.key, [int(o) for o in ins.ops]
+            name, _, form = key.rpartition("_")
+            row = None
+            if key in ("nop", "fnop"):
+                row = (jit.S_NOP, 0, 0, 0, 0, 0)
+            elif key == "delay":
+                row = (jit.S_DELAY, 0, ops[0], 0, 0, 0)
+            elif key in ("setzi_m", "setzi_ml") and 0 <= ops[1] < 1 << 32:
+                row = (jit.S_SETZI, 0, ops[0], ops[1], 0, 0)
+            elif name in alu and form in ("rr", "ri"):
+                b = ops[2] & 0xFFFFFFFF if form == "ri" else ops[2]
+                row = (jit.S_ALU, alu[name], ops[0], ops[1], b, int(form == "ri"))
+            elif key in ("ld32_mr", "ld32_mi", "ld32step_mr", "ld32step_mi"):
+                op = jit.S_LD32STEP if name == "ld32step" else jit.S_LD32
+                row = (op, int(form == "mr"), *ops[:4])
+            elif key in ("st32_mr", "st32_mi", "st32step_mr", "st32step_mi"):
+                op = jit.S_ST32STEP if name == "st32step" else jit.S_ST32
+                row = (op, int(form == "mr"), *ops[:4])
+            elif key == "br":
+                row = (jit.S_BR, 0, ops[0], 0, 0, 0)
+            elif key == "bri":
+                row = (jit.S_BRI, 0, ops[0] * 4, 0, 0, 0)
+            elif key in ("brz", "brnz", "brnzdec"):
+                op = {"brz": jit.S_BRZ, "brnz": jit.S_BRNZ, "brnzdec": jit.S_BRNZDEC}[key]
+                row = (op, 0, ops[0], ops[1] * 4, 0, 0)
+            elif key == "get" and (ops[1] == S.WC["FP_CLR"] or CSR_COLUMN[ops[1]] >= 0):
+                row = (
+                    jit.S_GET,
+                    0,
+                    ops[0],
+                    max(int(CSR_COLUMN[ops[1]]), 0),
+                    int(ops[1] == S.WC["FP_CLR"]),
+                    0,
+                )
+            elif key == "put" and ops[0] not in no_put and CSR_COLUMN[ops[0]] >= 0:
+                row = (jit.S_PUT, xs.get(ops[0], jit.PUT_PLAIN), ops[0], ops[1], int(CSR_COLUMN[ops[0]]), 0)
+            if row is not None:
+                tab[k, : jit.SUP_COST] = row
+                tab[k, jit.SUP_COST] = unit[3]
+        self._sup_tab = tab
+        return tab
+
+    def _run_sup(self, g: Group) -> bool:
+        """Fast path: every context of a supervisor group outside rpt loops runs on its own through the
+        instructions of _sup_table (jit.sup_run) until one it does not take (a send, sync, run, ...), a check
+        that would fail, or a profile mark; the contexts then form groups by the PC where they stopped, whose
+        next step goes through _step (nofuse), which executes that instruction with the numpy semantics (and
+        reports a failing check). Supervisors of different tiles share nothing between syncs but the exchange,
+        whose set-ups (puts to $INCOMING_MUX / BASE / DCOUNT) are recorded with their clocks and per-tile program
+        order as the numpy semantics record them; so only the order of steps across contexts changes (see
+        _run_fast). False: no context executed anything (the step path runs the group)."""
+        tab = self._sup_table()
+        rec = self.recorder
+        key = None if rec is None else rec.pcs
+        if getattr(self, "_sup_stop_key", 0) is not key:
+            stop = np.zeros(len(tab), np.uint8)
+            if rec is not None:
+                for p in rec.pcs:
+                    k = (p - self.program.base) >> 2
+                    if 0 <= k < len(stop):
+                        stop[k] = 1
+            self._sup_stop, self._sup_stop_key = stop, key
+        idx = np.array(g.idx, dtype=np.int64)
+        n = len(idx)
+        out_pc = np.empty(n, np.int64)
+        out_n = np.empty(n, np.int64)
+        ev = self.__dict__.get("_sup_ev")
+        if ev is None:
+            ev = self._sup_ev = np.zeros((4096, jit.EV_COLS), np.int64)
+        ev_n = np.zeros(1, np.int64)
+        S = semantics
+        jit.sup_run(
+            self.m, self.csr, self.cycles, self.issued, self.flat32, self.flat_state, self.ctx_word_base, idx,
+            tab, self._sup_stop, self.program.base, self.base, self.end, self.word_stride, self.check_poison,
+            S._col(S._X_MUX), S._col(S._X_BASE), S._col(S._X_DCOUNT), self.SUP_BUDGET, out_pc, out_n, ev, ev_n,
+            g.pc,
+        )  # fmt: skip
+        top = int(out_n.max())
+        if top == 0:
+            return False
+        ne = int(ev_n[0])
+        if ne:
+            self._sup_events(ev[:ne])
+        if top > 1:  # rounds count steps (max_rounds, progress): the furthest context's
+            self.rounds += top - 1
+        if (out_pc == out_pc[0]).all():
+            self._groups.append(Group(int(out_pc[0]), idx, True, nofuse=True))
+            return True
+        for pc in np.unique(out_pc):
+            self._groups.append(Group(int(pc), idx[out_pc == pc], True, nofuse=True))
+        return True
+
+    SUP_BUDGET = 1 << 16  # instructions per context and jit.sup_run call
+
+    def _sup_events(self, ev: np.ndarray) -> None:
+        """jit.sup_run's exchange set-ups as semantics._exchange_setup records them: windows (a $INCOMING_DCOUNT
+        put of v > 0) in xwins, the other set-ups in xsets, each event with its own sequence number (program
+        order per tile, after every event recorded before) and PC."""
+        n = len(ev)
+        seq = self.xseq + np.arange(n, dtype=np.int64)
+        self.xseq += n
+        tiles = self.ctx_tile[ev[:, 0]]
+        win = (ev[:, 7] == jit.PUT_DCOUNT) & (ev[:, 4] > 0)
+        if win.any():
+            e = ev[win]
+            self.xwins.append((tiles[win], e[:, 1].copy(), seq[win], e[:, 5].copy(), e[:, 6].copy(), e[:, 4].copy(),
+                               e[:, 2].copy()))  # fmt: skip
+        if not win.all():
+            e = ev[~win]
+            self.xsets.append((tiles[~win], e[:, 1].copy(), seq[~win], e[:, 2].copy(), e[:, 3].copy()))
 
     def _check_context(self, g: Group, ins: Instr) -> None:
         ctx = ins.form.ctx
