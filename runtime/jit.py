@@ -656,7 +656,7 @@ deliver = _deliver_call if numba is not None else None
 (SUP_OP, SUP_SUB, SUP_X0, SUP_X1, SUP_X2, SUP_X3, SUP_COST) = range(7)
 SUP_COLS = 7
 (S_STOP, S_NOP, S_DELAY, S_SETZI, S_ALU, S_LD32, S_LD32STEP, S_ST32, S_ST32STEP, S_BR, S_BRI, S_BRZ, S_BRNZ,
- S_BRNZDEC, S_PUT, S_GET) = range(16)  # fmt: skip
+ S_BRNZDEC, S_PUT, S_GET, S_CALL) = range(17)  # fmt: skip
 # S_ALU sub-operations (semantics._ALU); SUP_X2 an immediate (SUP_X3 = 1) or a register (SUP_X3 = 0)
 ALU_OPS = ("add", "sub", "mul", "and", "or", "xor", "shl", "shr", "shrs", "cmpeq", "cmpne", "cmpslt", "cmpult",
            "min", "max")  # fmt: skip
@@ -778,6 +778,9 @@ def _sup_run(
                 nxt = t
             elif op == S_BRI:
                 nxt = x0
+            elif op == S_CALL:
+                m[c, x0] = np.uint32(pc + 4)
+                nxt = x1
             elif op == S_BRZ:
                 if m[c, x0] == 0:
                     nxt = x1

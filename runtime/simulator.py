@@ -1017,7 +1017,7 @@ class Simulator:
 
     def _sup_table(self) -> np.ndarray:
         """Fast path: the jit.sup_run row (SUP_* columns) of every code word: the supervisor's scalar
-        instructions it takes (integer arithmetic, setzi, ld32 / st32 and their step forms, branches, delay,
+        instructions it takes (integer arithmetic, setzi, ld32 / st32 and their step forms, branches, call, delay,
         get, put: plain CSR writes and the exchange set-ups), S_STOP for everything else (and for a put the
         numpy semantics would refuse or that flushes the AMPs: $FP_INFMT, $FP_ISCL, read-only CSRs)."""
         tab = self.__dict__.get("_sup_tab")
@@ -1056,6 +1056,8 @@ class Simulator:
                 row = (jit.S_BR, 0, ops[0], 0, 0, 0)
             elif key == "bri":
                 row = (jit.S_BRI, 0, ops[0] * 4, 0, 0, 0)
+            elif key == "call":
+                row = (jit.S_CALL, 0, ops[0], ops[1] * 4, 0, 0)
             elif key in ("brz", "brnz", "brnzdec"):
                 op = {"brz": jit.S_BRZ, "brnz": jit.S_BRNZ, "brnzdec": jit.S_BRNZDEC}[key]
                 row = (op, 0, ops[0], ops[1] * 4, 0, 0)
