@@ -6,8 +6,10 @@ result does not depend on which path ran it. A kernel changes nothing and return
 fail: the numpy semantics then run and report the failure exactly. `semantics.py` stays the reference: these
 kernels are used only when `Simulator.fast` is set, numba is installed and IPU_SIM_NO_JIT is unset;
 tests/unit/test_sim_fast_path.py compares the paths. `rpt_loop` runs a whole rpt loop (every iteration of every
-context of the group) in one call; with more than one thread (`set_threads`, IPU_SIM_THREADS) large groups are
-split into runs of whole tiles (tests/unit/test_sim_threads.py compares 1 and 2 threads with the reference).
+context of the group) in one call; `sup_run` runs supervisor and worker scalar code per context until an
+instruction it does not take (the caller regroups the contexts where they stopped); with more than one thread
+(`set_threads`, IPU_SIM_THREADS) large groups are split into runs of whole tiles (tests/unit/test_sim_threads.py
+compares 1 and 2 threads with the reference).
 """
 
 from __future__ import annotations
@@ -646,9 +648,10 @@ def _deliver_call(mem64, wstate, atoms, src_first, rt, n, w0):
 deliver = _deliver_call if numba is not None else None
 
 
-# Supervisor code per context (issue 23): the supervisors of different tiles diverge on data (the exchange
+# Scalar code per context (issue 23): the supervisors of different tiles diverge on data (the exchange
 # program's table-driven receive and send loops: a computed branch per entry), so the step path runs them in
-# groups of a few contexts at ~20-60 us a step. `sup_run` runs each context of a supervisor group on its own
+# groups of a few contexts at ~20-60 us a step. `sup_run` runs each context of a group (supervisors; workers
+# with a table without the supervisor-only forms) on its own
 # through the scalar instructions below until one it does not take (send, sync, run, ...), a check that would
 # fail, a profile mark, or its budget; the caller regroups the contexts at the PCs where they stopped, and the
 # step path runs those instructions (and reports a failing check exactly). Row of `tab` per code word (unit
@@ -656,7 +659,7 @@ deliver = _deliver_call if numba is not None else None
 (SUP_OP, SUP_SUB, SUP_X0, SUP_X1, SUP_X2, SUP_X3, SUP_COST) = range(7)
 SUP_COLS = 7
 (S_STOP, S_NOP, S_DELAY, S_SETZI, S_ALU, S_LD32, S_LD32STEP, S_ST32, S_ST32STEP, S_BR, S_BRI, S_BRZ, S_BRNZ,
- S_BRNZDEC, S_PUT, S_GET, S_CALL) = range(17)  # fmt: skip
+ S_BRNZDEC, S_PUT, S_GET, S_CALL, S_TAPACK) = range(18)  # fmt: skip
 # S_ALU sub-operations (semantics._ALU); SUP_X2 an immediate (SUP_X3 = 1) or a register (SUP_X3 = 0)
 ALU_OPS = ("add", "sub", "mul", "and", "or", "xor", "shl", "shr", "shrs", "cmpeq", "cmpne", "cmpslt", "cmpult",
            "min", "max")  # fmt: skip
@@ -778,6 +781,12 @@ def _sup_run(
                 nxt = t
             elif op == S_BRI:
                 nxt = x0
+            elif op == S_TAPACK:  # semantics.pack_triple of x1, x2, x3 into x0, x0 + 1
+                w2 = np.int64(m[c, x3]) >> 3
+                lo = (np.int64(m[c, x1]) & M21) | ((w2 & 0x7FF) << 21)
+                hi = (np.int64(m[c, x2]) & M21) | (((w2 >> 11) & 0x7F) << 21)
+                m[c, x0] = np.uint32(lo)
+                m[c, x0 + 1] = np.uint32(hi)
             elif op == S_CALL:
                 m[c, x0] = np.uint32(pc + 4)
                 nxt = x1

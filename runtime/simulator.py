@@ -22,7 +22,9 @@ Two paths (issue 23), with identical results, cycles, profiles and checks: the f
 larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
 waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
 (`runtime/jit.py`, numba) and cached tables, a worker rpt loop of pace forms with F16 AMPs (a GEMM's inner loop)
-as one compiled call for all its iterations (`_run_fused`), and can split the kernels' contexts over threads in
+as one compiled call for all its iterations (`_run_fused`), scalar code (integer arithmetic, ld32 / st32,
+branches, the supervisors' exchange program with its set-ups) per context in one compiled call until an
+instruction it does not take (`_run_ctx`, `jit.sup_run`), and can split the kernels' contexts over threads in
 runs of whole tiles (IPU_SIM_THREADS, `jit.set_threads`; the same bits whatever the count);
 `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
 reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
@@ -372,8 +374,8 @@ class Simulator:
         """Load a laid-out program into every tile: compile its units, write and protect the code image."""
         self.program = program
         self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
-        self.__dict__.pop("_sup_tab", None)  # fast path: jit.sup_run's table (see _sup_table)
-        self._sup_stop_key = 0
+        self.__dict__.pop("_ctx_tabs", None)  # fast path: jit.sup_run's tables (see _ctx_table)
+        self.__dict__.pop("_ctx_stops", None)
         self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
         self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
         self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
@@ -686,10 +688,12 @@ class Simulator:
         elif self.fast and g.rpt is None:
             if g.nofuse:
                 g.nofuse = False
-            elif g.supervisor:  # fast path, supervisor code: each context on its own (see _run_sup)
-                if jit.sup_run is not None and self._run_sup(g):
+            elif g.supervisor:  # fast path, supervisor code: each context on its own (see _run_ctx)
+                if jit.sup_run is not None and self._run_ctx(g):
                     return
-            elif self._run_straight(g):  # fast path, worker code outside rpt loops
+            elif self._run_straight(g):  # fast path, worker code outside rpt loops: pace forms
+                return
+            elif jit.sup_run is not None and self._run_ctx(g):  # worker scalar code, each context on its own
                 return
         prog = self.program
         k = (g.pc - prog.base) >> 2
@@ -1015,14 +1019,15 @@ class Simulator:
             self._show_progress()
         return True
 
-    def _sup_table(self) -> np.ndarray:
-        """Fast path: the jit.sup_run row (SUP_* columns) of every code word: the supervisor's scalar
-        instructions it takes (integer arithmetic, setzi, ld32 / st32 and their step forms, branches, call, delay,
-        get, put: plain CSR writes and the exchange set-ups), S_STOP for everything else (and for a put the
-        numpy semantics would refuse or that flushes the AMPs: $FP_INFMT, $FP_ISCL, read-only CSRs)."""
-        tab = self.__dict__.get("_sup_tab")
-        if tab is not None:
-            return tab
+    def _ctx_table(self, worker: bool) -> np.ndarray:
+        """Fast path: the jit.sup_run row (SUP_* columns) of every code word for supervisor (worker=False) or
+        worker code: the scalar instructions it takes (integer arithmetic, setzi, ld32 / st32 into / from the MRF
+        and their step forms, branches, call, tapack; supervisors also delay, get and put: plain CSR writes and
+        the exchange set-ups), S_STOP for everything else (and for a put the numpy semantics would refuse or
+        that flushes the AMPs: $FP_INFMT, $FP_ISCL, read-only CSRs), each with the unit's cycles."""
+        tabs = self.__dict__.setdefault("_ctx_tabs", {})
+        if worker in tabs:
+            return tabs[worker]
         S = semantics
         tab = np.zeros((len(self._units), jit.SUP_COLS), np.int64)
         alu = {op: i for i, op in enumerate(jit.ALU_OPS)}
@@ -1032,15 +1037,13 @@ class Simulator:
             if unit is None or not unit[4] or len(unit[1]) != 1 or unit[0].size != 4:
                 continue
             ins = unit[1][0][1]
-            if ins.form.ctx == Ctx.WORKER:
+            if ins.form.ctx == (Ctx.SUPERVISOR if worker else Ctx.WORKER):
                 continue
             key, ops = ins.form.key, [int(o) for o in ins.ops]
             name, _, form = key.rpartition("_")
             row = None
             if key in ("nop", "fnop"):
                 row = (jit.S_NOP, 0, 0, 0, 0, 0)
-            elif key == "delay":
-                row = (jit.S_DELAY, 0, ops[0], 0, 0, 0)
             elif key in ("setzi_m", "setzi_ml") and 0 <= ops[1] < 1 << 32:
                 row = (jit.S_SETZI, 0, ops[0], ops[1], 0, 0)
             elif name in alu and form in ("rr", "ri"):
@@ -1061,43 +1064,47 @@ class Simulator:
             elif key in ("brz", "brnz", "brnzdec"):
                 op = {"brz": jit.S_BRZ, "brnz": jit.S_BRNZ, "brnzdec": jit.S_BRNZDEC}[key]
                 row = (op, 0, ops[0], ops[1] * 4, 0, 0)
+            elif key == "tapack" and ops[0] < 15:
+                row = (jit.S_TAPACK, 0, *ops[:4])
+            elif worker:
+                pass
+            elif key == "delay":
+                row = (jit.S_DELAY, 0, ops[0], 0, 0, 0)
             elif key == "get" and (ops[1] == S.WC["FP_CLR"] or CSR_COLUMN[ops[1]] >= 0):
-                row = (
-                    jit.S_GET,
-                    0,
-                    ops[0],
-                    max(int(CSR_COLUMN[ops[1]]), 0),
-                    int(ops[1] == S.WC["FP_CLR"]),
-                    0,
-                )
+                col = max(int(CSR_COLUMN[ops[1]]), 0)
+                row = (jit.S_GET, 0, ops[0], col, int(ops[1] == S.WC["FP_CLR"]), 0)
             elif key == "put" and ops[0] not in no_put and CSR_COLUMN[ops[0]] >= 0:
                 row = (jit.S_PUT, xs.get(ops[0], jit.PUT_PLAIN), ops[0], ops[1], int(CSR_COLUMN[ops[0]]), 0)
             if row is not None:
                 tab[k, : jit.SUP_COST] = row
-                tab[k, jit.SUP_COST] = unit[3]
-        self._sup_tab = tab
+                tab[k, jit.SUP_COST] = unit[2] if worker else unit[3]
+        tabs[worker] = tab
         return tab
 
-    def _run_sup(self, g: Group) -> bool:
-        """Fast path: every context of a supervisor group outside rpt loops runs on its own through the
-        instructions of _sup_table (jit.sup_run) until one it does not take (a send, sync, run, ...), a check
-        that would fail, or a profile mark; the contexts then form groups by the PC where they stopped, whose
-        next step goes through _step (nofuse), which executes that instruction with the numpy semantics (and
-        reports a failing check). Supervisors of different tiles share nothing between syncs but the exchange,
-        whose set-ups (puts to $INCOMING_MUX / BASE / DCOUNT) are recorded with their clocks and per-tile program
-        order as the numpy semantics record them; so only the order of steps across contexts changes (see
+    def _run_ctx(self, g: Group) -> bool:
+        """Fast path: every context of a group outside rpt loops runs on its own through the scalar instructions
+        of _ctx_table (jit.sup_run) until one it does not take (a send, sync, run, a pace form, rpt, ...), a
+        check that would fail, or a profile mark; the contexts then form groups by the PC where they stopped
+        (where a check would fail or a mark is due, the next step goes through _step (nofuse): the numpy
+        semantics execute it and report a failing check). Supervisors of different tiles share nothing between
+        syncs but the exchange, whose set-ups (puts to $INCOMING_MUX / BASE / DCOUNT) are recorded with their
+        clocks and per-tile program order as the numpy semantics record them, and the workers of one tile meet
+        only through memory they synchronise on, so only the order of steps across contexts changes (see
         _run_fast). False: no context executed anything (the step path runs the group)."""
-        tab = self._sup_table()
+        worker = not g.supervisor
+        tab = self._ctx_table(worker)
         rec = self.recorder
-        key = None if rec is None else rec.pcs
-        if getattr(self, "_sup_stop_key", 0) is not key:
+        key = None if rec is None or worker else rec.pcs
+        stops = self.__dict__.setdefault("_ctx_stops", {})
+        if stops.get(worker, (0, None))[0] is not key:
             stop = np.zeros(len(tab), np.uint8)
-            if rec is not None:
-                for p in rec.pcs:
+            if key is not None:
+                for p in key:
                     k = (p - self.program.base) >> 2
                     if 0 <= k < len(stop):
                         stop[k] = 1
-            self._sup_stop, self._sup_stop_key = stop, key
+            stops[worker] = (key, stop)
+        stop = stops[worker][1]
         idx = np.array(g.idx, dtype=np.int64)
         n = len(idx)
         out_pc = np.empty(n, np.int64)
@@ -1109,7 +1116,7 @@ class Simulator:
         S = semantics
         jit.sup_run(
             self.m, self.csr, self.cycles, self.issued, self.flat32, self.flat_state, self.ctx_word_base, idx,
-            tab, self._sup_stop, self.program.base, self.base, self.end, self.word_stride, self.check_poison,
+            tab, stop, self.program.base, self.base, self.end, self.word_stride, self.check_poison,
             S._col(S._X_MUX), S._col(S._X_BASE), S._col(S._X_DCOUNT), self.SUP_BUDGET, out_pc, out_n, ev, ev_n,
             g.pc,
         )  # fmt: skip
@@ -1121,11 +1128,13 @@ class Simulator:
             self._sup_events(ev[:ne])
         if top > 1:  # rounds count steps (max_rounds, progress): the furthest context's
             self.rounds += top - 1
-        if (out_pc == out_pc[0]).all():
-            self._groups.append(Group(int(out_pc[0]), idx, True, nofuse=True))
-            return True
-        for pc in np.unique(out_pc):
-            self._groups.append(Group(int(pc), idx[out_pc == pc], True, nofuse=True))
+        base, nu = self.program.base, len(tab)
+        same = bool((out_pc == out_pc[0]).all())
+        for pc in [int(out_pc[0])] if same else np.unique(out_pc).tolist():
+            k = (pc - base) >> 2
+            # stopped at an instruction of the table: a failing check, a mark or the budget; else one it does not take
+            nofuse = pc % 4 == 0 and 0 <= k < nu and tab[k, jit.SUP_OP] != jit.S_STOP
+            self._groups.append(Group(pc, idx if same else idx[out_pc == pc], g.supervisor, nofuse=nofuse))
         return True
 
     SUP_BUDGET = 1 << 16  # instructions per context and jit.sup_run call

@@ -1,5 +1,5 @@
 """Issue 23: the fast path runs supervisor code per context in one compiled call (`jit.sup_run`,
-`Simulator._run_sup`). A supervisor program whose tiles diverge on data (a per-tile table driving a loop with a
+`Simulator._run_ctx`). A supervisor program whose tiles diverge on data (a per-tile table driving a loop with a
 computed branch, per-tile counts, every integer instruction form, loads and stores and their step forms, call,
 get / put, exchange set-ups, a send and an internal sync) runs through the reference path and the fast path:
 memory, per-word state, registers, CSRs, cycles and instructions must be identical, and the compiled calls must
@@ -188,3 +188,65 @@ def test_misaligned_store_in_supervisor_code_gives_the_reference_error():
             sim.run("main")
         errors.append((str(e.value), e.value.check, e.value.tile))
     assert errors[0][1] == "alignment" and errors[1] == errors[0]
+
+
+WORKER = """
+    get $m0, $WSR
+    shl $m1, $m0, 8
+    setzi $m3, {tab}
+    add $m1, $m1, $m3               // this worker's table: [count, entries ...]
+    ld32 $m2, $m1, $mzero, 0
+    add $m2, $m2, $m4               // plus a per-worker, per-tile count
+    and $m2, $m2, 31
+    setzi $m3, 4
+    setzi $m5, 1
+    shl $m8, $m0, 8
+    setzi $m9, {out}
+    add $m8, $m8, $m9
+    setzi $m9, 0
+.Lw:
+    brz $m2, .Lwdone
+    sub $m2, $m2, 1
+    ld32step $m6, $m1, $m3+=, 1
+    and $m7, $m6, 1
+    brnz $m7, .Lodd
+    mul $m5, $m5, $m6
+    bri .Lnext
+.Lodd:
+    xor $m5, $m5, $m6
+    shrs $m7, $m5, 5
+    add $m5, $m5, $m7
+.Lnext:
+    tapack $m10:11, $m5, $m6, $m8
+    st32step $m5, $m8, $m9+=, 1
+    st32step $m10, $m8, $m9+=, 1
+    and $m9, $m9, 252
+    bri .Lw
+.Lwdone:
+    cmpult $m7, $m5, $m6
+    st32 $m7, $m8, $mzero, 63
+"""
+
+
+def test_worker_scalar_code_per_context_equals_reference(monkeypatch):
+    """Worker code diverging per worker and tile (counts, branches on data), every worker of every tile: the
+    same state, cycles and instructions as the reference path, with the worker groups run by jit.sup_run."""
+    from ipu.runtime.testing import run_worker_snippet
+
+    calls = []
+    run = jit.sup_run
+    monkeypatch.setattr(jit, "sup_run", lambda *a: calls.append(int(a[7][0])) or run(*a))
+    rng = np.random.default_rng(9)
+    tab = rng.integers(0, 1 << 32, (T.num_tiles, 6 * 64), dtype=np.uint64).astype(np.uint32)
+    m4 = rng.integers(0, 40, T.num_tiles * 6)
+    body = WORKER.format(tab=TAB, out=OUT)
+    sims = []
+    for reference in (True, False):
+        sim = Simulator(T, reference=reference)
+        sims.append(run_worker_snippet(sim, body, workers=6, memory={TAB: tab}, m={4: m4}))
+    for name in ("tile_cycles", "context_cycles", "instructions"):
+        a, b = getattr(sims[1].last_result, name), getattr(sims[0].last_result, name)
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    for name in STATE:
+        np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
+    assert any(c < sims[1].NW for c in calls), "no worker group went through jit.sup_run"
