@@ -6,8 +6,10 @@ result does not depend on which path ran it. A kernel changes nothing and return
 fail: the numpy semantics then run and report the failure exactly. `semantics.py` stays the reference: these
 kernels are used only when `Simulator.fast` is set, numba is installed and IPU_SIM_NO_JIT is unset;
 tests/unit/test_sim_fast_path.py compares the paths. `rpt_loop` runs a whole rpt loop (every iteration of every
-context of the group) in one call; with more than one thread (`set_threads`, IPU_SIM_THREADS) large groups are
-split into runs of whole tiles (tests/unit/test_sim_threads.py compares 1 and 2 threads with the reference).
+context of the group) in one call; `sup_run` runs supervisor and worker scalar code per context until an
+instruction it does not take (the caller regroups the contexts where they stopped); with more than one thread
+(`set_threads`, IPU_SIM_THREADS) large groups are split into runs of whole tiles (tests/unit/test_sim_threads.py
+compares 1 and 2 threads with the reference).
 """
 
 from __future__ import annotations
@@ -644,3 +646,182 @@ def _deliver_call(mem64, wstate, atoms, src_first, rt, n, w0):
 
 
 deliver = _deliver_call if numba is not None else None
+
+
+# Scalar code per context (issue 23): the supervisors of different tiles diverge on data (the exchange
+# program's table-driven receive and send loops: a computed branch per entry), so the step path runs them in
+# groups of a few contexts at ~20-60 us a step. `sup_run` runs each context of a group (supervisors; workers
+# with a table without the supervisor-only forms) on its own
+# through the scalar instructions below until one it does not take (send, sync, run, ...), a check that would
+# fail, a profile mark, or its budget; the caller regroups the contexts at the PCs where they stopped, and the
+# step path runs those instructions (and reports a failing check exactly). Row of `tab` per code word (unit
+# index), SUP_* columns; S_STOP for every PC it does not take.
+(SUP_OP, SUP_SUB, SUP_X0, SUP_X1, SUP_X2, SUP_X3, SUP_COST) = range(7)
+SUP_COLS = 7
+(S_STOP, S_NOP, S_DELAY, S_SETZI, S_ALU, S_LD32, S_LD32STEP, S_ST32, S_ST32STEP, S_BR, S_BRI, S_BRZ, S_BRNZ,
+ S_BRNZDEC, S_PUT, S_GET, S_CALL, S_TAPACK) = range(18)  # fmt: skip
+# S_ALU sub-operations (semantics._ALU); SUP_X2 an immediate (SUP_X3 = 1) or a register (SUP_X3 = 0)
+ALU_OPS = ("add", "sub", "mul", "and", "or", "xor", "shl", "shr", "shrs", "cmpeq", "cmpne", "cmpslt", "cmpult",
+           "min", "max")  # fmt: skip
+# S_PUT kinds (SUP_SUB): a plain CSR write, or an exchange set-up recorded as an event (semantics._exchange_setup)
+PUT_PLAIN, PUT_MUX, PUT_BASE, PUT_DCOUNT = 0, 1, 2, 3
+EV_COLS = 8  # event rows: context, clock before the put, pc, CSR index, value, mux, base, kind (PUT_*)
+
+
+def _i32(v):
+    return v - 0x100000000 if v & 0x80000000 else v
+
+
+def _alu(op, a, b):
+    """semantics._ALU on uint32 values held in int64, the result as uint32 in int64."""
+    if op == 0:
+        return (a + b) & M32
+    if op == 1:
+        return (a - b) & M32
+    if op == 2:
+        return (a * b) & M32  # int64 wraps; the low 32 bits are exact
+    if op == 3:
+        return a & b
+    if op == 4:
+        return a | b
+    if op == 5:
+        return a ^ b
+    if op == 6:
+        return (a << (b & 31)) & M32
+    if op == 7:
+        return a >> (b & 31)
+    if op == 8:
+        return (_i32_jit(a) >> (b & 31)) & M32
+    if op == 9:
+        return np.int64(a == b)
+    if op == 10:
+        return np.int64(a != b)
+    if op == 11:
+        return np.int64(_i32_jit(a) < _i32_jit(b))
+    if op == 12:
+        return np.int64(a < b)
+    if op == 13:
+        return min(_i32_jit(a), _i32_jit(b)) & M32
+    return max(_i32_jit(a), _i32_jit(b)) & M32
+
+
+_i32_jit = numba.njit(cache=True, nogil=True, inline="always")(_i32) if numba is not None else None
+_alu_jit = numba.njit(cache=True, nogil=True, inline="always")(_alu) if numba is not None else None
+
+
+def _sup_run(
+    m, csr, cycles, issued, flat32, flat_state, word_base, idx, tab, stop, pbase, base, end, word_stride,
+    check_poison, col_mux, col_base, col_dcount, budget, out_pc, out_n, ev, ev_n, pc0,
+):  # fmt: skip
+    """Each context idx[j] from pc0 through the instructions of `tab` (semantics.py's steps for one context:
+    the same register, memory, per-word state and CSR updates, cycles and issue counts), until a PC whose row is
+    S_STOP or whose `stop` flag is set, an instruction whose check would fail (left unexecuted), an exchange
+    set-up with the event buffer `ev` full, or `budget` instructions. out_pc[j]: where it stopped; out_n[j]:
+    instructions executed. Exchange set-ups are appended to ev (ev_n[0] rows) in each context's program order."""
+    nunits = tab.shape[0]
+    limit4 = end - base - 4
+    cap = ev.shape[0]
+    for j in range(idx.shape[0]):
+        c = idx[j]
+        pc = pc0
+        cnt = 0
+        while cnt < budget:
+            k = (pc - pbase) >> 2
+            if pc & 3 or k < 0 or k >= nunits or stop[k]:
+                break
+            op = tab[k, SUP_OP]
+            x0, x1, x2, x3 = tab[k, SUP_X0], tab[k, SUP_X1], tab[k, SUP_X2], tab[k, SUP_X3]
+            nxt = pc + 4
+            if op == S_STOP:
+                break
+            elif op == S_NOP:
+                pass
+            elif op == S_DELAY:
+                cycles[c] += x0
+            elif op == S_SETZI:
+                m[c, x0] = np.uint32(x1)
+            elif op == S_ALU:
+                a = np.int64(m[c, x1])
+                b = x2 if x3 else np.int64(m[c, x2])
+                m[c, x0] = np.uint32(_alu_jit(tab[k, SUP_SUB], a, b))
+            elif op == S_LD32 or op == S_LD32STEP or op == S_ST32 or op == S_ST32STEP:
+                # ld32/st32 d/s, base, delta, off: EA = base + delta + off * 4 (off: register if SUB else zimm12);
+                # the step forms: EA = base + delta, then delta += stride * 4 (register if SUB, else simm8)
+                step = op == S_LD32STEP or op == S_ST32STEP
+                store = op == S_ST32 or op == S_ST32STEP
+                delta = np.int64(m[c, x2])
+                ea = np.int64(m[c, x1]) + delta
+                inc = (np.int64(m[c, x3]) if tab[k, SUP_SUB] else x3) * 4
+                if not step:
+                    ea += inc
+                ea &= M32
+                off = (ea - base) & M32
+                if off > limit4 or ea & 3:
+                    break
+                w = (off >> 3) * word_stride + word_base[c]
+                h = (ea >> 2) & 1
+                st = flat_state[w]
+                if store:
+                    if st & 4:
+                        break
+                elif check_poison and (st & (1 << h)) == 0:
+                    break
+                vals = np.uint32(m[c, x0])  # a store's source is read before a step form's delta update
+                if step:
+                    m[c, x2] = np.uint32((delta + inc) & M32)
+                if store:
+                    flat_state[w] = st | (1 << h)
+                    flat32[2 * w + h] = vals
+                else:
+                    m[c, x0] = flat32[2 * w + h]
+            elif op == S_BR:
+                t = np.int64(m[c, x0])
+                if t == 0:  # a supervisor's return to the host: the step path ends the context
+                    break
+                nxt = t
+            elif op == S_BRI:
+                nxt = x0
+            elif op == S_TAPACK:  # semantics.pack_triple of x1, x2, x3 into x0, x0 + 1
+                w2 = np.int64(m[c, x3]) >> 3
+                lo = (np.int64(m[c, x1]) & M21) | ((w2 & 0x7FF) << 21)
+                hi = (np.int64(m[c, x2]) & M21) | (((w2 >> 11) & 0x7F) << 21)
+                m[c, x0] = np.uint32(lo)
+                m[c, x0 + 1] = np.uint32(hi)
+            elif op == S_CALL:
+                m[c, x0] = np.uint32(pc + 4)
+                nxt = x1
+            elif op == S_BRZ:
+                if m[c, x0] == 0:
+                    nxt = x1
+            elif op == S_BRNZ:
+                if m[c, x0] != 0:
+                    nxt = x1
+            elif op == S_BRNZDEC:
+                v = np.int64(m[c, x0])
+                if v != 0:
+                    m[c, x0] = np.uint32(v - 1)
+                    nxt = x1
+            elif op == S_PUT:
+                kind = tab[k, SUP_SUB]
+                v = np.int64(m[c, x1])
+                if kind != PUT_PLAIN:
+                    if ev_n[0] >= cap:
+                        break
+                    e = ev_n[0]
+                    ev[e, 0], ev[e, 1], ev[e, 2], ev[e, 3] = c, cycles[c], pc, x0
+                    ev[e, 4], ev[e, 5], ev[e, 6], ev[e, 7] = v, csr[c, col_mux], csr[c, col_base], kind
+                    ev_n[0] = e + 1
+                csr[c, x2] = np.uint32(v)
+            elif op == S_GET:
+                m[c, x0] = np.uint32(0) if x2 else csr[c, x1]
+            else:
+                break
+            cycles[c] += tab[k, SUP_COST]
+            issued[c] += 1
+            pc = nxt
+            cnt += 1
+        out_pc[j] = pc
+        out_n[j] = cnt
+
+
+sup_run = numba.njit(cache=True, nogil=True)(_sup_run) if numba is not None else None

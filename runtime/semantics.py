@@ -868,6 +868,12 @@ def _x_where(sim, tile, release) -> str:
     return f"(the phase ending at the sync at pc {int(sim._sync_pc[sim.NW + tile]):#x})"
 
 
+def _at(v, i) -> int:
+    """Element i of an exchange record's field that is one value for the record (a step's) or one per tile (the
+    fast path's supervisor runs, Simulator._sup_events: sequence numbers, PCs, CSRs)."""
+    return int(v[i]) if isinstance(v, np.ndarray) else v
+
+
 def _x_resolve_reference(sim, release):
     """The phase's exchange, one window and one send at a time (see the section comment). release: the sync's
     release cycle, or None at the end of a run (then every window is E1). Raises on the first failed check."""
@@ -882,7 +888,9 @@ def _x_resolve_reference(sim, release):
     wins = []  # (tile, seq, t, mux, base, v, pc)
     for tiles, t, seq, mux, base, v, pc in sim.xwins:
         for i in range(len(tiles)):
-            wins.append((int(tiles[i]), seq, int(t[i]), int(mux[i]), int(base[i]), int(v[i]), pc))
+            wins.append(
+                (int(tiles[i]), _at(seq, i), int(t[i]), int(mux[i]), int(base[i]), int(v[i]), _at(pc, i))
+            )
     wins.sort(key=lambda w: (w[0], w[1]))
     # E1: accept the atoms; per window its segments (send index, first atom, end atom) and arrival bounds
     accepted = []
@@ -915,7 +923,10 @@ def _x_resolve_reference(sim, release):
     # E2: on one tile, a window or set-up before the previous window's end
     events = [(w[0], w[1], w[2], k, w[6], "a window ($INCOMING_DCOUNT)") for k, w in enumerate(wins)]
     for tiles, t, seq, pc, c in sim.xsets:
-        events += [(int(tiles[i]), seq, int(t[i]), -1, pc, _X_SETUP[c]) for i in range(len(tiles))]
+        events += [
+            (int(tiles[i]), _at(seq, i), int(t[i]), -1, _at(pc, i), _X_SETUP[_at(c, i)])
+            for i in range(len(tiles))
+        ]
     events.sort(key=lambda e: (e[0], e[1]))
     last = None  # (tile, window index)
     for r, _, t, k, pc, what in events:

@@ -22,7 +22,9 @@ Two paths (issue 23), with identical results, cycles, profiles and checks: the f
 larger (an rpt loop with uneven per-context counts stays one group; the part of a two-way branch at the higher PC
 waits there for the rest, see `_run_fast`) and runs the hottest instructions as compiled kernels
 (`runtime/jit.py`, numba) and cached tables, a worker rpt loop of pace forms with F16 AMPs (a GEMM's inner loop)
-as one compiled call for all its iterations (`_run_fused`), and can split the kernels' contexts over threads in
+as one compiled call for all its iterations (`_run_fused`), scalar code (integer arithmetic, ld32 / st32,
+branches, the supervisors' exchange program with its set-ups) per context in one compiled call until an
+instruction it does not take (`_run_ctx`, `jit.sup_run`), and can split the kernels' contexts over threads in
 runs of whole tiles (IPU_SIM_THREADS, `jit.set_threads`; the same bits whatever the count);
 `Simulator(target, reference=True)` or IPU_SIM_REFERENCE=1 is the
 reference path: the original scheduling and the numpy semantics, which tests/unit/test_sim_fast_path.py compares
@@ -372,6 +374,8 @@ class Simulator:
         """Load a laid-out program into every tile: compile its units, write and protect the code image."""
         self.program = program
         self.__dict__.pop("_rpt_checked", None)  # rpt bodies are checked once per program
+        self.__dict__.pop("_ctx_tabs", None)  # fast path: jit.sup_run's tables (see _ctx_table)
+        self.__dict__.pop("_ctx_stops", None)
         self._fused: dict[tuple[int, int], tuple | None] = {}  # fast path: rpt bodies run as one kernel
         self._straight: dict[int, tuple | None] = {}  # fast path: straight runs of such units, by first PC
         self._no_weights = np.zeros((self.target.num_tiles, 16, 16))
@@ -681,10 +685,15 @@ class Simulator:
                 g.nofuse = False
             elif self._run_fused(g):
                 return
-        elif self.fast and g.rpt is None and not g.supervisor:  # fast path, worker code outside rpt loops
+        elif self.fast and g.rpt is None:
             if g.nofuse:
                 g.nofuse = False
-            elif self._run_straight(g):
+            elif g.supervisor:  # fast path, supervisor code: each context on its own (see _run_ctx)
+                if jit.sup_run is not None and self._run_ctx(g):
+                    return
+            elif self._run_straight(g):  # fast path, worker code outside rpt loops: pace forms
+                return
+            elif jit.sup_run is not None and self._run_ctx(g):  # worker scalar code, each context on its own
                 return
         prog = self.program
         k = (g.pc - prog.base) >> 2
@@ -1009,6 +1018,143 @@ class Simulator:
         if self.progress is not None:  # a fused loop is many rounds' work in one (progress: every 256 rounds)
             self._show_progress()
         return True
+
+    def _ctx_table(self, worker: bool) -> np.ndarray:
+        """Fast path: the jit.sup_run row (SUP_* columns) of every code word for supervisor (worker=False) or
+        worker code: the scalar instructions it takes (integer arithmetic, setzi, ld32 / st32 into / from the MRF
+        and their step forms, branches, call, tapack; supervisors also delay, get and put: plain CSR writes and
+        the exchange set-ups), S_STOP for everything else (and for a put the numpy semantics would refuse or
+        that flushes the AMPs: $FP_INFMT, $FP_ISCL, read-only CSRs), each with the unit's cycles."""
+        tabs = self.__dict__.setdefault("_ctx_tabs", {})
+        if worker in tabs:
+            return tabs[worker]
+        S = semantics
+        tab = np.zeros((len(self._units), jit.SUP_COLS), np.int64)
+        alu = {op: i for i, op in enumerate(jit.ALU_OPS)}
+        xs = {S._X_MUX: jit.PUT_MUX, S._X_BASE: jit.PUT_BASE, S._X_DCOUNT: jit.PUT_DCOUNT}
+        no_put = {S.SC["FP_INFMT"], S.SC["FP_ISCL"], S.SC["TILE_ID"]}
+        for k, unit in enumerate(self._units):
+            if unit is None or not unit[4] or len(unit[1]) != 1 or unit[0].size != 4:
+                continue
+            ins = unit[1][0][1]
+            if ins.form.ctx == (Ctx.SUPERVISOR if worker else Ctx.WORKER):
+                continue
+            key, ops = ins.form.key, [int(o) for o in ins.ops]
+            name, _, form = key.rpartition("_")
+            row = None
+            if key in ("nop", "fnop"):
+                row = (jit.S_NOP, 0, 0, 0, 0, 0)
+            elif key in ("setzi_m", "setzi_ml") and 0 <= ops[1] < 1 << 32:
+                row = (jit.S_SETZI, 0, ops[0], ops[1], 0, 0)
+            elif name in alu and form in ("rr", "ri"):
+                b = ops[2] & 0xFFFFFFFF if form == "ri" else ops[2]
+                row = (jit.S_ALU, alu[name], ops[0], ops[1], b, int(form == "ri"))
+            elif key in ("ld32_mr", "ld32_mi", "ld32step_mr", "ld32step_mi"):
+                op = jit.S_LD32STEP if name == "ld32step" else jit.S_LD32
+                row = (op, int(form == "mr"), *ops[:4])
+            elif key in ("st32_mr", "st32_mi", "st32step_mr", "st32step_mi"):
+                op = jit.S_ST32STEP if name == "st32step" else jit.S_ST32
+                row = (op, int(form == "mr"), *ops[:4])
+            elif key == "br":
+                row = (jit.S_BR, 0, ops[0], 0, 0, 0)
+            elif key == "bri":
+                row = (jit.S_BRI, 0, ops[0] * 4, 0, 0, 0)
+            elif key == "call":
+                row = (jit.S_CALL, 0, ops[0], ops[1] * 4, 0, 0)
+            elif key in ("brz", "brnz", "brnzdec"):
+                op = {"brz": jit.S_BRZ, "brnz": jit.S_BRNZ, "brnzdec": jit.S_BRNZDEC}[key]
+                row = (op, 0, ops[0], ops[1] * 4, 0, 0)
+            elif key == "tapack" and ops[0] < 15:
+                row = (jit.S_TAPACK, 0, *ops[:4])
+            elif worker:
+                pass
+            elif key == "delay":
+                row = (jit.S_DELAY, 0, ops[0], 0, 0, 0)
+            elif key == "get" and (ops[1] == S.WC["FP_CLR"] or CSR_COLUMN[ops[1]] >= 0):
+                col = max(int(CSR_COLUMN[ops[1]]), 0)
+                row = (jit.S_GET, 0, ops[0], col, int(ops[1] == S.WC["FP_CLR"]), 0)
+            elif key == "put" and ops[0] not in no_put and CSR_COLUMN[ops[0]] >= 0:
+                row = (jit.S_PUT, xs.get(ops[0], jit.PUT_PLAIN), ops[0], ops[1], int(CSR_COLUMN[ops[0]]), 0)
+            if row is not None:
+                tab[k, : jit.SUP_COST] = row
+                tab[k, jit.SUP_COST] = unit[2] if worker else unit[3]
+        tabs[worker] = tab
+        return tab
+
+    def _run_ctx(self, g: Group) -> bool:
+        """Fast path: every context of a group outside rpt loops runs on its own through the scalar instructions
+        of _ctx_table (jit.sup_run) until one it does not take (a send, sync, run, a pace form, rpt, ...), a
+        check that would fail, or a profile mark; the contexts then form groups by the PC where they stopped
+        (where a check would fail or a mark is due, the next step goes through _step (nofuse): the numpy
+        semantics execute it and report a failing check). Supervisors of different tiles share nothing between
+        syncs but the exchange, whose set-ups (puts to $INCOMING_MUX / BASE / DCOUNT) are recorded with their
+        clocks and per-tile program order as the numpy semantics record them, and the workers of one tile meet
+        only through memory they synchronise on, so only the order of steps across contexts changes (see
+        _run_fast). False: no context executed anything (the step path runs the group)."""
+        worker = not g.supervisor
+        tab = self._ctx_table(worker)
+        rec = self.recorder
+        key = None if rec is None or worker else rec.pcs
+        stops = self.__dict__.setdefault("_ctx_stops", {})
+        if stops.get(worker, (0, None))[0] is not key:
+            stop = np.zeros(len(tab), np.uint8)
+            if key is not None:
+                for p in key:
+                    k = (p - self.program.base) >> 2
+                    if 0 <= k < len(stop):
+                        stop[k] = 1
+            stops[worker] = (key, stop)
+        stop = stops[worker][1]
+        idx = np.array(g.idx, dtype=np.int64)
+        n = len(idx)
+        out_pc = np.empty(n, np.int64)
+        out_n = np.empty(n, np.int64)
+        ev = self.__dict__.get("_sup_ev")
+        if ev is None:
+            ev = self._sup_ev = np.zeros((4096, jit.EV_COLS), np.int64)
+        ev_n = np.zeros(1, np.int64)
+        S = semantics
+        jit.sup_run(
+            self.m, self.csr, self.cycles, self.issued, self.flat32, self.flat_state, self.ctx_word_base, idx,
+            tab, stop, self.program.base, self.base, self.end, self.word_stride, self.check_poison,
+            S._col(S._X_MUX), S._col(S._X_BASE), S._col(S._X_DCOUNT), self.SUP_BUDGET, out_pc, out_n, ev, ev_n,
+            g.pc,
+        )  # fmt: skip
+        top = int(out_n.max())
+        if top == 0:
+            return False
+        ne = int(ev_n[0])
+        if ne:
+            self._sup_events(ev[:ne])
+        if top > 1:  # rounds count steps (max_rounds, progress): the furthest context's
+            self.rounds += top - 1
+        base, nu = self.program.base, len(tab)
+        same = bool((out_pc == out_pc[0]).all())
+        for pc in [int(out_pc[0])] if same else np.unique(out_pc).tolist():
+            k = (pc - base) >> 2
+            # stopped at an instruction of the table: a failing check, a mark or the budget; else one it does not take
+            nofuse = pc % 4 == 0 and 0 <= k < nu and tab[k, jit.SUP_OP] != jit.S_STOP
+            self._groups.append(Group(pc, idx if same else idx[out_pc == pc], g.supervisor, nofuse=nofuse))
+        return True
+
+    SUP_BUDGET = 1 << 16  # instructions per context and jit.sup_run call
+
+    def _sup_events(self, ev: np.ndarray) -> None:
+        """jit.sup_run's exchange set-ups as semantics._exchange_setup records them: windows (a $INCOMING_DCOUNT
+        put of v > 0) in xwins, the other set-ups in xsets, each event with its own sequence number (program
+        order per tile, after every event recorded before) and PC."""
+        n = len(ev)
+        seq = self.xseq + np.arange(n, dtype=np.int64)
+        self.xseq += n
+        tiles = self.ctx_tile[ev[:, 0]]
+        win = (ev[:, 7] == jit.PUT_DCOUNT) & (ev[:, 4] > 0)
+        if win.any():
+            e = ev[win]
+            self.xwins.append((tiles[win], e[:, 1].copy(), seq[win], e[:, 5].copy(), e[:, 6].copy(), e[:, 4].copy(),
+                               e[:, 2].copy()))  # fmt: skip
+        if not win.all():
+            e = ev[~win]
+            self.xsets.append((tiles[~win], e[:, 1].copy(), seq[~win], e[:, 2].copy(), e[:, 3].copy()))
 
     def _check_context(self, g: Group, ins: Instr) -> None:
         ctx = ins.form.ctx
