@@ -422,10 +422,12 @@ def dense_of(array: np.ndarray) -> DenseIntOrFPElementsAttr:
     return DenseIntOrFPElementsAttr(TensorType(IntegerType(width), list(a.shape)), BytesAttr(a.tobytes()))
 
 
-def array_of(attr: DenseIntOrFPElementsAttr, dtype) -> np.ndarray:
-    """The numpy array of a dense tensor attribute made by `dense_of` (dtype: the element type to read it as)."""
+def array_of(attr: DenseIntOrFPElementsAttr, dtype, copy: bool = False) -> np.ndarray:
+    """The numpy array of a dense tensor attribute made by `dense_of` (dtype: the element type to read it as): a
+    read-only view of the attribute's bytes unless `copy`."""
     shape = attr.get_shape()
-    return np.frombuffer(attr.data.data, dtype=dtype).reshape(shape).copy()
+    a = np.frombuffer(attr.data.data, dtype=dtype).reshape(shape)
+    return a.copy() if copy else a
 
 
 def _dense(op: IRDLOperation, name: str, dtype, required: bool = True) -> np.ndarray | None:

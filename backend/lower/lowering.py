@@ -1306,6 +1306,7 @@ class Lowering(NnOps):
             program = build_program(self, self._patch_descriptors)
         except ProgramError as e:
             raise LoweringError(str(e)) from None
+        self.image.segments = []  # the program's asm.data holds them now
         meta = program.metadata()
         meta["derived_parameters"] = derived_parameters(self.f)
         program.set_metadata(meta)

@@ -608,7 +608,7 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True, materialize
         r, names = d.relocs()
         if not len(r):
             continue
-        rows = d.rows()
+        rows = d.rows().copy()
         w = rows.view("<u4")
         try:
             addr = np.array([laid.labels[x] for x in names], np.int64)
