@@ -20,5 +20,5 @@ lint:
 	$(BIN)/ruff format --check .
 
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 	$(BIN)/lit -q tests/

@@ -57,13 +57,14 @@ def test_running_models(workdir):
 def test_using_ipu_opt(workdir):
     lines = commands("Using `ipu-opt`")
     assert lines[0].startswith(".venv/bin/ipu-run --model siglip-tiny --emit-nn model.mlir")
-    packages = []  # a.ipupkg as each command writing it left it: from nn IR, then from placed IR
+    packages = []  # a.ipupkg as each command writing it left it: from nn IR, from placed IR, from the asm.program
 
     def after(i, line):
         if "-o a.ipupkg" in line:
             packages.append((workdir / "a.ipupkg").read_bytes())
 
     out = run(lines, workdir, after)
-    assert len(packages) == 2 and packages[0] == packages[1]  # "... and package it later (the same bytes)"
+    assert len(packages) == 3 and packages[0] == packages[1] == packages[2]  # "(the same bytes)"
+    assert "asm.program @main" in (workdir / "program.mlir").read_text()
     assert (workdir / "edited.ipupkg").is_file()
     assert any("main:" in o for o in out)  # -t ipu-asm printed the supervisor program
