@@ -227,6 +227,25 @@ OPS_BY_MNEMONIC: dict[str, type[AsmInstructionOp]] = {m: _make_instruction_op(m)
 globals().update({cls.__name__: cls for cls in OPS_BY_MNEMONIC.values()})
 
 
+def _parse_region_op(cls, parser: Parser, properties: dict[str, Attribute]):
+    """The rest of a region op after its head: `attributes {...}` (optional) and its one-block region."""
+    attrs = parser.parse_optional_attr_dict_with_keyword()
+    region = parser.parse_region()
+    if not region.blocks:
+        region.add_block(Block())
+    op = cls.create(properties=properties, regions=[region])
+    if attrs is not None:
+        op.attributes.update(attrs.data)
+    return op
+
+
+def _print_region_op(op: IRDLOperation, printer: Printer, head: str) -> None:
+    printer.print_string(head)
+    printer.print_op_attributes(op.attributes, print_keyword=True)
+    printer.print_string(" ")
+    printer.print_region(op.body, print_entry_block_args=False, print_empty_block=False)
+
+
 @irdl_op_definition
 class LabelOp(IRDLOperation):
     """A branch target inside a kernel."""
@@ -325,23 +344,10 @@ class KernelOp(IRDLOperation):
     def parse(cls, parser: Parser) -> KernelOp:
         name = parser.parse_symbol_name().data
         ctx = parser.parse_identifier("'supervisor' or 'worker'")
-        attrs = parser.parse_optional_attr_dict_with_keyword()
-        region = parser.parse_region()
-        if not region.blocks:
-            region.add_block(Block())
-        op = cls.create(
-            properties={"sym_name": StringAttr(name), "context": StringAttr(ctx)},
-            regions=[region],
-        )
-        if attrs is not None:
-            op.attributes.update(attrs.data)
-        return op
+        return _parse_region_op(cls, parser, {"sym_name": StringAttr(name), "context": StringAttr(ctx)})
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(f" @{self.sym_name.data} {self.context.data}")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+        _print_region_op(self, printer, f" @{self.sym_name.data} {self.context.data}")
 
     # --- conversions ------------------------------------------------------------------------------------------
     def to_kernel(self) -> Kernel:
@@ -560,23 +566,13 @@ class RepeatOp(IRDLOperation):
         count = parser.parse_integer(allow_boolean=False, allow_negative=False)
         parser.parse_keyword("record")
         record = _parse_hex_or_int(parser)
-        attrs = parser.parse_optional_attr_dict_with_keyword()
-        region = parser.parse_region()
-        if not region.blocks:
-            region.add_block(Block())
-        op = cls.create(
-            properties={"count": IntegerAttr(count, i32), "record": IntegerAttr(record, i32)},
-            regions=[region],
-        )
-        if attrs is not None:
-            op.attributes.update(attrs.data)
-        return op
+        props = {"count": IntegerAttr(count, i32), "record": IntegerAttr(record, i32)}
+        return _parse_region_op(cls, parser, props)
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(f" {int(self.count.value.data)} record {int(self.record.value.data):#x}")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+        _print_region_op(
+            self, printer, f" {int(self.count.value.data)} record {int(self.record.value.data):#x}"
+        )
 
 
 @irdl_op_definition
@@ -729,20 +725,10 @@ class ProgramOp(IRDLOperation):
     @classmethod
     def parse(cls, parser: Parser) -> ProgramOp:
         name = parser.parse_symbol_name().data
-        attrs = parser.parse_optional_attr_dict_with_keyword()
-        region = parser.parse_region()
-        if not region.blocks:
-            region.add_block(Block())
-        op = cls.create(properties={"sym_name": StringAttr(name)}, regions=[region])
-        if attrs is not None:
-            op.attributes.update(attrs.data)
-        return op
+        return _parse_region_op(cls, parser, {"sym_name": StringAttr(name)})
 
     def print(self, printer: Printer) -> None:
-        printer.print_string(f" @{self.sym_name.data}")
-        printer.print_op_attributes(self.attributes, print_keyword=True)
-        printer.print_string(" ")
-        printer.print_region(self.body, print_entry_block_args=False, print_empty_block=False)
+        _print_region_op(self, printer, f" @{self.sym_name.data}")
 
 
 def program_of(module: ModuleOp) -> ProgramOp | None:
