@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
-from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, ModuleOp, StringAttr, UnitAttr, i32
+from xdsl.dialects.builtin import ArrayAttr, IntegerAttr, StringAttr, UnitAttr, i32
 from xdsl.ir import Attribute, Operation
 
 from ipu.backend.asm_text import parse_kernels, print_kernels
@@ -139,7 +139,7 @@ class StandInLabels(dict):
         k = self.names.setdefault(name, len(self.names))
         return self.base + _STEP * k
 
-    def get(self, name, default=None):  # noqa: D401 (dict protocol: frames ask with [])
+    def get(self, name, default=None):  # a frame builder may ask with .get: a stand-in all the same
         return self[name]
 
 
@@ -684,7 +684,3 @@ def program_text(program: asm.ProgramOp) -> str:
     """The assembly of a program's kernels: main with its comments, then the linked routines."""
     kernels = program.kernels()
     return asm.kernel_text(kernels[0]) + "\n" + print_kernels([k.to_kernel() for k in kernels[1:]])
-
-
-def module_of(program: asm.ProgramOp) -> ModuleOp:
-    return ModuleOp([program])
