@@ -66,6 +66,11 @@ def op_label(op: Operation) -> str:
     return f"{op.name}{' %' + hint if hint else ''}"
 
 
+def _gemm_operand(v: SSAValue) -> bool:
+    """Whether a GEMM-planned op reads v."""
+    return any(isinstance(u.operation.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr) for u in v.uses)
+
+
 @dataclass
 class Events:
     """Event numbering of one function: `start[op]` its event, `end[op]` its last (a repeat's yield event)."""
@@ -188,6 +193,10 @@ class _Builder:
         if isinstance(op, Operation) and isinstance(op.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr):
             if self.gemm_interleaved:
                 region, align = ma.REGION_1, 16
+        if layout.order.data == "ampw" and self.gemm_interleaved and _gemm_operand(v):
+            # AMP weight panels a GEMM reads in place: its coefficient loads take two slots per load (ld128) from
+            # interleaved memory at 16 bytes.
+            region, align = ma.REGION_1, 16
         host = bool(kind) or last == self.events.count - 1
         b = self.add(
             ma.Buffer(

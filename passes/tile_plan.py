@@ -248,6 +248,11 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         spread = min(b0, -(-num_tiles // layout.num_blocks))
         r = spread
     p = min(b0, max(-(-b0 // r), -(-HOME_PIECE_BYTES // row_bytes)))
+    if layout.order.data == "ampw":
+        # Whole 16-row AMP panels (or the whole block): each piece is one or two contiguous ranges of its block
+        # (`tl.ampw_positions`), so the exchange moves it as such, not one piece per K block.
+        q = tl.AMP_PANEL_ROWS
+        p = next((m for m in range(-(-p // q) * q, b0, q) if b0 % m == 0), b0)
     for q in range(p, min(b0, 2 * p) + 1):
         if b0 % q == 0:
             p = q
@@ -957,7 +962,39 @@ def choose_gemm(
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
 
 
-WEIGHTS_ORDERS = ("row_major", "amp16")  # storage orders of GEMM weight panels (option `weights_order`)
+# Storage orders of GEMM weight panels (option `weights_order`): "auto" = `ampw` where `ampw_fits`, else row-major.
+WEIGHTS_ORDERS = ("auto", "row_major", "amp16", "ampw")
+FP8_TYPES = (Float8E4M3FNUZType, Float8E5M2FNUZType)
+
+
+def ampw_fits(op: nn.LinearPartialsOp, pn: int, kc: int) -> bool:
+    """Whether a many-row K split's [pn, kc] weight blocks are stored as the AMP weight panels its GEMM reads in
+    place (`ampw`, prepared by the host at upload) rather than row-major (rearranged into panels on the device
+    at every inference): FP8 x and FP8 weights (the FP8 AMP, 32-deep K blocks), column panels of whole 16-row
+    AMP panels (the last, narrower column panel too) and K chunks of whole K blocks (a ragged last chunk keeps
+    its K tail row-major, `tl.ampw_positions`' region C, padded on the device). Home pieces are whole AMP panels
+    (`home_of`)."""
+    x, w = op.input.type.element_type, op.weight.type.element_type
+    n = op.weight.type.get_shape()[0]
+    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)):
+        return False
+    last = n - (-(-n // pn) - 1) * pn
+    return pn % tl.AMP_PANEL_ROWS == 0 and last % tl.AMP_PANEL_ROWS == 0 and kc % tl.ampw_kblock(w) == 0
+
+
+def ampw_x_fits(k: int, kc: int, a_cols: int | None, kb: int) -> bool:
+    """Whether every chunk's GEMM parts (`nnops._ampw_parts`) read `ampw` weights as whole panels: x in column
+    panels of a_cols (a multiple of kb, read in place) whose narrower last panel at K's end is narrower than one
+    K block, so that the in-place part covers all of the chunk's whole K blocks (its weights one contiguous
+    range); other x layouts give one part, or a part split at the whole blocks' end."""
+    if a_cols is None or a_cols % kb:
+        return True
+    for k0 in range(0, k, kc):
+        kw = min(kc, k - k0)
+        whole_panels = k0 % a_cols == 0 and (kw % a_cols == 0 or k0 + kw == k)
+        if whole_panels and kw // a_cols * a_cols < kw // kb * kb:
+            return False
+    return True
 
 
 def head_divisors(d: int) -> list[int]:
@@ -1112,6 +1149,10 @@ class _Planner:
         for op in list(block.ops):
             self.plan_op(op)
 
+    def fixed_order(self) -> str:
+        """The weight order of GEMMs `ampw_fits` does not cover: the option's, row-major for "auto"."""
+        return "row_major" if self.weights_order == "auto" else self.weights_order
+
     def home(self, want: tl.LayoutAttr) -> tl.LayoutAttr:
         self.home_count += 1
         return home_of(want, self.home_count - 1, self.target.num_tiles)
@@ -1242,7 +1283,7 @@ class _Planner:
             )
         if (isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2) or is_gemm_matmul(op):
             # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
-            worder = "row_major" if isinstance(op, nn.MatmulOp) else self.weights_order
+            worder = "row_major" if isinstance(op, nn.MatmulOp) else self.fixed_order()
             plan = choose_gemm(op, t, self.memory_fraction, worder)
             (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
             a_operand = gemm_operands(op)[0]
@@ -1283,10 +1324,25 @@ class _Planner:
                 )
             cycles, gm, pm, pn = best
             prec = precision_of(op.input.type, op.weight.type)
-            plan = tl.GemmPlanAttr(
-                tl._int_array((g, gm, -(-n // pn))), tl._int_array((pm, kc, pn)), tl.IntAttr(0),
-                tl.StringAttr(prec), tl.StringAttr("early"), tl.StringAttr(self.weights_order), tl.IntAttr(cycles),
-            )  # fmt: skip
+            worder = self.weights_order
+            if worder == "auto":
+                worder = "ampw" if ampw_fits(op, pn, kc) else "row_major"
+
+            def rows_plan(worder):
+                return tl.GemmPlanAttr(
+                    tl._int_array((g, gm, -(-n // pn))), tl._int_array((pm, kc, pn)), tl.IntAttr(0),
+                    tl.StringAttr(prec), tl.StringAttr("early"), tl.StringAttr(worder), tl.IntAttr(cycles),
+                )  # fmt: skip
+
+            plan = rows_plan(worder)
+            if worder == "ampw" and self.weights_order == "auto":
+                # x's storage as plan_op will ask for it: column panels it reads in place must leave the weight
+                # parts whole (`ampw_x_fits`)
+                xw = partials_layouts(op, plan, t.num_tiles)[0][0]
+                a_cols = tl.col_panel_width(gathered_chunk_layout(tl.layout_of(op.input), xw))
+                kb = tl.ampw_kblock(op.weight.type.element_type)
+                if not ampw_x_fits(op.input.type.get_shape()[1], kc, a_cols, kb):
+                    plan = rows_plan("row_major")
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):
             (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
@@ -1306,7 +1362,7 @@ class _Planner:
             wbytes = tl.element_bytes(op.weight.type.element_type)
             cycles = cm.gemm_kernel_cycles(m, kc, pn, wbytes) + cm.weight_prep_cycles(pn, kc, wdt, t)
             prec = precision_of(op.input.type, op.weight.type)
-            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.weights_order, cycles)
+            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.fixed_order(), cycles)
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.MatmulPartialsOp):
             plan = choose_matmul_partials(op, t)
@@ -1435,8 +1491,11 @@ class TilePlanPass(ModulePass):
     """Share of a tile's SRAM one GEMM's panels may use (the rest: other live tensors, code, exchange tables)."""
     attention: str = "materialized"
     """Attention implementation: "materialized" (only this one is lowered further) or "flash"."""
-    weights_order: str = "row_major"
-    """Storage order of GEMM weight panels: "row_major" or "amp16" (AMP micro-panels)."""
+    weights_order: str = "auto"
+    """Storage order of GEMM weight panels: "auto" (`ampw` where the GEMM kernel reads the weight blocks in place
+    as AMP panels, `ampw_fits`: FP8-activation K splits; row-major elsewhere), "row_major", "amp16" (AMP
+    micro-panels) or "ampw" (every GEMM's). The choice is the plan's `worder`; a plan given before tile-plan
+    keeps its own."""
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.

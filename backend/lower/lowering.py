@@ -1793,6 +1793,7 @@ def compile_model(
     keep_f16: tuple[str, ...] | None = None,
     activations: str = "f16",
     calibration: Mapping[str, np.ndarray] | None = None,
+    weights_order: str = "auto",
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1807,7 +1808,9 @@ def compile_model(
     "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`).
     `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
     cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
-    without it the casts take the rule's 2^-4."""
+    without it the casts take the rule's 2^-4. `weights_order`: tile-plan's GEMM weight storage
+    (`IpuCompilePipelinePass.weights_order`: "auto" keeps FP8-activation K splits' weights as AMP panels read in
+    place, "row_major" makes every weight's panels on the device)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1836,6 +1839,7 @@ def compile_model(
             scratch=not debug_values,
             keep_f16=keep,
             activations=activations,
+            weights_order=weights_order,
         )
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))

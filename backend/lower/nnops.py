@@ -935,9 +935,11 @@ class NnOps:
         lay = op.attributes[tl.LAYOUT_ATTR]
         g, table = lay.geometry(), lay.table()
         xdt, wdt, rdt = device_dtype(xl.dtype), device_dtype(wl.dtype), device_dtype(lay.dtype)
-        if wl.order.data != "row_major" or (xl.order.data != "row_major" and a_cols is None):
+        ampw = wl.order.data == "ampw"  # weight blocks stored as the AMP panels the GEMM reads in place
+        if wl.order.data not in ("row_major", "ampw") or (xl.order.data != "row_major" and a_cols is None):
             raise self.error(
-                f"{what}: FP8 x must arrive as row-major blocks or column panels, the weight row-major"
+                f"{what}: FP8 x must arrive as row-major blocks or column panels, the weight row-major or as AMP "
+                "panels (ampw)"
             )
         if wdt not in ("f8e4m3fnuz", "f8e5m2fnuz") or rdt not in ("f32", "f16"):
             raise self.error(
@@ -1029,7 +1031,9 @@ class NnOps:
                                         panel_width=a_cols // 2, panel_step=mr * a_cols)  # fmt: skip
                 else:  # piece by piece
                     x_copies[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, rp, a_area, zeros, esize=1)
-                if r % kb:
+                if ampw:  # the weight's parts: below (`_ampw_parts`)
+                    wsrc = (None, 0, False)
+                elif r % kb:
                     kern = _padded_rows(nc, r, wa + nfull, kw, c_area, rp)
                     if kern is None:
                         w_copies[t] = [
@@ -1045,6 +1049,10 @@ class NnOps:
                     wsrc = (wa + nfull, kw, False)
                 tparts.append((nfull, rp, a_area, rp, panels + npad[t] * nfull, {}, *wsrc[:2], True, wsrc[2]))
             parts[t] = tparts
+            if ampw:
+                parts[t] = self._ampw_parts(
+                    what, t, jobs[t], tparts, kb, c_area, panels, zeros, w_rows, w_copies
+                )
         self._use_bounded(
             (
                 max(
@@ -1052,7 +1060,14 @@ class NnOps:
                     for t, j in jobs.items()
                 ),
                 max((j[3] * q[1] for t, j in jobs.items() for q in parts[t] if q[8]), default=0),
-                max(kp[t] * npad[t] for t in jobs),
+                max(
+                    (
+                        kp[t] * npad[t]
+                        for t, v in parts.items()
+                        if not ampw or any(q[6] is not None for q in v)
+                    ),
+                    default=0,
+                ),
             )
         )
         direct = self._direct_results(jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1)
@@ -1063,7 +1078,8 @@ class NnOps:
         nparts = max(len(v) for v in parts.values())
         for p in range(nparts):
             tag = f"{what}: FP8 weight panels" + (" (last panel)" if p else "")
-            sel = {t: v[p] for t, v in parts.items() if p < len(v)}
+            # (`ampw` weights read in place have no source rows: nothing to prepare)
+            sel = {t: v[p] for t, v in parts.items() if p < len(v) and v[p][6] is not None}
             prep = {
                 t: self.kernel(pk.weights_from_bt, jobs[t][4], q[1], gm.FP8, q[6], q[4], src_row=q[7])
                 for t, q in sel.items()
@@ -1073,6 +1089,14 @@ class NnOps:
                 pads = {t: (jobs[t][4], npad[t]) for t, q in sel.items() if (q[1], q[4]) == (width, area)}
                 self.kcall(f"{tag} N padding", n_padding_zeros(pads, width, area, zeros, kblock=kb))
         coef = self.gemm_coef(op, panels)
+        for t, v in parts.items() if ampw and coef == "ld128" else ():
+            for q in v:
+                if q[6] is None and not (q[4] >= self.target.region1[0] and q[4] % 16 == 0):
+                    raise self.error(
+                        f"{what}: tile {t}: kernel choice coef = 'ld128' needs the AMP weight panels read in place "
+                        f"in interleaved memory at 16 bytes; they are at {q[4]:#x} (memory-plan puts an ampw GEMM "
+                        "operand there; a weight read from its home is not: coef = 'ld64')"
+                    )
         fmt = dict(
             in_format=fp8.F143 if xdt == "f8e4m3fnuz" else fp8.F152,
             w_format=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152,
@@ -1090,6 +1114,52 @@ class NnOps:
                                            coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
             self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
         self._rows_results(what, jobs, npad, c_area, direct, rdt)
+
+    def _ampw_parts(self, what, t, job, tparts, kb, c_area, panels, zeros, w_rows, w_copies) -> list:
+        """The GEMM parts of a tile whose [nc, kw] FP8 weight block is stored as AMP panels (`ampw`,
+        `tl.ampw_positions`): region A ([nc / 16][kf / 32][16][32], kf = kw // 32 * 32) is the kernel's weight
+        panels, read in place (weights = the block's address, no preparation; a part's weights must be all of
+        region A, or one 16-row panel's K blocks); the K tail (region C, [nc][kw - kf] row-major: a ragged last
+        chunk) is padded with zeros to one 32-deep block in the C scratch (a row kernel, or copies) and made
+        into FP8 panels in the aux, as row-major weight rows are. An x part over kf is split there (it is then
+        in the A scratch, rows of whole blocks). Part tuples as `_linear_partials_rows_fp8`'s, the weight rows
+        None where the weights are read in place."""
+        nc, kw, wa = job[4], job[2], job[6]
+        kf = kw // kb * kb
+        if nc % 16:
+            raise self.error(
+                f"{what}: tile {t}: a {nc}-row weight block stored as AMP panels (ampw) needs whole 16-row panels "
+                '(plan it with worder = "row_major")'
+            )
+        out = []
+        for k1, kk, a, row, _area, pkw, _ws, _wst, a_scr, _wc in tparts:
+            pieces = [(k1, kk, a, pkw)]
+            if k1 < kf < k1 + kk:  # A scratch rows of whole blocks: the part's two K ranges from them
+                pieces = [(k1, kf - k1, a, pkw), (kf, k1 + kk - kf, a + kf - k1, {})]
+            for p1, pw, pa, ppkw in pieces:
+                if p1 >= kf:  # the K tail: [nc][r] rows (region C) -> zero-padded rows in C -> panels (aux)
+                    r, rp = kw - kf, pw
+                    src = wa + nc * kf
+                    kern = _padded_rows(nc, r, src, r, c_area, rp)
+                    if kern is None:
+                        w_copies[t] = [
+                            piece
+                            for q in range(nc)
+                            for piece in [(src + q * r, c_area + q * rp, r)]
+                            + zero_copies(zeros, c_area + q * rp + r, rp - r)
+                        ]
+                    else:
+                        w_rows[t] = kern
+                    out.append((p1, pw, pa, row, panels, ppkw, c_area, rp, a_scr, True))
+                    continue
+                if not ((p1 == 0 and pw == kf) or nc == 16):
+                    raise self.error(
+                        f"{what}: tile {t}: a GEMM part over K [{p1}, {p1 + pw}) of a {nc} x {kw} weight block stored "
+                        f"as AMP panels (ampw) is not contiguous (x arrives as column panels whose narrower last one "
+                        f'is {kw - kf} or more wide: plan it with worder = "row_major")'
+                    )
+                out.append((p1, pw, pa, row, wa + p1 // kb * 512, ppkw, None, 0, a_scr, False))
+        return out
 
     def _direct_results(self, jobs, npad, parts, rdt: str, esize: int) -> set[int]:
         """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than
