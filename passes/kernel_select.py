@@ -172,6 +172,8 @@ def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, obj
     wl = tl.layout_of(op.operands[1])
     wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
     chunks = [kw for _, kw in cm.gemm_k_chunks(k, int(dims[:, 1].max()), wsize)]
+    if wl is not None and wl.order.data == "ampw" and kpad * 2 <= cm.GEMM_MAX_A_ROW_BYTES:
+        chunks = [kpad]  # AMP weight panels read in place: no staging to bound, one GEMM call
     xl = tl.layout_of(op.operands[0])
     mr = dims[:, 0]
     a_cols = tl.col_panel_width(xl)

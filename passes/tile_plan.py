@@ -968,18 +968,39 @@ FP8_TYPES = (Float8E4M3FNUZType, Float8E5M2FNUZType)
 
 
 def ampw_fits(op: nn.LinearPartialsOp, pn: int, kc: int) -> bool:
-    """Whether a many-row K split's [pn, kc] weight blocks are stored as the AMP weight panels its GEMM reads in
-    place (`ampw`, prepared by the host at upload) rather than row-major (rearranged into panels on the device
-    at every inference): FP8 x and FP8 weights (the FP8 AMP, 32-deep K blocks), column panels of whole 16-row
-    AMP panels (the last, narrower column panel too) and K chunks of whole K blocks (a ragged last chunk keeps
-    its K tail row-major, `tl.ampw_positions`' region C, padded on the device). Home pieces are whole AMP panels
-    (`home_of`)."""
+    """Whether a K split's [pn, kc] weight blocks are stored as the AMP weight panels its GEMM reads in place
+    (`ampw`, prepared by the host at upload) rather than row-major (rearranged into panels on the device at
+    every inference): FP8 x and FP8 weights (the FP8 AMP, 32-deep K blocks), or, for a few-row split (the MAP
+    head's), f16 x and an f16 parameter weight (the F16 AMP, 16-deep blocks; FP8 weights with f16 x are converted
+    to F16 panels on the device either way); column panels of whole 16-row AMP panels (the last, narrower column
+    panel too) and K chunks of whole K blocks (a ragged last chunk of a many-row split keeps its K tail row-major,
+    `tl.ampw_positions`' region C, padded on the device). Home pieces are whole AMP panels (`home_of`)."""
     x, w = op.input.type.element_type, op.weight.type.element_type
     n = op.weight.type.get_shape()[0]
-    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)):
+    f16_few = (
+        tl.element_bytes(x) == tl.element_bytes(w) == 2
+        and op.input.type.get_shape()[0] <= FEW_ROWS
+        and not op.groups
+        and not device_weight_partials(op)
+    )
+    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)) and not f16_few:
         return False
     last = n - (-(-n // pn) - 1) * pn
     return pn % tl.AMP_PANEL_ROWS == 0 and last % tl.AMP_PANEL_ROWS == 0 and kc % tl.ampw_kblock(w) == 0
+
+
+def ampw_fits_gemm(op: nn.LinearOp, plan: tl.GemmPlanAttr) -> bool:
+    """Whether an unsplit linear's [pn, K] weight blocks are stored as the F16 AMP panels its GEMM reads in place
+    (`ampw`): f16 x and an f16 weight (FP8 weights are converted to F16 panels on the device either way), column
+    panels of whole 16-row panels, K of whole 16-blocks in one K chunk (A rows within the kernel's row stride:
+    kernel-select then takes one chunk, there being no staging to bound)."""
+    x, w = op.input.type.element_type, op.weight.type.element_type
+    if not tl.element_bytes(x) == tl.element_bytes(w) == 2:
+        return False
+    n, k = op.weight.type.get_shape()
+    pn = plan.get("panel")[2]
+    last = n - (-(-n // pn) - 1) * pn
+    return pn % 16 == 0 and last % 16 == 0 and k % 16 == 0 and 2 * k <= cm.GEMM_MAX_A_ROW_BYTES
 
 
 def ampw_x_fits(k: int, kc: int, a_cols: int | None, kb: int) -> bool:
@@ -1285,6 +1306,9 @@ class _Planner:
             # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
             worder = "row_major" if isinstance(op, nn.MatmulOp) else self.fixed_order()
             plan = choose_gemm(op, t, self.memory_fraction, worder)
+            if self.weights_order == "auto" and isinstance(op, nn.LinearOp) and ampw_fits_gemm(op, plan):
+                plan = gemm_plan(*plan.get("grid"), *plan.get("panel"), plan.get("base"), plan.get("precision"),
+                                 plan.get("cast"), "ampw", plan.get("cycles"))  # fmt: skip
             (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
             a_operand = gemm_operands(op)[0]
             same_a = (a_operand, plan.get("grid"), plan.get("panel")) == self.last_gemm[:3]
@@ -1362,7 +1386,10 @@ class _Planner:
             wbytes = tl.element_bytes(op.weight.type.element_type)
             cycles = cm.gemm_kernel_cycles(m, kc, pn, wbytes) + cm.weight_prep_cycles(pn, kc, wdt, t)
             prec = precision_of(op.input.type, op.weight.type)
-            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.fixed_order(), cycles)
+            worder = self.fixed_order()
+            if self.weights_order == "auto" and ampw_fits(op, pn, kc) and kc % 16 == 0 and k % 16 == 0:
+                worder = "ampw"
+            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", worder, cycles)
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.MatmulPartialsOp):
             plan = choose_matmul_partials(op, t)

@@ -523,8 +523,15 @@ class NnOps:
         (m, k), kc = x.type.get_shape(), op.chunk
         xl, wl = tl.layout_of(x), tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
-        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major" or wl.order.data != "row_major":
-            raise self.error(f"{what}: x must arrive as row-major f16 and the weight as row-major blocks")
+        ampw = self._few_rows_ampw(wl, what)
+        if (
+            device_dtype(xl.dtype) != "f16"
+            or xl.order.data != "row_major"
+            or wl.order.data not in ("row_major", "ampw")
+        ):
+            raise self.error(
+                f"{what}: x must arrive as row-major f16 and the weight as row-major blocks (or F16 AMP panels)"
+            )
         if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
         if k % 16 or kc % 16 or 2 * kc > 4112:
@@ -560,12 +567,14 @@ class NnOps:
             npad[t] = -(-nc // 16) * 16
         if self.target.region1_element_bytes < max(j[0] * npad[t] * 2 for t, j in jobs.items()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
-        # C [mpad][npad] f16, A's [mpad][kw] rows, the [npad/16][kw/16] weight panels
+        if ampw:
+            self._check_ampw_blocks(what, {t: (j[1], j[0], j[3]) for t, j in jobs.items()})
+        # C [mpad][npad] f16, A's [mpad][kw] rows, the [npad/16][kw/16] weight panels (none: read in place)
         self._use_bounded(
             (
                 mpad * max(npad.values()) * 2,
                 mpad * max(j[0] for j in jobs.values()) * 2,
-                max(j[0] * npad[t] * 2 for t, j in jobs.items()),
+                0 if ampw else max(j[0] * npad[t] * 2 for t, j in jobs.items()),
             )
         )
         rows = {}
@@ -579,7 +588,9 @@ class NnOps:
                 zeros, a_area + ma * kw * 2, (mpad - ma) * kw * 2
             )  # up to the kernel's minimum
         self.copy_call(rows, f"{what}: A rows")
-        if wdt == "f16":
+        if ampw:  # the weight blocks are the kernel's F16 panels: read in place
+            prep = {}
+        elif wdt == "f16":
             prep = {
                 t: pk.weights_from_bt(j[1], j[0], "f16", j[3], panels, src_row=j[0] * 2)
                 for t, j in jobs.items()
@@ -591,12 +602,12 @@ class NnOps:
                 for t, j in jobs.items()
             }
         self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
-        if wdt == "f16":  # (the FP8 conversion zeroes the N padding rows itself)
+        if wdt == "f16" and not ampw:  # (the FP8 conversion zeroes the N padding rows itself)
             zero_rows = {}
             for t, j in jobs.items():  # (chunk widths differ by tile: the last chunk's may be shorter)
                 zero_rows |= n_padding_zeros({t: (j[1], npad[t])}, j[0], panels, zeros)
             self.kcall(f"{what}: weight panels N padding", zero_rows)
-        coef = self.gemm_coef(op, panels)
+        coef = self._ampw_coef(op, panels, {t: j[3] for t, j in jobs.items()} if ampw else None, what)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -608,11 +619,11 @@ class NnOps:
                     mode="init",
                     coef=coef,
                     a=a_area,
-                    weights=panels,
+                    weights=wa if ampw else panels,
                     c=c_area,
                     a_row_stride=kw * 2,
                 )  # fmt: skip
-                for t, (kw, *_) in jobs.items()
+                for t, (kw, _nc, _xa, wa, _ra) in jobs.items()
             },
         )
         self.kcall(
@@ -633,8 +644,13 @@ class NnOps:
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
         xl, wl = tl.layout_of(x), tl.layout_of(w)
-        if any(device_dtype(v.dtype) != "f16" or v.order.data != "row_major" for v in (xl, wl)):
-            raise self.error(f"{what}: row-major f16 x and weight blocks expected")
+        ampw = self._few_rows_ampw(wl, what)
+        if (
+            any(device_dtype(v.dtype) != "f16" for v in (xl, wl))
+            or xl.order.data != "row_major"
+            or not (ampw or wl.order.data == "row_major")
+        ):
+            raise self.error(f"{what}: row-major f16 x and weight blocks (or F16 AMP panels) expected")
         if device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: an f32 result expected")
         (m, k), kc = x.type.get_shape(), op.chunk
@@ -660,11 +676,13 @@ class NnOps:
         # weight panels
         narrow = any(j[2] != j[5] for j in jobs.values())
         npmax, kwmax = max(j[5] for j in jobs.values()), max(j[4] for j in jobs.values())
+        if ampw:
+            self._check_ampw_blocks(what, {t: (j[2], j[4], j[1]) for t, j in jobs.items()})
         self._use_bounded(
             (
                 e // 2 + m * npmax * 4 if narrow else mpad * npmax * 2,
                 mpad * kwmax * 2 if mpad > m else 0,
-                max(j[4] * j[5] * 2 for j in jobs.values()),
+                0 if ampw else max(j[4] * j[5] * 2 for j in jobs.values()),
             )
         )
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
@@ -674,18 +692,19 @@ class NnOps:
                 f"{what}: A rows",
             )  # fmt: skip
             jobs = {t: (a_area, *j[1:]) for t, j in jobs.items()}
-        self.kcall(
-            f"{what}: weight panels",
-            {
-                t: pk.weights_from_bt(j[2], j[4], "f16", j[1], panels, src_row=j[4] * 2)
-                for t, j in jobs.items()
-            },
-        )
         pads = {t: (j[2], j[5]) for t, j in jobs.items() if j[2] < j[5]}
-        for kw in sorted({jobs[t][4] for t in pads}):
-            sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
-            self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
-        coef = self.gemm_coef(op, panels)
+        if not ampw:  # (ampw: the weight blocks are the kernel's F16 panels, read in place)
+            self.kcall(
+                f"{what}: weight panels",
+                {
+                    t: pk.weights_from_bt(j[2], j[4], "f16", j[1], panels, src_row=j[4] * 2)
+                    for t, j in jobs.items()
+                },
+            )
+            for kw in sorted({jobs[t][4] for t in pads}):
+                sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
+                self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
+        coef = self._ampw_coef(op, panels, {t: j[1] for t, j in jobs.items()} if ampw else None, what)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -697,7 +716,7 @@ class NnOps:
                     mode="init",
                     coef=coef,
                     a=j[0],
-                    weights=panels,
+                    weights=j[1] if ampw else panels,
                     c=c_area,
                     a_row_stride=j[4] * 2,
                 )  # fmt: skip
@@ -1114,6 +1133,39 @@ class NnOps:
                                            coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
             self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
         self._rows_results(what, jobs, npad, c_area, direct, rdt)
+
+    def _few_rows_ampw(self, wl, what: str) -> bool:
+        """A few-row split's weight stored as F16 AMP panels (`ampw` f16: the F16 GEMM reads its blocks in place);
+        FP8 `ampw` blocks are not the F16 AMP's panels (KB 32, not 16)."""
+        if wl.order.data != "ampw":
+            return False
+        if device_dtype(wl.dtype) != "f16":
+            raise self.error(
+                f"{what}: FP8 weight blocks stored as AMP panels (ampw) are the FP8 AMP's; this split runs on the "
+                'F16 AMP with f16 x (plan it with worder = "row_major")'
+            )
+        return True
+
+    def _check_ampw_blocks(self, what: str, blocks: dict[int, tuple[int, int, int]]) -> None:
+        """Tile -> (rows, K, address) of weight blocks read in place as AMP panels: whole 16-row panels (region A
+        of `tl.ampw_positions` alone; F16 K is whole 16-blocks by the split's checks)."""
+        for t, (nc, kw, _a) in blocks.items():
+            if nc % 16 or kw % 16:
+                raise self.error(
+                    f"{what}: tile {t}: a {nc} x {kw} weight block stored as AMP panels (ampw) needs whole 16-row "
+                    'panels and K blocks (plan it with worder = "row_major")'
+                )
+
+    def _ampw_coef(self, op, panels: int, in_place: dict[int, int] | None, what: str) -> str:
+        """`gemm_coef`, and with weights read in place (tile -> address) ld128's rule checked at each address."""
+        coef = self.gemm_coef(op, panels)
+        for t, a in (in_place or {}).items() if coef == "ld128" else ():
+            if not (a >= self.target.region1[0] and a % 16 == 0):
+                raise self.error(
+                    f"{what}: tile {t}: kernel choice coef = 'ld128' needs the AMP weight panels read in place in "
+                    f"interleaved memory at 16 bytes; they are at {a:#x} (coef = 'ld64' reads them anywhere)"
+                )
+        return coef
 
     def _ampw_parts(self, what, t, job, tparts, kb, c_area, panels, zeros, w_rows, w_copies) -> list:
         """The GEMM parts of a tile whose [nc, kw] FP8 weight block is stored as AMP panels (`ampw`,
