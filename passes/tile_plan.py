@@ -248,15 +248,12 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         spread = min(b0, -(-num_tiles // layout.num_blocks))
         r = spread
     p = min(b0, max(-(-b0 // r), -(-HOME_PIECE_BYTES // row_bytes)))
-    if layout.order.data == "ampw":
-        # Whole 16-row AMP panels (or the whole block): each piece is one or two contiguous ranges of its block
-        # (`tl.ampw_positions`), so the exchange moves it as such, not one piece per K block.
-        q = tl.AMP_PANEL_ROWS
-        p = next((m for m in range(-(-p // q) * q, b0, q) if b0 % m == 0), b0)
     for q in range(p, min(b0, 2 * p) + 1):
         if b0 % q == 0:
             p = q
             break
+    if layout.order.data == "ampw" and len(shape) == 2:
+        return _ampw_home(layout, p, r, spread, salt, num_tiles)
     t = layout.table()
     grid = layout.grid
     rest = math.prod(grid[1:])
@@ -275,6 +272,46 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
         layout.scale.data,
     )  # fmt: skip
+
+
+def _ampw_home(
+    layout: tl.LayoutAttr, p: int, r: int, spread: int, salt: int, num_tiles: int
+) -> tl.LayoutAttr:
+    """`home_of` for an `ampw` block grid: pieces of as many elements as row-major pieces of p rows would have,
+    but cut so that each is one contiguous range of its block (two with a K tail; `tl.ampw_positions`): whole
+    16-row AMP panels (the whole block's rows when they are not whole panels) by a run of whole K blocks (a
+    divisor of the block's columns; the whole width unless a piece is one panel). Pieces of 16 full-width rows instead would double the granularity where
+    the row-major pieces have 8 rows, and 27 stacked layers of those no longer balance over the tiles."""
+    shape, (b0, b1) = layout.shape_, layout.block_
+    kb = tl.ampw_kblock(layout.dtype)
+    q = tl.AMP_PANEL_ROWS
+    pr = p if p % q == 0 else (q if b0 % q == 0 else b0)
+    c = b1
+    # A run of K blocks is contiguous inside one row panel only (or inside region B, a block of fewer rows).
+    if pr > p and b1 % kb == 0 and (pr == q or pr == b0 < q):
+        fits = [m for m in range(kb, b1 + 1, kb) if b1 % m == 0 and pr * m <= p * b1]
+        c = max(fits) if fits else kb
+    rows, cols = -(-shape[0] // pr), -(-shape[1] // c)
+    ri, ci = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    ri, ci = ri.reshape(-1), ci.reshape(-1)
+    bi, bj = ri * pr // b0, ci * c // b1  # the original block of each piece
+    orig = bi * layout.grid[1] + bj
+    # the piece's index inside its original block (pieces that start earlier in it, row-major over the pieces)
+    per_row = -(-b1 // c)
+    piece = (ri - (bi * b0 + pr - 1) // pr) * per_row + (ci - (bj * b1 + c - 1) // c)
+    if spread:
+        tiles = (((np.arange(len(orig)) * num_tiles) // len(orig) + salt) % num_tiles).astype(np.int32)
+    else:
+        tiles = layout.table()[orig, (piece + orig + salt) % r]
+    return tl.LayoutAttr(
+        shape,
+        (pr, c),
+        np.ascontiguousarray(tiles[:, None], np.int32),
+        layout.dtype,
+        "ampw",
+        0,
+        layout.scale.data,
+    )
 
 
 # Two-stage gathers: an exchange round costs a few hundred cycles (the round table walk, the sends' setup, the

@@ -166,15 +166,24 @@ def test_ampw_relayout_delivers(seed):
     "rows, kc, replicas", [(32, 288, 10), (32, 384, 7), (64, 96, 5), (48, 64, 3), (36, 192, 7)]
 )
 def test_ampw_homes_are_whole_panels(rows, kc, replicas):
-    """The home of an `ampw` operand: pieces of whole 16-row panels (or whole blocks), so that each piece is one
-    contiguous range of its block (two with a K tail)."""
-    table = np.arange(4 * replicas, dtype=np.int32).reshape(4, replicas)
-    lay = tl.LayoutAttr((4 * rows, kc), (rows, kc), table, F8, "ampw")
+    """The home of an `ampw` operand: pieces of whole 16-row panels (or whole blocks) by whole K blocks, so that
+    each piece is one contiguous range of its block (two with a K tail), no larger than row-major pieces."""
+    from ipu.passes.exchange_lower import relayout_transfers
+
+    k = 3 * kc - 16  # the last chunk with a K tail
+    table = np.arange(12 * replicas, dtype=np.int32).reshape(12, replicas)
+    lay = tl.LayoutAttr((4 * rows, k), (rows, kc), table, F8, "ampw")
     home = home_of(lay, 0, 1472)
-    p = home.block_[0]
-    assert p % 16 == 0 and rows % p == 0 or p == rows
-    row_major = home_of(tl.LayoutAttr((4 * rows, kc), (rows, kc), table, F8), 0, 1472)
-    assert p >= row_major.block_[0]
+    p, c = home.block_
+    assert (p % 16 == 0 and rows % p == 0) or p == rows
+    assert c % 32 == 0 and kc % c == 0
+    # No coarser than the row-major home's pieces (27 stacked layers of them must balance over the tiles).
+    row_major = home_of(tl.LayoutAttr((4 * rows, k), (rows, kc), table, F8), 0, 1472)
+    if rows % 16 == 0:  # (blocks of ragged panels: whole blocks)
+        assert p * c <= max(row_major.block_[0] * kc, 16 * 32)
+    # Each piece reaches each replica of its block as one contiguous transfer (two with the K tail).
+    sends, recvs, _ = relayout_transfers(home, lay)
+    assert len(sends) <= home.num_blocks + (-(-4 * rows // p))
 
 
 def test_ampw_x_fits():
