@@ -15,7 +15,7 @@ func.func @f16() {
   func.return
 }
 
-// CHECK:      %w = nn.param "w" {tile.layout = #tile.layout<shape = [64, 128], block = [16, 128], {{.*}} order = "ampw", dtype = f16>}
+// CHECK:      %w = nn.param "w" {tile.layout = #tile.layout<shape = [64, 128], block = [16, {{[0-9]+}}], {{.*}} order = "ampw", dtype = f16>}
 // CHECK:      tile.relayout %w to <shape = [64, 128], block = [16, 128], {{.*}} order = "ampw", dtype = f16>
 // CHECK:      nn.linear {{.*}} worder = "ampw"
 
