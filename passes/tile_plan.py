@@ -1023,7 +1023,11 @@ def ampw_fits(op: nn.LinearPartialsOp, pn: int, kc: int) -> bool:
     if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)) and not f16_few:
         return False
     last = n - (-(-n // pn) - 1) * pn
-    return pn % tl.AMP_PANEL_ROWS == 0 and last % tl.AMP_PANEL_ROWS == 0 and kc % tl.ampw_kblock(w) == 0
+    kb = tl.ampw_kblock(w)
+    # A last chunk narrower than one K block is all K tail: its tiles prepare their panels as before, and the
+    # other tiles' GEMMs load in-place weights with ld64 (32 cycles a block more than ld128 from the staging).
+    tail_only = 0 < op.input.type.get_shape()[1] % kc < kb
+    return pn % tl.AMP_PANEL_ROWS == 0 and last % tl.AMP_PANEL_ROWS == 0 and kc % kb == 0 and not tail_only
 
 
 def ampw_fits_gemm(op: nn.LinearOp, plan: tl.GemmPlanAttr) -> bool:
