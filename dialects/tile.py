@@ -8,7 +8,8 @@ It models *where data lives* and *how each operator is split over tiles*, but no
   block -> tile map is a dense [blocks, replicas] table; regular tables print as `#tile.affine<start, bs, rs>`
   (tile = start + block * bs + replica * rs), irregular ones as a hex `dense<...>` table. A tile stores the blocks
   it holds contiguously, in block order, each in the layout's storage order (`row_major`; `amp16`: AMP
-  micro-panels of 16 rows, each panel stored column by column; `colsP`: column panels of P columns, each panel
+  micro-panels of 16 rows, each panel stored column by column; `ampw`: the AMP weight panels a GEMM kernel reads
+  in place, see `ampw_positions`; `colsP`: column panels of P columns, each panel
   row-major, so that a producer's P-column blocks arrive as one contiguous piece per overlap), with element type
   `dtype`. `stack = L` describes
   a stacked layer parameter [L, ...]: every layer's slice has the same layout, and a tile stores the L slices as a
@@ -70,8 +71,9 @@ from xdsl.utils.exceptions import VerifyException
 
 from ipu.backend.target import IPU21
 
-STORAGE_ORDERS = ("row_major", "amp16", "colsP")  # colsP: P a positive integer, e.g. "cols64"
+STORAGE_ORDERS = ("row_major", "amp16", "ampw", "colsP")  # colsP: P a positive integer, e.g. "cols64"
 AMP_PANEL_ROWS = 16
+AMPW_SLOT_BYTES = 32  # `ampw`: bytes of one row of a K block (16 halves, 32 FP8 values: the AMP's KB)
 LAYOUT_ATTR = "tile.layout"  # discardable attribute: the layout of an op's (single) result
 PLAN_ATTR = "tile.plan"  # discardable attribute: the plan of a compute op
 
@@ -372,7 +374,7 @@ class LayoutAttr(ParametrizedAttribute):
             raise VerifyException(
                 f"#tile.layout: shape {list(shape)} and block {list(block)} must be positive"
             )
-        if self.order.data not in STORAGE_ORDERS[:2] and col_panel_width(self) is None:
+        if self.order.data not in STORAGE_ORDERS[:3] and col_panel_width(self) is None:
             raise VerifyException(
                 f"#tile.layout: storage order '{self.order.data}' is not one of {', '.join(STORAGE_ORDERS)}"
             )
@@ -477,9 +479,44 @@ def col_panel_positions(i, j, rows, cols, p: int):
     return panel * p * rows + i * width + (j - panel * p)
 
 
+def ampw_kblock(dtype: Attribute) -> int:
+    """Columns of one K block of the `ampw` order: 32 bytes of elements (16 f16, 32 FP8, the AMP's KB)."""
+    return AMPW_SLOT_BYTES // element_bytes(dtype)
+
+
+def ampw_positions(i, j, rows, cols, kb: int):
+    """Positions of elements (i, j) in a [rows, cols] block (B^T of a GEMM: rows = N, cols = K) stored in the
+    `ampw` order, the AMP weight panels (`gemm.pack_weights`) a GEMM reads in place, for K blocks of kb columns.
+    With rf = rows // 16 * 16 and kf = cols // kb * kb, three regions, one after the other:
+
+    - A: rows [0, rf) x columns [0, kf) as the kernel's panels [rf / 16][kf / kb][16][kb] (row panel outer, K
+      block inner, each 16 x kb block row-major: slot row e of block (p, b) holds row 16 p + e's kb values);
+    - B: the last, narrower row panel, rows [rf, rows) x [0, kf): [kf / kb][rows - rf][kb] (its K blocks, each
+      row-major; the kernel needs it padded to 16 rows);
+    - C: the K tail, all rows x columns [kf, cols), row-major [rows][cols - kf] (the kernel needs it padded to kb
+      columns).
+
+    A block of whole panels (rows % 16 == 0, cols % kb == 0) is region A alone: exactly the kernel's weight
+    panels. A row range of whole panels of A is one contiguous range (so is its part of C): whole-panel pieces
+    of a block move as one or two contiguous transfers. Works on numpy arrays (broadcasting)."""
+    rf = rows // AMP_PANEL_ROWS * AMP_PANEL_ROWS
+    kf = cols // kb * kb
+    a = (
+        (i // AMP_PANEL_ROWS) * AMP_PANEL_ROWS * kf
+        + (j // kb) * AMP_PANEL_ROWS * kb
+        + (i % AMP_PANEL_ROWS) * kb
+    )
+    b = rf * kf + (j // kb) * (rows - rf) * kb + (i - rf) * kb
+    c = rows * kf + i * (cols - kf) + (j - kf)
+    return np.where(j >= kf, c, np.where(i >= rf, b, a) + j % kb)
+
+
 def storage_positions(layout: LayoutAttr, within: np.ndarray, dims: np.ndarray) -> np.ndarray:
     """Element positions inside a block for element coordinates `within` [n, rank] of blocks of extents `dims`
     [n, rank] (each row its own block), in the layout's storage order."""
+    if layout.order.data == "ampw":
+        kb = ampw_kblock(layout.dtype)
+        return ampw_positions(within[:, 0], within[:, 1], dims[:, 0], dims[:, 1], kb)
     if layout.order.data == "amp16":
         i, j = within[:, 0], within[:, 1]
         rows, cols = dims[:, 0], dims[:, 1]

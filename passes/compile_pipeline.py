@@ -44,6 +44,7 @@ def pipeline_spec(
     keep_f16: tuple[str, ...] | None = None,
     activations: str = "f16",
     activation_scales: tuple[str, ...] = (),
+    weights_order: str = "auto",
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -101,6 +102,9 @@ def pipeline_spec(
     )
     if fp8x and activation_scales:
         split_k += "{scales=" + ",".join(f'"{e}"' for e in activation_scales) + "}"
+    # tile-plan's storage order of GEMM weight panels (default "auto": `ampw` where it fits)
+    if weights_order != "auto":
+        xopts = f"{xopts[:-1]} weights_order={weights_order}}}"
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention,nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
@@ -140,6 +144,10 @@ class IpuCompilePipelinePass(ModulePass):
     activation_scales: tuple[str, ...] = ()
     """With activations `fp8`: per-cast FP8 scales, "NAME=S" (`nn-quantize-activations{scales}`; what
     `compile_model(calibration=...)` derives from a calibration input); none: the rule's 2^-4."""
+    weights_order: str = "auto"
+    """GEMM weight storage (tile-plan's `weights_order`): "auto" keeps the weights of FP8-activation K splits in
+    the AMP panel order their GEMM reads in place (`ampw`, permuted by the host at upload; `tile_plan.ampw_fits`),
+    the rest row-major; "row_major": every weight row-major, panels made on the device per inference."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -164,6 +172,12 @@ class IpuCompilePipelinePass(ModulePass):
         if self.activations not in ACTIVATIONS:
             raise ValueError(
                 f"{self.name}: option 'activations' must be one of {', '.join(ACTIVATIONS)}, got {self.activations!r}"
+            )
+        from ipu.passes.tile_plan import WEIGHTS_ORDERS
+
+        if self.weights_order not in WEIGHTS_ORDERS:
+            raise ValueError(
+                f"{self.name}: option 'weights_order' must be one of {', '.join(WEIGHTS_ORDERS)}, got {self.weights_order!r}"
             )
         names = [p.name for p in self.passes()] if self.stop_after else []
         if self.stop_after and self.stop_after not in names:
@@ -193,6 +207,7 @@ class IpuCompilePipelinePass(ModulePass):
             keep_f16=self.precision(),
             activations=self.activations,
             activation_scales=tuple(self.activation_scales),
+            weights_order=self.weights_order,
         )
 
     def passes(self) -> tuple[ModulePass, ...]:

@@ -58,7 +58,9 @@ def _places(layout: tl.LayoutAttr):
     bid = np.zeros([1] * rank, np.int64)
     for d in range(rank):
         bid = bid * grid[d] + bi[d]
-    if layout.order.data == "amp16":
+    if layout.order.data == "ampw":
+        pos = tl.ampw_positions(w[0], w[1], ext[0], ext[1], tl.ampw_kblock(layout.dtype))
+    elif layout.order.data == "amp16":
         p = tl.AMP_PANEL_ROWS
         panel = w[0] // p
         panel_rows = np.minimum(p, ext[0] - panel * p)

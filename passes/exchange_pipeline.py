@@ -41,10 +41,18 @@ class NNToExchangePipelinePass(ModulePass):
     """tile-balance-homes: spread the resident parameters' homes evenly over the tiles."""
     resident_budget_kib: int = 0
     """tile-balance-homes: per-tile limit of resident parameter bytes, KiB (0: none)."""
+    weights_order: str = "auto"
+    """tile-plan: storage order of GEMM weight panels ("auto": `ampw` AMP panels where the kernel reads them in
+    place, `tile_plan.ampw_fits`; "row_major", "amp16", "ampw")."""
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
-            TilePlanPass(tiles=self.tiles, sram_kib=self.sram_kib, memory_fraction=self.memory_fraction),
+            TilePlanPass(
+                tiles=self.tiles,
+                sram_kib=self.sram_kib,
+                memory_fraction=self.memory_fraction,
+                weights_order=self.weights_order,
+            ),
             TileBalanceHomesPass(
                 tiles=self.tiles,
                 sram_kib=self.sram_kib,

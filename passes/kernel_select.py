@@ -141,8 +141,15 @@ def softmax_rows(op: nn.SoftmaxOp, target: Target) -> str:
     return "softmax_split" if split < whole else "softmax"
 
 
-def gemm_coef(target: Target) -> str:
-    """ld128 when the weight staging (the aux scratch, a region-1 element) is in interleaved memory."""
+def gemm_coef(target: Target, op: Operation | None = None) -> str:
+    """ld128 when the weight staging (the aux scratch, a region-1 element) is in interleaved memory; ld64 for
+    weights read in place as AMP panels (`ampw`): memory-plan then places them anywhere, as row-major weight
+    blocks (in interleaved memory, which ld128 needs, they crowd the GEMM results and scratch: So400m's 27
+    layers with FP8 activations did not plan). An edited "ld128" makes memory-plan put them in region 1."""
+    if op is not None and len(op.operands) > 1:
+        wl = tl.layout_of(op.operands[1])
+        if wl is not None and wl.order.data == "ampw":
+            return "ld64"
     return "ld128" if target.region1[1] > target.region1[0] else "ld64"
 
 
@@ -172,6 +179,8 @@ def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, obj
     wl = tl.layout_of(op.operands[1])
     wsize = tl.element_bytes(wl.dtype) if wl is not None else 1
     chunks = [kw for _, kw in cm.gemm_k_chunks(k, int(dims[:, 1].max()), wsize)]
+    if wl is not None and wl.order.data == "ampw" and kpad * 2 <= cm.GEMM_MAX_A_ROW_BYTES:
+        chunks = [kpad]  # AMP weight panels read in place: no staging to bound, one GEMM call
     xl = tl.layout_of(op.operands[0])
     mr = dims[:, 0]
     a_cols = tl.col_panel_width(xl)
@@ -186,7 +195,7 @@ def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, obj
         a = "padded"
     else:
         a = "in_place"
-    return {"k_chunks": chunks, "coef": gemm_coef(target), "a_operand": a}
+    return {"k_chunks": chunks, "coef": gemm_coef(target, op), "a_operand": a}
 
 
 def attention_choices(
@@ -247,7 +256,7 @@ def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) 
     if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
         return gemm_choices(op, target)
     if isinstance(op, nn.LinearPartialsOp | nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
-        return {"coef": gemm_coef(target)}
+        return {"coef": gemm_coef(target, op)}
     if (
         isinstance(op, nn.AttentionOp | nn.AttentionPartialOp)
         and isinstance(plan, tl.AttentionPlanAttr)

@@ -66,6 +66,19 @@ def op_label(op: Operation) -> str:
     return f"{op.name}{' %' + hint if hint else ''}"
 
 
+def _gemm_operand(v: SSAValue) -> bool:
+    """Whether a GEMM-planned op reads v with kernel-select's coef = "ld128" (two coefficient slots per load: its
+    weights in interleaved memory at 16 bytes). kernel-select records "ld64" for `ampw` weights read in place
+    (any memory): a person's "ld128" is honoured here."""
+    from ipu.passes.kernel_select import choices
+
+    for u in v.uses:
+        if isinstance(u.operation.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr):
+            if choices(u.operation).get("coef") == "ld128":
+                return True
+    return False
+
+
 @dataclass
 class Events:
     """Event numbering of one function: `start[op]` its event, `end[op]` its last (a repeat's yield event)."""
@@ -188,6 +201,10 @@ class _Builder:
         if isinstance(op, Operation) and isinstance(op.attributes.get(tl.PLAN_ATTR), tl.GemmPlanAttr):
             if self.gemm_interleaved:
                 region, align = ma.REGION_1, 16
+        if layout.order.data == "ampw" and self.gemm_interleaved and _gemm_operand(v):
+            # AMP weight panels a GEMM reads in place with two coefficient slots per load (ld128): interleaved
+            # memory at 16 bytes.
+            region, align = ma.REGION_1, 16
         host = bool(kind) or last == self.events.count - 1
         b = self.add(
             ma.Buffer(

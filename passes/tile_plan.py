@@ -252,6 +252,8 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         if b0 % q == 0:
             p = q
             break
+    if layout.order.data == "ampw" and len(shape) == 2:
+        return _ampw_home(layout, p, r, spread, salt, num_tiles)
     t = layout.table()
     grid = layout.grid
     rest = math.prod(grid[1:])
@@ -270,6 +272,46 @@ def home_of(layout: tl.LayoutAttr, salt: int = 0, num_tiles: int = 0) -> tl.Layo
         shape, (p, *block[1:]), np.ascontiguousarray(tiles, np.int32), layout.dtype, layout.order.data, 0,
         layout.scale.data,
     )  # fmt: skip
+
+
+def _ampw_home(
+    layout: tl.LayoutAttr, p: int, r: int, spread: int, salt: int, num_tiles: int
+) -> tl.LayoutAttr:
+    """`home_of` for an `ampw` block grid: pieces of as many elements as row-major pieces of p rows would have,
+    but cut so that each is one contiguous range of its block (two with a K tail; `tl.ampw_positions`): whole
+    16-row AMP panels (the whole block's rows when they are not whole panels) by a run of whole K blocks (a
+    divisor of the block's columns; the whole width unless a piece is one panel). Pieces of 16 full-width rows instead would double the granularity where
+    the row-major pieces have 8 rows, and 27 stacked layers of those no longer balance over the tiles."""
+    shape, (b0, b1) = layout.shape_, layout.block_
+    kb = tl.ampw_kblock(layout.dtype)
+    q = tl.AMP_PANEL_ROWS
+    pr = p if p % q == 0 else (q if b0 % q == 0 else b0)
+    c = b1
+    # A run of K blocks is contiguous inside one row panel only (or inside region B, a block of fewer rows).
+    if pr > p and b1 % kb == 0 and (pr == q or pr == b0 < q):
+        fits = [m for m in range(kb, b1 + 1, kb) if b1 % m == 0 and pr * m <= p * b1]
+        c = max(fits) if fits else kb
+    rows, cols = -(-shape[0] // pr), -(-shape[1] // c)
+    ri, ci = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    ri, ci = ri.reshape(-1), ci.reshape(-1)
+    bi, bj = ri * pr // b0, ci * c // b1  # the original block of each piece
+    orig = bi * layout.grid[1] + bj
+    # the piece's index inside its original block (pieces that start earlier in it, row-major over the pieces)
+    per_row = -(-b1 // c)
+    piece = (ri - (bi * b0 + pr - 1) // pr) * per_row + (ci - (bj * b1 + c - 1) // c)
+    if spread:
+        tiles = (((np.arange(len(orig)) * num_tiles) // len(orig) + salt) % num_tiles).astype(np.int32)
+    else:
+        tiles = layout.table()[orig, (piece + orig + salt) % r]
+    return tl.LayoutAttr(
+        shape,
+        (pr, c),
+        np.ascontiguousarray(tiles[:, None], np.int32),
+        layout.dtype,
+        "ampw",
+        0,
+        layout.scale.data,
+    )
 
 
 # Two-stage gathers: an exchange round costs a few hundred cycles (the round table walk, the sends' setup, the
@@ -957,7 +999,64 @@ def choose_gemm(
     return gemm_plan(gm, gn, pm, k, pn, 0, prec, cast, worder, cycles)
 
 
-WEIGHTS_ORDERS = ("row_major", "amp16")  # storage orders of GEMM weight panels (option `weights_order`)
+# Storage orders of GEMM weight panels (option `weights_order`): "auto" = `ampw` where `ampw_fits`, else row-major.
+WEIGHTS_ORDERS = ("auto", "row_major", "amp16", "ampw")
+FP8_TYPES = (Float8E4M3FNUZType, Float8E5M2FNUZType)
+
+
+def ampw_fits(op: nn.LinearPartialsOp, pn: int, kc: int) -> bool:
+    """Whether a K split's [pn, kc] weight blocks are stored as the AMP weight panels its GEMM reads in place
+    (`ampw`, prepared by the host at upload) rather than row-major (rearranged into panels on the device at
+    every inference): FP8 x and FP8 weights (the FP8 AMP, 32-deep K blocks), or, for a few-row split (the MAP
+    head's), f16 x and an f16 parameter weight (the F16 AMP, 16-deep blocks; FP8 weights with f16 x are converted
+    to F16 panels on the device either way); column panels of whole 16-row AMP panels (the last, narrower column
+    panel too) and K chunks of whole K blocks (a ragged last chunk of a many-row split keeps its K tail row-major,
+    `tl.ampw_positions`' region C, padded on the device). Home pieces are whole AMP panels (`home_of`)."""
+    x, w = op.input.type.element_type, op.weight.type.element_type
+    n = op.weight.type.get_shape()[0]
+    f16_few = (
+        tl.element_bytes(x) == tl.element_bytes(w) == 2
+        and op.input.type.get_shape()[0] <= FEW_ROWS
+        and not op.groups
+        and not device_weight_partials(op)
+    )
+    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)) and not f16_few:
+        return False
+    last = n - (-(-n // pn) - 1) * pn
+    kb = tl.ampw_kblock(w)
+    # A last chunk narrower than one K block is all K tail: its tiles prepare their panels as before, and the
+    # other tiles' GEMMs load in-place weights with ld64 (32 cycles a block more than ld128 from the staging).
+    tail_only = 0 < op.input.type.get_shape()[1] % kc < kb
+    return pn % tl.AMP_PANEL_ROWS == 0 and last % tl.AMP_PANEL_ROWS == 0 and kc % kb == 0 and not tail_only
+
+
+def ampw_fits_gemm(op: nn.LinearOp, plan: tl.GemmPlanAttr) -> bool:
+    """Whether an unsplit linear's [pn, K] weight blocks are stored as the F16 AMP panels its GEMM reads in place
+    (`ampw`): f16 x and an f16 weight (FP8 weights are converted to F16 panels on the device either way), column
+    panels of whole 16-row panels, K of whole 16-blocks in one K chunk (A rows within the kernel's row stride:
+    kernel-select then takes one chunk, there being no staging to bound)."""
+    x, w = op.input.type.element_type, op.weight.type.element_type
+    if not tl.element_bytes(x) == tl.element_bytes(w) == 2:
+        return False
+    n, k = op.weight.type.get_shape()
+    pn = plan.get("panel")[2]
+    last = n - (-(-n // pn) - 1) * pn
+    return pn % 16 == 0 and last % 16 == 0 and k % 16 == 0 and 2 * k <= cm.GEMM_MAX_A_ROW_BYTES
+
+
+def ampw_x_fits(k: int, kc: int, a_cols: int | None, kb: int) -> bool:
+    """Whether every chunk's GEMM parts (`nnops._ampw_parts`) read `ampw` weights as whole panels: x in column
+    panels of a_cols (a multiple of kb, read in place) whose narrower last panel at K's end is narrower than one
+    K block, so that the in-place part covers all of the chunk's whole K blocks (its weights one contiguous
+    range); other x layouts give one part, or a part split at the whole blocks' end."""
+    if a_cols is None or a_cols % kb:
+        return True
+    for k0 in range(0, k, kc):
+        kw = min(kc, k - k0)
+        whole_panels = k0 % a_cols == 0 and (kw % a_cols == 0 or k0 + kw == k)
+        if whole_panels and kw // a_cols * a_cols < kw // kb * kb:
+            return False
+    return True
 
 
 def head_divisors(d: int) -> list[int]:
@@ -1112,6 +1211,10 @@ class _Planner:
         for op in list(block.ops):
             self.plan_op(op)
 
+    def fixed_order(self) -> str:
+        """The weight order of GEMMs `ampw_fits` does not cover: the option's, row-major for "auto"."""
+        return "row_major" if self.weights_order == "auto" else self.weights_order
+
     def home(self, want: tl.LayoutAttr) -> tl.LayoutAttr:
         self.home_count += 1
         return home_of(want, self.home_count - 1, self.target.num_tiles)
@@ -1242,8 +1345,11 @@ class _Planner:
             )
         if (isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2) or is_gemm_matmul(op):
             # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
-            worder = "row_major" if isinstance(op, nn.MatmulOp) else self.weights_order
+            worder = "row_major" if isinstance(op, nn.MatmulOp) else self.fixed_order()
             plan = choose_gemm(op, t, self.memory_fraction, worder)
+            if self.weights_order == "auto" and isinstance(op, nn.LinearOp) and ampw_fits_gemm(op, plan):
+                plan = gemm_plan(*plan.get("grid"), *plan.get("panel"), plan.get("base"), plan.get("precision"),
+                                 plan.get("cast"), "ampw", plan.get("cycles"))  # fmt: skip
             (gm, gn), used = plan.get("grid"), plan.get("grid")[0] * plan.get("grid")[1]
             a_operand = gemm_operands(op)[0]
             same_a = (a_operand, plan.get("grid"), plan.get("panel")) == self.last_gemm[:3]
@@ -1283,10 +1389,25 @@ class _Planner:
                 )
             cycles, gm, pm, pn = best
             prec = precision_of(op.input.type, op.weight.type)
-            plan = tl.GemmPlanAttr(
-                tl._int_array((g, gm, -(-n // pn))), tl._int_array((pm, kc, pn)), tl.IntAttr(0),
-                tl.StringAttr(prec), tl.StringAttr("early"), tl.StringAttr(self.weights_order), tl.IntAttr(cycles),
-            )  # fmt: skip
+            worder = self.weights_order
+            if worder == "auto":
+                worder = "ampw" if ampw_fits(op, pn, kc) else "row_major"
+
+            def rows_plan(worder):
+                return tl.GemmPlanAttr(
+                    tl._int_array((g, gm, -(-n // pn))), tl._int_array((pm, kc, pn)), tl.IntAttr(0),
+                    tl.StringAttr(prec), tl.StringAttr("early"), tl.StringAttr(worder), tl.IntAttr(cycles),
+                )  # fmt: skip
+
+            plan = rows_plan(worder)
+            if worder == "ampw" and self.weights_order == "auto":
+                # x's storage as plan_op will ask for it: column panels it reads in place must leave the weight
+                # parts whole (`ampw_x_fits`)
+                xw = partials_layouts(op, plan, t.num_tiles)[0][0]
+                a_cols = tl.col_panel_width(gathered_chunk_layout(tl.layout_of(op.input), xw))
+                kb = tl.ampw_kblock(op.weight.type.element_type)
+                if not ampw_x_fits(op.input.type.get_shape()[1], kc, a_cols, kb):
+                    plan = rows_plan("row_major")
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):
             (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
@@ -1306,7 +1427,10 @@ class _Planner:
             wbytes = tl.element_bytes(op.weight.type.element_type)
             cycles = cm.gemm_kernel_cycles(m, kc, pn, wbytes) + cm.weight_prep_cycles(pn, kc, wdt, t)
             prec = precision_of(op.input.type, op.weight.type)
-            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", self.weights_order, cycles)
+            worder = self.fixed_order()
+            if self.weights_order == "auto" and ampw_fits(op, pn, kc) and kc % 16 == 0 and k % 16 == 0:
+                worder = "ampw"
+            plan = gemm_plan(g, gn, m, kc, pn, base, prec, "early", worder, cycles)
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.MatmulPartialsOp):
             plan = choose_matmul_partials(op, t)
@@ -1435,8 +1559,11 @@ class TilePlanPass(ModulePass):
     """Share of a tile's SRAM one GEMM's panels may use (the rest: other live tensors, code, exchange tables)."""
     attention: str = "materialized"
     """Attention implementation: "materialized" (only this one is lowered further) or "flash"."""
-    weights_order: str = "row_major"
-    """Storage order of GEMM weight panels: "row_major" or "amp16" (AMP micro-panels)."""
+    weights_order: str = "auto"
+    """Storage order of GEMM weight panels: "auto" (`ampw` where the GEMM kernel reads the weight blocks in place
+    as AMP panels, `ampw_fits`: FP8-activation K splits; row-major elsewhere), "row_major", "amp16" (AMP
+    micro-panels) or "ampw" (every GEMM's). The choice is the plan's `worder`; a plan given before tile-plan
+    keeps its own."""
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.

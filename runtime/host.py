@@ -86,14 +86,14 @@ class Session:
         nbytes = binding.chunks[:, 3] * binding.itemsize
         starts = np.concatenate([[0], np.cumsum(nbytes)])
         # One device write per chunk; chunks of one tile are usually few and large.
-        for (tile, address, _, _, _), lo, hi in zip(binding.chunks.tolist(), starts[:-1], starts[1:]):
+        for (tile, address), lo, hi in zip(binding.chunks[:, :2].tolist(), starts[:-1], starts[1:]):
             self.device.write(int(address), raw[lo:hi], tiles=[int(tile)])
 
     def _gather(self, binding: Binding) -> np.ndarray:
         out = np.zeros(int(np.prod(binding.shape)), dtype=np.float32)
         dt = np.dtype(to_device(np.zeros(1), binding.dtype).dtype)
         pieces = []
-        for tile, address, _, count, _ in binding.chunks.tolist():
+        for tile, address, _, count in binding.chunks[:, :4].tolist():
             pieces.append(self.device.read(int(address), int(count) * binding.itemsize, tiles=[int(tile)])[0])
         raw = np.concatenate(pieces) if pieces else np.zeros(0, np.uint8)
         out[binding.element_index()] = from_device(raw.view(dt), binding.dtype, binding.scale)

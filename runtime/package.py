@@ -67,7 +67,22 @@ DEVICE_DTYPES: dict[str, np.dtype] = {
     "f8e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),  # Graphcore F143
     "f8e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),  # Graphcore F152
 }
-CHUNK_COLUMNS = ("tile", "address", "offset", "count", "stride")
+# A chunk writes `count` consecutive device elements from `address` on `tile`; device element i of it is host
+# element offset + (i // inner) * outer + (i % inner) * stride (flat index into the host tensor): runs of `inner`
+# elements `stride` apart, the runs `outer` apart (a 2-D piece of the host tensor, e.g. a 16 x 32 block of an
+# `ampw` weight panel). Chunk tables of one-level runs (inner = count) may have the first five columns only.
+CHUNK_COLUMNS = ("tile", "address", "offset", "count", "stride", "inner", "outer")
+ONE_LEVEL_COLUMNS = 5
+
+
+def as_chunk_table(chunks) -> np.ndarray:
+    """A chunk table as int64 [n, 7] (CHUNK_COLUMNS): five-column rows (one-level runs) get inner = count,
+    outer = 0."""
+    c = np.asarray(chunks, dtype=np.int64)
+    if c.ndim == 2 and c.shape[1] == len(CHUNK_COLUMNS):
+        return c
+    c = c.reshape(-1, ONE_LEVEL_COLUMNS)
+    return np.concatenate([c, c[:, 3:4], np.zeros((len(c), 1), np.int64)], axis=1)
 
 
 class PackageError(ValueError):
@@ -164,7 +179,7 @@ class Binding:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    chunks: np.ndarray  # int64 [n, 5]: CHUNK_COLUMNS
+    chunks: np.ndarray  # int64 [n, 7]: CHUNK_COLUMNS (given [n, 5]: one-level runs)
     scale: int = 0
     # Host-side rounding before the device conversion: values pass through this FP8 format (with `via_scale`)
     # first, e.g. FP8-quantized weights stored as f16 for an F16 kernel ("" = none).
@@ -176,15 +191,20 @@ class Binding:
         for dt in (self.dtype, self.via or self.dtype):
             if dt not in DEVICE_DTYPES:
                 raise PackageError(f"binding {self.name!r}: unknown device dtype {dt!r}")
-        self.chunks = np.asarray(self.chunks, dtype=np.int64).reshape(-1, len(CHUNK_COLUMNS))
+        self.chunks = as_chunk_table(self.chunks)
         size = int(np.prod(self.shape, dtype=np.int64))
         c = self.chunks
         if len(c):
-            last = c[:, 2] + (c[:, 3] - 1) * c[:, 4]
-            if (c[:, 2] < 0).any() or (last >= size).any() or (c[:, 3] <= 0).any():
-                bad = int(np.nonzero((c[:, 2] < 0) | (last >= size) | (c[:, 3] <= 0))[0][0])
+            inner = np.maximum(c[:, 5], 1)
+            last = c[:, 2] + (c[:, 3] - 1) // inner * c[:, 6] + (np.minimum(c[:, 3], inner) - 1) * c[:, 4]
+            bad_rows = (c[:, 2] < 0) | (last >= size) | (c[:, 3] <= 0) | (c[:, 5] <= 0)
+            if bad_rows.any():
+                bad = int(np.nonzero(bad_rows)[0][0])
+                row = c[bad].tolist()
+                if row[5] == row[3]:  # a one-level run: its five columns
+                    row = row[:ONE_LEVEL_COLUMNS]
                 raise PackageError(
-                    f"binding {self.name!r}: chunk #{bad} {c[bad].tolist()} reaches outside the tensor of shape "
+                    f"binding {self.name!r}: chunk #{bad} {row} reaches outside the tensor of shape "
                     f"{list(self.shape)}"
                 )
 
@@ -199,11 +219,15 @@ class Binding:
         starts = np.repeat(c[:, 2], counts)
         step = np.repeat(c[:, 4], counts)
         within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-        return starts + within * step
+        if (c[:, 5] == c[:, 3]).all():  # one-level runs
+            return starts + within * step
+        inner = np.repeat(c[:, 5], counts)
+        return starts + within // inner * np.repeat(c[:, 6], counts) + within % inner * step
 
     def to_json(self, arrays: dict[str, np.ndarray], kind: str) -> dict:
         key = f"arrays/{kind}/{len(arrays)}.npy"
-        arrays[key] = self.chunks
+        one_level = (self.chunks[:, 5] == self.chunks[:, 3]).all()
+        arrays[key] = np.ascontiguousarray(self.chunks[:, :ONE_LEVEL_COLUMNS]) if one_level else self.chunks
         return {
             "name": self.name,
             "shape": list(self.shape),

@@ -60,7 +60,17 @@ def _block_slices(layout: tl.LayoutAttr, b: int) -> tuple[slice, ...]:
     return tuple(slice(int(o), int(o + d)) for o, d in zip(g.block_origin[b], g.block_dims[b]))
 
 
+def _ampw_positions(layout: tl.LayoutAttr, dims) -> np.ndarray:
+    rows, cols = (int(d) for d in dims)
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    return tl.ampw_positions(i, j, rows, cols, tl.ampw_kblock(layout.dtype))
+
+
 def _to_storage(layout: tl.LayoutAttr, block: np.ndarray) -> np.ndarray:
+    if layout.order.data == "ampw":
+        out = np.empty(block.size, block.dtype)
+        out[_ampw_positions(layout, block.shape).reshape(-1)] = block.reshape(-1)
+        return out
     if layout.order.data == "amp16":
         rows = block.shape[0]
         return np.concatenate(
@@ -73,6 +83,8 @@ def _to_storage(layout: tl.LayoutAttr, block: np.ndarray) -> np.ndarray:
 
 
 def _from_storage(layout: tl.LayoutAttr, flat: np.ndarray, dims) -> np.ndarray:
+    if layout.order.data == "ampw":
+        return flat[_ampw_positions(layout, dims)]
     if layout.order.data == "amp16":
         rows, cols = dims
         out = np.empty(dims, flat.dtype)

@@ -379,6 +379,7 @@ def compile_and_run(args) -> int:
             keep_f16=None if args.precision is None else tuple(args.precision.split(",")),
             activations=args.activations or "f16",
             calibration=None if args.calibrate is None else {"pixel_values": _calibration_input(args, cfg)},
+            weights_order=args.weights_order or "auto",
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -419,6 +420,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--precision", args.precision),
                 ("--activations", args.activations),
                 ("--calibrate", args.calibrate),
+                ("--weights-order", args.weights_order),
             )
             if value is not None
         ]
@@ -462,6 +464,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--precision", args.precision is not None),
                 ("--activations", args.activations is not None),
                 ("--calibrate", args.calibrate is not None),
+                ("--weights-order", args.weights_order is not None),
             )
         )
         if unread:
@@ -483,9 +486,11 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         or not args.split_rows
         or args.precision is not None
         or args.activations is not None
+        or args.weights_order is not None
     ):
         p.error(
-            "-o, --tiles, --no-split-rows, --precision and --activations need a compilation (not --reference-only)"
+            "-o, --tiles, --no-split-rows, --precision, --activations and --weights-order need a compilation (not "
+            "--reference-only)"
         )
     if args.calibrate is not None and args.activations != "fp8":
         p.error("--calibrate sets the FP8 activations' scales: it needs --activations fp8")
@@ -602,6 +607,13 @@ def _main(argv: Sequence[str] | None) -> int:
         choices=("f16", "fp8"),
         help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP, default) or fp8 "
         "(cast to FP8 with a power-of-two scale, the FP8 AMP: nn-quantize-activations)",
+    )
+    p.add_argument(
+        "--weights-order",
+        choices=("auto", "row_major"),
+        help="--model: GEMM weight storage (tile-plan's weights_order): auto (default: the weights of FP8-activation "
+        "K splits and of F16 GEMMs that read them in place as AMP panels, permuted by the host at upload) or "
+        "row_major (panels made on the device at every inference)",
     )
     p.add_argument(
         "--calibrate",

@@ -16,7 +16,7 @@ from xdsl.ir import Attribute, Operation, SSAValue
 from ipu.dialects import exchange as ex
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
-from ipu.runtime.package import DEVICE_DTYPES, Binding
+from ipu.runtime.package import CHUNK_COLUMNS, DEVICE_DTYPES, Binding, as_chunk_table
 
 
 class BindingError(ValueError):
@@ -55,7 +55,7 @@ def layout_chunks(
     slice_elems = int(shape.prod())
     reps = 1 if first_replica_only else table.shape[1]
     if lay.num_blocks == 0:
-        return np.zeros((0, 5), np.int64)
+        return np.zeros((0, len(CHUNK_COLUMNS)), np.int64)
     addr = np.asarray(addr, np.int64)
     lstride = np.asarray(stride, np.int64) if layers > 1 else None
     tiles = table[:, :reps].astype(np.int64)  # [blocks, reps]
@@ -68,7 +68,7 @@ def layout_chunks(
         groups.setdefault(dims, []).append(b)
     out: list[np.ndarray | None] = [None] * lay.num_blocks
     for dims, blocks in groups.items():
-        pos, flat, cnt, step = _block_runs(lay, dims, strides)
+        pos, flat, cnt, step, inner, outer = _block_runs(lay, dims, strides)
         bs = np.array(blocks, np.int64)
         # [blocks, reps, layers, runs]
         t = tiles[bs][:, :, None, None]
@@ -84,9 +84,11 @@ def layout_chunks(
                 np.broadcast_to(f, full),
                 np.broadcast_to(cnt, full),
                 np.broadcast_to(step, full),
+                np.broadcast_to(inner, full),
+                np.broadcast_to(outer, full),
             ],
             axis=-1,
-        ).reshape(len(bs), -1, 5)
+        ).reshape(len(bs), -1, len(CHUNK_COLUMNS))
         for i, b in enumerate(blocks):
             out[b] = rows[i]
     return np.concatenate(out).astype(np.int64)
@@ -94,8 +96,28 @@ def layout_chunks(
 
 def _block_runs(lay: tl.LayoutAttr, dims: tuple[int, ...], strides: np.ndarray):
     """The runs of one block of extent `dims`: (storage position, flat offset from the block's origin, count,
-    flat stride) per run, as in the layout's storage order."""
-    if lay.order.data == "amp16":
+    flat stride, inner, outer) per run, as in the layout's storage order (`CHUNK_COLUMNS`: one-level runs have
+    inner = count). `ampw`: one two-level run per contiguous [rows][kb] piece (a K block of a row panel, of the
+    narrower last row panel, or the K tail's rows)."""
+    outer = None
+    if lay.order.data == "ampw":
+        rows, cols, kb = int(dims[0]), int(dims[1]), tl.ampw_kblock(lay.dtype)
+        rf, kf = rows // tl.AMP_PANEL_ROWS * tl.AMP_PANEL_ROWS, cols // kb * kb
+        r0, h, c0, w = [], [], [], []  # pieces: first row, rows, first column, columns
+        for p in range(0, rf, tl.AMP_PANEL_ROWS):
+            for c in range(0, kf, kb):
+                r0.append(p), h.append(tl.AMP_PANEL_ROWS), c0.append(c), w.append(kb)
+        for c in range(0, kf, kb) if rf < rows else ():
+            r0.append(rf), h.append(rows - rf), c0.append(c), w.append(kb)
+        if kf < cols:
+            r0.append(0), h.append(rows), c0.append(kf), w.append(cols - kf)
+        r0, h, c0, w = (np.array(x, np.int64) for x in (r0, h, c0, w))
+        pos = tl.ampw_positions(r0, c0, rows, cols, kb)
+        flat = r0 * strides[0] + c0
+        cnt, inner = h * w, w
+        step = np.ones(len(pos), np.int64)
+        outer = np.full(len(pos), strides[0])
+    elif lay.order.data == "amp16":
         rows, cols = int(dims[0]), int(dims[1])
         p = np.arange(0, rows, tl.AMP_PANEL_ROWS)
         pr = np.minimum(tl.AMP_PANEL_ROWS, rows - p)
@@ -124,7 +146,9 @@ def _block_runs(lay: tl.LayoutAttr, dims: tuple[int, ...], strides: np.ndarray):
         pos = np.arange(n) * int(dims[-1])
         cnt = np.full(n, int(dims[-1]))
         step = np.ones(n, np.int64)
-    return (np.asarray(x, np.int64) for x in (pos, flat, cnt, step))
+    if outer is None:
+        inner, outer = cnt, np.zeros(len(pos), np.int64)
+    return (np.asarray(x, np.int64) for x in (pos, flat, cnt, step, inner, outer))
 
 
 def _flat_shape(t) -> tuple[int, ...]:
@@ -137,6 +161,7 @@ def fold_host(
     """Walks from a device value back to its nn.param / nn.input through host-folded ops and exchange phases.
     Returns [(source op, chunks in the source's flat index, via)] (several for a concat), or raises. `layer`: the
     iteration of a `tile.repeat` whose stacked block arguments are read (member `layer` of the stacked operand)."""
+    chunks = as_chunk_table(chunks)
     op = v.owner
     if isinstance(op, nn.ParamOp | nn.InputOp):
         return [(op, chunks, fp8_via)]
@@ -207,8 +232,8 @@ def _patchify_chunks(op: nn.PatchifyOp, chunks: np.ndarray, esize: int) -> np.nd
     gw = w // p
     row = c * p * p
     pieces = []
-    for t, a, off, cnt, st in chunks.tolist():
-        if st != 1:
+    for t, a, off, cnt, st, inner, _ in chunks.tolist():
+        if st != 1 or inner != cnt:
             raise BindingError("nn.patchify: only row-major device layouts of patches are folded")
         i = off
         while i < off + cnt:
@@ -219,7 +244,7 @@ def _patchify_chunks(op: nn.PatchifyOp, chunks: np.ndarray, esize: int) -> np.nd
     tok, col = pc[:, 2] // row, pc[:, 2] % row
     ch, ky, kx = col // (p * p), (col // p) % p, col % p
     src = ch * h * w + ((tok // gw) * p + ky) * w + (tok % gw) * p + kx
-    return np.stack([pc[:, 0], pc[:, 1], src, pc[:, 3], np.ones(len(pc), np.int64)], 1)
+    return as_chunk_table(np.stack([pc[:, 0], pc[:, 1], src, pc[:, 3], np.ones(len(pc), np.int64)], 1))
 
 
 def _split_at_concat_bounds(chunks, res_shape, axis, sizes, esize):
@@ -227,15 +252,26 @@ def _split_at_concat_bounds(chunks, res_shape, axis, sizes, esize):
     e.g. a [12]-element bias block over a 64 + 64 + 64 concat) become one chunk per element."""
     bounds = np.cumsum(sizes)
     first = np.unravel_index(chunks[:, 2], res_shape)[axis]
-    last = np.unravel_index(chunks[:, 2] + (chunks[:, 3] - 1) * chunks[:, 4], res_shape)[axis]
+    last = np.unravel_index(_last_flat(chunks), res_shape)[axis]
     cross = np.searchsorted(bounds, first, "right") != np.searchsorted(bounds, last, "right")
     if not cross.any():
         return chunks
     pieces = [chunks[~cross]]
-    for t, a, off, cnt, st in chunks[cross].tolist():
+    for t, a, off, cnt, st, inner, outer in chunks[cross].tolist():
         i = np.arange(cnt)
-        pieces.append(np.stack([np.full(cnt, t), a + i * esize, off + i * st, np.ones(cnt), np.ones(cnt)], 1))
+        flat = off + i // inner * outer + i % inner * st
+        pieces.append(
+            as_chunk_table(np.stack([np.full(cnt, t), a + i * esize, flat, np.ones(cnt), np.ones(cnt)], 1))
+        )
     return np.concatenate(pieces).astype(np.int64)
+
+
+def _last_flat(chunks: np.ndarray) -> np.ndarray:
+    """The flat index of each chunk's last element (the largest: strides are not negative)."""
+    last_run = (chunks[:, 3] - 1) // chunks[:, 5]
+    return (
+        chunks[:, 2] + last_run * chunks[:, 6] + (np.minimum(chunks[:, 3], chunks[:, 5]) - 1) * chunks[:, 4]
+    )
 
 
 def _remap_into(chunks, res_shape, dst_shape, shift):
@@ -245,10 +281,17 @@ def _remap_into(chunks, res_shape, dst_shape, shift):
 
     out = chunks.copy()
     start = map_flat(chunks[:, 2])
-    last = chunks[:, 2] + (chunks[:, 3] - 1) * chunks[:, 4]
+    inner = np.minimum(chunks[:, 3], chunks[:, 5])  # elements of each chunk's (first) run
+    last = chunks[:, 2] + (inner - 1) * chunks[:, 4]
     end = map_flat(last)
     out[:, 2] = start
-    out[:, 4] = np.where(chunks[:, 3] > 1, (end - start) // np.maximum(chunks[:, 3] - 1, 1), 1)
+    out[:, 4] = np.where(inner > 1, (end - start) // np.maximum(inner - 1, 1), 1)
+    two = chunks[:, 3] > chunks[:, 5]  # two-level runs: the run step maps like the element step
+    if two.any():
+        out[two, 6] = map_flat(chunks[two, 2] + chunks[two, 6]) - start[two]
+        # An affine map along both levels: the last element must land where the new strides put it.
+        if (map_flat(_last_flat(chunks[two])) != _last_flat(out[two])).any():
+            raise BindingError("a host-folded slice cuts a two-level run of a device layout unevenly")
     return out
 
 

@@ -835,9 +835,17 @@ class Lowering(NnOps):
             )
         wl = tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
-        if wl.order.data != "row_major":
+        # `ampw`: the weight blocks are the F16 AMP's panels, read in place (the host permuted them at upload)
+        ampw = wl.order.data == "ampw" and not b_kn
+        if wl.order.data != "row_major" and not ampw:
             raise LoweringError(
-                f"{what}: the weight operand must arrive as row-major [N, K] blocks (got amp16)"
+                f"{what}: the weight operand must arrive as row-major [N, K] blocks or F16 AMP panels (got "
+                f"{wl.order.data})"
+            )
+        if ampw and (wdt != "f16" or k % 16):
+            raise LoweringError(
+                f"{what}: weight blocks stored as AMP panels (ampw) are read in place by the F16 GEMM: f16 and K a "
+                f'multiple of 16 (got {wdt}, K = {k}; plan it with worder = "row_major")'
             )
         if wdt == "f32":
             raise LoweringError(
@@ -858,7 +866,9 @@ class Lowering(NnOps):
             raise LoweringError(f"{what}: result type {rdt} is not produced by the GEMM epilogue")
         esize = tl.element_bytes(lay.dtype)
         c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes this GEMM uses
-        panels, restride = self.weight_staging(op)
+        panels, restride = self.weight_staging(None if ampw else op)
+        if ampw:  # no staging: only the aux's address (unused)
+            self.use_scratch(aux=0)
         e = self.target.region1_element_bytes
         res = self.addrs.of(op.results[0]).addr
         jobs = {}
@@ -1024,11 +1034,24 @@ class Lowering(NnOps):
 
         # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
         # instead of 64).
-        coef = self.gemm_coef(op, panels)
+        if ampw:
+            for t, j in jobs.items():
+                if j[3] % 16 or (len(chunks) > 1 and j[3] != 16):
+                    raise LoweringError(
+                        f"{what}: tile {t}: a {j[3]} x {k} weight block stored as AMP panels (ampw) needs whole "
+                        f"16-row panels, and one K chunk unless it is one panel (k_chunks = {[w for _, w in chunks]};"
+                        ' plan it with worder = "row_major")'
+                    )
+            coef = self._ampw_coef(op, panels, {t: j[8] for t, j in jobs.items()}, what)
+        else:
+            coef = self.gemm_coef(op, panels)
         padded_kw = None  # the chunk size whose F16 panels have zero N padding rows
+        self_panels = panels
         for i, (k0, kw) in enumerate(chunks):
             tag = f"{what} [K {k0}:{k0 + kw}]" if len(chunks) > 1 else what
-            if b_kn:
+            if ampw:
+                w_at = {}  # (read in place)
+            elif b_kn:
                 # B's rows k0 .. k0 + kw are contiguous [kw][nc] in the block; the chunk holding the K padding is
                 # copied with zero rows after the last real one (the kernel reads whole 16-row blocks).
                 kr = min(kw, k - k0)
@@ -1058,7 +1081,9 @@ class Lowering(NnOps):
                 w_at = {t: (restride, kw * wsize) for t in jobs}
             else:
                 w_at = {t: (j[8] + k0 * wsize, k * wsize) for t, j in jobs.items()}
-            if wdt == "f16":
+            if ampw:
+                pass  # the chunk's panels: the block's own, at k0 / 16 blocks of 512 B (one row panel, or K whole)
+            elif wdt == "f16":
 
                 def pack(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, kw=kw, w_at=w_at):
                     src, row = w_at[t]
@@ -1118,6 +1143,7 @@ class Lowering(NnOps):
 
             def gemm(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc, k0=k0, kw=kw, i=i):
                 mode = "init" if i == 0 else "acc"
+                panels = wsrc + k0 // 16 * 512 if ampw else self_panels
                 if a_panels:
                     return gm.Gemm(
                         mpad, kw, npad, prec=gm.F16, mode=mode, coef=coef, a=a_area, weights=panels, c=c_area,
@@ -1719,6 +1745,7 @@ def compile_model(
     keep_f16: tuple[str, ...] | None = None,
     activations: str = "f16",
     calibration: Mapping[str, np.ndarray] | None = None,
+    weights_order: str = "auto",
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1733,7 +1760,9 @@ def compile_model(
     "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`).
     `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
     cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
-    without it the casts take the rule's 2^-4."""
+    without it the casts take the rule's 2^-4. `weights_order`: tile-plan's GEMM weight storage
+    (`IpuCompilePipelinePass.weights_order`: "auto" keeps FP8-activation K splits' weights as AMP panels read in
+    place, "row_major" makes every weight's panels on the device)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
@@ -1762,6 +1791,7 @@ def compile_model(
             scratch=not debug_values,
             keep_f16=keep,
             activations=activations,
+            weights_order=weights_order,
         )
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))

@@ -523,8 +523,15 @@ class NnOps:
         (m, k), kc = x.type.get_shape(), op.chunk
         xl, wl = tl.layout_of(x), tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
-        if device_dtype(xl.dtype) != "f16" or xl.order.data != "row_major" or wl.order.data != "row_major":
-            raise self.error(f"{what}: x must arrive as row-major f16 and the weight as row-major blocks")
+        ampw = self._few_rows_ampw(wl, what)
+        if (
+            device_dtype(xl.dtype) != "f16"
+            or xl.order.data != "row_major"
+            or wl.order.data not in ("row_major", "ampw")
+        ):
+            raise self.error(
+                f"{what}: x must arrive as row-major f16 and the weight as row-major blocks (or F16 AMP panels)"
+            )
         if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: f16 / FP8 weights and an f32 result only (got {wdt}, {lay.dtype})")
         if k % 16 or kc % 16 or 2 * kc > 4112:
@@ -560,12 +567,14 @@ class NnOps:
             npad[t] = -(-nc // 16) * 16
         if self.target.region1_element_bytes < max(j[0] * npad[t] * 2 for t, j in jobs.items()):
             raise self.error(f"{what}: a tile's F16 weight panels exceed the aux scratch")
-        # C [mpad][npad] f16, A's [mpad][kw] rows, the [npad/16][kw/16] weight panels
+        if ampw:
+            self._check_ampw_blocks(what, {t: (j[1], j[0], j[3]) for t, j in jobs.items()})
+        # C [mpad][npad] f16, A's [mpad][kw] rows, the [npad/16][kw/16] weight panels (none: read in place)
         self._use_bounded(
             (
                 mpad * max(npad.values()) * 2,
                 mpad * max(j[0] for j in jobs.values()) * 2,
-                max(j[0] * npad[t] * 2 for t, j in jobs.items()),
+                0 if ampw else max(j[0] * npad[t] * 2 for t, j in jobs.items()),
             )
         )
         rows = {}
@@ -579,7 +588,9 @@ class NnOps:
                 zeros, a_area + ma * kw * 2, (mpad - ma) * kw * 2
             )  # up to the kernel's minimum
         self.copy_call(rows, f"{what}: A rows")
-        if wdt == "f16":
+        if ampw:  # the weight blocks are the kernel's F16 panels: read in place
+            prep = {}
+        elif wdt == "f16":
             prep = {
                 t: pk.weights_from_bt(j[1], j[0], "f16", j[3], panels, src_row=j[0] * 2)
                 for t, j in jobs.items()
@@ -591,12 +602,12 @@ class NnOps:
                 for t, j in jobs.items()
             }
         self.kcall(f"{what}: weight panels" + ("" if wdt == "f16" else f" {wdt} -> f16"), prep)
-        if wdt == "f16":  # (the FP8 conversion zeroes the N padding rows itself)
+        if wdt == "f16" and not ampw:  # (the FP8 conversion zeroes the N padding rows itself)
             zero_rows = {}
             for t, j in jobs.items():  # (chunk widths differ by tile: the last chunk's may be shorter)
                 zero_rows |= n_padding_zeros({t: (j[1], npad[t])}, j[0], panels, zeros)
             self.kcall(f"{what}: weight panels N padding", zero_rows)
-        coef = self.gemm_coef(op, panels)
+        coef = self._ampw_coef(op, panels, {t: j[3] for t, j in jobs.items()} if ampw else None, what)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -608,11 +619,11 @@ class NnOps:
                     mode="init",
                     coef=coef,
                     a=a_area,
-                    weights=panels,
+                    weights=wa if ampw else panels,
                     c=c_area,
                     a_row_stride=kw * 2,
                 )  # fmt: skip
-                for t, (kw, *_) in jobs.items()
+                for t, (kw, _nc, _xa, wa, _ra) in jobs.items()
             },
         )
         self.kcall(
@@ -633,8 +644,13 @@ class NnOps:
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
         xl, wl = tl.layout_of(x), tl.layout_of(w)
-        if any(device_dtype(v.dtype) != "f16" or v.order.data != "row_major" for v in (xl, wl)):
-            raise self.error(f"{what}: row-major f16 x and weight blocks expected")
+        ampw = self._few_rows_ampw(wl, what)
+        if (
+            any(device_dtype(v.dtype) != "f16" for v in (xl, wl))
+            or xl.order.data != "row_major"
+            or not (ampw or wl.order.data == "row_major")
+        ):
+            raise self.error(f"{what}: row-major f16 x and weight blocks (or F16 AMP panels) expected")
         if device_dtype(lay.dtype) != "f32":
             raise self.error(f"{what}: an f32 result expected")
         (m, k), kc = x.type.get_shape(), op.chunk
@@ -660,11 +676,13 @@ class NnOps:
         # weight panels
         narrow = any(j[2] != j[5] for j in jobs.values())
         npmax, kwmax = max(j[5] for j in jobs.values()), max(j[4] for j in jobs.values())
+        if ampw:
+            self._check_ampw_blocks(what, {t: (j[2], j[4], j[1]) for t, j in jobs.items()})
         self._use_bounded(
             (
                 e // 2 + m * npmax * 4 if narrow else mpad * npmax * 2,
                 mpad * kwmax * 2 if mpad > m else 0,
-                max(j[4] * j[5] * 2 for j in jobs.values()),
+                0 if ampw else max(j[4] * j[5] * 2 for j in jobs.values()),
             )
         )
         if mpad > m:  # fewer rows than the kernel's minimum: x's block and zero rows in the A scratch
@@ -674,18 +692,19 @@ class NnOps:
                 f"{what}: A rows",
             )  # fmt: skip
             jobs = {t: (a_area, *j[1:]) for t, j in jobs.items()}
-        self.kcall(
-            f"{what}: weight panels",
-            {
-                t: pk.weights_from_bt(j[2], j[4], "f16", j[1], panels, src_row=j[4] * 2)
-                for t, j in jobs.items()
-            },
-        )
         pads = {t: (j[2], j[5]) for t, j in jobs.items() if j[2] < j[5]}
-        for kw in sorted({jobs[t][4] for t in pads}):
-            sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
-            self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
-        coef = self.gemm_coef(op, panels)
+        if not ampw:  # (ampw: the weight blocks are the kernel's F16 panels, read in place)
+            self.kcall(
+                f"{what}: weight panels",
+                {
+                    t: pk.weights_from_bt(j[2], j[4], "f16", j[1], panels, src_row=j[4] * 2)
+                    for t, j in jobs.items()
+                },
+            )
+            for kw in sorted({jobs[t][4] for t in pads}):
+                sel = {t: p for t, p in pads.items() if jobs[t][4] == kw}
+                self.kcall(f"{what}: weight panels N padding", n_padding_zeros(sel, kw, panels, zeros))
+        coef = self._ampw_coef(op, panels, {t: j[1] for t, j in jobs.items()} if ampw else None, what)
         self.kcall(
             f"{what}: GEMM",
             {
@@ -697,7 +716,7 @@ class NnOps:
                     mode="init",
                     coef=coef,
                     a=j[0],
-                    weights=panels,
+                    weights=j[1] if ampw else panels,
                     c=c_area,
                     a_row_stride=j[4] * 2,
                 )  # fmt: skip
@@ -935,9 +954,11 @@ class NnOps:
         lay = op.attributes[tl.LAYOUT_ATTR]
         g, table = lay.geometry(), lay.table()
         xdt, wdt, rdt = device_dtype(xl.dtype), device_dtype(wl.dtype), device_dtype(lay.dtype)
-        if wl.order.data != "row_major" or (xl.order.data != "row_major" and a_cols is None):
+        ampw = wl.order.data == "ampw"  # weight blocks stored as the AMP panels the GEMM reads in place
+        if wl.order.data not in ("row_major", "ampw") or (xl.order.data != "row_major" and a_cols is None):
             raise self.error(
-                f"{what}: FP8 x must arrive as row-major blocks or column panels, the weight row-major"
+                f"{what}: FP8 x must arrive as row-major blocks or column panels, the weight row-major or as AMP "
+                "panels (ampw)"
             )
         if wdt not in ("f8e4m3fnuz", "f8e5m2fnuz") or rdt not in ("f32", "f16"):
             raise self.error(
@@ -1029,7 +1050,9 @@ class NnOps:
                                         panel_width=a_cols // 2, panel_step=mr * a_cols)  # fmt: skip
                 else:  # piece by piece
                     x_copies[t] = self._a_chunk_rows(mr, mr, xa, a_cols, kw, 0, rp, a_area, zeros, esize=1)
-                if r % kb:
+                if ampw:  # the weight's parts: below (`_ampw_parts`)
+                    wsrc = (None, 0, False)
+                elif r % kb:
                     kern = _padded_rows(nc, r, wa + nfull, kw, c_area, rp)
                     if kern is None:
                         w_copies[t] = [
@@ -1045,6 +1068,10 @@ class NnOps:
                     wsrc = (wa + nfull, kw, False)
                 tparts.append((nfull, rp, a_area, rp, panels + npad[t] * nfull, {}, *wsrc[:2], True, wsrc[2]))
             parts[t] = tparts
+            if ampw:
+                parts[t] = self._ampw_parts(
+                    what, t, jobs[t], tparts, kb, c_area, panels, zeros, w_rows, w_copies
+                )
         self._use_bounded(
             (
                 max(
@@ -1052,7 +1079,14 @@ class NnOps:
                     for t, j in jobs.items()
                 ),
                 max((j[3] * q[1] for t, j in jobs.items() for q in parts[t] if q[8]), default=0),
-                max(kp[t] * npad[t] for t in jobs),
+                max(
+                    (
+                        kp[t] * npad[t]
+                        for t, v in parts.items()
+                        if not ampw or any(q[6] is not None for q in v)
+                    ),
+                    default=0,
+                ),
             )
         )
         direct = self._direct_results(jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1)
@@ -1063,7 +1097,8 @@ class NnOps:
         nparts = max(len(v) for v in parts.values())
         for p in range(nparts):
             tag = f"{what}: FP8 weight panels" + (" (last panel)" if p else "")
-            sel = {t: v[p] for t, v in parts.items() if p < len(v)}
+            # (`ampw` weights read in place have no source rows: nothing to prepare)
+            sel = {t: v[p] for t, v in parts.items() if p < len(v) and v[p][6] is not None}
             prep = {
                 t: self.kernel(pk.weights_from_bt, jobs[t][4], q[1], gm.FP8, q[6], q[4], src_row=q[7])
                 for t, q in sel.items()
@@ -1073,6 +1108,14 @@ class NnOps:
                 pads = {t: (jobs[t][4], npad[t]) for t, q in sel.items() if (q[1], q[4]) == (width, area)}
                 self.kcall(f"{tag} N padding", n_padding_zeros(pads, width, area, zeros, kblock=kb))
         coef = self.gemm_coef(op, panels)
+        for t, v in parts.items() if ampw and coef == "ld128" else ():
+            for q in v:
+                if q[6] is None and not (q[4] >= self.target.region1[0] and q[4] % 16 == 0):
+                    raise self.error(
+                        f"{what}: tile {t}: kernel choice coef = 'ld128' needs the AMP weight panels read in place "
+                        f"in interleaved memory at 16 bytes; they are at {q[4]:#x} (memory-plan puts an ampw GEMM "
+                        "operand there; a weight read from its home is not: coef = 'ld64')"
+                    )
         fmt = dict(
             in_format=fp8.F143 if xdt == "f8e4m3fnuz" else fp8.F152,
             w_format=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152,
@@ -1090,6 +1133,85 @@ class NnOps:
                                            coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
             self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
         self._rows_results(what, jobs, npad, c_area, direct, rdt)
+
+    def _few_rows_ampw(self, wl, what: str) -> bool:
+        """A few-row split's weight stored as F16 AMP panels (`ampw` f16: the F16 GEMM reads its blocks in place);
+        FP8 `ampw` blocks are not the F16 AMP's panels (KB 32, not 16)."""
+        if wl.order.data != "ampw":
+            return False
+        if device_dtype(wl.dtype) != "f16":
+            raise self.error(
+                f"{what}: FP8 weight blocks stored as AMP panels (ampw) are the FP8 AMP's; this split runs on the "
+                'F16 AMP with f16 x (plan it with worder = "row_major")'
+            )
+        return True
+
+    def _check_ampw_blocks(self, what: str, blocks: dict[int, tuple[int, int, int]]) -> None:
+        """Tile -> (rows, K, address) of weight blocks read in place as AMP panels: whole 16-row panels (region A
+        of `tl.ampw_positions` alone; F16 K is whole 16-blocks by the split's checks)."""
+        for t, (nc, kw, _a) in blocks.items():
+            if nc % 16 or kw % 16:
+                raise self.error(
+                    f"{what}: tile {t}: a {nc} x {kw} weight block stored as AMP panels (ampw) needs whole 16-row "
+                    'panels and K blocks (plan it with worder = "row_major")'
+                )
+
+    def _ampw_coef(self, op, panels: int, in_place: dict[int, int] | None, what: str) -> str:
+        """`gemm_coef`, and with weights read in place (tile -> address) ld128's rule checked at each address."""
+        coef = self.gemm_coef(op, panels)
+        for t, a in (in_place or {}).items() if coef == "ld128" else ():
+            if not (a >= self.target.region1[0] and a % 16 == 0):
+                raise self.error(
+                    f"{what}: tile {t}: kernel choice coef = 'ld128' needs the AMP weight panels read in place in "
+                    f"interleaved memory at 16 bytes; they are at {a:#x} (coef = 'ld64' reads them anywhere)"
+                )
+        return coef
+
+    def _ampw_parts(self, what, t, job, tparts, kb, c_area, panels, zeros, w_rows, w_copies) -> list:
+        """The GEMM parts of a tile whose [nc, kw] FP8 weight block is stored as AMP panels (`ampw`,
+        `tl.ampw_positions`): region A ([nc / 16][kf / 32][16][32], kf = kw // 32 * 32) is the kernel's weight
+        panels, read in place (weights = the block's address, no preparation; a part's weights must be all of
+        region A, or one 16-row panel's K blocks); the K tail (region C, [nc][kw - kf] row-major: a ragged last
+        chunk) is padded with zeros to one 32-deep block in the C scratch (a row kernel, or copies) and made
+        into FP8 panels in the aux, as row-major weight rows are. An x part over kf is split there (it is then
+        in the A scratch, rows of whole blocks). Part tuples as `_linear_partials_rows_fp8`'s, the weight rows
+        None where the weights are read in place."""
+        nc, kw, wa = job[4], job[2], job[6]
+        kf = kw // kb * kb
+        if nc % 16:
+            raise self.error(
+                f"{what}: tile {t}: a {nc}-row weight block stored as AMP panels (ampw) needs whole 16-row panels "
+                '(plan it with worder = "row_major")'
+            )
+        out = []
+        for k1, kk, a, row, _area, pkw, _ws, _wst, a_scr, _wc in tparts:
+            pieces = [(k1, kk, a, pkw)]
+            if k1 < kf < k1 + kk:  # A scratch rows of whole blocks: the part's two K ranges from them
+                pieces = [(k1, kf - k1, a, pkw), (kf, k1 + kk - kf, a + kf - k1, {})]
+            for p1, pw, pa, ppkw in pieces:
+                if p1 >= kf:  # the K tail: [nc][r] rows (region C) -> zero-padded rows in C -> panels (aux)
+                    r, rp = kw - kf, pw
+                    src = wa + nc * kf
+                    kern = _padded_rows(nc, r, src, r, c_area, rp)
+                    if kern is None:
+                        w_copies[t] = [
+                            piece
+                            for q in range(nc)
+                            for piece in [(src + q * r, c_area + q * rp, r)]
+                            + zero_copies(zeros, c_area + q * rp + r, rp - r)
+                        ]
+                    else:
+                        w_rows[t] = kern
+                    out.append((p1, pw, pa, row, panels, ppkw, c_area, rp, a_scr, True))
+                    continue
+                if not ((p1 == 0 and pw == kf) or nc == 16):
+                    raise self.error(
+                        f"{what}: tile {t}: a GEMM part over K [{p1}, {p1 + pw}) of a {nc} x {kw} weight block stored "
+                        f"as AMP panels (ampw) is not contiguous (x arrives as column panels whose narrower last one "
+                        f'is {kw - kf} or more wide: plan it with worder = "row_major")'
+                    )
+                out.append((p1, pw, pa, row, wa + p1 // kb * 512, ppkw, None, 0, a_scr, False))
+        return out
 
     def _direct_results(self, jobs, npad, parts, rdt: str, esize: int) -> set[int]:
         """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than

@@ -91,4 +91,7 @@ def test_layout_chunks_match_the_loop(seed):
     got = layout_chunks(lay, addr, stride, first_replica_only=first)
     want = _layout_chunks_loop(lay, addr, stride, first_replica_only=first)
     assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got[:, :5], want)
+    # One-level runs (`ampw`'s two-level ones: tests/unit/test_ampw_weights.py): inner = count, outer = 0.
+    np.testing.assert_array_equal(got[:, 5], got[:, 3])
+    assert not got[:, 6].any()

@@ -85,7 +85,7 @@ def test_every_written_byte_is_in_the_map(cfg, tiles):
             writes[int(t)].append((s.address, s.address + n, f"segment {s.name}"))
     for b in [*pkg.parameters, *pkg.inputs]:
         esize = DEVICE_DTYPES[b.dtype].itemsize
-        for tile, addr, _off, count, _stride in b.chunks:
+        for tile, addr, _off, count in b.chunks[:, :4]:
             writes[int(tile)].append((int(addr), int(addr + count * esize), f"binding {b.name}"))
     total = 0
     for t in range(tiles):
@@ -119,7 +119,9 @@ def test_reservations_are_the_measured_use(cfg, tiles):
     assert measured["scratch"] <= spans["lowering_scratch"] < measured["scratch"] + 16
     lowering = Lowering(f, target)
     pkg = lowering.run()
-    assert 0.98 * measured["code"] <= len(pkg.code) <= measured["code"]
+    # The measured code covers the result-row copies of GEMM results the final plan may place in the C element
+    # (`_direct_results` takes none as direct when measuring): the final code is that, or a few call sites less.
+    assert measured["code"] - 64 <= len(pkg.code) <= measured["code"]
     low_start = lowering.low[0][0]
     low_end = max(
         s.address + s.data.shape[1] for s in pkg.segments if low_start <= s.address < lowering.code_addr

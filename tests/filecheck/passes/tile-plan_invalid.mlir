@@ -3,7 +3,7 @@
 // RUN: not ipu-opt %s -p 'tile-plan{memory_fraction=0.0}' 2>&1 | filecheck %s --check-prefix=MEM
 // RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' --verify-diagnostics 2>&1 | filecheck %s
 
-// ORDER: ipu-opt: error: bad pass pipeline: tile-plan: option 'weights_order' must be one of row_major, amp16, got 'col_major'
+// ORDER: ipu-opt: error: bad pass pipeline: tile-plan: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'col_major'
 // TILES: ipu-opt: error: bad pass pipeline: tiles must be in [1, 1472], got 2000
 // MEM: ipu-opt: error: bad pass pipeline: tile-plan: option 'memory_fraction' must be in (0, 1], got 0.0
 
