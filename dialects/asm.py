@@ -35,7 +35,8 @@ tiles differ only by data, per-tile data and host bindings:
 - `asm.data "name" at <addr>`: initial bytes of tile memory (`data`: [rows, bytes] i8, one row for every tile or
   one per tile, or per `tiles`); `relocs` ([n, 3]: row, word, index into `reloc_labels`) are words to which
   `asm-link` adds a code label's address (a kernel frame's entry points).
-- `asm.binding kind "name"`: a host tensor's place on the device (`chunks`: [n, 5] i64, `ipu.runtime.package`).
+- `asm.binding kind "name"`: a host tensor's place on the device (`chunks`: [n, 7] i64 (or [n, 5]: one-level
+  runs), the columns of `ipu.runtime.package.CHUNK_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -643,7 +644,7 @@ BINDING_KINDS = ("parameter", "input", "output", "debug")
 @irdl_op_definition
 class BindingOp(IRDLOperation):
     """A host tensor's place on the device: `kind` (parameter, input, output, debug), `sym` (its name), and
-    attributes `shape`, `dtype`, `chunks` (tensor<n x 5 x i64>), `scale`, `via`, `via_scale`."""
+    attributes `shape`, `dtype`, `chunks` (tensor<n x 7 x i64>), `scale`, `via`, `via_scale`."""
 
     name = "asm.binding"
     kind = prop_def(StringAttr)
@@ -656,8 +657,8 @@ class BindingOp(IRDLOperation):
         if self.kind.data not in BINDING_KINDS:
             raise VerifyException(f"asm.binding: kind must be one of {BINDING_KINDS}, got {self.kind.data!r}")
         c = _dense(self, "chunks", np.int64)
-        if c.ndim != 2 or c.shape[1] != 5:
-            raise VerifyException(f"asm.binding {self.sym.data!r}: chunks must be [n, 5]")
+        if c.ndim != 2 or c.shape[1] not in (5, 7):
+            raise VerifyException(f'asm.binding "{self.sym.data}": chunks must be [n, 7] (or [n, 5])')
         _str_attr(self, "dtype")
 
     @classmethod

@@ -253,7 +253,7 @@ def binding_op(kind: str, b: Binding) -> asm.BindingOp:
     attrs: dict[str, Attribute] = {
         "shape": asm.dense_of(np.asarray(b.shape, np.int64)),
         "dtype": StringAttr(b.dtype),
-        "chunks": asm.dense_of(np.asarray(b.chunks, np.int64).reshape(-1, 5)),
+        "chunks": asm.dense_of(np.asarray(b.chunks, np.int64)),
     }
     if b.scale:
         attrs["scale"] = IntegerAttr(int(b.scale), i32)
