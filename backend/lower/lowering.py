@@ -1332,7 +1332,9 @@ class Lowering(NnOps):
             program = build_program(self, self._patch_descriptors)
         except ProgramError as e:
             raise LoweringError(str(e)) from None
-        self.image.segments = []  # the program's asm.data holds them now
+        self.image.segments = []  # the program's asm.data holds them now, and the frames
+        for c in self.calls:
+            c.built = None
         meta = program.metadata()
         meta["derived_parameters"] = derived_parameters(self.f)
         program.set_metadata(meta)

@@ -312,7 +312,10 @@ def build_program(low, patch_tables) -> asm.ProgramOp:
             _instr("br $m9"),
         ],
     )
-    data = [_data_op(s) for s in low.image.segments]
+    segments, data = low.image.segments, []
+    for i in range(len(segments)):  # each segment released once its asm.data holds the bytes (peak memory)
+        data.append(_data_op(segments[i]))
+        segments[i] = None
     for s, rel in frames:  # each frame names its own labels (relocs index that list)
         used, local = np.unique(rel[:, 2], return_inverse=True)
         rel = np.column_stack([rel[:, :2], local.reshape(-1)]).astype(np.int32) if len(rel) else rel
