@@ -551,6 +551,16 @@ class RepeatOp(IRDLOperation):
                 f"asm.repeat: patch_strides must be [tiles, {len(words)}] for {len(words)} patch_words, got "
                 f"{list(strides.shape)}"
             )
+        bad = (words < 0) | (words % 4 != 0)
+        if bad.any():
+            raise VerifyException(
+                f"asm.repeat: patch word {int(np.nonzero(bad)[0][0])} at {int(words[bad][0])} is not a word address"
+            )
+        for name in ("forward_table", "reset_table"):
+            if _int_attr(self, name) < 0 or _int_attr(self, name) % 4:
+                raise VerifyException(
+                    f"asm.repeat: {name} must be a word address, got {_int_attr(self, name)}"
+                )
         most = int((strides != 0).sum(1).max(initial=0))
         width = _int_attr(self, "table_words")
         if 1 + 2 * most > width:

@@ -94,3 +94,16 @@ builtin.module {
   }
 }
 // VERIFY: asm.kernel_call @ew_sup: frame address must be word aligned
+
+// -----
+
+builtin.module {
+  asm.program @main attributes {target = "small-4x624k", tiles = 4 : i32, sram_kib = 624 : i32, code_base = 515472 : i32, code_end = 524288 : i32, library = "{}", metadata = "{}"} {
+    asm.kernel @main supervisor {
+      // expected-error @below {{asm.repeat: patch word 1 at 507910 is not a word address}}
+      asm.repeat 2 record 0x7c000 attributes {what = "tile.repeat x2", forward_table = 507920 : i32, reset_table = 507936 : i32, table_words = 5 : i32, patch_words = dense<[507904, 507910]> : tensor<2xi64>, patch_strides = dense<[[4, 4], [4, 0], [0, 0], [0, 0]]> : tensor<4x2xi32>} {
+      }
+    }
+  }
+}
+// VERIFY: asm.repeat: patch word 1 at 507910 is not a word address
