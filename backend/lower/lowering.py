@@ -36,7 +36,7 @@ from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import IntegerAttr, ModuleOp, StringAttr, i32
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
@@ -93,18 +93,6 @@ from ipu.runtime.package import Binding, Package, Segment
 
 class LoweringError(ValueError):
     pass
-
-
-class _NamedLabels(dict):
-    """A label table that remembers which names were looked up (the routines the frames name)."""
-
-    def __init__(self, labels: dict[str, int]):
-        super().__init__(labels)
-        self.names: set[str] = set()
-
-    def __getitem__(self, name: str) -> int:
-        self.names.add(name)
-        return super().__getitem__(name)
 
 
 @dataclass
@@ -1324,22 +1312,16 @@ class Lowering(NnOps):
         self.params += p
 
     # -- the program and the package ---------------------------------------------------------------------------
-    def build(self) -> asm.ProgramOp:
-        """After the walk: its result as an `asm.program` (`program.build_program`), before the backend's passes."""
+    def build(self, extra_metadata: dict | None = None) -> asm.ProgramOp:
+        """After the walk: its result as an `asm.program` (`program.build_program`), before the backend's passes;
+        extra_metadata: more of the package's metadata (`package_extras`)."""
         if not self.measure:
             self._check_scratch()
+        meta = {"derived_parameters": derived_parameters(self.f), **(extra_metadata or {})}
         try:
-            program = build_program(self, self._patch_descriptors)
+            return build_program(self, self._patch_descriptors, meta)
         except ProgramError as e:
             raise LoweringError(str(e)) from None
-        self.image.segments = []  # the program's asm.data holds them now, and the frames
-        for c in self.calls:
-            c.built = None
-        meta = program.metadata()
-        meta["derived_parameters"] = derived_parameters(self.f)
-        program.set_metadata(meta)
-        program.attributes["sram_kib"] = IntegerAttr(self.target.sram_bytes // 1024, i32)
-        return program
 
     def finish(self) -> Package:
         """The program lowered by the backend's passes (loops, calls, link) and printed as the package."""
@@ -1647,11 +1629,7 @@ def lower_to_program(module: ModuleOp | func.FuncOp, target: Target | None = Non
     target = _placed_target(f, target)
     low = Lowering(f, target)
     low.walk()
-    program = low.build()
-    meta = program.metadata()
-    meta.update(package_extras(module, f, target, False))
-    program.set_metadata(meta)
-    return program
+    return low.build(package_extras(module, f, target, False))
 
 
 def lower_to_package(

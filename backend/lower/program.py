@@ -276,9 +276,11 @@ def binding_of(op: asm.BindingOp) -> Binding:
     )
 
 
-def build_program(low, patch_tables) -> asm.ProgramOp:
+def build_program(low, patch_tables, extra_metadata: dict) -> asm.ProgramOp:
     """The walk's result (`Lowering` after its walk) as an `asm.program`. patch_tables(rep, labels) -> (word
-    addresses, strides [tiles, P]) of a repeat: the lowering's derivation from its sampled iterations."""
+    addresses, strides [tiles, P]) of a repeat: the lowering's derivation from its sampled iterations;
+    extra_metadata: the package metadata that does not come from the walk. The walk's segments and cached frames
+    are released as the program takes their bytes (peak memory)."""
     n = low.n
     names: dict[str, int] = {}
     labels_a, labels_b = StandInLabels(_STAND_IN[0], names), StandInLabels(_STAND_IN[1], names)
@@ -313,9 +315,12 @@ def build_program(low, patch_tables) -> asm.ProgramOp:
         ],
     )
     segments, data = low.image.segments, []
-    for i in range(len(segments)):  # each segment released once its asm.data holds the bytes (peak memory)
+    for i in range(len(segments)):  # each segment released once its asm.data holds the bytes
         data.append(_data_op(segments[i]))
         segments[i] = None
+    low.image.segments = []
+    for c in low.calls:
+        c.built = None
     for s, rel in frames:  # each frame names its own labels (relocs index that list)
         used, local = np.unique(rel[:, 2], return_inverse=True)
         rel = np.column_stack([rel[:, :2], local.reshape(-1)]).astype(np.int32) if len(rel) else rel
@@ -338,6 +343,7 @@ def build_program(low, patch_tables) -> asm.ProgramOp:
             "code_base": IntegerAttr(low.code_addr, i32),
             "code_end": IntegerAttr(low.code_end, i32),
             "library": StringAttr(json.dumps(library)),
+            "sram_kib": IntegerAttr(target.sram_bytes // 1024, i32),
         },
     )
     meta = {
@@ -348,7 +354,7 @@ def build_program(low, patch_tables) -> asm.ProgramOp:
     }
     if getattr(low, "debug", None) is not None:
         meta["debug_positions"] = low.debug_positions
-    program.set_metadata(meta)
+    program.set_metadata({**meta, **extra_metadata})
     return program
 
 
@@ -498,11 +504,10 @@ def lower_calls(program: asm.ProgramOp) -> None:
             lines.append(line + (f"  // {op.comment.data}" if op.comment is not None else ""))
         else:
             raise ProgramError(f"unexpected {op.name} in @main")
-    # The return to the host is a site of its own (label_sites puts its label before the last line).
+    # The return to the host is a site of its own: label_sites ends the lines with its label.
     ret = lines.pop()
     sites = label_sites(lines)
-    ret_label = lines.pop()
-    lines += [ret_label, ret]
+    lines.append(ret)
     phases = exchange_phases(sites)
     new = _kernel_from_lines(main.sym_name.data, lines)
     program.body.block.insert_op_before(new, main)
@@ -565,7 +570,6 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True, materialize
     resolved; with `check`, the code must end inside memory-plan's reservation (`CodeOverflow`). Without
     `materialize` (a measuring lowering, which only needs the code's size) the routines are laid out but not
     added to the IR: the returned layout is then the only record of the code."""
-    meta = program.metadata()
     if program.linked:
         raise ProgramError(f"asm.program @{program.sym_name.data} is linked already")
     own = _kernels(program)
@@ -624,8 +628,6 @@ def link(program: asm.ProgramOp, target: Target, check: bool = True, materialize
         )
         d.attributes["data"] = asm.dense_of(rows)
         del d.attributes["relocs"], d.attributes["reloc_labels"]
-    meta["code_bytes"] = laid.end - laid.base
-    program.set_metadata(meta)
     program.attributes["linked"] = UnitAttr()
     return laid
 
@@ -650,7 +652,6 @@ def package_of(program: asm.ProgramOp, target: Target, laid: Program | None = No
     if laid is None:
         laid = layout(_kernels(program), int(program.attributes["code_base"].value.data))
     meta = program.metadata()
-    meta.pop("code_bytes", None)
     if "profile_sites" in meta:
         meta["profile_sites"] = resolve(meta["profile_sites"], laid.labels)
     debug_positions = meta.pop("debug_positions", None)

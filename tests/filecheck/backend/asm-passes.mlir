@@ -18,7 +18,7 @@
 // The function is replaced by the program: main's calls, the loop as a region with its patch descriptors, the
 // data (frames with relocations for the routines they name) and the host bindings.
 // LOWER-NOT:  func.func
-// LOWER:      asm.program @main attributes {target = "small-4x624k", tiles = 4 : i32, code_base = {{[0-9]+}} : i32, code_end = {{[0-9]+}} : i32, library = {{.*}}, sram_kib = 624 : i32}
+// LOWER:      asm.program @main attributes {target = "small-4x624k", tiles = 4 : i32, code_base = {{[0-9]+}} : i32, code_end = {{[0-9]+}} : i32, library = {{.*}}, sram_kib = 624 : i32, metadata = "{{.*}}"}
 // LOWER:      asm.kernel @main supervisor {
 // LOWER:        asm.repeat 2 record {{0x[0-9a-f]+}} attributes {what = "tile.repeat x2", forward_table = {{[0-9]+}} : i32, reset_table = {{[0-9]+}} : i32, table_words = {{[0-9]+}} : i32, patch_words = dense<[{{[0-9, ]+}}]> : tensor<{{[0-9]+}}xi64>, patch_strides = dense<"0x{{[0-9A-F]+}}"> : tensor<4x{{[0-9]+}}xi32>} {
 // LOWER-NEXT:     asm.kernel_call @xch_timed frame {{0x[0-9a-f]+}} {site_op = {{.*}}what = "exchange timed
