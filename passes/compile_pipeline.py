@@ -25,13 +25,6 @@ from xdsl.passes import ModulePass, PassPipeline
 
 from ipu.backend.target import IPU21, Target
 
-SCRATCH_ELEMENTS = 3  # region-1 elements of the lowering's scratch: the C, A and aux areas
-# ... and room for kernel frames and tables spilling from the low range, outputs kept for the host, loop values
-# (So400m one layer + head on 1472 tiles: 48 KiB more than the three elements, with region 0 given to the tables).
-SCRATCH_EXTRA_BYTES = 48 * 1024
-# Region-1 bytes a GEMM's operands leave to resident weights and other live values (pipeline_spec's GEMM budget):
-# So400m's two layers hold ~40-60 KB of weights and layer-norm parameters on the busiest tiles.
-RESIDENT_ALLOWANCE = 80 * 1024
 # Activation precision of the FP8-weight linears: f16 (the F16 AMP) or fp8 (the FP8 AMP, `nn-quantize-activations`).
 ACTIVATIONS = ("f16", "fp8")
 
@@ -71,8 +64,10 @@ def pipeline_spec(
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
       placed copy) and memory-plan reserves exactly that (not with `scratch=False`: per-op debug values are kept
-      above the plan); tile-plan's GEMM budget still assumes `SCRATCH_ELEMENTS` elements + `SCRATCH_EXTRA_BYTES`
-      of scratch and `RESIDENT_ALLOWANCE` for resident values."""
+      above the plan; targets without the kernels' three scratch elements get no reservation); tile-plan's GEMM
+      budget is derived from the target and the model's resident bytes (`tile_plan.gemm_budget`, recorded as
+      `tile.gemm_budget` on the function)."""
+    from ipu.backend.lower.placement import scratch_target_problem
     from ipu.passes.nn_quantize import DEFAULT_SPEC, KEEP_F16_DEFAULT
 
     quantize = DEFAULT_SPEC
@@ -82,17 +77,11 @@ def pipeline_spec(
             quantize = quantize.replace(" attention_f16", f" keep_f16={','.join(keep_f16)} attention_f16")
     opts = f"{{tiles={target.num_tiles} sram_kib={target.sram_bytes // 1024}}}"
     rep, hoist = ("nn-outline-repeat,", "nn-hoist-stacked,") if outline_repeat else ("", "")
-    room = SCRATCH_ELEMENTS * target.region1_element_bytes + SCRATCH_EXTRA_BYTES
-    r1 = target.sram_end - target.region1_base
     mem, xopts = f"memory-plan{opts}", opts
-    if scratch and r1 >= 2 * room:
+    if scratch and scratch_target_problem(target) is None:
         # The lowering's code, tables and scratch: measured by lowering-storage, reserved by memory-plan at that
-        # size (targets without room in region 1 for the scratch get no reservation, as before).
+        # size (targets without the kernels' scratch elements get no reservation: the lowering refuses them).
         mem = f"lowering-storage{opts},memory-plan{opts}"
-        # tile-plan's GEMM budget: a GEMM's operands and result share what region 1 keeps besides the scratch with
-        # the resident weights and other live values (RESIDENT_ALLOWANCE).
-        frac = (r1 - room - RESIDENT_ALLOWANCE) / target.sram_bytes
-        xopts = f"{opts[:-1]} memory_fraction={frac:.4f}}}"
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {activations!r}")
     fp8x = activations == "fp8"

@@ -31,8 +31,8 @@ class NNToExchangePipelinePass(ModulePass):
     """Tiles of the target (0: the full IPU21)."""
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
-    memory_fraction: float = 0.5
-    """tile-plan: share of a tile's SRAM one GEMM's operands and result may use."""
+    memory_fraction: float = 0.0
+    """tile-plan: share of a tile's SRAM one GEMM's operands and result may use (0: derived, `gemm_budget`)."""
     mode: str = "latency"
     """Exchange schedule: "latency" or "compact"."""
     stream_words: int = 256

@@ -484,8 +484,12 @@ def _lowest_gap(
     return -1
 
 
-def allocate(problem: Problem) -> Placement:
-    """Addresses for every buffer on every tile; raises PlacementError when a buffer does not fit."""
+def allocate(problem: Problem, fullest_first: bool = False) -> Placement:
+    """Addresses for every buffer on every tile; raises PlacementError when a buffer does not fit.
+
+    Tile classes are independent problems, placed in class order; with `fullest_first` in order of decreasing
+    resident bytes (what no transient can reuse), so that a problem that does not fit fails early, usually on
+    one of its fullest classes. The placement is the same either way; a failure may name another class."""
     sizes = np.asarray(problem.sizes, dtype=np.int64)
     nb = len(problem.buffers)
     if sizes.shape[0] != nb:
@@ -511,7 +515,12 @@ def allocate(problem: Problem) -> Placement:
         tile_class, np.full((nb, nc), -1, np.int64), np.zeros((nb, nc), np.int64), np.zeros(nc, np.int64)
     )
     class_sizes = np.bincount(tile_class, minlength=nc)
-    for c in range(nc):
+    order = range(nc)
+    if fullest_first:
+        resident = np.asarray([b.count if b.resident else 0 for b in problem.buffers], np.int64)
+        rep_bytes = sizes[:, reps] * resident[:, None]
+        order = np.argsort(-rep_bytes.sum(axis=0), kind="stable").tolist()
+    for c in order:
         rep = int(reps[c])
         members = np.nonzero(sizes[:, rep] > 0)[0]
         alloc = _ClassAllocator(problem, rep, members, partners)

@@ -560,20 +560,22 @@ class MemoryPlanPass(ModulePass):
         """`memory_alloc.allocate`; with lowering-scratch-at=auto, once more with the lowering_scratch reservation
         below the exchange tables if the placement fails with it at the top (the first failure is reported when
         both fail)."""
-        try:
+        b = next((b for kind, b in support if kind == "lowering_scratch"), None)
+        at = self.scratch_region0(f, problem.target) if b is not None else -1
+        if self.lowering_scratch_at != "auto" or at < 0:
             return ma.allocate(problem)
-        except ma.PlacementError as first:
-            b = next((b for kind, b in support if kind == "lowering_scratch"), None)
-            at = self.scratch_region0(f, problem.target) if b is not None else -1
-            if self.lowering_scratch_at != "auto" or at < 0:
-                raise
+        try:
+            # Fullest classes first: when the reservation at the top does not fit, that shows early (27 So400m
+            # layers: the tail tiles, the last classes in tile order), not after nearly every class is placed.
+            return ma.allocate(problem, fullest_first=True)
+        except ma.PlacementError:
             top = problem.buffers[b]
             problem.buffers[b] = _replace(top, fixed=at)
             try:
                 return ma.allocate(problem)
             except ma.PlacementError:
                 problem.buffers[b] = top
-                raise first from None
+        return ma.allocate(problem)  # fails again: the failure in class order, as without the second try
 
     def fit_hint(self, f: func.FuncOp, target: Target, err: ma.PlacementError) -> str:
         """What the failure means and what would help, for a person reading the diagnostic."""

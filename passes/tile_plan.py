@@ -5,8 +5,10 @@ For each operator, in program order:
 - `nn.linear` (rank-2 input): a GEMM over a gm x gn tile grid, chosen by the cost model among all grids that fit
   the target: estimated cycles of the busiest tile (device cast + pack of its weight block, the F16 GEMM
   kernel's own estimate per K chunk of the padded block) + cycles to receive its x row panel and w column panel
-  (4 bytes/cycle), subject to the per-tile operands and result fitting in `memory_fraction` of the SRAM
-  (`compile_model` sets it from what region 1 keeps besides the lowering's scratch) and the panel-width rules
+  (4 bytes/cycle), subject to the per-tile operands and result fitting the function's GEMM budget
+  (`tile.gemm_budget`, bytes: by default `gemm_budget`, the SRAM less the support reservations, the kernel scratch
+  elements and the resident parameters' even share per tile; `memory_fraction` of the SRAM when that option is
+  given; a person's attribute is kept) and the panel-width rules
   (MIN_WIDE_PANEL, MIN_PANEL_TILES). Big GEMMs end up on (nearly) all tiles.
 - `nn.attention`: materialized attention over a [query blocks, heads] grid (keys/values of a head replicated over
   its query blocks), as many query blocks as tiles allow; with few query rows (the MAP head's probe) each head's
@@ -54,7 +56,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
-from xdsl.dialects.builtin import Float8E4M3FNUZType, Float8E5M2FNUZType, ModuleOp, TensorType
+from xdsl.dialects.builtin import (
+    Float8E4M3FNUZType,
+    Float8E5M2FNUZType,
+    IntegerAttr,
+    ModuleOp,
+    TensorType,
+    i64,
+)
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
@@ -92,6 +101,51 @@ def is_host_value(v: SSAValue) -> bool:
             return False
         return all(is_host_value(o) for o in owner.operands)
     return False
+
+
+GEMM_BUDGET_ATTR = "tile.gemm_budget"
+
+
+def _from_params(v: SSAValue) -> bool:
+    """A parameter, or a host-folded value computed from parameters only (no input): resident on the device."""
+    owner = v.owner
+    if isinstance(owner, nn.ParamOp):
+        return True
+    return isinstance(owner, HOST_OPS) and is_host_value(v) and all(_from_params(o) for o in owner.operands)
+
+
+def resident_bytes(f: func.FuncOp) -> int:
+    """Bytes of the resident values the device holds for `f`: parameters and host-folded values computed from
+    them, counted where the host's folding ends (a value some device op reads), each member of a stacked
+    sequence counted. Replicated copies are not counted (tile-plan has not laid them out yet)."""
+    total = 0
+    for op in f.walk():
+        for r in op.results:
+            if not isinstance(r.type, TensorType) or not _from_params(r):
+                continue
+            if any(not isinstance(u.operation, HOST_OPS) for u in r.uses):
+                total += math.prod(r.type.get_shape()) * tl.element_bytes(r.type.element_type)
+    return total
+
+
+def gemm_budget(f: func.FuncOp, target: Target) -> int:
+    """Bytes of a tile one GEMM's operands and result may use (tile-plan's default, recorded as
+    `tile.gemm_budget`): the SRAM less what every tile holds besides them whatever the plan: the runtime state and
+    the host descriptors, memory-plan's estimate of the code and exchange tables before `lowering-storage`
+    measures them, the lowering's kernel scratch elements (C, A, aux; a GEMM's operands stay out of them), and
+    the function's resident values spread evenly over the tiles (what tile-balance-homes aims at). Other live
+    activations are memory-plan's to fit; this only keeps a plan from choosing blocks that cannot fit."""
+    from ipu.backend.lower.placement import scratch_elements
+    from ipu.passes.memory_plan import DEFAULT_CODE_BYTES, MemoryPlanPass
+
+    held = (
+        target.runtime_state_bytes
+        + MemoryPlanPass().host_descriptor_bytes
+        + DEFAULT_CODE_BYTES
+        + max(0, target.sram_end - min(scratch_elements(target)))
+        + -(-resident_bytes(f) // target.num_tiles)
+    )
+    return max(target.sram_bytes - held, 0)
 
 
 def view_layout(layout: tl.LayoutAttr, shape) -> tl.LayoutAttr | None:
@@ -900,14 +954,12 @@ MIN_WIDE_PANEL = 32
 # in column panels, `gathered_rows_layout`: 168 rounds at 32, and fc1's own plan is 76k instead of 135k cycles.)
 
 
-def choose_gemm(
-    op: nn.LinearOp | nn.MatmulOp, target: Target, memory_fraction: float, worder: str
-) -> tl.GemmPlanAttr:
+def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, worder: str) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
     weight block, `cm.weight_prep_cycles`; the F16 GEMM kernel's own estimate per K chunk on the padded block,
     `cm.gemm_kernel_cycles`: M >= 3, K and N padded to 16) + cycles to receive its x and w panels. The per-tile
     operands and result (x and w panels, result, bias; the weight staging is in the lowering's scratch) must fit
-    `memory_fraction` of the SRAM, and the padded block the lowering's 32-KiB C / A scratch elements. Candidate
+    `budget` bytes (`gemm_budget`), and the padded block the lowering's 32-KiB C / A scratch elements. Candidate
     panel widths: the widest and half-widest grids, whole heads when feeding attention, and every multiple of 16
     columns (the kernel pads N to 16, so those waste nothing)."""
     xv, wv, n = gemm_operands(op)
@@ -921,7 +973,6 @@ def choose_gemm(
     by = tl.element_bytes(op.result.type.element_type)
     prec = precision_of(xv.type, wv.type)
     wdt = tl.dtype_name(wv.type.element_type)
-    budget = memory_fraction * target.sram_bytes
     scratch = target.region1_element_bytes
     a_chunks = 2 * k > cm.GEMM_MAX_A_ROW_BYTES  # A repacked into K-block panels per chunk (scratch)
     # A matmul's f32 A is cast into padded f16 rows in the A scratch on every tile (no K-block panels of it).
@@ -987,8 +1038,8 @@ def choose_gemm(
                 best_aligned = (key, gm, gn, pm, pn, cycles, amp)
     if best is None:
         raise PassFailedException(
-            f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits {memory_fraction:.0%} of "
-            f"{target.sram_bytes} bytes per tile on {tiles} tiles"
+            f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits the GEMM budget of {budget} B "
+            f"per tile ({GEMM_BUDGET_ATTR} on the function) on {tiles} tiles"
         )
     # Head-aligned panels win unless they cost over ALIGN_SLACK more (the unaligned transfers' fragmentation
     # is not in this cost, so alignment gets that much credit: see ALIGN_SLACK).
@@ -1195,7 +1246,7 @@ def estimate_cycles(op: Operation, plan: Attribute, result: tl.LayoutAttr, targe
 @dataclass
 class _Planner:
     target: Target
-    memory_fraction: float
+    gemm_budget: int  # bytes per tile for one GEMM's operands and result (`gemm_budget`)
     attention: str
     weights_order: str
     relayouts: dict = field(default_factory=dict)
@@ -1346,7 +1397,7 @@ class _Planner:
         if (isinstance(op, nn.LinearOp) and len(op.input.type.get_shape()) == 2) or is_gemm_matmul(op):
             # A matmul's B blocks are [K, pn] row-major (no amp16 micro-panels).
             worder = "row_major" if isinstance(op, nn.MatmulOp) else self.fixed_order()
-            plan = choose_gemm(op, t, self.memory_fraction, worder)
+            plan = choose_gemm(op, t, self.gemm_budget, worder)
             if self.weights_order == "auto" and isinstance(op, nn.LinearOp) and ampw_fits_gemm(op, plan):
                 plan = gemm_plan(*plan.get("grid"), *plan.get("panel"), plan.get("base"), plan.get("precision"),
                                  plan.get("cast"), "ampw", plan.get("cycles"))  # fmt: skip
@@ -1555,8 +1606,10 @@ class TilePlanPass(ModulePass):
     """Tiles of the target (0: the full IPU21, 1472 tiles)."""
     sram_kib: int = 624
     """SRAM per tile of the target, KiB."""
-    memory_fraction: float = 0.5
-    """Share of a tile's SRAM one GEMM's panels may use (the rest: other live tensors, code, exchange tables)."""
+    memory_fraction: float = 0.0
+    """Share of a tile's SRAM one GEMM's operands and result may use; 0 (default): derived from the target and the
+    function's resident parameters (`gemm_budget`). Either way the bytes are recorded as `tile.gemm_budget` on
+    the function, and a `tile.gemm_budget` already there (a person's) is kept."""
     attention: str = "materialized"
     """Attention implementation: "materialized" (only this one is lowered further) or "flash"."""
     weights_order: str = "auto"
@@ -1576,17 +1629,29 @@ class TilePlanPass(ModulePass):
             raise ValueError(
                 f"{self.name}: option 'attention' must be one of {', '.join(tl.ATTENTION_KINDS)}, got {self.attention!r}"
             )
-        if not 0 < self.memory_fraction <= 1:
+        if not 0 <= self.memory_fraction <= 1:
             raise ValueError(
-                f"{self.name}: option 'memory_fraction' must be in (0, 1], got {self.memory_fraction}"
+                f"{self.name}: option 'memory_fraction' must be in [0, 1] (0: derived), got {self.memory_fraction}"
             )
         target_for(self.tiles, self.sram_kib)  # raises ValueError naming tiles / sram_kib
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         target = target_for(self.tiles, self.sram_kib)
-        planner = _Planner(target, self.memory_fraction, self.attention, self.weights_order)
+        planner = _Planner(target, 0, self.attention, self.weights_order)
         for f in op.walk():
             if isinstance(f, func.FuncOp):
+                budget = f.attributes.get(GEMM_BUDGET_ATTR)
+                if budget is None:
+                    frac = self.memory_fraction
+                    budget = int(frac * target.sram_bytes) if frac else gemm_budget(f, target)
+                    f.attributes[GEMM_BUDGET_ATTR] = IntegerAttr(budget, i64)
+                elif not isinstance(budget, IntegerAttr) or budget.value.data <= 0:
+                    raise PassFailedException(
+                        f"tile-plan: @{f.sym_name.data}: {GEMM_BUDGET_ATTR} = {budget}: a positive byte count expected"
+                    )
+                else:
+                    budget = budget.value.data
+                planner.gemm_budget = budget
                 planner.plan_block(f.body.block)
                 # Sources read only by the host stay on the host; other unused ones: whole on tile 0.
                 for src in f.body.block.ops:

@@ -86,7 +86,7 @@ class DebugLowering(Lowering):
         nbytes = np.zeros(self.n, np.int64)
         nbytes[: len(shard)] = shard * tl.element_bytes(lay.dtype)
         try:
-            keep = self.image.alloc(int(nbytes.max()), 8, "high")
+            keep = self.image.alloc(int(nbytes.max()), 8, "high", what="debug value")
         except (ValueError, LoweringError) as e:
             raise LoweringError(f"debug_values: no room to keep {value_name(op, pos)}: {e}") from None
         # Whole words: an odd f16 shard's last half would be a read-modify-write of a word never written.

@@ -80,9 +80,6 @@ from ipu.dialects import memory as mem
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
 from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeline moved to the named pass)
-    RESIDENT_ALLOWANCE,
-    SCRATCH_ELEMENTS,
-    SCRATCH_EXTRA_BYTES,
     IpuCompilePipelinePass,
     pipeline_spec,
 )
@@ -199,12 +196,12 @@ class Lowering(NnOps):
 
     # -- emission helpers -----------------------------------------------------------------------------------
     def call(self, entry: str, words: int, build, all_active: bool = False, what: str = "") -> None:
-        addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low")
+        addr = self.image.alloc(FRAME_HEADER + 4 * words, 8, "low", what="kernel frame")
         self.calls.append(KernelCall(entry, addr, words, build, all_active, what=what))
         self.items.append(CallItem(entry, addr, True, all_active, what))
 
     def table_call(self, routine: str, table: np.ndarray, name: str) -> None:
-        addr = self.image.alloc(table.shape[1] * 4, 8, "low")
+        addr = self.image.alloc(table.shape[1] * 4, 8, "low", what="table")
         self.image.put(name, addr, np.asarray(table, np.uint32))  # no copy of a uint32 table
         self.items.append(CallItem(routine, addr, False, True, name))
 
@@ -232,6 +229,7 @@ class Lowering(NnOps):
     def block(self, block: Block) -> None:
         for op in block.ops:
             self.items += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
+            self.image.owner = op_name(op)
             self._event = self.events.start.get(op)
             if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
                 continue
@@ -309,9 +307,9 @@ class Lowering(NnOps):
         """Resident storage that differs per repeat iteration (kernel-format weights, host-bound values): one
         member per iteration at a fixed stride, the address of the iteration being lowered."""
         if self.layer is None:
-            return self.image.alloc(nbytes, align, "high")
+            return self.image.alloc(nbytes, align, "high", what="resident data")
         size = -(-max(int(nbytes), 1) // align) * align
-        base = self.image.alloc(size * self.layers, align, "high")
+        base = self.image.alloc(size * self.layers, align, "high", what="per-iteration data")
         self.layer_ranges.append((base, base + size * self.layers))
         return base + self.layer * size
 
@@ -356,7 +354,7 @@ class Lowering(NnOps):
         self._scratch_areas()  # allocated before the body: every iteration sees the same storage
         for v, arg in zip(op.carried, block.args[:nc]):
             self._carried_copy(v, arg, "tile.repeat: carried values in")
-        rec = self.image.alloc(16, 8, "low")  # counter, forward table, reset table
+        rec = self.image.alloc(16, 8, "low", what="loop record")  # counter, forward table, reset table
         r = len(self.repeats)
         image = self.image
         state = (
@@ -364,12 +362,13 @@ class Lowering(NnOps):
             [list(x) for x in image.ranges["high"]],
             dict(image.used),
         )
-        n_calls, n_lines, n_segs, n_lr, n_par = (
+        n_calls, n_lines, n_segs, n_lr, n_par, n_log = (
             len(self.calls),
             len(self.items),
             len(image.segments),
             len(self.layer_ranges),
             len(self.params),
+            len(image.log),
         )
         runs = []
         self.layers = count
@@ -386,7 +385,7 @@ class Lowering(NnOps):
             )
             image.used = dict(state[2])
             del self.calls[n_calls:], self.items[n_lines:], self.layer_ranges[n_lr:], self.params[n_par:]
-            del image.segments[n_segs:]  # kept per run below
+            del image.segments[n_segs:], image.log[n_log:]  # kept per run below
             self.layer = self.addrs.iteration = i
             n_in, n_out = len(self.inputs), len(self.outputs)
             self.block(block)
@@ -405,6 +404,7 @@ class Lowering(NnOps):
                     used=dict(image.used),
                     layer_ranges=self.layer_ranges[n_lr:],
                     params=self.params[n_par:],
+                    log=image.log[n_log:],
                 )
             )
             run, first = runs[-1], runs[0]
@@ -423,6 +423,7 @@ class Lowering(NnOps):
         image.used = first["used"]
         del self.calls[n_calls:], self.items[n_lines:], image.segments[n_segs:]
         del self.layer_ranges[n_lr:], self.params[n_par:]
+        image.log[n_log:] = first["log"]
         self.items.append(RepeatItem(r, count, rec, what, first["lines"]))
         self.calls += first["calls"]
         lr = first["layer_ranges"]
@@ -527,7 +528,7 @@ class Lowering(NnOps):
         shard = lay.geometry().shard_elems.astype(np.int64)
         nbytes = np.zeros(self.n, np.int64)
         nbytes[: len(shard)] = shard * tl.element_bytes(lay.dtype)  # shard_elems stops at the last used tile
-        keep = self.image.alloc(int(nbytes.max()), 8, "high")
+        keep = self.image.alloc(int(nbytes.max()), 8, "high", what="output kept for the host")
         self.copy_call(
             {t: [(int(placed.addr[t]), keep, int(nbytes[t]))] for t in range(self.n) if nbytes[t] > 0},
             f"nn.output {op.sym.data!r}: kept for the host",
@@ -630,10 +631,14 @@ class Lowering(NnOps):
         if problem:  # also when measuring: its stand-in addresses would make the kernels' own checks fail
             raise LoweringError(problem)
         e = self.target.region1_element_bytes
-        c = self.image.alloc(e, e, "high", region1=True)
-        a = self.image.alloc(e, e, "high", region1=True)
-        x = self.image.alloc(e, 16, "high")
-        z = self.image.alloc(ZEROS_BYTES, 8, "low")  # "high" holds exactly the scratch elements
+        owner, self.image.owner = self.image.owner, "kernels"
+        c = self.image.alloc(e, e, "high", region1=True, what="C scratch element")
+        a = self.image.alloc(e, e, "high", region1=True, what="A scratch element")
+        x = self.image.alloc(e, 16, "high", what="aux scratch element")
+        z = self.image.alloc(
+            ZEROS_BYTES, 8, "low", what="zero constant"
+        )  # "high": exactly the scratch elements
+        self.image.owner = owner
         for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
             self.image.put("zeros", addr, np.zeros(n, np.uint8))
         # Written at upload: padded units read past staged data (the simulator poisons unwritten memory).
@@ -1603,10 +1608,15 @@ def _placed_target(f: func.FuncOp, target: Target | None) -> Target:
 
 
 def package_extras(
-    module: ModuleOp | func.FuncOp, f: func.FuncOp, target: Target, debug_values: bool
+    module: ModuleOp | func.FuncOp,
+    f: func.FuncOp,
+    target: Target,
+    debug_values: bool,
+    contents: list[dict] | None = None,
 ) -> dict:
     """The package metadata that comes from the placed function rather than the lowering: the model's config,
-    the planner's estimate (which a measured profile is compared with) and the memory map (placement.json)."""
+    the planner's estimate (which a measured profile is compared with) and the memory map (placement.json), with
+    the lowering's own allocations inside its reservations (`contents`, `DataImage.contents`)."""
     extras = {}
     config = model_config(module)
     if config is not None:
@@ -1616,9 +1626,11 @@ def package_extras(
 
         extras["estimate"] = estimate_summary(profile_from_function(f, target.num_tiles))
     # The memory map travels with the package: `ipu-run --memory-map`, `ipu-report placement`.
-    from ipu.runtime.reports.placement import model_from_function, placement_json
+    from ipu.runtime.reports.placement import model_from_function, placement_json, with_contents
 
     extras["memory_map"] = placement_json(model_from_function(f))
+    if contents is not None:
+        with_contents(extras["memory_map"], contents)
     return extras
 
 
@@ -1629,7 +1641,7 @@ def lower_to_program(module: ModuleOp | func.FuncOp, target: Target | None = Non
     target = _placed_target(f, target)
     low = Lowering(f, target)
     low.walk()
-    return low.build(package_extras(module, f, target, False))
+    return low.build(package_extras(module, f, target, False))  # the contents: at the end of build_program
 
 
 def lower_to_package(
@@ -1646,10 +1658,11 @@ def lower_to_package(
     if debug_values:
         from ipu.backend.lower.debug import DebugLowering
 
-        pkg = DebugLowering(f, target).run()
+        low = DebugLowering(f, target)
     else:
-        pkg = Lowering(f, target, per_iteration=per_iteration).run()
-    pkg.metadata.update(package_extras(module, f, target, debug_values))
+        low = Lowering(f, target, per_iteration=per_iteration)
+    pkg = low.run()
+    pkg.metadata.update(package_extras(module, f, target, debug_values, low.image.contents()))
     pkg.validate()
     return pkg
 

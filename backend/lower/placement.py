@@ -221,16 +221,40 @@ class DataImage:
         self.top = target.sram_end  # the lowest element taken from the top
         self.segments: list[Segment] = []
         self.used = {"low": 0, "high": 0}
+        # What each allocation holds, for the memory map (`contents`): the operator being lowered (`owner`, set
+        # by the walk) and the allocation's kind.
+        self.owner = ""
+        self.log: list[tuple[str, str, int, int]] = []  # (owner, what, address, bytes)
 
     def _element_floor(self, a: int) -> int:
         t = self.target
         e = t.region1_element_bytes
         return t.region1_base + (a - t.region1_base) // e * e
 
-    def alloc(self, nbytes: int, align: int = 8, where: str = "low", region1: bool = False) -> int:
+    def alloc(
+        self, nbytes: int, align: int = 8, where: str = "low", region1: bool = False, what: str = "data"
+    ) -> int:
         """An address (the same on every tile) for nbytes; "low" spills into "high" when full. Whole region-1
-        elements in "high" come from the top of SRAM down (element aligned)."""
-        nbytes = max(int(nbytes), 1)
+        elements in "high" come from the top of SRAM down (element aligned). `what` names the contents for the
+        memory map (with the walk's current `owner`)."""
+        a = self._alloc(max(int(nbytes), 1), align, where, region1)
+        self.log.append((self.owner, what, a, max(int(nbytes), 1)))
+        return a
+
+    def contents(self) -> list[dict]:
+        """The allocations grouped by (owner, what): count, bytes and the address range they span."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        for owner, what, a, n in self.log:
+            g = groups.setdefault((owner, what), [0, 0, a, a + n])
+            g[0] += 1
+            g[1] += n
+            g[2], g[3] = min(g[2], a), max(g[3], a + n)
+        return [
+            {"owner": o, "what": w, "count": c, "bytes": b, "lo": lo, "hi": hi}
+            for (o, w), (c, b, lo, hi) in groups.items()
+        ]
+
+    def _alloc(self, nbytes: int, align: int, where: str, region1: bool) -> int:
         t = self.target
         e = t.region1_element_bytes
         if where == "high" and nbytes % e == 0 and t.region1[1] > t.region1[0]:

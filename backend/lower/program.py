@@ -301,7 +301,10 @@ def build_program(low, patch_tables, extra_metadata: dict) -> asm.ProgramOp:
         words, strides = patch_tables(rep, labels_a)
         most = int((strides != 0).sum(1).max(initial=0))
         width = 1 + 2 * most
-        tables = [low.image.alloc(width * 4, 8, "low") for _ in range(2)]
+        low.image.owner = rep["what"]
+        tables = [
+            low.image.alloc(width * 4, 8, "low", what=f"loop {k} patch table") for k in ("forward", "reset")
+        ]
         repeats[r] = dict(words=words, strides=strides, width=width, tables=tables)
         low.notes.append(f"tile.repeat x{rep['count']}: {most} patched words per tile (max)")
     label_names = sorted(names, key=names.get)
@@ -354,6 +357,10 @@ def build_program(low, patch_tables, extra_metadata: dict) -> asm.ProgramOp:
     }
     if getattr(low, "debug", None) is not None:
         meta["debug_positions"] = low.debug_positions
+    if "memory_map" in extra_metadata:  # the lowering's allocations, the loop's patch tables included
+        from ipu.runtime.reports.placement import with_contents
+
+        with_contents(extra_metadata["memory_map"], low.image.contents())
     program.set_metadata({**meta, **extra_metadata})
     return program
 

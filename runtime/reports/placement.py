@@ -78,10 +78,28 @@ class PlacementModel:
     tile_class: np.ndarray  # [tiles]
     records: list[Record] = field(default_factory=list)
     failure: dict | None = None
+    # The plan's per-tile budgets, from the function's attributes: tile-plan's GEMM budget (`tile.gemm_budget`)
+    # and the resident parameter bytes after tile-balance-homes (`tile.resident_bytes`: min, median, max).
+    budgets: dict | None = None
 
 
 def _ints(attr) -> tuple[int, ...]:
     return tuple(x.value.data for x in attr.data)
+
+
+def budgets_of(f: func.FuncOp) -> dict | None:
+    """{"gemm_budget": B, "resident_bytes": {"min", "median", "max"}} from the function's attributes (the keys
+    present), or None."""
+    from xdsl.dialects.builtin import DictionaryAttr, IntegerAttr
+
+    out: dict = {}
+    g = f.attributes.get("tile.gemm_budget")
+    if isinstance(g, IntegerAttr):
+        out["gemm_budget"] = g.value.data
+    r = f.attributes.get("tile.resident_bytes")
+    if isinstance(r, DictionaryAttr):
+        out["resident_bytes"] = {k: v.value.data for k, v in r.data.items() if isinstance(v, IntegerAttr)}
+    return out or None
 
 
 def model_from_function(f: func.FuncOp) -> PlacementModel:
@@ -106,6 +124,7 @@ def model_from_function(f: func.FuncOp) -> PlacementModel:
         host_events=_ints(plan.host_events),
         tile_class=plan.tile_class(),
     )
+    model.budgets = budgets_of(f)
     last_event = len(names) - 1
 
     def add(name: str, owner: str, b: mem.BufferAttr, kind: str, reserve: str | None = None) -> None:
@@ -399,7 +418,28 @@ def placement_json(model: PlacementModel) -> dict:
         "summary": {"allocations": len(allocations), "placements": n_placements, "kinds": kinds},
         "failure": model.failure,
     }
+    if model.budgets:
+        doc["budgets"] = model.budgets
     doc["fullest"] = fullest(doc)
+    return doc
+
+
+def with_contents(doc: dict, contents: list[dict]) -> dict:
+    """The lowering's own allocations (`DataImage.contents`: owner, what, count, bytes, lo, hi; the same address
+    on every tile) as `doc["contents"]`, each with the support reservation ("code", "exchange_tables",
+    "lowering_scratch", ...) whose span holds it, or "" when none does (then `outside` counts the bytes: the
+    package's image check fails on such a byte before this shows)."""
+    spans = []
+    for al in doc["allocations"]:
+        if al["kind"] == "reservation" and al["placed"]:
+            lo = min(p[1] for p in al["placed"])
+            hi = max(p[1] + p[2] for p in al["placed"])
+            spans.append((lo, hi, al.get("reserve") or al["name"]))
+    out = []
+    for c in sorted(contents, key=lambda c: (c["lo"], c["owner"], c["what"])):
+        where = next((name for lo, hi, name in spans if lo <= c["lo"] and c["hi"] <= hi), "")
+        out.append(dict(c, reservation=where))
+    doc["contents"] = out
     return doc
 
 

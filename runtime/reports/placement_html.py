@@ -65,6 +65,9 @@ TEMPLATE = r"""<!DOCTYPE html>
  <div><table id="live-table"></table></div>
  <div><b>Fullest tiles</b> (what holds them at their peak; click to show)<table id="fullest"></table></div>
 </div>
+<details id="contents-wrap" style="display:none;padding:6px 10px"><summary><b>Inside the reservations</b>: the lowering's own
+ allocations (kernel frames, tables, scratch elements, per-iteration data), the same address on every tile</summary>
+ <table id="contents"></table></details>
 <div id="tip"></div>
 <script id="data" type="application/json">__DATA__</script>
 <script>
@@ -351,6 +354,9 @@ heat.addEventListener("click", ev => gotoTile(heatAt(ev).t));
     Object.keys(k).map(x => k[x] + " " + x).join(", ") + "), peak live " + peak + " B of " + (D.sram.end - D.sram.base) +
     " B per tile; SRAM " + hex(D.sram.base) + "\u2013" + hex(D.sram.end) + ", interleaved from " + hex(D.sram.region1) +
     ", host aperture " + hex(D.aperture[0]) + "\u2013" + hex(D.aperture[1]);
+  const b = D.budgets || {}, r = b.resident_bytes;
+  if (r) $("summary").textContent += "; resident parameters per tile " + r.min + " / " + r.median + " / " + r.max + " B (min / median / max)";
+  if (b.gemm_budget !== undefined) $("summary").textContent += "; GEMM operand budget " + b.gemm_budget + " B per tile";
   if (D.failure) {
     const f = D.failure; $("failure").style.display = "block";
     $("failure").textContent = "PLACEMENT FAILED on tile " + f.tile + " at " + f.event_name + " placing " + f.request + " (" + f.owner + "): map shows everything placed before the failure.\n" + f.message;
@@ -361,6 +367,20 @@ heat.addEventListener("click", ev => gotoTile(heatAt(ev).t));
 })();
 layoutRows(); drawHeat(); redrawNow();
 if (D.failure) gotoTile(D.failure.tile);
+// The lowering's allocations inside the support reservations, totals per reservation first.
+(function contents() {
+  if (!D.contents || !D.contents.length) return;
+  const esc = x => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;");
+  const tot = {};
+  for (const c of D.contents) tot[c.reservation || "(outside every reservation)"] = (tot[c.reservation || "(outside every reservation)"] || 0) + c.bytes;
+  let h = "<tr><th>reservation</th><th>owner</th><th>what</th><th>count</th><th>bytes</th><th>addresses</th></tr>";
+  for (const r of Object.keys(tot)) h += "<tr><td><b>" + esc(r) + "</b></td><td></td><td>all</td><td></td><td><b>" + tot[r] + "</b></td><td></td></tr>";
+  for (const c of D.contents)
+    h += "<tr><td>" + esc(c.reservation || "(outside)") + "</td><td>" + esc(c.owner) + "</td><td>" + esc(c.what) + "</td><td>" + c.count +
+      "</td><td>" + c.bytes + "</td><td>" + hex(c.lo) + "\u2013" + hex(c.hi) + "</td></tr>";
+  $("contents").innerHTML = h;
+  $("contents-wrap").style.display = "block";
+})();
 // Live at a program step: per tile (its class), the allocations live at the chosen event, and the liveness plot.
 const LIVE = (function live() {
   const esc = x => String(x).replace(/&/g, "&amp;").replace(/</g, "&lt;");

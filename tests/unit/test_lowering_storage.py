@@ -99,6 +99,41 @@ def test_every_written_byte_is_in_the_map(cfg, tiles):
 
 
 @pytest.mark.parametrize("cfg,tiles", CASES[:3])
+def test_the_memory_map_names_what_the_reservations_hold(cfg, tiles):
+    """The package's memory map lists the lowering's own allocations (`contents`): each inside a support
+    reservation, every kernel frame and every data segment of the package among them, and a reservation never
+    holding more than its bytes."""
+    from ipu.backend.lower.lowering import lower_to_package
+
+    f, target = _placed(cfg, tiles)
+    pkg = lower_to_package(f, target)
+    doc = pkg.metadata["memory_map"]
+    contents = doc["contents"]
+    assert contents and all(c["reservation"] for c in contents), [
+        c for c in contents if not c["reservation"]
+    ][:3]
+    whats = {c["what"] for c in contents}
+    assert {"kernel frame", "table", "C scratch element", "zero constant"} <= whats
+    if cfg.num_hidden_layers > 1:
+        assert {"loop record", "loop forward patch table", "per-iteration data"} <= whats
+    spans = np.array([[c["lo"], c["hi"]] for c in contents], np.int64)
+    for s in pkg.segments:
+        inside = _covered(spans, np.array([s.address]), np.array([s.address + s.data.shape[1]]))
+        assert inside[0], f"segment {s.name} at {s.address:#x} is in no allocation the map lists"
+    size = {}
+    for al in doc["allocations"]:
+        if al["kind"] == "reservation" and al["placed"]:
+            key = al.get("reserve") or al["name"]
+            size[key] = max(size.get(key, 0), max(p[2] for p in al["placed"]))
+    held = {}
+    for c in contents:
+        held[c["reservation"]] = held.get(c["reservation"], 0) + c["bytes"]
+    for r, b in held.items():
+        if r != "kernel_scratch":  # per-op reservations of the same elements: the map lists each element once
+            assert b <= size[r], (r, b, size[r])
+
+
+@pytest.mark.parametrize("cfg,tiles", CASES[:3])
 def test_reservations_are_the_measured_use(cfg, tiles):
     """memory-plan reserves what lowering-storage measured: the code 16-byte aligned, the tables below it up to the
     element boundary of the two (whole elements together, no more); the real lowering fits in the measured bytes

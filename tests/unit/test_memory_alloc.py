@@ -324,3 +324,21 @@ def test_fallback_with_residents_at_the_top(seed):
     assert needs_top, "the seed no longer gives a class that only the residents-at-the-top fallback places"
     placement = ma.allocate(p)
     assert check(p, placement) == []
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fullest_first_places_the_same_and_fails_where_the_class_order_fails(seed):
+    """Classes are independent: placing the fullest classes first gives the same placement, and a problem that
+    fails in one order fails in the other (on a class that fails on its own)."""
+    problem = random_problem(np.random.default_rng(seed))
+    try:
+        ordered = ma.allocate(problem)
+    except ma.PlacementError as err:
+        with pytest.raises(ma.PlacementError) as fast:
+            ma.allocate(problem, fullest_first=True)
+        assert check(problem, fast.value.placement) == [] and check(problem, err.placement) == []
+        return
+    fast = ma.allocate(problem, fullest_first=True)
+    assert np.array_equal(ordered.class_addr, fast.class_addr)
+    assert np.array_equal(ordered.class_span, fast.class_span)
+    assert np.array_equal(ordered.class_high, fast.class_high)

@@ -16,7 +16,7 @@ from xdsl.passes import PassPipeline
 from xdsl.utils.exceptions import PassFailedException
 
 from ipu.frontend.siglip import PRESETS, build_vision_model
-from ipu.passes.memory_plan import read_placement
+from ipu.passes.memory_plan import MemoryPlanPass, read_placement
 from ipu.passes.registry import all_passes
 from ipu.runtime.reports.placement import (
     live_overlaps,
@@ -304,3 +304,24 @@ def test_placement_json_matches_the_scalar_construction(planned, seed):
     assert json.dumps(doc["allocations"]) == json.dumps(want["allocations"])
     assert doc["occupancy"] == want["occupancy"]
     assert doc["summary"]["placements"] == want["placements"]
+
+
+def test_budgets_come_from_the_plan_and_show_in_the_html(planned, tmp_path):
+    """tile-plan's GEMM budget and the per-tile resident bytes: in placement.json as the function records them
+    (tile-balance-homes is not in the fixture's pipeline: the budget only), and in the HTML's header."""
+    f, doc = planned
+    assert doc["budgets"] == {"gemm_budget": f.attributes["tile.gemm_budget"].value.data}
+    assert 0 < doc["budgets"]["gemm_budget"] < doc["sram"]["end"] - doc["sram"]["base"]
+    balanced = PLAN.format(t=TILES).replace(
+        ",exchange-lower", f",tile-balance-homes{{tiles={TILES}}},exchange-lower"
+    )
+    module = _run(balanced)
+    MemoryPlanPass(tiles=TILES, reserve_code_bytes=16384).apply(Context(), module)
+    g = next(o for o in module.walk() if isinstance(o, func.FuncOp))
+    d = placement_json(model_from_function(g))
+    r = d["budgets"]["resident_bytes"]
+    assert r == {k: v.value.data for k, v in g.attributes["tile.resident_bytes"].data.items()}
+    assert 0 < r["min"] <= r["median"] <= r["max"]
+    _, hpath = write_placement_report(d, tmp_path)
+    html = hpath.read_text()
+    assert '"gemm_budget":' in html and "resident parameters per tile" in html

@@ -105,3 +105,34 @@ func.func @gathered_rows() {
 // CHECK:      tile.relayout %x to <shape = [8, 16], block = [4, 16], replicas = 2, {{.*}} order = "row_major"
 // CHECK:      %h = nn.linear
 // CHECK-NEXT: tile.relayout %h to <shape = [8, 32], block = [4, 32], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "cols16", dtype = f16>
+
+// -----
+
+// The GEMM budget (bytes of a tile for one GEMM's operands and result) is derived and recorded on the function:
+// 256 KiB less the runtime state, the host descriptors, memory-plan's 48 KiB code estimate, the three 32-KiB
+// kernel scratch elements (112 KiB from the lowest to the end of SRAM here) and the resident w's share (4 KiB).
+// Under it the cheapest grid is 1 x 4 (24.6 KB a tile).
+
+func.func @budget_derived() {
+  %x = nn.input "x" : tensor<64x64xf32>
+  %w = nn.param "w" : tensor<64x64xf32>
+  %y = nn.linear %x, %w : tensor<64x64xf32>, tensor<64x64xf32> -> tensor<64x64xf32>
+  nn.output "y" %y : tensor<64x64xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @budget_derived() attributes {tile.gemm_budget = 92192 : i64}
+// CHECK:       nn.linear {{.*}}tile.plan = #tile.gemm<grid = [1, 4], panel = [64, 64, 16]
+
+// -----
+
+// A budget a person wrote is kept: 21,000 B leave only the 2 x 2 grid (20.6 KB a tile).
+
+func.func @budget_given() attributes {tile.gemm_budget = 21000 : i64} {
+  %x = nn.input "x" : tensor<64x64xf32>
+  %w = nn.param "w" : tensor<64x64xf32>
+  %y = nn.linear %x, %w : tensor<64x64xf32>, tensor<64x64xf32> -> tensor<64x64xf32>
+  nn.output "y" %y : tensor<64x64xf32>
+  func.return
+}
+// CHECK-LABEL: func.func @budget_given() attributes {tile.gemm_budget = 21000 : i64}
+// CHECK:       nn.linear {{.*}}tile.plan = #tile.gemm<grid = [2, 2], panel = [32, 64, 32]

@@ -1,11 +1,11 @@
 // RUN: not ipu-opt %s -p 'tile-plan{weights_order=col_major}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not ipu-opt %s -p 'tile-plan{tiles=2000}' 2>&1 | filecheck %s --check-prefix=TILES
-// RUN: not ipu-opt %s -p 'tile-plan{memory_fraction=0.0}' 2>&1 | filecheck %s --check-prefix=MEM
+// RUN: not ipu-opt %s -p 'tile-plan{memory_fraction=1.5}' 2>&1 | filecheck %s --check-prefix=MEM
 // RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' --verify-diagnostics 2>&1 | filecheck %s
 
 // ORDER: ipu-opt: error: bad pass pipeline: tile-plan: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'col_major'
 // TILES: ipu-opt: error: bad pass pipeline: tiles must be in [1, 1472], got 2000
-// MEM: ipu-opt: error: bad pass pipeline: tile-plan: option 'memory_fraction' must be in (0, 1], got 0.0
+// MEM: ipu-opt: error: bad pass pipeline: tile-plan: option 'memory_fraction' must be in [0, 1] (0: derived), got 1.5
 
 func.func @grid_does_not_cover() {
   %x = nn.input "x" : tensor<8x16xf32>
@@ -64,3 +64,23 @@ func.func @grouped_unsplit() {
   func.return
 }
 // CHECK: tile-plan: nn.linear (%y): a grouped linear (row_groups = 2) is planned as its K-split partials: run nn-split-k first
+
+// -----
+
+// A GEMM budget no grid fits (here a person's).
+func.func @budget_too_small() attributes {tile.gemm_budget = 1000 : i64} {
+  %x = nn.input "x" : tensor<64x64xf32>
+  %w = nn.param "w" : tensor<64x64xf32>
+  %y = nn.linear %x, %w : tensor<64x64xf32>, tensor<64x64xf32> -> tensor<64x64xf32>
+  nn.output "y" %y : tensor<64x64xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear (%y): no GEMM grid for [64, 64] x [64, 64] fits the GEMM budget of 1000 B per tile (tile.gemm_budget on the function) on 4 tiles
+
+// -----
+
+func.func @budget_not_bytes() attributes {tile.gemm_budget = "a lot"} {
+  %x = nn.input "x" : tensor<64x64xf32>
+  func.return
+}
+// CHECK: tile-plan: @budget_not_bytes: tile.gemm_budget = "a lot": a positive byte count expected
