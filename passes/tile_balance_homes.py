@@ -12,7 +12,8 @@ weight, every use of the loop body's argument is), so its tile is free to choose
 homes are visited from the largest block to the smallest (a block's bytes count every member of a stacked
 sequence) and each one's blocks go to the currently least-loaded tiles, distinct tiles for the blocks of one value
 while there are enough (its pieces are then sent in parallel, one per tile); a local search then moves or swaps
-blocks off the fullest tile while that lowers it. The load balanced is resident bytes plus each tile's working
+blocks off the fullest tile while that lowers it, never giving a tile more than its even share of one
+value's blocks (the phase gathering that value then keeps one send per source tile). The load balanced is resident bytes plus each tile's working
 set (`transient_peak`), so tiles that hold more activations at their busiest point get fewer homes. What cannot move (a parameter read
 in place by its consumer, an input) counts as the starting load. The result stays a one-replica dense-table layout
 of the same blocks, so exchange-lower sees only other source tiles.
@@ -167,7 +168,8 @@ def balance(homes: list[_Home], load: np.ndarray) -> list[np.ndarray]:
             np.add.at(load, free, b[chunk])
     sizes = np.concatenate([h.block_bytes for h in homes]) if homes else np.zeros(0, np.int64)
     tiles = np.concatenate(new) if homes else np.zeros(0, np.int64)
-    improve(sizes.astype(np.int64), tiles, load)
+    group = np.repeat(np.arange(len(homes)), [len(h.block_bytes) for h in homes])
+    improve(sizes.astype(np.int64), tiles, load, group)
     out, at = [], 0
     for h in homes:
         out.append(tiles[at : at + len(h.block_bytes)].astype(np.int32))
@@ -179,14 +181,33 @@ IMPROVE_CANDIDATES = 32  # least-loaded tiles tried as the other side of a move 
 IMPROVE_STEPS = 20000  # bound on the local search (it stops earlier when no step lowers the fullest tile)
 
 
-def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
+def improve(
+    sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray, group: np.ndarray | None = None
+) -> None:
     """Local search on an assignment of items (`sizes`, `tile_of`) to tiles (`load`, both updated in place):
     while some move of an item from the fullest tile to one of the least-loaded tiles, or swap with a smaller
-    item there, leaves both below the fullest tile's load, do the best one."""
+    item there, leaves both below the fullest tile's load, do the best one.
+
+    `group` (an id per item: the home value it is a block of), when given: no move or swap gives a tile more
+    blocks of one value than it has now or than the value's even share (ceil(blocks / tiles)), so that the
+    exchange phase gathering a value keeps one send per source tile. Without it the search piled up to seven
+    blocks of one So400m weight on the tiles with no working set (1440-1471), and those tiles' sends, one after
+    the other at the end of the phase, set its span (the q projection's gather: 8 sends of 672 cycles each)."""
     n = len(load)
     on: list[list[int]] = [[] for _ in range(n)]
     for i, t in enumerate(tile_of.tolist()):
         on[t].append(i)
+    grouped = group is not None and len(sizes) > 0
+    if grouped:
+        gl = np.asarray(group, np.int64).tolist()
+        share = (-(-np.bincount(group) // n)).tolist()
+        count: list[dict[int, int]] = [{} for _ in range(n)]
+        for i, t in enumerate(tile_of.tolist()):
+            count[t][gl[i]] = count[t].get(gl[i], 0) + 1
+
+        def fits(g: int, u: int) -> bool:  # one more block of value g on tile u
+            return count[u].get(g, 0) < share[g]
+
     k = min(IMPROVE_CANDIDATES, n - 1)
     for _ in range(IMPROVE_STEPS if k > 0 else 0):
         t = int(np.argmax(load))
@@ -199,12 +220,16 @@ def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
                 if u == t:
                     continue
                 lu = int(load[u])
-                if max(top - bi, lu + bi) < best:
+                free = not grouped or fits(gl[i], u)
+                if free and max(top - bi, lu + bi) < best:
                     best, step = max(top - bi, lu + bi), (i, u, -1)
                 for j in on[u]:
                     d = bi - int(sizes[j])
-                    if d > 0 and max(top - d, lu + d) < best:
-                        best, step = max(top - d, lu + d), (i, u, j)
+                    if d <= 0 or max(top - d, lu + d) >= best:
+                        continue
+                    if grouped and gl[i] != gl[j] and not (fits(gl[i], u) and fits(gl[j], t)):
+                        continue
+                    best, step = max(top - d, lu + d), (i, u, j)
         if step is None:
             return
         i, u, j = step
@@ -212,11 +237,17 @@ def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
         on[u].append(i)
         tile_of[i] = u
         d = int(sizes[i])
+        if grouped:
+            count[t][gl[i]] -= 1
+            count[u][gl[i]] = count[u].get(gl[i], 0) + 1
         if j >= 0:
             on[u].remove(j)
             on[t].append(j)
             tile_of[j] = t
             d -= int(sizes[j])
+            if grouped:
+                count[u][gl[j]] -= 1
+                count[t][gl[j]] = count[t].get(gl[j], 0) + 1
         load[t] -= d
         load[u] += d
 
