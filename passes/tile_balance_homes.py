@@ -12,8 +12,7 @@ weight, every use of the loop body's argument is), so its tile is free to choose
 homes are visited from the largest block to the smallest (a block's bytes count every member of a stacked
 sequence) and each one's blocks go to the currently least-loaded tiles, distinct tiles for the blocks of one value
 while there are enough (its pieces are then sent in parallel, one per tile); a local search then moves or swaps
-blocks off the fullest tile while that lowers it, never giving a tile more than its even share of one
-value's blocks (the phase gathering that value then keeps one send per source tile). The load balanced is resident bytes plus each tile's working
+blocks off the fullest tile while that lowers it. The load balanced is resident bytes plus each tile's working
 set (`transient_peak`), so tiles that hold more activations at their busiest point get fewer homes. What cannot move (a parameter read
 in place by its consumer, an input) counts as the starting load. The result stays a one-replica dense-table layout
 of the same blocks, so exchange-lower sees only other source tiles.
