@@ -167,8 +167,7 @@ def balance(homes: list[_Home], load: np.ndarray) -> list[np.ndarray]:
             np.add.at(load, free, b[chunk])
     sizes = np.concatenate([h.block_bytes for h in homes]) if homes else np.zeros(0, np.int64)
     tiles = np.concatenate(new) if homes else np.zeros(0, np.int64)
-    group = np.repeat(np.arange(len(homes)), [len(h.block_bytes) for h in homes])
-    improve(sizes.astype(np.int64), tiles, load, group)
+    improve(sizes.astype(np.int64), tiles, load)
     out, at = [], 0
     for h in homes:
         out.append(tiles[at : at + len(h.block_bytes)].astype(np.int32))
@@ -180,33 +179,14 @@ IMPROVE_CANDIDATES = 32  # least-loaded tiles tried as the other side of a move 
 IMPROVE_STEPS = 20000  # bound on the local search (it stops earlier when no step lowers the fullest tile)
 
 
-def improve(
-    sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray, group: np.ndarray | None = None
-) -> None:
+def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
     """Local search on an assignment of items (`sizes`, `tile_of`) to tiles (`load`, both updated in place):
     while some move of an item from the fullest tile to one of the least-loaded tiles, or swap with a smaller
-    item there, leaves both below the fullest tile's load, do the best one.
-
-    `group` (an id per item: the home value it is a block of), when given: no move or swap gives a tile more
-    blocks of one value than it has now or than the value's even share (ceil(blocks / tiles)), so that the
-    exchange phase gathering a value keeps one send per source tile. Without it the search piled up to seven
-    blocks of one So400m weight on the tiles with no working set (1440-1471), and those tiles' sends, one after
-    the other at the end of the phase, set its span (the q projection's gather: 8 sends of 672 cycles each)."""
+    item there, leaves both below the fullest tile's load, do the best one."""
     n = len(load)
     on: list[list[int]] = [[] for _ in range(n)]
     for i, t in enumerate(tile_of.tolist()):
         on[t].append(i)
-    grouped = group is not None and len(sizes) > 0
-    if grouped:
-        gl = np.asarray(group, np.int64).tolist()
-        share = (-(-np.bincount(group) // n)).tolist()
-        count: list[dict[int, int]] = [{} for _ in range(n)]
-        for i, t in enumerate(tile_of.tolist()):
-            count[t][gl[i]] = count[t].get(gl[i], 0) + 1
-
-        def fits(g: int, u: int) -> bool:  # one more block of value g on tile u
-            return count[u].get(g, 0) < share[g]
-
     k = min(IMPROVE_CANDIDATES, n - 1)
     for _ in range(IMPROVE_STEPS if k > 0 else 0):
         t = int(np.argmax(load))
@@ -219,16 +199,12 @@ def improve(
                 if u == t:
                     continue
                 lu = int(load[u])
-                free = not grouped or fits(gl[i], u)
-                if free and max(top - bi, lu + bi) < best:
+                if max(top - bi, lu + bi) < best:
                     best, step = max(top - bi, lu + bi), (i, u, -1)
                 for j in on[u]:
                     d = bi - int(sizes[j])
-                    if d <= 0 or max(top - d, lu + d) >= best:
-                        continue
-                    if grouped and gl[i] != gl[j] and not (fits(gl[i], u) and fits(gl[j], t)):
-                        continue
-                    best, step = max(top - d, lu + d), (i, u, j)
+                    if d > 0 and max(top - d, lu + d) < best:
+                        best, step = max(top - d, lu + d), (i, u, j)
         if step is None:
             return
         i, u, j = step
@@ -236,17 +212,11 @@ def improve(
         on[u].append(i)
         tile_of[i] = u
         d = int(sizes[i])
-        if grouped:
-            count[t][gl[i]] -= 1
-            count[u][gl[i]] = count[u].get(gl[i], 0) + 1
         if j >= 0:
             on[u].remove(j)
             on[t].append(j)
             tile_of[j] = t
             d -= int(sizes[j])
-            if grouped:
-                count[u][gl[j]] -= 1
-                count[t][gl[j]] = count[t].get(gl[j], 0) + 1
         load[t] -= d
         load[u] += d
 

@@ -3,10 +3,6 @@
 - the fullest tile's resident bytes go down (tiny SigLIP, 2 and 6 layers as a loop on 16 tiles), every home block
   stays where exactly one tile holds it, and the bytes are conserved;
 - the local search never raises the fullest tile and keeps the assignment consistent (random items, seeds);
-  given the values the blocks belong to, it never gives a tile more blocks of one value than its even share (or
-  than it already had), where the search without them piles small blocks onto the least-loaded tiles;
-- after the pass, no tile holds more blocks of one home value than ceil(blocks / tiles) (tiny and a width-48
-  model, a few tile counts): the phase gathering a value keeps one send per source tile;
 - a package built with balanced homes computes bit-identical outputs to one built with tile-plan's homes (only the
   exchange sources differ), for two seeds; so does nn-split-mlp's stage order against its part order;
 - a resident budget the homes cannot meet is a diagnostic naming the tile and what it holds."""
@@ -91,88 +87,6 @@ def test_local_search_never_raises_the_fullest_tile(seed):
     np.add.at(check, tile_of, sizes)
     np.testing.assert_array_equal(check, load)
     assert ((tile_of >= 0) & (tile_of < n)).all()
-
-
-def _grouped_case(seed: int):
-    """Random items in groups: a few big blocks, many small blocks of a few values, uneven base loads."""
-    rng = np.random.default_rng(seed)
-    n = int(rng.integers(8, 48))
-    groups = int(rng.integers(2, 6))
-    per = rng.integers(n // 2, 2 * n, groups)
-    group = np.repeat(np.arange(groups), per)
-    sizes = rng.choice([2_304, 1_536, 4_608], groups)[group].astype(np.int64)
-    big = rng.integers(n // 4, n)
-    sizes = np.r_[sizes, np.full(big, 60_000, np.int64)]
-    group = np.r_[group, np.full(big, groups)]
-    base = rng.integers(0, 40_000, n).astype(np.int64)
-    base[rng.integers(0, n, max(1, n // 8))] = 0  # tiles with no working set, as 1440-1471 on So400m
-    # the greedy's start: each value's blocks on distinct tiles, in chunks of n
-    tile_of = np.zeros(len(sizes), np.int64)
-    for g in range(groups + 1):
-        idx = np.nonzero(group == g)[0]
-        tile_of[idx] = np.r_[[rng.permutation(n) for _ in range(-(-len(idx) // n))]].reshape(-1)[: len(idx)]
-    load = base.copy()
-    np.add.at(load, tile_of, sizes)
-    return n, sizes, group, tile_of, base, load
-
-
-def _most_per_tile(tile_of, group, n):
-    return np.array([np.bincount(tile_of[group == g], minlength=n) for g in range(int(group.max()) + 1)])
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_local_search_keeps_each_values_blocks_spread(seed):
-    n, sizes, group, tile_of, base, load = _grouped_case(seed)
-    start = _most_per_tile(tile_of, group, n)
-    share = -(-np.bincount(group) // n)
-    top = load.max()
-    t, lo = tile_of.copy(), load.copy()
-    tb.improve(sizes, t, lo, group)
-    assert lo.max() <= top
-    check = base.copy()
-    np.add.at(check, t, sizes)
-    np.testing.assert_array_equal(check, lo)
-    after = _most_per_tile(t, group, n)
-    assert (after <= np.maximum(start, share[:, None])).all(), (after.max(axis=1), share)
-
-
-def test_local_search_without_values_piles_blocks_up():
-    """The case the groups are for: without them, some seed's search puts several blocks of one value on a tile."""
-    piled = 0
-    for seed in range(8):
-        n, sizes, group, tile_of, base, load = _grouped_case(seed)
-        share = -(-np.bincount(group) // n)
-        t = tile_of.copy()
-        tb.improve(sizes, t, load.copy())
-        piled += int((_most_per_tile(t, group, n) > share[:, None]).any())
-    assert piled
-
-
-@pytest.mark.parametrize(
-    "cfg_name, tiles, layers", [("tiny", 16, 2), ("tiny", 12, 3), ("tiny", 24, 1), ("w48", 12, 2)]
-)
-def test_homes_keep_one_block_of_a_value_per_tile(cfg_name, tiles, layers, monkeypatch):
-    from dataclasses import replace
-
-    target = Target.small(tiles=tiles, sram_kib=624)
-    cfg = PRESETS["tiny"].with_layers(layers)
-    if cfg_name == "w48":
-        cfg = replace(cfg, hidden_size=48, intermediate_size=96, num_attention_heads=2)
-    seen = []
-    balance = tb.balance
-
-    def record(homes, load):
-        out = balance(homes, load)
-        seen.extend((tb._name(h.value), h.layout.num_blocks, t) for h, t in zip(homes, out))
-        return out
-
-    monkeypatch.setattr(tb, "balance", record)
-    spec = pipeline_spec(target, outline_repeat=True).split(",lowering-storage")[0]
-    _run_passes(build_vision_model(cfg), spec)
-    assert len(seen) > 4
-    for name, blocks, t in seen:
-        per_tile = np.bincount(t, minlength=tiles)
-        assert per_tile.max() <= -(-blocks // tiles), (name, per_tile.max())
 
 
 def _outputs(cfg, spec: str, seed: int):
