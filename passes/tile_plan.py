@@ -133,19 +133,22 @@ def gemm_budget(f: func.FuncOp, target: Target) -> int:
     `tile.gemm_budget`): the SRAM less what every tile holds besides them whatever the plan: the runtime state and
     the host descriptors, memory-plan's estimate of the code and exchange tables before `lowering-storage`
     measures them, the lowering's kernel scratch elements (C, A, aux; a GEMM's operands stay out of them), and
-    the function's resident values spread evenly over the tiles (what tile-balance-homes aims at). Other live
-    activations are memory-plan's to fit; this only keeps a plan from choosing blocks that cannot fit."""
+    the function's resident values spread evenly over the tiles (what tile-balance-homes aims at), and never less
+    than a quarter of what the support and scratch leave. Other live activations are memory-plan's to fit; this
+    only keeps a plan from choosing blocks that cannot fit."""
     from ipu.backend.lower.placement import scratch_elements
     from ipu.passes.memory_plan import DEFAULT_CODE_BYTES, MemoryPlanPass
 
-    held = (
+    room = target.sram_bytes - (
         target.runtime_state_bytes
         + MemoryPlanPass().host_descriptor_bytes
         + DEFAULT_CODE_BYTES
         + max(0, target.sram_end - min(scratch_elements(target)))
-        + -(-resident_bytes(f) // target.num_tiles)
     )
-    return max(target.sram_bytes - held, 0)
+    # Floor: resident values that leave a GEMM less than a quarter of the room cannot fit beside any working set;
+    # memory-plan says so with the tile and the buffers, tile-plan only keeps planning (tile-level tests, a
+    # 1-tile target holding a whole model).
+    return max(room - -(-resident_bytes(f) // target.num_tiles), room // 4, 0)
 
 
 def view_layout(layout: tl.LayoutAttr, shape) -> tl.LayoutAttr | None:
