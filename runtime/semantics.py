@@ -1451,6 +1451,13 @@ def amp_flush(sim, sel=None) -> None:
         ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
         jit.amp_flush_f16(ctx, sim.amp_xraw, sim.amp_kind, sim.acc_cur, sim.cwei_matrix(1), F16_TO_F32, sim.W)
         todo = tuple(k for k in todo if k != 1)
+    if sim.fast and jit.amp_flush_f8 is not None and todo:  # FP8 products compiled (the fused loops' flush)
+        ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
+        f8_dec = sim._f8_dec[sim.amp_xfmt]
+        for kind in todo:
+            jit.amp_flush_f8(ctx, sim.amp_xraw, sim.amp_kind, sim.amp_scale, sim.acc_cur, sim.cwei_matrix(kind),
+                             f8_dec, sim.W, kind)  # fmt: skip
+        todo = ()
     for kind in todo:
         w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
         rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]

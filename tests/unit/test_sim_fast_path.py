@@ -251,3 +251,29 @@ def test_fast_f16v4_arithmetic_equals_numpy():
     nan = a.copy()
     nan[5] = 0x7E00
     assert semantics._f16v4_fast(np.add, nan.view(np.uint64), a.view(np.uint64)) is None
+
+
+@pytest.mark.parametrize("kind", [1, 2, 3])
+def test_compiled_weight_decode_equals_numpy(kind, monkeypatch):
+    """Simulator._cwei_matrix64 through jit.decode_weights against its numpy decode: every byte value (NaNs and
+    infinities too, compared as bits), all tiles, then only the tiles whose slots a set_cwei changed."""
+    if jit.decode_weights is None:
+        pytest.skip("numba is not installed")
+    t = Target.small(tiles=8, sram_kib=624)
+    rng = np.random.default_rng(kind)
+    sims = [Simulator(t), Simulator(t)]
+    raw = rng.integers(0, 256, sims[0].cwei.shape, dtype=np.uint8)
+    raw.reshape(-1)[:256] = np.arange(256, dtype=np.uint8)
+    new = rng.integers(0, 256, (3, 8 * 5), dtype=np.uint8)
+    out = []
+    for compiled, sim in zip((True, False), sims):
+        if not compiled:
+            monkeypatch.setattr(jit, "decode_weights", None)
+        sim.cwei[:] = raw
+        with np.errstate(invalid="ignore"):  # numpy's cast of NaN halves
+            first = sim._cwei_matrix64(kind).copy()
+            sim.set_cwei(np.array([1, 4, 6]), 7, new)
+            out.append((first, sim._cwei_matrix64(kind).copy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a.view(np.uint64), b.view(np.uint64))
+    assert not np.array_equal(out[0][0].view(np.uint64), out[0][1].view(np.uint64))
