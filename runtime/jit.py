@@ -695,6 +695,50 @@ def _decode_weights(cwei, tiles, w, f16_to_f32, f8_dec, kind):
 decode_weights = numba.njit(cache=True, nogil=True)(_decode_weights) if numba is not None else None
 
 
+def _f16v4_arith(op, x, y, f16_to_f32, r32, out):
+    """semantics._f16v4_fast compiled: out[j] = the four halves of x[j] op y[j] (0 add, 1 subtract, 2 multiply),
+    each half to float32 (exact), the float32 operation, rounded to half (nearest even, as numpy's cast). False
+    (out undefined) when an input or a result is a NaN (which NaN numpy gives is left to numpy). r32: float32
+    scratch [4 * len(x)]."""
+    n = x.shape[0]
+    for j in range(n):
+        xv = x[j]
+        yv = y[j]
+        for h in range(4):
+            a = np.int64((xv >> np.uint64(16 * h)) & np.uint64(0xFFFF))
+            b = np.int64((yv >> np.uint64(16 * h)) & np.uint64(0xFFFF))
+            if (a & 0x7FFF) > 0x7C00 or (b & 0x7FFF) > 0x7C00:
+                return False
+            fa = f16_to_f32[a]
+            fb = f16_to_f32[b]
+            if op == 0:
+                r32[4 * j + h] = fa + fb
+            elif op == 1:
+                r32[4 * j + h] = fa - fb
+            else:
+                r32[4 * j + h] = fa * fb
+    bits32 = r32.view(np.uint32)
+    for j in range(n):
+        res = np.uint64(0)
+        for h in range(4):
+            bb = np.int64(bits32[4 * j + h])
+            mag = bb & 0x7FFFFFFF
+            if mag > 0x7F800000:
+                return False
+            if mag >= 0x38800000:  # a normal half, or overflow to infinity
+                rr = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
+                v = min(rr - 0x1C000, 0x7C00)
+            else:  # zero or a subnormal half: multiples of 2^-24, ties to even (exact in float64)
+                v = np.int64(np.rint(abs(np.float64(r32[4 * j + h])) * 16777216.0))
+            v |= (bb >> 16) & 0x8000
+            res |= np.uint64(v) << np.uint64(16 * h)
+        out[j] = res
+    return True
+
+
+f16v4_arith = numba.njit(cache=True, nogil=True)(_f16v4_arith) if numba is not None else None
+
+
 # Scalar code per context (issue 23): the supervisors of different tiles diverge on data (the exchange
 # program's table-driven receive and send loops: a computed branch per entry), so the step path runs them in
 # groups of a few contexts at ~20-60 us a step. `sup_run` runs each context of a group (supervisors; workers

@@ -1182,11 +1182,20 @@ _FP = {
 }
 
 
+_F16V4_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2}
+
+
 def _f16v4_fast(fn, x, y):
     """Fast path: fn (add, subtract, multiply) of the halves of ARF pairs x and y (uint64 [n]) as numpy's float16
     ufuncs compute it: each half to float32 (exact), the float32 operation, rounded to half (nearest even); None
     when an input is a NaN (which NaN numpy returns is left to numpy). Checked against numpy's float16
-    arithmetic on every half against a spread of second operands (tests/unit/test_sim_fast_path.py)."""
+    arithmetic on every half against a spread of second operands (tests/unit/test_sim_fast_path.py). Compiled
+    (jit.f16v4_arith) unless a NaN is involved."""
+    if jit.f16v4_arith is not None:
+        out = np.empty(len(x), np.uint64)
+        r32 = np.empty(4 * len(x), np.float32)
+        if jit.f16v4_arith(_F16V4_OPS[fn], x, y, F16_TO_F32, r32, out):
+            return out
     a = np.ascontiguousarray(x).view(np.uint16)
     b = np.ascontiguousarray(y).view(np.uint16)
     if (a & 0x7FFF).max(initial=0) > 0x7C00 or (b & 0x7FFF).max(initial=0) > 0x7C00:

@@ -228,11 +228,17 @@ def test_straight_run_stops_at_the_failing_unit(atom):
         np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
 
 
-def test_fast_f16v4_arithmetic_equals_numpy():
-    """semantics._f16v4_fast (float32 arithmetic rounded to half) against numpy's float16 add, subtract and
-    multiply: every half against a spread of second operands (zeros, subnormals, normals, infinities) and random
-    pairs; an input NaN is left to numpy (None)."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_fast_f16v4_arithmetic_equals_numpy(compiled, monkeypatch):
+    """semantics._f16v4_fast (float32 arithmetic rounded to half; compiled: jit.f16v4_arith, else numpy) against
+    numpy's float16 add, subtract and multiply: every half against a spread of second operands (zeros,
+    subnormals, normals, infinities: NaN results too) and random pairs; an input NaN is left to numpy (None)."""
     from ipu.runtime import semantics
+
+    if not compiled:
+        monkeypatch.setattr(jit, "f16v4_arith", None)
+    elif jit.f16v4_arith is None:
+        pytest.skip("numba is not installed")
 
     a = np.arange(1 << 16, dtype=np.uint16)
     a = a[(a & 0x7FFF) <= 0x7C00]
@@ -251,6 +257,14 @@ def test_fast_f16v4_arithmetic_equals_numpy():
     nan = a.copy()
     nan[5] = 0x7E00
     assert semantics._f16v4_fast(np.add, nan.view(np.uint64), a.view(np.uint64)) is None
+    if compiled:  # the compiled kernel itself took a NaN-free case (not only the numpy fallback)
+        out = np.empty(len(a) // 4, np.uint64)
+        assert jit.f16v4_arith(
+            2, a.view(np.uint64), a.view(np.uint64), F16_TO_F32, np.empty(len(a), np.float32), out
+        )
+        with np.errstate(over="ignore"):
+            want = (a.view(np.float16) * a.view(np.float16)).view(np.uint16)
+        np.testing.assert_array_equal(out.view(np.uint16), want)
 
 
 @pytest.mark.parametrize("kind", [1, 2, 3])
