@@ -1183,6 +1183,7 @@ _FP = {
 
 
 _F16V4_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2}
+_F8_DEC64 = {f: fp8.DECODE[f].astype(np.float64) for f in (fp8.F143, fp8.F152)}  # FP8 inputs, exactly
 
 
 def _f16v4_fast(fn, x, y):
@@ -1462,7 +1463,7 @@ def amp_flush(sim, sel=None) -> None:
         todo = tuple(k for k in todo if k != 1)
     if sim.fast and jit.amp_flush_f8 is not None and todo:  # FP8 products compiled (the fused loops' flush)
         ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
-        f8_dec = sim._f8_dec[sim.amp_xfmt]
+        f8_dec = _F8_DEC64[sim.amp_xfmt]
         for kind in todo:
             jit.amp_flush_f8(ctx, sim.amp_xraw, sim.amp_kind, sim.amp_scale, sim.acc_cur, sim.cwei_matrix(kind),
                              f8_dec, sim.W, kind)  # fmt: skip

@@ -291,3 +291,41 @@ def test_compiled_weight_decode_equals_numpy(kind, monkeypatch):
     for a, b in zip(*out):
         np.testing.assert_array_equal(a.view(np.uint64), b.view(np.uint64))
     assert not np.array_equal(out[0][0].view(np.uint64), out[0][1].view(np.uint64))
+
+
+@pytest.mark.parametrize("xfmt", [0, 1])
+def test_compiled_amp_flush_equals_numpy(xfmt, monkeypatch):
+    """semantics.amp_flush of pending F16 and FP8 (F143 / F152 weights) products with per-context input scales,
+    kinds mixed over the contexts (as a coefficient load flushes them): the fast path (jit.amp_flush_f16 and
+    jit.amp_flush_f8) against the reference path's numpy products, the sums, inputs and kinds left equal."""
+    from ipu.runtime import semantics
+
+    if jit.amp_flush_f8 is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    flush = jit.amp_flush_f8
+    monkeypatch.setattr(jit, "amp_flush_f8", lambda *a: calls.append(a[-1]) or flush(*a))
+    t = Target.small(tiles=6, sram_kib=624)
+    rng = np.random.default_rng(11 + xfmt)
+    sims = [Simulator(t, reference=True), Simulator(t)]
+    cw = rng.integers(0, 256, sims[0].cwei.shape, dtype=np.uint8)
+    cw[cw == 0x80] = 0  # no FP8 NaN (which NaN a sum gives is not what is compared here)
+    cw.view(np.uint16)[(cw.view(np.uint16) & 0x7C00) == 0x7C00] = 0x3C00  # no F16 NaN or infinity
+    x = rng.integers(0, 256, sims[0].amp_xraw.shape + (8,), dtype=np.uint8)
+    x[x == 0x80] = 1
+    x.view(np.uint16)[(x.view(np.uint16) & 0x7C00) == 0x7C00] = 0x3800
+    kind = rng.integers(0, 4, sims[0].amp_kind.shape)
+    scale = rng.integers(-8, 9, sims[0].amp_scale.shape)
+    acc = rng.standard_normal(sims[0].acc_cur.shape).astype(np.float32)
+    for sim in sims:
+        sim.cwei[:] = cw
+        sim.amp_xraw[:] = x.view(np.uint64).reshape(sim.amp_xraw.shape)
+        sim.amp_kind[:] = kind
+        sim.amp_scale[:] = scale
+        sim.amp_xfmt = xfmt
+        sim.acc_cur[:] = acc
+        semantics.amp_flush(sim, np.arange(3, sim.NW - 4))
+    assert sorted(set(calls)) == [2, 3]
+    for name in ("acc_cur", "amp_xraw", "amp_kind"):
+        np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
+    assert not np.array_equal(sims[1].acc_cur, acc)
