@@ -1292,14 +1292,34 @@ sem_f32oorx = _mk_unary_f32(rsqrt_f32)
 sem_f32oox = _mk_unary_f32(recip_f32)
 
 
-def sem_f16v2tanh(sim, g, sel, ins):
+_HALF_TABLES: dict = {}
+
+
+def half_table(fn) -> np.ndarray:
+    """fn (tanh_f16, exp_f16) of every half, as the half bits of the results indexed by the input's bits: the fast
+    path looks a group's results up instead of computing them (the same function of each value;
+    tests/unit/test_sim_fast_path.py compares the lookups with fn on every half)."""
+    t = _HALF_TABLES.get(fn)
+    if t is None:
+        t = _HALF_TABLES[fn] = fn(np.arange(1 << 16, dtype=np.uint16).view(np.float16)).view(np.uint16)
+    return t
+
+
+def _unary_f16(sim, sel, ins, fn):
     h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
-    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(tanh_f16(h)).view(U32).reshape(-1))
+    if sim.fast:
+        r = half_table(fn)[h.view(np.uint16)]
+    else:
+        r = np.ascontiguousarray(fn(h))
+    _set_a(sim, sel, ins.ops[0], r.view(U32).reshape(-1))
+
+
+def sem_f16v2tanh(sim, g, sel, ins):
+    _unary_f16(sim, sel, ins, tanh_f16)
 
 
 def sem_f16v2exp(sim, g, sel, ins):
-    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
-    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(exp_f16(h)).view(U32).reshape(-1))
+    _unary_f16(sim, sel, ins, exp_f16)
 
 
 # Permutations (S2 "sort": de-interleave). sort4x16lo/hi: halves 0 (lo) or 1 (hi) of s0 and s1 -> d = (s0.h, s1.h).
