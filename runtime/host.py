@@ -44,7 +44,8 @@ class Session:
 
     def __init__(self, package: Package, device: Simulator | None = None, *, progress: bool = False):
         """`progress`: show simulated cycles, rate and ETA on stderr while an inference runs, if stderr is a
-        terminal (`ipu.runtime.progress`; the ETA from the previous inference's cycles)."""
+        terminal (`ipu.runtime.progress`; the ETA from the previous inference's cycles, for the first inference from
+        the compiler's estimate in the package metadata)."""
         package.validate()
         self.progress = progress
         self._last_cycles: int | None = None
@@ -127,8 +128,13 @@ class Session:
         if self.progress:
             from ipu.runtime.progress import Progress
 
+            expected, estimated = self._last_cycles, False
+            if expected is None:  # the first inference: the compiler's estimate, if the package has one
+                estimate = (self.package.metadata or {}).get("estimate") or {}
+                expected = estimate.get("total_cycles") if isinstance(estimate, dict) else None
+                estimated = expected is not None
             self.device.progress = Progress(
-                expected_cycles=self._last_cycles, label=f"inference {self.inferences + 1}"
+                expected_cycles=expected, estimated=estimated, label=f"inference {self.inferences + 1}"
             )
         try:
             result, trace = self._run(profile)

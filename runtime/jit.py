@@ -315,6 +315,32 @@ def _amp_flush_f16(ctx, xraw, kind, acc_cur, w, f16_to_f32, workers, nchunks):
 _flush_serial, _flush_parallel = _both(_amp_flush_f16, fastmath={"contract"})
 
 
+def _amp_flush_f8(ctx, xraw, kind, amp_scale, acc_cur, w, f8_dec, workers, which):
+    """semantics.amp_flush for the contexts of ctx with pending FP8 AMP inputs of kind `which` (2: F143, 3: F152
+    weights w): acc_cur[c] += the float64 sum of the exact products (inputs through the input format's table
+    f8_dec, times 2^(their scale)) rounded once to float32, as _rpt_loop's flush; only the pending state of
+    those contexts is cleared."""
+    x8 = np.empty(32, np.float64)
+    for j in range(ctx.shape[0]):
+        c = ctx[j]
+        if kind[c] != which:
+            continue
+        t = c // workers
+        sc = 2.0 ** np.float64(amp_scale[c])
+        for p in range(4):
+            v = xraw[c, p]
+            for h in range(8):
+                x8[8 * p + h] = f8_dec[(v >> np.uint64(8 * h)) & np.uint64(0xFF)] * sc
+        _products32_jit(x8, w, t, acc_cur, c)
+
+
+amp_flush_f8 = (
+    numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"contract"})(_amp_flush_f8)
+    if numba is not None
+    else None
+)
+
+
 def _flush_call(ctx, *args):
     q = chunks(ctx.shape[0])
     return (_flush_parallel if q > 1 else _flush_serial)(ctx, *args, q)
@@ -646,6 +672,71 @@ def _deliver_call(mem64, wstate, atoms, src_first, rt, n, w0):
 
 
 deliver = _deliver_call if numba is not None else None
+
+
+def _decode_weights(cwei, tiles, w, f16_to_f32, f8_dec, kind):
+    """Simulator._cwei_matrix64's decode for the tiles listed: w[t, phase * K + k, engine] = value k of common
+    weight slot engine * 4 + phase of tile t (kind 1: F16 halves, K = 4, through f16_to_f32; 2 / 3: FP8 bytes,
+    K = 8, through the format's table f8_dec), as float64 (every float32 value exactly)."""
+    for i in range(tiles.shape[0]):
+        t = tiles[i]
+        for e in range(16):
+            for p in range(4):
+                s = e * 4 + p
+                if kind == 1:
+                    for k in range(4):
+                        h = np.int64(cwei[t, s, 2 * k]) | (np.int64(cwei[t, s, 2 * k + 1]) << 8)
+                        w[t, p * 4 + k, e] = f16_to_f32[h]
+                else:
+                    for k in range(8):
+                        w[t, p * 8 + k, e] = f8_dec[cwei[t, s, k]]
+
+
+decode_weights = numba.njit(cache=True, nogil=True)(_decode_weights) if numba is not None else None
+
+
+def _f16v4_arith(op, x, y, f16_to_f32, r32, out):
+    """semantics._f16v4_fast compiled: out[j] = the four halves of x[j] op y[j] (0 add, 1 subtract, 2 multiply),
+    each half to float32 (exact), the float32 operation, rounded to half (nearest even, as numpy's cast). False
+    (out undefined) when an input or a result is a NaN (which NaN numpy gives is left to numpy). r32: float32
+    scratch [4 * len(x)]."""
+    n = x.shape[0]
+    for j in range(n):
+        xv = x[j]
+        yv = y[j]
+        for h in range(4):
+            a = np.int64((xv >> np.uint64(16 * h)) & np.uint64(0xFFFF))
+            b = np.int64((yv >> np.uint64(16 * h)) & np.uint64(0xFFFF))
+            if (a & 0x7FFF) > 0x7C00 or (b & 0x7FFF) > 0x7C00:
+                return False
+            fa = f16_to_f32[a]
+            fb = f16_to_f32[b]
+            if op == 0:
+                r32[4 * j + h] = fa + fb
+            elif op == 1:
+                r32[4 * j + h] = fa - fb
+            else:
+                r32[4 * j + h] = fa * fb
+    bits32 = r32.view(np.uint32)
+    for j in range(n):
+        res = np.uint64(0)
+        for h in range(4):
+            bb = np.int64(bits32[4 * j + h])
+            mag = bb & 0x7FFFFFFF
+            if mag > 0x7F800000:
+                return False
+            if mag >= 0x38800000:  # a normal half, or overflow to infinity
+                rr = (mag + 0xFFF + ((mag >> 13) & 1)) >> 13
+                v = min(rr - 0x1C000, 0x7C00)
+            else:  # zero or a subnormal half: multiples of 2^-24, ties to even (exact in float64)
+                v = np.int64(np.rint(abs(np.float64(r32[4 * j + h])) * 16777216.0))
+            v |= (bb >> 16) & 0x8000
+            res |= np.uint64(v) << np.uint64(16 * h)
+        out[j] = res
+    return True
+
+
+f16v4_arith = numba.njit(cache=True, nogil=True)(_f16v4_arith) if numba is not None else None
 
 
 # Scalar code per context (issue 23): the supervisors of different tiles diverge on data (the exchange

@@ -5,8 +5,9 @@
 
 Shown only when the stream is a terminal (`enabled`); `ipu-run --quiet` gives no Progress at all. The simulated
 cycles are the furthest supervisor clock since the run's start. The ETA needs the run's total: `expected_cycles`
-(a Session passes the previous inference's cycles, which a deterministic program repeats exactly); without it
-the line shows cycles and rate only. The simulator calls `update` every few hundred rounds; nothing of this
+(a Session passes the previous inference's cycles, which a deterministic program repeats exactly; for its first
+inference the compiler's estimate in the package metadata, `estimated`: shown with "~", and once the run passes
+it without an ETA); without it the line shows cycles and rate only. The simulator calls `update` every few hundred rounds; nothing of this
 changes what the simulator computes.
 """
 
@@ -34,12 +35,19 @@ def _duration(s: float) -> str:
 
 class Progress:
     def __init__(
-        self, stream=None, *, expected_cycles: int | None = None, interval: float = 0.5, label="sim"
+        self,
+        stream=None,
+        *,
+        expected_cycles: int | None = None,
+        interval: float = 0.5,
+        label="sim",
+        estimated: bool = False,
     ):
         self.stream = sys.stderr if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         self.enabled = bool(isatty and isatty())
         self.expected_cycles = expected_cycles
+        self.estimated = estimated  # expected_cycles is the compiler's estimate, not a previous run's count
         self.interval = interval
         self.label = label
         self._start = self._last = 0.0
@@ -53,7 +61,13 @@ class Progress:
         rate = cycles / elapsed if elapsed > 0 else 0.0
         text = f"{self.label}: {_si(cycles)}cycles simulated in {_duration(elapsed)} ({_si(rate)}cycles/s)"
         total = self.expected_cycles
-        if total:
+        if total and self.estimated:
+            if cycles >= total:
+                return text + f", past the compiler's estimate of {_si(total)}cycles"
+            pct = cycles / total * 100
+            eta = (total - cycles) / rate if rate > 0 else 0.0
+            text += f", ~{pct:.0f}% of the compiler's estimate of {_si(total)}cycles, ETA ~{_duration(eta)}"
+        elif total:
             pct = min(cycles / total, 1.0) * 100
             eta = (total - cycles) / rate if rate > 0 and cycles < total else 0.0
             text += f", {pct:.0f}% of {_si(total)}cycles, ETA {_duration(eta)}"

@@ -1182,11 +1182,21 @@ _FP = {
 }
 
 
+_F16V4_OPS = {np.add: 0, np.subtract: 1, np.multiply: 2}
+_F8_DEC64 = {f: fp8.DECODE[f].astype(np.float64) for f in (fp8.F143, fp8.F152)}  # FP8 inputs, exactly
+
+
 def _f16v4_fast(fn, x, y):
     """Fast path: fn (add, subtract, multiply) of the halves of ARF pairs x and y (uint64 [n]) as numpy's float16
     ufuncs compute it: each half to float32 (exact), the float32 operation, rounded to half (nearest even); None
     when an input is a NaN (which NaN numpy returns is left to numpy). Checked against numpy's float16
-    arithmetic on every half against a spread of second operands (tests/unit/test_sim_fast_path.py)."""
+    arithmetic on every half against a spread of second operands (tests/unit/test_sim_fast_path.py). Compiled
+    (jit.f16v4_arith) unless a NaN is involved."""
+    if jit.f16v4_arith is not None:
+        out = np.empty(len(x), np.uint64)
+        r32 = np.empty(4 * len(x), np.float32)
+        if jit.f16v4_arith(_F16V4_OPS[fn], x, y, F16_TO_F32, r32, out):
+            return out
     a = np.ascontiguousarray(x).view(np.uint16)
     b = np.ascontiguousarray(y).view(np.uint16)
     if (a & 0x7FFF).max(initial=0) > 0x7C00 or (b & 0x7FFF).max(initial=0) > 0x7C00:
@@ -1282,14 +1292,34 @@ sem_f32oorx = _mk_unary_f32(rsqrt_f32)
 sem_f32oox = _mk_unary_f32(recip_f32)
 
 
-def sem_f16v2tanh(sim, g, sel, ins):
+_HALF_TABLES: dict = {}
+
+
+def half_table(fn) -> np.ndarray:
+    """fn (tanh_f16, exp_f16) of every half, as the half bits of the results indexed by the input's bits: the fast
+    path looks a group's results up instead of computing them (the same function of each value;
+    tests/unit/test_sim_fast_path.py compares the lookups with fn on every half)."""
+    t = _HALF_TABLES.get(fn)
+    if t is None:
+        t = _HALF_TABLES[fn] = fn(np.arange(1 << 16, dtype=np.uint16).view(np.float16)).view(np.uint16)
+    return t
+
+
+def _unary_f16(sim, sel, ins, fn):
     h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
-    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(tanh_f16(h)).view(U32).reshape(-1))
+    if sim.fast:
+        r = half_table(fn)[h.view(np.uint16)]
+    else:
+        r = np.ascontiguousarray(fn(h))
+    _set_a(sim, sel, ins.ops[0], r.view(U32).reshape(-1))
+
+
+def sem_f16v2tanh(sim, g, sel, ins):
+    _unary_f16(sim, sel, ins, tanh_f16)
 
 
 def sem_f16v2exp(sim, g, sel, ins):
-    h = np.ascontiguousarray(sim.a[sel, ins.ops[1]]).view(np.float16)
-    _set_a(sim, sel, ins.ops[0], np.ascontiguousarray(exp_f16(h)).view(U32).reshape(-1))
+    _unary_f16(sim, sel, ins, exp_f16)
 
 
 # Permutations (S2 "sort": de-interleave). sort4x16lo/hi: halves 0 (lo) or 1 (hi) of s0 and s1 -> d = (s0.h, s1.h).
@@ -1451,6 +1481,13 @@ def amp_flush(sim, sel=None) -> None:
         ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
         jit.amp_flush_f16(ctx, sim.amp_xraw, sim.amp_kind, sim.acc_cur, sim.cwei_matrix(1), F16_TO_F32, sim.W)
         todo = tuple(k for k in todo if k != 1)
+    if sim.fast and jit.amp_flush_f8 is not None and todo:  # FP8 products compiled (the fused loops' flush)
+        ctx = np.arange(sel.start, sel.stop) if isinstance(sel, slice) else np.asarray(sel, np.int64)
+        f8_dec = _F8_DEC64[sim.amp_xfmt]
+        for kind in todo:
+            jit.amp_flush_f8(ctx, sim.amp_xraw, sim.amp_kind, sim.amp_scale, sim.acc_cur, sim.cwei_matrix(kind),
+                             f8_dec, sim.W, kind)  # fmt: skip
+        todo = ()
     for kind in todo:
         w = sim.cwei_matrix(kind)  # [T, 16 or 32 inputs, 16 engines]
         rows = sel if uniform >= 0 else np.arange(sim.NW)[sel][kinds == kind]

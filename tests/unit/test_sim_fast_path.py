@@ -228,11 +228,17 @@ def test_straight_run_stops_at_the_failing_unit(atom):
         np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
 
 
-def test_fast_f16v4_arithmetic_equals_numpy():
-    """semantics._f16v4_fast (float32 arithmetic rounded to half) against numpy's float16 add, subtract and
-    multiply: every half against a spread of second operands (zeros, subnormals, normals, infinities) and random
-    pairs; an input NaN is left to numpy (None)."""
+@pytest.mark.parametrize("compiled", [True, False])
+def test_fast_f16v4_arithmetic_equals_numpy(compiled, monkeypatch):
+    """semantics._f16v4_fast (float32 arithmetic rounded to half; compiled: jit.f16v4_arith, else numpy) against
+    numpy's float16 add, subtract and multiply: every half against a spread of second operands (zeros,
+    subnormals, normals, infinities: NaN results too) and random pairs; an input NaN is left to numpy (None)."""
     from ipu.runtime import semantics
+
+    if not compiled:
+        monkeypatch.setattr(jit, "f16v4_arith", None)
+    elif jit.f16v4_arith is None:
+        pytest.skip("numba is not installed")
 
     a = np.arange(1 << 16, dtype=np.uint16)
     a = a[(a & 0x7FFF) <= 0x7C00]
@@ -251,3 +257,90 @@ def test_fast_f16v4_arithmetic_equals_numpy():
     nan = a.copy()
     nan[5] = 0x7E00
     assert semantics._f16v4_fast(np.add, nan.view(np.uint64), a.view(np.uint64)) is None
+    if compiled:  # the compiled kernel itself took a NaN-free case (not only the numpy fallback)
+        out = np.empty(len(a) // 4, np.uint64)
+        assert jit.f16v4_arith(
+            2, a.view(np.uint64), a.view(np.uint64), F16_TO_F32, np.empty(len(a), np.float32), out
+        )
+        with np.errstate(over="ignore"):
+            want = (a.view(np.float16) * a.view(np.float16)).view(np.uint16)
+        np.testing.assert_array_equal(out.view(np.uint16), want)
+
+
+@pytest.mark.parametrize("kind", [1, 2, 3])
+def test_compiled_weight_decode_equals_numpy(kind, monkeypatch):
+    """Simulator._cwei_matrix64 through jit.decode_weights against its numpy decode: every byte value (NaNs and
+    infinities too, compared as bits), all tiles, then only the tiles whose slots a set_cwei changed."""
+    if jit.decode_weights is None:
+        pytest.skip("numba is not installed")
+    t = Target.small(tiles=8, sram_kib=624)
+    rng = np.random.default_rng(kind)
+    sims = [Simulator(t), Simulator(t)]
+    raw = rng.integers(0, 256, sims[0].cwei.shape, dtype=np.uint8)
+    raw.reshape(-1)[:256] = np.arange(256, dtype=np.uint8)
+    new = rng.integers(0, 256, (3, 8 * 5), dtype=np.uint8)
+    out = []
+    for compiled, sim in zip((True, False), sims):
+        if not compiled:
+            monkeypatch.setattr(jit, "decode_weights", None)
+        sim.cwei[:] = raw
+        with np.errstate(invalid="ignore"):  # numpy's cast of NaN halves
+            first = sim._cwei_matrix64(kind).copy()
+            sim.set_cwei(np.array([1, 4, 6]), 7, new)
+            out.append((first, sim._cwei_matrix64(kind).copy()))
+    for a, b in zip(*out):
+        np.testing.assert_array_equal(a.view(np.uint64), b.view(np.uint64))
+    assert not np.array_equal(out[0][0].view(np.uint64), out[0][1].view(np.uint64))
+
+
+@pytest.mark.parametrize("xfmt", [0, 1])
+def test_compiled_amp_flush_equals_numpy(xfmt, monkeypatch):
+    """semantics.amp_flush of pending F16 and FP8 (F143 / F152 weights) products with per-context input scales,
+    kinds mixed over the contexts (as a coefficient load flushes them): the fast path (jit.amp_flush_f16 and
+    jit.amp_flush_f8) against the reference path's numpy products, the sums, inputs and kinds left equal."""
+    from ipu.runtime import semantics
+
+    if jit.amp_flush_f8 is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    flush = jit.amp_flush_f8
+    monkeypatch.setattr(jit, "amp_flush_f8", lambda *a: calls.append(a[-1]) or flush(*a))
+    t = Target.small(tiles=6, sram_kib=624)
+    rng = np.random.default_rng(11 + xfmt)
+    sims = [Simulator(t, reference=True), Simulator(t)]
+    cw = rng.integers(0, 256, sims[0].cwei.shape, dtype=np.uint8)
+    cw[cw == 0x80] = 0  # no FP8 NaN (which NaN a sum gives is not what is compared here)
+    cw.view(np.uint16)[(cw.view(np.uint16) & 0x7C00) == 0x7C00] = 0x3C00  # no F16 NaN or infinity
+    x = rng.integers(0, 256, sims[0].amp_xraw.shape + (8,), dtype=np.uint8)
+    x[x == 0x80] = 1
+    x.view(np.uint16)[(x.view(np.uint16) & 0x7C00) == 0x7C00] = 0x3800
+    kind = rng.integers(0, 4, sims[0].amp_kind.shape)
+    scale = rng.integers(-8, 9, sims[0].amp_scale.shape)
+    acc = rng.standard_normal(sims[0].acc_cur.shape).astype(np.float32)
+    for sim in sims:
+        sim.cwei[:] = cw
+        sim.amp_xraw[:] = x.view(np.uint64).reshape(sim.amp_xraw.shape)
+        sim.amp_kind[:] = kind
+        sim.amp_scale[:] = scale
+        sim.amp_xfmt = xfmt
+        sim.acc_cur[:] = acc
+        semantics.amp_flush(sim, np.arange(3, sim.NW - 4))
+    assert sorted(set(calls)) == [2, 3]
+    for name in ("acc_cur", "amp_xraw", "amp_kind"):
+        np.testing.assert_array_equal(getattr(sims[1], name), getattr(sims[0], name), err_msg=name)
+    assert not np.array_equal(sims[1].acc_cur, acc)
+
+
+@pytest.mark.parametrize("name", ["exp_f16", "tanh_f16"])
+def test_half_tables_equal_the_functions(name):
+    """The fast path's f16v2exp / f16v2tanh look results up (semantics.half_table): every half through the
+    function in groups of other sizes, orders and strides gives the table's bits."""
+    from ipu.runtime import semantics
+
+    fn = getattr(semantics, name)
+    table = semantics.half_table(fn)
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    rng = np.random.default_rng(5)
+    for x in (bits, rng.permutation(bits), bits[::3], rng.permutation(bits)[:4097]):
+        want = np.ascontiguousarray(fn(x.view(np.float16))).view(np.uint16)
+        np.testing.assert_array_equal(table[x], want)

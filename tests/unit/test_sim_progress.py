@@ -65,3 +65,50 @@ def test_line_format():
     assert p.line(500_000, 10.0) == (
         "sim: 500.00 kcycles simulated in 10s (50.00 kcycles/s), 25% of 2.00 Mcycles, ETA 30s"
     )
+
+
+def test_line_with_the_compilers_estimate():
+    p = Progress(Terminal(), expected_cycles=2_000_000, estimated=True)
+    assert p.line(500_000, 10.0) == (
+        "sim: 500.00 kcycles simulated in 10s (50.00 kcycles/s), ~25% of the compiler's estimate of "
+        "2.00 Mcycles, ETA ~30s"
+    )
+    assert p.line(2_500_000, 10.0) == (
+        "sim: 2.50 Mcycles simulated in 10s (250.00 kcycles/s), past the compiler's estimate of 2.00 Mcycles"
+    )
+
+
+def test_session_eta_from_the_estimate_then_the_previous_inference(monkeypatch):
+    """A Session's first inference takes its total from the package's estimate (metadata "estimate"), the next
+    from the first's cycles; off a terminal nothing is written, and without progress no Progress is set."""
+    from ipu.backend.lower import compile_model
+    from ipu.frontend.siglip import PRESETS
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime import progress as progress_mod
+    from ipu.runtime.host import Session
+
+    cfg = PRESETS["tiny"].with_layers(1)
+    pkg = compile_model(cfg, Target.small(tiles=8, sram_kib=624))
+    estimate = pkg.metadata["estimate"]["total_cycles"]
+    made = []
+
+    class Recording(Progress):
+        def __init__(self, *args, **kwargs):
+            super().__init__(Terminal(), *args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(progress_mod, "Progress", Recording)
+    session = Session(pkg, progress=True)
+    session.upload_parameters(random_weights(cfg, seed=0))
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 3, cfg.image_size, cfg.image_size)).astype(np.float32)
+    first = session.run({"pixel_values": x})
+    session.run({"pixel_values": x})
+    assert [(p.expected_cycles, p.estimated) for p in made] == [
+        (estimate, True),
+        (first.run.max_cycles, False),
+    ]
+    assert session.device.progress is None
+    quiet = Session(pkg)  # ipu-run --quiet
+    quiet.upload_parameters(random_weights(cfg, seed=0))
+    quiet.run({"pixel_values": x})
+    assert len(made) == 2
