@@ -35,7 +35,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     * (S^T path: the default, kernel-select's `pv`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
       GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as one column block of
       weight panels, `weights_from_bt` from P's m rows, query rows m..16 zero once); V^T's rows by `TransposeF16`
-      straight from f16 V's column panels (whole K blocks of keys; zero rows d..dpad once per chunk size) or from
+      straight from f16 V's column panels (whole K blocks of keys, all panels in one call; zero rows d..dpad once
+      per chunk size) or from
       the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
     * or O (=|+=) P[:, chunk] V[chunk] with V's weight panels (`WeightsF16`; f16 V in column panels and whole K
       blocks: each panel straight into its column groups), the GEMM over the block's mpad rows;
@@ -2119,7 +2120,13 @@ def attention_program(
                 # them between such chunks).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
                 nkp = nk
-                for j in range(dv // vt):
+                if 1 < dv // vt <= 6:
+                    # One call over every panel: the workers shared out over the panels (one call per panel left
+                    # half of them idle for part of it: 9 groups of a 36-wide panel over six workers).
+                    call = pk.TransposeF16(nk, dv, va + k0 * vt * 2, panels, src_row=vt * 2, panel_width=vt,
+                                           panel_step=vt * sz.seq * 2)  # fmt: skip
+                    prog.append((f"{pre}V^T rows from {dv // vt} V column panels", call))
+                for j in range(dv // vt if not 1 < dv // vt <= 6 else 0):
                     src = va + (j * vt * sz.seq + k0 * vt) * 2
                     call = pk.TransposeF16(nk, vt, src, panels, src_row=vt * 2, group0=j * vt // 4)
                     prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
