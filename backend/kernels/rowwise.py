@@ -42,8 +42,9 @@ combines both and normalizes its slice. Partials: per row 96 bytes at st0 + 96 *
 sums of squares at 48 + 8 * w (one per 64-bit word: the simulator's poison tracking loses one of two 32-bit
 stores into one 64-bit word in the same SIMT step). Inner loops load the next atom in the bundle after the
 current one's conversions; the slice's last atom runs in an epilogue, so nothing outside the operands is read.
-Thread cycles per atom 4 + 8 + 11 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest
-worker).
+Pass 3 works in f16 (f16v4: the mean as hi + lo halves, rstd as a half, see Numerics): thread cycles per atom
+4 + 8 + 6 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest worker). eps >= 2^-30 (the
+f16 rstd <= 2^15).
 
 `softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
 the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid >= 21: an atom per worker), under
@@ -82,7 +83,12 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   rstd = 1/sqrt(var + eps); y = f16(f16(f16((x - mean) * rstd) * w) + b).
 - layernorm_split: the same formulas, with each sum taken as six slice partials p0..p5 (each accumulated as
   above over its worker's slice) summed in worker order ((((p0 + p1) + p2) + p3) + p4) + p5 (f32); so results
-  may differ from `layernorm` in the last bits of mean and var, never between workers or runs.
+  may differ from `layernorm` in the last bits of mean and var, never between workers or runs. The normalize
+  pass is f16 arithmetic (f16v4, every operation rounded to f16): hi = f16(mean), lo = f16(mean - f32(hi)),
+  r = f16(rstd), y = f16(f16(f16(f16(f16(x - hi) - lo) * r) * w) + b). x - hi is exact where x is near the mean
+  (Sterbenz) and lo restores the mean's bits below hi's, so (x - hi) - lo is x - mean within ~2 half-ulps of
+  itself however large the mean; against `layernorm` ~2 more f16 roundings of the normalized value before w (a
+  few f16 ulps of y: |(x - mean) * rstd| <= sqrt(n) keeps it in range).
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
 - softmax_split: m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima (each as
@@ -146,6 +152,7 @@ LNS = ("sum", "var", "norm")
 LNS_E2, LNS_E3, LNS_ROWS = ST1, ST2, ATOMS
 LNS_PART = 96  # partial bytes per row: 6 f32 sums, then 6 f32 centered sums of squares, one per 64-bit word
 LNS_MIN_N = 24  # one atom per worker at least
+LNS_MIN_EPS = 2.0**-30  # the normalize pass's f16 rstd <= 1 / sqrt(eps) = 2^15 (f16 max 65504)
 # softmax_split's frame: as layernorm_split's (CNT / FIRST over the valid atoms; SMS_E2 / SMS_E3 the passes' entries),
 # ZATOMS = zero atoms after the valid ones (written by the last worker); 64-bit constants CONST: 4 x -inf (the max's
 # start), K1: 4 x +inf (workers 0..4's mask: no change), K1 + 1: the tail mask (the last worker's last atom).
@@ -817,16 +824,22 @@ def _lns_kernel(phase: str) -> Code:
         c.bundle("add $m7, $m2, 0", "f32add $a8, $a8, $a13")
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32oorx $a10, $a8")
         c.bundle("setzi $m0, 0", "f32oorx $a11, $a8")  # the weight / bias offset
+        # The row's constants as four halves each: r = f16(rstd) in $a12:13, hi = f16(mean) in $a10:11, lo =
+        # f16(mean - hi) in $a8:9 (mean - hi is exact in f32).
+        c.bundle("nop", "f32v2tof16 $a12, $a10:11")
+        c.bundle("nop", "f32v2tof16 $a13, $a10:11")
+        c.bundle("nop", "f32v2tof16 $a10, $a6:7")
+        c.bundle("nop", "f32v2tof16 $a11, $a6:7")
+        c.bundle("nop", "f16v2tof32 $a2:3, $a10")
+        c.bundle("nop", "f32v2sub $a2:3, $a6:7, $a2:3")
+        c.bundle("nop", "f32v2tof16 $a8, $a2:3")
+        c.bundle("nop", "f32v2tof16 $a9, $a2:3")
+        # One atom in f16: y = ((((x - hi) - lo) * r) * w) + b.
         body = [
-            _b("ld64 $a4:5, $m11, $m0, 0", "f16v2tof32 $a2:3, $a0"),  # bias
-            _b("ld64step $a12:13, $m10, $m0+=, 1", "f16v2tof32 $a8:9, $a1"),  # weight
-            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
-            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
-            _b("nop", "f32v2mul $a2:3, $a2:3, $a10:11"),
-            _b("nop", "f32v2mul $a8:9, $a8:9, $a10:11"),
-            _b("nop", "f32v2tof16 $a2, $a2:3"),
-            _b("nop", "f32v2tof16 $a3, $a8:9"),
+            _b("ld64 $a4:5, $m11, $m0, 0", "f16v4sub $a2:3, $a0:1, $a10:11"),  # bias
+            _b("ld64step $a6:7, $m10, $m0+=, 1", "f16v4sub $a2:3, $a2:3, $a8:9"),  # weight
             _b("nop", "f16v4mul $a2:3, $a2:3, $a12:13"),
+            _b("nop", "f16v4mul $a2:3, $a2:3, $a6:7"),
             _b("nop", "f16v4add $a2:3, $a2:3, $a4:5"),
             _b("st64step $a2:3, $mzero, $m7+=, 1"),
         ]
@@ -1086,6 +1099,10 @@ class Rows:
                 raise ValueError(
                     f"layernorm_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned"
                 )
+            if not self.eps >= LNS_MIN_EPS:
+                raise ValueError(
+                    f"layernorm_split: eps {self.eps} < {LNS_MIN_EPS}: 1 / sqrt(eps) would not fit the f16 rstd"
+                )
         if self.op == "softmax_split":
             if self.nvalid < SMS_MIN_VALID:
                 raise ValueError(
@@ -1322,7 +1339,11 @@ def _lns_semantics(k: Rows, x, w, b) -> dict[str, np.ndarray]:
     d = xf - mean[:, None]
     p_sq, total = _lns_parts(d * d, k.n)
     rstd = rsqrt_f32(total * inv_n + np.float32(k.eps))
-    zh = (d * rstd[:, None]).astype(np.float16)
+    hi = mean.astype(np.float16)
+    lo = (mean - hi.astype(np.float32)).astype(np.float16)
+    zh = ((x.astype(np.float16) - hi[:, None]) - lo[:, None]) * rstd.astype(np.float16)[
+        :, None
+    ]  # f16 arithmetic
     return {
         "out": zh * w.astype(np.float16) + b.astype(np.float16),
         "partials": np.concatenate([p_sum, p_sq], 1),
