@@ -51,14 +51,15 @@ the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid 
 `rows_sms_sup` (the same three-pass supervisor): pass 1 (`rows_sms_max`) stores each slice's f32 max, pass 2
 (`rows_sms_exp`) combines the six maxima in a fixed order (every worker the same value) and works in f16 (the
 IPU's f16v2exp: two exponentials per instruction, where f32exp takes one): e = exp(x - m) (f16v4sub, f16v2exp)
-stored to y, the slice's sum of f32(e) in f32; pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and
+stored to y, the slice's sum of e in f32 (two atoms' e added in f16 first, then converted: 11 bundles per pair of
+atoms, an odd atom out 7); pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and
 multiplies its slice of y in place by f16(1 / sum) (f16v4mul); the last worker then writes the row's zero atoms
 (va..n/4). Valid lengths as `softmax`: every
 worker min-masks its slice's last atom (workers 0..4 with +inf: no change; the last worker with the tail mask), the
 atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the maxima at byte 8 * w, the sums at
-48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 7 (the load and the store
-in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles per atom 1 + 7 + 2
-(`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 5.5 (11 per pair; the
+loads and the stores in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles
+per atom 1 + 5.5 + 2 (`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
 
 `panels_f16` (the attention's K / V / Q column panels [d / P][seq][P] into the GEMM's dpad-wide f16 rows) gathers
 row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
@@ -93,8 +94,10 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
 - softmax_split: m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima (each as
   `softmax`'s over its slice: the same value as the whole-row max, max being exact); e = f16 exp(f16(x - m)) (f16
-  arithmetic, the exponential correctly rounded); sum = six slice partials of f32(e) (each accumulated as above)
-  summed in worker order ((((s0 + s1) + s2) + s3) + s4) + s5 (f32); y = f16(e * f16(1/sum)). Against `softmax`: the
+  arithmetic, the exponential correctly rounded); sum = six slice partials (each accumulated as above over the
+  slice's terms: f32(f16(e_2i + e_2i+1)) for the atom pairs (0, 1), (2, 3), .. of the atoms before the slice's
+  last, then f32(e) of an odd one out and of the last: one more f16 rounding, ~2^-12 relative, per pair) summed
+  in worker order ((((s0 + s1) + s2) + s3) + s4) + s5 (f32); y = f16(e * f16(1/sum)). Against `softmax`: the
   f16 difference x - m is exact near the max and rounds (~2^-11 |x - m| relative) further out, where e is small;
   never different between workers or runs.
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
@@ -618,25 +621,34 @@ def _scale_pass(c: Code, tag: str, count: str = "$m4") -> None:
 
 
 def _gelu_kernel() -> Code:
+    """Software-pipelined: per unit 9 bundles (8 AUX operations; the load of the next unit and the store of the
+    previous result in MAIN slots beside them). The loop body is b1..b8 of unit i (the next unit's load beside
+    x * 0.5, which reads x first) and b0 of unit i + 1 (x * x beside the store of unit i's result); the first b0
+    runs before it, the last unit's b1..b8 (no load) and its store after it: nothing past the unit range is read."""
     c = Code("rows_gelu")
     _head(c)
     for i, reg in enumerate(("$a4:5", "$a6:7", "$a8:9", "$a10:11")):  # c1, c0, 1, 0.5 (4 x f16 each)
         c.one(f"ld64 {reg}, $mvertex_base, $mzero, {CONST // 2 + i}")
-    c.one("add $m5, $m5, 1")  # units (rpt count)
-    body = [
-        _b("ld64step $a0:1, $mzero, $m1+=, 1"),
-        _b("nop", "f16v4mul $a2:3, $a0:1, $a0:1"),
+    load, store = "ld64step $a0:1, $mzero, $m1+=, 1", "st64step $a12:13, $mzero, $m2+=, 1"
+    square = "f16v4mul $a2:3, $a0:1, $a0:1"
+    rest = [  # b1..b8 of a unit: t = ((x*x) * c1 + c0) * x, h = x * 0.5, y = (tanh(t) + 1) * h in $a12:13
         _b("nop", "f16v4mul $a2:3, $a2:3, $a4:5"),
         _b("nop", "f16v4add $a2:3, $a2:3, $a6:7"),
         _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
-        _b("nop", "f16v4mul $a0:1, $a0:1, $a10:11"),
+        _b("nop", "f16v4mul $a12:13, $a0:1, $a10:11"),
         _b("nop", "f16v2tanh $a2, $a2"),
         _b("nop", "f16v2tanh $a3, $a3"),
         _b("nop", "f16v4add $a2:3, $a2:3, $a8:9"),
-        _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
-        _b("st64step $a2:3, $mzero, $m2+=, 1"),
+        _b("nop", "f16v4mul $a12:13, $a2:3, $a12:13"),
     ]
-    c.rpt("$m5", body, "unit")
+    c.bundle(load)
+    c.bundle("nop", square)
+    body = [(load, a) if i == 3 else (m, a) for i, (m, a) in enumerate(rest)] + [_b(store, square)]
+    c.rpt("$m5", body, "unit")  # units - 1 times
+    c.tag = "tail"
+    for m, a in rest:
+        c.bundle(m, a)
+    c.bundle(store)
     c.exit_and_idle()
     return c
 
@@ -894,6 +906,22 @@ SMS_EXP_BODY = [
     _b("nop", "f32v2add $a4:5, $a4:5, $a10:11"),
     _b("nop", "f32v2add $a12:13, $a12:13, $a6:7"),
 ]
+# Two atoms of pass 2 (the first in $a0:1; the second loads beside the first's subtraction, the next pair's first
+# beside the second's first exponential): both e stored, their f16 sum (f16v4add) converted and summed in the f32
+# pairs, so 11 bundles per two atoms instead of 14.
+SMS_EXP_PAIR = [
+    _b("ld64step $a0:1, $mzero, $m3+=, 1", "f16v4sub $a2:3, $a0:1, $a8:9"),
+    _b("nop", "f16v2exp $a2, $a2"),
+    _b("nop", "f16v2exp $a3, $a3"),
+    _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v4sub $a6:7, $a0:1, $a8:9"),
+    _b("ld64step $a0:1, $mzero, $m3+=, 1", "f16v2exp $a6, $a6"),
+    _b("nop", "f16v2exp $a7, $a7"),
+    _b("st64step $a6:7, $mzero, $m7+=, 1", "f16v4add $a10:11, $a2:3, $a6:7"),
+    _b("nop", "f16v2tof32 $a2:3, $a10"),
+    _b("nop", "f16v2tof32 $a6:7, $a11"),
+    _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
+    _b("nop", "f32v2add $a12:13, $a12:13, $a6:7"),
+]
 # One atom of pass 3 (e in $a0:1, f16(1/sum) as 4 halves in $a8:9): y = e * (1/sum) in f16; the next atom loads
 # beside the product (which reads $a0:1 first).
 SMS_SCALE_BODY = [
@@ -941,6 +969,8 @@ def _sms_kernel(phase: str) -> Code:
         _sms_ptr(c, "$m10", OUT)
         c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
         c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+        c.one("and $m11, $m4, 1")  # the slice's atoms before the masked last one: pairs, and one more if odd
+        c.one("shr $m4, $m4, 1")
         c.tag = "row"
         c.label(f".L{c.name}_row")
         c.one("add $m7, $m10, 0")
@@ -949,11 +979,17 @@ def _sms_kernel(phase: str) -> Code:
         c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")
         c.bundle("nop", "f32v2tof16 $a8, $a6:7")  # as four halves (exact: the max of f16 values)
         c.bundle("nop", "f32v2tof16 $a9, $a6:7")
-        c.bundle(loop.format(len(SMS_EXP_BODY) - 1))
-        c.tag = "atom"
+        c.bundle(loop.format(len(SMS_EXP_PAIR) - 1))
+        c.tag = "pair"
+        for m, a in SMS_EXP_PAIR:
+            c.bundle(m, a)
+        c.tag = "row"
+        c.one(f"brz $m11, .L{c.name}_even")
+        c.tag = "single"  # (with the alignment nop after the branch)
         for i, (m, a) in enumerate(SMS_EXP_BODY):
             c.bundle(SMS_LOAD if i == 1 else m, a)
         c.tag = "row"
+        c.label(f".L{c.name}_even")
         c.bundle(f"ld64 $a10:11, $mvertex_base, $m0, {K1}")  # the last atom's mask
         c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
         mains = {1: "add $m1, $m1, $m9", 2: "add $m10, $m10, $m6", 4: f"add $m8, $m8, {SMS_PART}"}
@@ -1350,6 +1386,18 @@ def _lns_semantics(k: Rows, x, w, b) -> dict[str, np.ndarray]:
     }
 
 
+def _sms_exp_terms(e: np.ndarray) -> np.ndarray:
+    """softmax_split pass 2's summands of one worker's slice e f16 [R, 4c] as f32 atoms, in order: the f16 sums
+    of atom pairs (0, 1), (2, 3), ... over the c - 1 unmasked atoms, then the odd one out if any, then the masked
+    last atom."""
+    r, n = e.shape
+    a = e.reshape(r, n // 4, 4)
+    u = n // 4 - 1
+    p = u // 2
+    pairs = (a[:, 0 : 2 * p : 2] + a[:, 1 : 2 * p : 2]).reshape(r, -1)  # f16 arithmetic
+    return np.concatenate([pairs, e[:, 8 * p :]], axis=1).astype(np.float32)
+
+
 def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
     va = -(-k.nvalid // 4)
     xs = x[:, : 4 * va].astype(np.float16)  # a copy; workers 0..4 min their last atom with +inf: no change
@@ -1360,7 +1408,7 @@ def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
     for w in range(1, 6):
         m = np.maximum(m, p_max[:, w])
     e = exp_f16(xs - m.astype(np.float16)[:, None])  # f16 arithmetic (the max is an f16 value)
-    p_sum = np.stack([_acc_sum(e[:, a:b].astype(np.float32)) for a, b in slices], axis=1)
+    p_sum = np.stack([_acc_sum(_sms_exp_terms(e[:, a:b])) for a, b in slices], axis=1)
     total = p_sum[:, 0]
     for w in range(1, 6):
         total = total + p_sum[:, w]
@@ -1478,7 +1526,7 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     if k.op == "panels_f16":
         return pf_thread_cycles(k, rows)
     if k.op == "gelu":
-        return cnt["head"] + cnt["unit"] * rows + cnt["tail"]
+        return cnt["head"] + cnt["unit"] * (rows - 1) + cnt["tail"]
     per_row = cnt["row"] + sum(reps * cnt[tag] for tag, reps in k.reps().items())
     return cnt["head"] + rows * per_row + cnt["tail"]
 
@@ -1510,7 +1558,14 @@ def sms_thread_cycles(k: Rows, phase: str) -> int:
     cnt = _sms_kernel(phase).count
     va = -(-k.nvalid // 4)
     zeros = [0] * 5 + [k.n // 4 - va]
-    per_row = [cnt["row"] + (c - 1) * cnt["atom"] + z * cnt["zero"] for (_, c), z in zip(split(va), zeros)]
+    if phase == "exp":  # the unmasked atoms c - 1 in pairs, then one more if odd
+        per_row = [
+            cnt["row"] + (c - 1) // 2 * cnt["pair"] + (c - 1) % 2 * cnt["single"] for _, c in split(va)
+        ]
+    else:
+        per_row = [
+            cnt["row"] + (c - 1) * cnt["atom"] + z * cnt["zero"] for (_, c), z in zip(split(va), zeros)
+        ]
     return cnt["head"] + k.rows * max(per_row) + cnt["tail"]
 
 

@@ -68,13 +68,14 @@ def test_softmax_split(rows, n, valid):
         got[:, :valid].astype(np.float64), _softmax64(x[:, :valid]), atol=2e-3, rtol=3e-3
     )
     # The partials: each slice's max (their max is the row max) and sum of e (their sum is the row sum of the
-    # stored f16 e: each within an f16 rounding of the float64 exponential).
+    # stored f16 e, each within an f16 rounding of the float64 exponential, up to the f16 roundings of the pair
+    # sums: pass 2 adds two atoms' e in f16 before the f32 sums, ~2^-12 relative each).
     p = want["partials"]
     np.testing.assert_array_equal(p[:, :6].max(1), x[:, :valid].astype(np.float32).max(1))
     e = np.exp(x[:, :valid].astype(np.float64) - x[:, :valid].max(1, keepdims=True))
     np.testing.assert_allclose(p[:, 6:].sum(1), e.sum(1), rtol=1e-3)
     e16 = np.exp((x[:, :valid] - x[:, :valid].max(1, keepdims=True)).astype(np.float64)).astype(np.float16)
-    np.testing.assert_allclose(p[:, 6:].sum(1), e16.astype(np.float64).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(p[:, 6:].sum(1), e16.astype(np.float64).sum(1), rtol=5e-4)
 
 
 def test_softmax_split_models_the_sum_order():
