@@ -155,6 +155,7 @@ LNS = ("sum", "var", "norm")
 LNS_E2, LNS_E3, LNS_ROWS = ST1, ST2, ATOMS
 LNS_PART = 96  # partial bytes per row: 6 f32 sums, then 6 f32 centered sums of squares, one per 64-bit word
 LNS_MIN_N = 24  # one atom per worker at least
+LNS_OPS = ("layernorm_split", "layernorm_split32")  # x f16 / f32 rows (the same frame and supervisor)
 LNS_MIN_EPS = 2.0**-30  # the normalize pass's f16 rstd <= 1 / sqrt(eps) = 2^15 (f16 max 65504)
 # softmax_split's frame: as layernorm_split's (CNT / FIRST over the valid atoms; SMS_E2 / SMS_E3 the passes' entries),
 # ZATOMS = zero atoms after the valid ones (written by the last worker); 64-bit constants CONST: 4 x -inf (the max's
@@ -190,6 +191,7 @@ OPS = (
     "pad_f16",
     "cast_f16",
     "layernorm_split",
+    "layernorm_split32",
     "softmax_split",
     "panels_f16",
     "sms_stats",
@@ -217,6 +219,7 @@ ESIZES = {
     "pad_f16": (2, 2),
     "cast_f16": (4, 2),
     "layernorm_split": (2, 2),
+    "layernorm_split32": (4, 2),
     "softmax_split": (2, 2),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
@@ -746,15 +749,18 @@ def _pf_kernel() -> Code:
 # --- layer norm with every row split across the six workers (`layernorm_split`) -------------------------------------
 
 
-def _lns_head(c: Code, part: int | None) -> None:
-    """Slice atoms - 1 in $m4, slice byte offset in $m6, the x slice of row 0 in $m1, rows - 1 in $m5, the input
-    row stride in $m9, the partials of row 0 in $m8; part: $m2 = this worker's partial (byte `part` of a row's)."""
+def _lns_head(c: Code, part: int | None, x32: bool = False) -> None:
+    """Slice atoms - 1 in $m4, slice byte offset in $m6 (of the f16 rows), the x slice of row 0 in $m1 (x32: f32
+    rows, twice the offset), rows - 1 in $m5, the input row stride in $m9, the partials of row 0 in $m8; part: $m2
+    = this worker's partial (byte `part` of a row's)."""
     c.one("get $m0, $WSR")
     c.one("shl $m7, $m0, 2")
     c.one(f"ld32 $m4, $mvertex_base, $m7, {CNT}")
     c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
     c.one(f"ld32 $m1, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m6")
+    if x32:
+        c.one("add $m1, $m1, $m6")
     c.one(f"ld32 $m5, $mvertex_base, $mzero, {LNS_ROWS}")
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
     c.one(f"ld32 $m8, $mvertex_base, $mzero, {ST0}")
@@ -797,16 +803,51 @@ def _lns_sum_body(centered: bool) -> list[tuple[str, str]]:
     return body + [_b("nop", "f32v2add $a4:5, $a4:5, $a2:3"), _b("nop", "f32v2add $a12:13, $a12:13, $a8:9")]
 
 
-def _lns_kernel(phase: str) -> Code:
-    """Pass `phase` of `layernorm_split` (see LNS): sum -> partials[0:6], var -> partials[6:12], norm -> y."""
-    c = Code(f"rows_lns_{phase}")
+def _lns_loop32(c: Code, body: list[tuple[str, str]], loads: tuple[int, ...]) -> None:
+    """`layernorm_split32`: `rpt $m4` over `body`, then `body` once with the MAINs at `loads` (the next atom's
+    loads) left out: nothing past the slice is read."""
+    c.rpt("$m4", body, "atom")
+    for i, (m, a) in enumerate(body):
+        c.bundle("nop" if i in loads else m, a)
+
+
+def _lns32_row(c: Code, phase: str, zero: tuple[str, str]) -> None:
+    """One row of `layernorm_split32` pass `phase`: x f32, atom = two f32 pairs ($a0:1, $a2:3)."""
+    lo, hi = "ld64step $a0:1, $mzero, $m3+=, 1", "ld64step $a2:3, $mzero, $m3+=, 1"
     if phase == "sum":
-        _lns_head(c, 0)
+        c.bundle("add $m3, $m1, 0", zero[0])
+        c.bundle(lo, zero[1])
+        c.bundle(hi)
+        body = [_b(lo, "f32v2add $a4:5, $a4:5, $a0:1"), _b(hi, "f32v2add $a12:13, $a12:13, $a2:3")]
+        _lns_loop32(c, body, (0, 1))
+    else:  # var
+        _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0")  # the sum
+        c.bundle(lo, "f32mul $a7, $a6, $a10")  # mean = sum * f32(1/n), twice
+        c.bundle(hi, "f32mul $a6, $a6, $a10")
+        body = [
+            _b("nop", "f32v2sub $a8:9, $a0:1, $a6:7"),
+            _b(lo, "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a8:9"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a2:3"),
+            _b("nop", "f32v2add $a4:5, $a4:5, $a8:9"),
+            _b(hi, "f32v2add $a12:13, $a12:13, $a2:3"),
+        ]
+        _lns_loop32(c, body, (1, 5))
+    _sum_tail(c, "$a4")
+    c.one(f"st32step $a4, $mzero, $m2+=, {LNS_PART // 4}")  # the next row's partial
+
+
+def _lns_kernel(phase: str, x32: bool = False) -> Code:
+    """Pass `phase` of `layernorm_split` (see LNS): sum -> partials[0:6], var -> partials[6:12], norm -> y.
+    x32: of `layernorm_split32` (x f32 rows)."""
+    c = Code(f"rows_lns{'32' if x32 else ''}_{phase}")
+    if phase == "sum":
+        _lns_head(c, 0, x32)
     elif phase == "var":
-        _lns_head(c, LNS_PART // 2)
+        _lns_head(c, LNS_PART // 2, x32)
         c.one(f"ld32 $a10, $mvertex_base, $mzero, {F0}")  # f32(1/n)
     else:
-        _lns_head(c, None)
+        _lns_head(c, None, x32)
         c.one(f"ld32 $m2, $mvertex_base, $mzero, {OUT}")
         c.one("add $m2, $m2, $m6")
         for reg, word in (("$m10", IN1), ("$m11", IN2)):  # the weight / bias slices
@@ -816,14 +857,18 @@ def _lns_kernel(phase: str) -> Code:
     c.tag = "row"
     c.label(f".L{c.name}_row")
     zero = ("f32v2add $a4:5, $azeros, $azeros", "f32v2add $a12:13, $azeros, $azeros")
-    if phase == "sum":
+    if x32 and phase != "norm":
+        _lns32_row(c, phase, zero)
+    elif phase == "sum":
         c.bundle("add $m3, $m1, 0", zero[0])
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", zero[1])
     elif phase == "var":
         _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0")  # the sum
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32mul $a7, $a6, $a10")  # mean = sum * f32(1/n), twice
         c.bundle("nop", "f32mul $a6, $a6, $a10")
-    if phase in ("sum", "var"):
+    if x32 and phase != "norm":
+        pass
+    elif phase in ("sum", "var"):
         _lns_loop(c, _lns_sum_body(phase == "var"), 2)
         _sum_tail(c, "$a4")
         c.one(f"st32step $a4, $mzero, $m2+=, {LNS_PART // 4}")  # the next row's partial
@@ -855,7 +900,16 @@ def _lns_kernel(phase: str) -> Code:
             _b("nop", "f16v4add $a2:3, $a2:3, $a4:5"),
             _b("st64step $a2:3, $mzero, $m7+=, 1"),
         ]
-        _lns_loop(c, body, 2)
+        if x32:  # the atom's f32 pairs ($a0:1 loaded before, $a2:3 beside the first conversion) to f16 first
+            body = [
+                _b("ld64step $a2:3, $mzero, $m3+=, 1", "f32v2tof16 $a0, $a0:1"),
+                _b("nop", "f32v2tof16 $a1, $a2:3"),
+                *body,
+            ]
+            body[4] = _b("ld64step $a0:1, $mzero, $m3+=, 1", body[4][1])
+            _lns_loop32(c, body, (4,))
+        else:
+            _lns_loop(c, body, 2)
         c.one("add $m2, $m2, $m6")
     c.one("add $m1, $m1, $m9")
     if phase != "sum":
@@ -1062,8 +1116,8 @@ IDLE = 5  # get, shl, ld32, brz, exitz
 
 def worker_code(op: str, phase: str = "norm") -> Code:
     """The worker body of `op` (layernorm_split / softmax_split: the body of pass `phase`, one of LNS / SMS)."""
-    if op == "layernorm_split":
-        return _lns_kernel(phase)
+    if op in ("layernorm_split", "layernorm_split32"):
+        return _lns_kernel(phase, op == "layernorm_split32")
     if op == "softmax_split":
         return _sms_kernel(phase)
     if op == "panels_f16":
@@ -1073,10 +1127,13 @@ def worker_code(op: str, phase: str = "norm") -> Code:
 
 def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
     parts = [SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)]
+    lns_sup = False
     for op in ops:
-        if op == "layernorm_split":
-            parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
-            parts += [_lns_kernel(phase).text() for phase in LNS]
+        if op in ("layernorm_split", "layernorm_split32"):
+            if not lns_sup:
+                parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
+                lns_sup = True
+            parts += [_lns_kernel(phase, op == "layernorm_split32").text() for phase in LNS]
         elif op == "softmax_split":
             parts.append(SMS_SUPERVISOR.format(entry=ENTRY, e2=SMS_E2, e3=SMS_E3, sram_base=sram_base))
             parts += [_sms_kernel(phase).text() for phase in SMS]
@@ -1124,7 +1181,7 @@ class Rows:
             raise ValueError(f"{self.op}: panels / panel_width / panel_step are for panels_f16 only")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
-        if self.op == "layernorm_split":
+        if self.op in LNS_OPS:
             if self.n < LNS_MIN_N:
                 raise ValueError(
                     f"layernorm_split needs n >= {LNS_MIN_N} (an atom per worker), got n={self.n}"
@@ -1244,7 +1301,7 @@ class Rows:
         return self.out_stride if self.out_stride is not None else self.n * ESIZES[self.op][1]
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
-        if self.op == "layernorm_split":
+        if self.op in LNS_OPS:
             return self._lns_frame(labels)
         if self.op == "softmax_split":
             return self._sms_frame(labels)
@@ -1283,7 +1340,8 @@ class Rows:
         for w, (first, cnt) in enumerate(split(self.n // 4)):
             f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, self.out
-        f[ENTRY], f[LNS_E2], f[LNS_E3] = (labels[f"rows_lns_{phase}"] for phase in LNS)
+        x32 = "32" if self.op == "layernorm_split32" else ""
+        f[ENTRY], f[LNS_E2], f[LNS_E3] = (labels[f"rows_lns{x32}_{phase}"] for phase in LNS)
         f[LNS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
         f[F0] = np.float32(1.0 / self.n).view(np.uint32)
         f[F1] = np.float32(self.eps).view(np.uint32)
@@ -1322,7 +1380,9 @@ class Rows:
 
     @property
     def entry(self) -> str:
-        return {"layernorm_split": "rows_lns_sup", "softmax_split": "rows_sms_sup"}.get(self.op, "rows_sup")
+        if self.op in LNS_OPS:
+            return "rows_lns_sup"
+        return {"softmax_split": "rows_sms_sup"}.get(self.op, "rows_sup")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1483,7 +1543,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             rstd = rsqrt_f32(var + np.float32(k.eps))
             zh = (d * rstd[:, None]).astype(np.float16)
             return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
-        if k.op == "layernorm_split":
+        if k.op in LNS_OPS:  # layernorm_split32: x f32 (its sums in f32, its normalize pass on f16(x))
             return _lns_semantics(k, x, y, z)
         if k.op == "softmax_split":
             return _sms_semantics(k, x)
@@ -1548,7 +1608,7 @@ def pf_thread_cycles(k: Rows, rows: int) -> int:
 
 def lns_thread_cycles(k: Rows, phase: str) -> int:
     """layernorm_split: issues of the slowest worker (the largest slice) in pass `phase`."""
-    cnt = _lns_kernel(phase).count
+    cnt = _lns_kernel(phase, k.op == "layernorm_split32").count
     atoms = max(c for _, c in split(k.n // 4))
     return cnt["head"] + k.rows * (cnt["row"] + (atoms - 1) * cnt["atom"]) + cnt["tail"]
 
@@ -1571,7 +1631,7 @@ def sms_thread_cycles(k: Rows, phase: str) -> int:
 
 def cycles(k: Rows) -> int:
     """Tile cycles of the call (supervisor entry to return)."""
-    if k.op == "layernorm_split":
+    if k.op in LNS_OPS:
         return LNS_SUP + 6 * sum(lns_thread_cycles(k, phase) for phase in LNS)
     if k.op == "softmax_split":
         return LNS_SUP + 6 * sum(sms_thread_cycles(k, phase) for phase in SMS)

@@ -4,7 +4,8 @@ The IR keeps activations in f32 between ops (the residual stream); the row kerne
 row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the result buffer:
 
 - `nn.layer_norm` (`#tile.map<rows>`, blocks of whole rows): weight and bias cast to f16 in the aux scratch, then
-  `Rows("layernorm")` over every row of the tile's shard;
+  `Rows("layernorm")` over every row of the tile's shard (x cast to f16 first), or `layernorm_split32` (few rows
+  per tile: every row split across the six workers) over the f32 rows in place;
 - `nn.softmax` over the last axis (`#tile.map<rows>`, blocks of whole rows), f32 or f16 operand and result:
   `Rows("softmax")` (or `softmax_split` when its estimate is lower: few rows per tile) on f16 rows of p = n
   rounded up to 4 with `valid` = n. x is read in place (f16, n % 4 == 0) or cast into A; rows of n % 4 != 0
@@ -283,10 +284,12 @@ class NnOps:
         self._check_fits(int(shard.max()) * 2, what)
         xa, out = self.addrs.of(x).addr, self.addrs.of(op.results[0]).addr
         units = {t: int(shard[t]) // 4 for t in tiles}
-        self.kcall(
-            f"{what}: x to f16",
-            {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
-        )
+        split = self.choice(op, "rows") == "layernorm_split"
+        if not split:  # (`layernorm_split32` reads the f32 rows itself)
+            self.kcall(
+                f"{what}: x to f16",
+                {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
+            )
         # The kernel's f16 weight and bias per tile: f16 parameters (nn-quantize-weights) where they are, f32 ones
         # cast into the aux scratch.
         f16_rows = []
@@ -308,8 +311,8 @@ class NnOps:
             ) | self._ln_out(f16_out, out, t)
 
         # kernel-select's row kernel: `layernorm`, or `layernorm_split` (every row split across the six workers,
-        # partials in aux after the f16 bias).
-        if self.choice(op, "rows") == "layernorm_split":
+        # partials in aux after the f16 bias), run as `layernorm_split32` on the f32 rows in place (no cast).
+        if split:
             from ipu.passes.kernel_select import layernorm_split_fits
 
             if not layernorm_split_fits(n, rows, self.target.region1_element_bytes):
@@ -318,7 +321,10 @@ class NnOps:
                     f"of {max(rows.values())} rows within the aux scratch"
                 )
             parts = aux + 2 * slot  # after the f16 weight and bias slots
-            calls = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
+            calls = {
+                t: rw.Rows("layernorm_split32", rows[t], n, st0=parts, **(kw(t) | {"in0": int(xa[t])}))
+                for t in tiles
+            }
         else:
             calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
         self.kcall(f"{what}: rows", calls)
