@@ -26,8 +26,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
     * (blocks of <= 16 rows, S^T [spad, 16] fits C: the default) transposed: Q rows padded to 16 with zero rows
       -> Q^T weight panels (`weights_from_bt`, N = 16) once; per chunk S^T[chunk] = K Q^T (F16 GEMM with the K
-      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S^T's weight panels
-      (`WeightsF16`, N = 16) are S in K-block panels [spad/16][16][16] -> S's m rows row-major (`Chunks`);
+      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S's 16 rows row-major
+      from S^T in one transpose (`TransposeF16`, K = spad, N = 16; rows m..16 zero);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
@@ -2049,10 +2049,10 @@ def attention_program(
 
     if sz.transposed:
         # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from 16 Q
-        # rows (rows m..16 zero); S^T [spad, 16] in C -> F16 weight panels of S^T = S in K-block panels
-        # [spad/16][16 queries][16 keys] (`WeightsF16` with N = 16) -> S's mpad rows row-major in A (`Chunks`).
+        # rows (rows m..16 zero); S^T [spad, 16] in C -> S's 16 rows row-major in A in one transpose
+        # (`TransposeF16`: S^T's columns as rows; rows m..16 are zeros from Q's zero rows, and A is free past them
+        # until P^T's panels).
         prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
-        s_panels = panels + dpad * 32
         for k0, nk in sz.chunks:
             pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
@@ -2060,13 +2060,7 @@ def attention_program(
                 c=c_area + k0 * 32,
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
-        prog.append(("S panels", pk.WeightsF16(spad, 16, c_area, s_panels)))
-        # P's rows m..mpad feed only O = P V's padding rows (O^T = V^T P^T takes P's m rows).
-        s_rows = pk.Chunks(
-            m if pv_t else mpad, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2,
-            dst_blk=32,
-        )  # fmt: skip
-        prog.append(("S rows", s_rows))
+        prog.append(("S rows from S^T", pk.TransposeF16(spad, 16, c_area, a_area)))
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
@@ -2083,8 +2077,8 @@ def attention_program(
     rows = m if sz.transposed else mpad
     kw = dict(in0=s_rows, out=a_area, valid=sz.seq)
     # `softmax_split` (every row split across the six workers) keeps its partials (rows * 96 B) in `panels` (aux):
-    # nothing there is live during the softmax (Q^T's and S's panels, or the last chunk's K^T panels, were
-    # consumed by the S GEMMs / the S rows copy before it; the first V panels or V^T rows are written after it),
+    # nothing there is live during the softmax (Q^T's panels, or the last chunk's K^T panels, were
+    # consumed by the S GEMMs before it; the first V panels or V^T rows are written after it),
     # and the softmax itself touches only S (A or C) and P (A).
     softmax_op = softmax_kernel(sz, stats) if softmax is None else softmax
     if softmax_op == "softmax_split":
