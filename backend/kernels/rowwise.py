@@ -162,6 +162,8 @@ LNS_MIN_EPS = 2.0**-30  # the normalize pass's f16 rstd <= 1 / sqrt(eps) = 2^15 
 # start), K1: 4 x +inf (workers 0..4's mask: no change), K1 + 1: the tail mask (the last worker's last atom).
 SMS = ("max", "exp", "scale")
 SMS_E2, SMS_E3, SMS_ROWS = ST1, ST2, ATOMS
+SMS_OPS = ("softmax_split", "softmax_split_e")
+SMS_E = ("max", "exp", "zero")  # softmax_split_e's passes: y = e unnormalized (the caller divides by the sum)
 SMS_PART = 96  # partial bytes per row: 6 f32 maxima, then 6 f32 sums of e, one per 64-bit word
 SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 
@@ -188,11 +190,13 @@ OPS = (
     "flash_final",
     "to_f16",
     "to_f32",
+    "to_f32_scaled",
     "pad_f16",
     "cast_f16",
     "layernorm_split",
     "layernorm_split32",
     "softmax_split",
+    "softmax_split_e",
     "panels_f16",
     "sms_stats",
     "attn_merge2",
@@ -221,6 +225,8 @@ ESIZES = {
     "layernorm_split": (2, 2),
     "layernorm_split32": (4, 2),
     "softmax_split": (2, 2),
+    "softmax_split_e": (2, 2),
+    "to_f32_scaled": (2, 4),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
@@ -444,6 +450,21 @@ def _row_kernel(op: str) -> Code:
             _b("ld64step $a0:1, $mzero, $m3+=, 1"),
             _b("nop", "f16v2tof32 $a2:3, $a0"),
             _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v2tof32 $a4:5, $a1"),
+            _b("st64step $a4:5, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
+    elif op == "to_f32_scaled":
+        # y = f32(x) * (1 / l), l the f32 at byte st0 of the output row (the attention's [o | m | l] rows).
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
+        c.one("ld32 $a6, $m2, $m0, 0")
+        c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
+        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+            _b("nop", "f16v2tof32 $a2:3, $a0"),
+            _b("nop", "f16v2tof32 $a4:5, $a1"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+            _b("st64step $a2:3, $mzero, $m7+=, 1", "f32v2mul $a4:5, $a4:5, $a6:7"),
             _b("st64step $a4:5, $mzero, $m7+=, 1"),
         ]
         c.rpt("$m4", body, "atom0")
@@ -991,9 +1012,40 @@ def _sms_epilogue(c: Code, body: list[tuple[str, str]], mains: dict[int, str], a
         c.bundle(mains.get(i, m), aux.get(i, a))
 
 
+def _sms_zero_kernel() -> Code:
+    """`softmax_split_e`'s third pass: the last worker writes each row's zero atoms (va..n/4, at byte F0 of the
+    row); the others exit (so does the last one when there are none). Tags: head, none (no zeros), zhead, row,
+    zero (per atom), tail."""
+    c = Code("rows_sms_zero")
+    c.one("get $m0, $WSR")
+    c.one("add $m0, $m0, 3")
+    c.one("and $m0, $m0, 8")  # worker 5: 8, workers 0..4: 0
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ZATOMS}")
+    c.one("mul $m9, $m9, $m0")  # zero atoms x 8 on the last worker, else 0
+    c.tag = "none"
+    c.one(f"brz $m9, .L{c.name}_idle")
+    c.tag = "zhead"
+    c.one("shr $m9, $m9, 3")
+    c.one(f"ld32 $m5, $mvertex_base, $mzero, {SMS_ROWS}")
+    c.one(f"ld32 $m2, $mvertex_base, $mzero, {OUT}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {F0}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    c.one("add $m7, $m2, 0")
+    c.rpt("$m9", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
+    c.one("add $m2, $m2, $m6")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.exit_and_idle()
+    return c
+
+
 def _sms_kernel(phase: str) -> Code:
     """Pass `phase` of `softmax_split` (see SMS): max -> partials[0:6], exp -> e in y and partials[6:12], scale ->
-    y."""
+    y; zero: `softmax_split_e`'s zero atoms."""
+    if phase == "zero":
+        return _sms_zero_kernel()
     c = Code(f"rows_sms_{phase}")
     loop = "rpt $m4, {}"
     if phase == "max":
@@ -1118,8 +1170,8 @@ def worker_code(op: str, phase: str = "norm") -> Code:
     """The worker body of `op` (layernorm_split / softmax_split: the body of pass `phase`, one of LNS / SMS)."""
     if op in ("layernorm_split", "layernorm_split32"):
         return _lns_kernel(phase, op == "layernorm_split32")
-    if op == "softmax_split":
-        return _sms_kernel(phase)
+    if op in SMS_OPS:
+        return _sms_kernel(phase if op == "softmax_split" or phase != "scale" else "zero")
     if op == "panels_f16":
         return _pf_kernel()
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
@@ -1137,6 +1189,8 @@ def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
         elif op == "softmax_split":
             parts.append(SMS_SUPERVISOR.format(entry=ENTRY, e2=SMS_E2, e3=SMS_E3, sram_base=sram_base))
             parts += [_sms_kernel(phase).text() for phase in SMS]
+        elif op == "softmax_split_e":  # its passes max and exp are softmax_split's (listed before it)
+            parts.append(_sms_kernel("zero").text())
         else:
             parts.append(worker_code(op).text())
     return "\n".join(parts)
@@ -1196,7 +1250,7 @@ class Rows:
                 raise ValueError(
                     f"layernorm_split: eps {self.eps} < {LNS_MIN_EPS}: 1 / sqrt(eps) would not fit the f16 rstd"
                 )
-        if self.op == "softmax_split":
+        if self.op in SMS_OPS:
             if self.nvalid < SMS_MIN_VALID:
                 raise ValueError(
                     f"softmax_split needs >= {SMS_MIN_VALID} valid elements (an atom per worker), "
@@ -1207,10 +1261,10 @@ class Rows:
             if self.st0 % 8:
                 raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
         if self.valid is not None:
-            softmaxes = ("softmax", "softmax_split")
+            softmaxes = ("softmax", "softmax_split", "softmax_split_e")
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
-            lo = {"softmax": 1, "softmax_split": 1, "cast_f16": 4}.get(self.op, 0)
+            lo = {"softmax": 1, "softmax_split": 1, "softmax_split_e": 1, "cast_f16": 4}.get(self.op, 0)
             if not lo <= self.valid <= self.n or (self.op not in softmaxes and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
@@ -1303,7 +1357,7 @@ class Rows:
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         if self.op in LNS_OPS:
             return self._lns_frame(labels)
-        if self.op == "softmax_split":
+        if self.op in SMS_OPS:
             return self._sms_frame(labels)
         if self.op == "panels_f16":
             return self._pf_frame(labels)
@@ -1353,7 +1407,9 @@ class Rows:
         for w, (first, cnt) in enumerate(split(va)):
             f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
         f[IN0], f[OUT] = self.in0, self.out
-        f[ENTRY], f[SMS_E2], f[SMS_E3] = (labels[f"rows_sms_{phase}"] for phase in SMS)
+        phases = SMS if self.op == "softmax_split" else SMS_E
+        f[ENTRY], f[SMS_E2], f[SMS_E3] = (labels[f"rows_sms_{phase}"] for phase in phases)
+        f[F0] = 8 * va  # the zero atoms' byte offset in a row (`softmax_split_e`'s zero pass)
         f[SMS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
         f[ZATOMS] = self.n // 4 - va
         f[CONST : CONST + 2] = np.full(4, -np.inf, np.float16).view(np.uint32)
@@ -1382,7 +1438,7 @@ class Rows:
     def entry(self) -> str:
         if self.op in LNS_OPS:
             return "rows_lns_sup"
-        return {"softmax_split": "rows_sms_sup"}.get(self.op, "rows_sup")
+        return "rows_sms_sup" if self.op in SMS_OPS else "rows_sup"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1473,7 +1529,7 @@ def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
     for w in range(1, 6):
         total = total + p_sum[:, w]
     out = np.zeros((k.rows, k.n), np.float16)
-    out[:, : 4 * va] = e * recip_f32(total).astype(np.float16)[:, None]
+    out[:, : 4 * va] = e * recip_f32(total).astype(np.float16)[:, None] if k.op == "softmax_split" else e
     return {"out": out, "partials": np.concatenate([p_max, p_sum], 1)}
 
 
@@ -1534,6 +1590,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": out}
         if k.op == "to_f32":
             return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32)}
+        if k.op == "to_f32_scaled":  # state["l"]: the f32 at byte st0 of each output row
+            r = recip_f32(np.asarray(state["l"], np.float32))
+            return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32) * r[:, None]}
         if k.op == "layernorm":
             inv_n = np.float32(1.0 / k.n)
             xf = x.astype(np.float32)
@@ -1545,7 +1604,7 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
         if k.op in LNS_OPS:  # layernorm_split32: x f32 (its sums in f32, its normalize pass on f16(x))
             return _lns_semantics(k, x, y, z)
-        if k.op == "softmax_split":
+        if k.op in SMS_OPS:
             return _sms_semantics(k, x)
         if k.op == "flash_stats":
             m_old, l_old = state["m"], state["l"]
@@ -1618,6 +1677,13 @@ def sms_thread_cycles(k: Rows, phase: str) -> int:
     cnt = _sms_kernel(phase).count
     va = -(-k.nvalid // 4)
     zeros = [0] * 5 + [k.n // 4 - va]
+    if phase == "zero":  # the last worker's zero atoms (the others exit at once)
+        z = zeros[-1]
+        if not z:
+            return cnt["head"] + cnt["none"] + 1  # the idle exit
+        return (
+            cnt["head"] + cnt["none"] + cnt["zhead"] + k.rows * (cnt["row"] + z * cnt["zero"]) + cnt["tail"]
+        )
     if phase == "exp":  # the unmasked atoms c - 1 in pairs, then one more if odd
         per_row = [
             cnt["row"] + (c - 1) // 2 * cnt["pair"] + (c - 1) % 2 * cnt["single"] for _, c in split(va)
@@ -1633,6 +1699,8 @@ def cycles(k: Rows) -> int:
     """Tile cycles of the call (supervisor entry to return)."""
     if k.op in LNS_OPS:
         return LNS_SUP + 6 * sum(lns_thread_cycles(k, phase) for phase in LNS)
-    if k.op == "softmax_split":
-        return LNS_SUP + 6 * sum(sms_thread_cycles(k, phase) for phase in SMS)
+    if k.op in SMS_OPS:
+        return LNS_SUP + 6 * sum(
+            sms_thread_cycles(k, phase) for phase in (SMS if k.op == "softmax_split" else SMS_E)
+        )
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))

@@ -1936,7 +1936,8 @@ def attention_program(
     dv: V's and the result's columns when the block computes a slice of the head's value columns (default d; V's
     rows at va are then dv wide, or its column panels cover those dv columns).
     o_stride: bytes between the result rows (default dv elements). stats (`nn.attention_partial`): the softmax's
-    row max and sum of e (f32) after each result row's dv columns (`softmax_split` then `sms_stats`).
+    row max and sum of e (f32) after each result row's dv columns (`softmax_split_e`: P = e unnormalized, no scale
+    pass; then `sms_stats`); O's rows are divided by the sum on the way to f32 (`to_f32_scaled`).
     pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
     `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
@@ -2090,6 +2091,10 @@ def attention_program(
         kw = dict(kw, st0=panels)
     elif stats:
         raise ValueError("the key-split attention needs softmax_split (its row max and sum)")
+    if stats:
+        # The key-split attention's P stays unnormalized (`softmax_split_e`: no scale pass over P): O's rows are
+        # divided by the row sum l at the end ("O / l to f32"), dv columns per row instead of spad.
+        softmax_op = "softmax_split_e"
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     if stats:  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
         o_step = o_stride if o_stride is not None else dv * esizes[3]
@@ -2178,7 +2183,10 @@ def attention_program(
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
     step = dict(in_stride=dvpad * 2, out_stride=o_stride)
-    if esizes[3] == 4:
+    if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)"
+        call = rw.Rows("to_f32_scaled", m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)
+        prog.append(("O / l to f32", call))
+    elif esizes[3] == 4:
         prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, **step)))
     else:  # f16 result: O's first dv columns
         prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, **step)))
