@@ -83,6 +83,9 @@ FP8_FRAME_WORDS = R.FRAME_WORDS + 12
 # store's, atoms), the source step from a row's primed position to the next row (bytes), blocks - 1.
 PACE, PSTEP, PREPS = R.F1, R.IN1, R.IN2
 PACE_FIELD = R.PACE_FIELD
+# `transpose_f16`: per-worker source offsets (bytes, mod 2^32), added to IN0 + FIRST * 8: a worker's column groups
+# lie in one column panel of the source (`TransposeF16.panel_width`), so its panel's step is one per-worker offset.
+T_SRC_OFF = R.CONST
 # `fp8_f16` pace variants: the pace stride register, the source step from a row's primed position to the next row,
 # blocks - 1.
 FP8_PACE, FP8_PSTEP, FP8_PREPS = R.ST2, R.ZATOMS, R.CONST  # pace stride fields: signed 10-bit atom counts
@@ -476,6 +479,8 @@ def transpose_f16_code() -> R.Code:
     _common_head(c)  # $m9 = DST_BLK
     c.one(f"ld32 $m10, $mvertex_base, $mzero, {SHIFT}")
     c.one(f"ld32 $m11, $mvertex_base, $mzero, {DST_GROUP}")
+    c.one(f"ld32 $m3, $mvertex_base, $m7, {T_SRC_OFF}")  # this worker's source offset (its column panel)
+    c.one("add $m1, $m1, $m3")
     c.one("sub $m4, $m4, 1")
     c.one("add $m3, $m1, 0")
     if c.words % 2:
@@ -918,7 +923,13 @@ class TransposeF16:
     The source holds n columns (4-column groups group0 .. group0 + n/4, as `WeightsF16`) with row stride `src_row`
     bytes (default 2n; 0 repeats one row: zero rows from a zero constant of 2n bytes). K % 16 == 0, n % 4 == 0;
     src, src_row, dst and dst_row multiples of 8 bytes, dst_row >= 2K (rows do not overlap). Column groups are split
-    over the six workers."""
+    over the six workers.
+
+    Column panels (`panel_width` P, a multiple of 4 dividing n, and `panel_step` bytes): the source is n / P panels,
+    panel j's first row at src + j * panel_step (row stride src_row, default 2P), so one call transposes a block
+    stored as column panels `colsP` (the attention's V: [d / P][seq][P]) where one call per panel left workers idle
+    (9 groups of a 36-wide panel: 2, 2, 2, 1, 1, 1). The workers are shared out over the panels (`worker_split`:
+    no worker's groups cross a panel boundary; each worker's panel offset is a frame word)."""
 
     k: int
     n: int
@@ -927,6 +938,8 @@ class TransposeF16:
     src_row: int | None = None
     group0: int = 0
     dst_row: int | None = None
+    panel_width: int | None = None
+    panel_step: int = 0
 
     kernel = "pack_transpose_f16"
     entry = "rows_sup"
@@ -942,10 +955,36 @@ class TransposeF16:
             raise ValueError(f"first column group {self.group0} out of range")
         if self.drow < 2 * self.k:
             raise ValueError(f"B^T rows of {2 * self.k} B overlap at a row stride of {self.drow} B")
+        p = self.panel_width
+        if p is not None and (p % 4 or p <= 0 or self.n % p or self.n // p > 6 or self.panel_step % 8):
+            raise ValueError(
+                f"column panels of {p} need a multiple of 4 dividing n = {self.n}, at most 6 panels and a panel step"
+                f" of whole atoms (got {self.panel_step})"
+            )
 
     @property
     def srow(self) -> int:
-        return self.n * 2 if self.src_row is None else self.src_row
+        if self.src_row is not None:
+            return self.src_row
+        return (self.panel_width or self.n) * 2
+
+    def worker_split(self) -> list[tuple[int, int, int]]:
+        """(first group, groups, source offset in bytes) per worker. Without panels `split` over the groups; with
+        them each panel gets workers (one each, then the rest one at a time to the panel whose largest share is
+        largest) and `split`s its groups among them."""
+        groups = self.n // 4
+        if self.panel_width is None:
+            return [(f, c, 0) for f, c in split(groups)]
+        gp, panels = self.panel_width // 4, self.n // self.panel_width
+        workers = [1] * panels
+        for _ in range(6 - panels):
+            j = max(range(panels), key=lambda j: (-(-gp // workers[j]), -j))
+            workers[j] += 1
+        out = []
+        for j in range(panels):
+            off = j * self.panel_step - j * gp * 8
+            out += [(j * gp + f, c, off) for f, c in split(gp, workers[j])]
+        return out
 
     @property
     def drow(self) -> int:
@@ -953,9 +992,10 @@ class TransposeF16:
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(R.FRAME_WORDS, np.uint32)
-        for w, (first, cnt) in enumerate(split(self.n // 4)):
-            f[R.CNT + w], f[R.FIRST + w] = cnt, first + self.group0
-        # A worker's source = IN0 + FIRST * 8 (IN0 moved back by group0 groups); its first row OUT + FIRST * OSTRIDE.
+        for w, (first, cnt, off) in enumerate(self.worker_split()):
+            f[R.CNT + w], f[R.FIRST + w], f[T_SRC_OFF + w] = cnt, first + self.group0, off & 0xFFFFFFFF
+        # A worker's source = IN0 + FIRST * 8 + its panel offset (IN0 moved back by group0 groups); its first row
+        # OUT + FIRST * OSTRIDE.
         f[R.IN0] = (self.src - 8 * self.group0) & 0xFFFFFFFF
         f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.dst, labels[self.kernel], self.k // 16
         f[R.ISTRIDE], f[R.OSTRIDE] = 8, 4 * self.drow
@@ -968,7 +1008,10 @@ class TransposeF16:
         """On byte arrays: mem holds the source at src_base; returns out (holding dst_base) updated."""
         out = out.copy()
         r = np.arange(self.k)
-        s = self.src - src_base + r[:, None] * self.srow + 2 * np.arange(self.n)  # [k, n] byte offsets
+        cols = np.arange(self.n)
+        p = self.panel_width or self.n
+        col_at = (cols // p) * self.panel_step + 2 * (cols % p)
+        s = self.src - src_base + r[:, None] * self.srow + col_at  # [k, n] byte offsets
         vals = mem[s[..., None] + np.arange(2)]  # [k, n, 2]
         c = 4 * self.group0 + np.arange(self.n)
         d = self.dst - dst_base + c[:, None] * self.drow + 2 * r  # [n, k]
@@ -976,7 +1019,9 @@ class TransposeF16:
         return out
 
     def cycles(self) -> int:
-        return _cycles(_code(self.kernel), self.n // 4, self.k // 16 - 1)
+        return _cycles(
+            _code(self.kernel), self.n // 4, self.k // 16 - 1, [c for _, c, _ in self.worker_split()]
+        )
 
 
 @dataclass(frozen=True)
@@ -1024,10 +1069,11 @@ class WeightsFP8:
         return R.SUP + 6 * max(worker(c) for _, c in split(self.n // 4))
 
 
-def _cycles(code: R.Code, rows: int, inner: int) -> int:
+def _cycles(code: R.Code, rows: int, inner: int, counts: list[int] | None = None) -> int:
+    """Rows split over the workers (`split`, or the workers' row counts `counts`), `inner` chunks per row."""
     cnt = code.count
 
     def worker(r):
         return R.IDLE if r == 0 else cnt["head"] + r * (cnt["row"] + inner * cnt["chunk"]) + cnt["tail"]
 
-    return R.SUP + 6 * max(worker(c) for _, c in split(rows))
+    return R.SUP + 6 * max(worker(c) for c in (counts if counts is not None else [c for _, c in split(rows)]))

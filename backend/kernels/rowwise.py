@@ -42,22 +42,24 @@ combines both and normalizes its slice. Partials: per row 96 bytes at st0 + 96 *
 sums of squares at 48 + 8 * w (one per 64-bit word: the simulator's poison tracking loses one of two 32-bit
 stores into one 64-bit word in the same SIMT step). Inner loops load the next atom in the bundle after the
 current one's conversions; the slice's last atom runs in an epilogue, so nothing outside the operands is read.
-Thread cycles per atom 4 + 8 + 11 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest
-worker).
+Pass 3 works in f16 (f16v4: the mean as hi + lo halves, rstd as a half, see Numerics): thread cycles per atom
+4 + 8 + 6 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest worker). eps >= 2^-30 (the
+f16 rstd <= 2^15).
 
 `softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
 the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid >= 21: an atom per worker), under
 `rows_sms_sup` (the same three-pass supervisor): pass 1 (`rows_sms_max`) stores each slice's f32 max, pass 2
 (`rows_sms_exp`) combines the six maxima in a fixed order (every worker the same value) and works in f16 (the
 IPU's f16v2exp: two exponentials per instruction, where f32exp takes one): e = exp(x - m) (f16v4sub, f16v2exp)
-stored to y, the slice's sum of f32(e) in f32; pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and
+stored to y, the slice's sum of e in f32 (two atoms' e added in f16 first, then converted: 11 bundles per pair of
+atoms, an odd atom out 7); pass 3 (`rows_sms_scale`) combines the six sums in a fixed order and
 multiplies its slice of y in place by f16(1 / sum) (f16v4mul); the last worker then writes the row's zero atoms
 (va..n/4). Valid lengths as `softmax`: every
 worker min-masks its slice's last atom (workers 0..4 with +inf: no change; the last worker with the tail mask), the
 atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the maxima at byte 8 * w, the sums at
-48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 7 (the load and the store
-in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles per atom 1 + 7 + 2
-(`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 5.5 (11 per pair; the
+loads and the stores in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles
+per atom 1 + 5.5 + 2 (`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
 
 `panels_f16` (the attention's K / V / Q column panels [d / P][seq][P] into the GEMM's dpad-wide f16 rows) gathers
 row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
@@ -82,13 +84,20 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
   rstd = 1/sqrt(var + eps); y = f16(f16(f16((x - mean) * rstd) * w) + b).
 - layernorm_split: the same formulas, with each sum taken as six slice partials p0..p5 (each accumulated as
   above over its worker's slice) summed in worker order ((((p0 + p1) + p2) + p3) + p4) + p5 (f32); so results
-  may differ from `layernorm` in the last bits of mean and var, never between workers or runs.
+  may differ from `layernorm` in the last bits of mean and var, never between workers or runs. The normalize
+  pass is f16 arithmetic (f16v4, every operation rounded to f16): hi = f16(mean), lo = f16(mean - f32(hi)),
+  r = f16(rstd), y = f16(f16(f16(f16(f16(x - hi) - lo) * r) * w) + b). x - hi is exact where x is near the mean
+  (Sterbenz) and lo restores the mean's bits below hi's, so (x - hi) - lo is x - mean within ~2 half-ulps of
+  itself however large the mean; against `layernorm` ~2 more f16 roundings of the normalized value before w (a
+  few f16 ulps of y: |(x - mean) * rstd| <= sqrt(n) keeps it in range).
 - softmax: m = max(x); e = exp(f32(x) - m); y = f16(f32(f16(e)) * (1/sum(e))) (e is kept as f16 in y between the
   passes: one extra rounding). With a valid length, the same over the valid columns (same accumulation order).
 - softmax_split: m = max(max(max(max(max(m0, m1), m2), m3), m4), m5) over the six slice maxima (each as
   `softmax`'s over its slice: the same value as the whole-row max, max being exact); e = f16 exp(f16(x - m)) (f16
-  arithmetic, the exponential correctly rounded); sum = six slice partials of f32(e) (each accumulated as above)
-  summed in worker order ((((s0 + s1) + s2) + s3) + s4) + s5 (f32); y = f16(e * f16(1/sum)). Against `softmax`: the
+  arithmetic, the exponential correctly rounded); sum = six slice partials (each accumulated as above over the
+  slice's terms: f32(f16(e_2i + e_2i+1)) for the atom pairs (0, 1), (2, 3), .. of the atoms before the slice's
+  last, then f32(e) of an odd one out and of the last: one more f16 rounding, ~2^-12 relative, per pair) summed
+  in worker order ((((s0 + s1) + s2) + s3) + s4) + s5 (f32); y = f16(e * f16(1/sum)). Against `softmax`: the
   f16 difference x - m is exact near the max and rounds (~2^-11 |x - m| relative) further out, where e is small;
   never different between workers or runs.
 - GELU (f16 throughout): t = ((x*x) * c1 + c0) * x with c0 = f16(sqrt(2/pi)), c1 = f16(c0 * 0.044715);
@@ -146,11 +155,15 @@ LNS = ("sum", "var", "norm")
 LNS_E2, LNS_E3, LNS_ROWS = ST1, ST2, ATOMS
 LNS_PART = 96  # partial bytes per row: 6 f32 sums, then 6 f32 centered sums of squares, one per 64-bit word
 LNS_MIN_N = 24  # one atom per worker at least
+LNS_OPS = ("layernorm_split", "layernorm_split32")  # x f16 / f32 rows (the same frame and supervisor)
+LNS_MIN_EPS = 2.0**-30  # the normalize pass's f16 rstd <= 1 / sqrt(eps) = 2^15 (f16 max 65504)
 # softmax_split's frame: as layernorm_split's (CNT / FIRST over the valid atoms; SMS_E2 / SMS_E3 the passes' entries),
 # ZATOMS = zero atoms after the valid ones (written by the last worker); 64-bit constants CONST: 4 x -inf (the max's
 # start), K1: 4 x +inf (workers 0..4's mask: no change), K1 + 1: the tail mask (the last worker's last atom).
 SMS = ("max", "exp", "scale")
 SMS_E2, SMS_E3, SMS_ROWS = ST1, ST2, ATOMS
+SMS_OPS = ("softmax_split", "softmax_split_e")
+SMS_E = ("max", "exp", "zero")  # softmax_split_e's passes: y = e unnormalized (the caller divides by the sum)
 SMS_PART = 96  # partial bytes per row: 6 f32 maxima, then 6 f32 sums of e, one per 64-bit word
 SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 
@@ -177,10 +190,13 @@ OPS = (
     "flash_final",
     "to_f16",
     "to_f32",
+    "to_f32_scaled",
     "pad_f16",
     "cast_f16",
     "layernorm_split",
+    "layernorm_split32",
     "softmax_split",
+    "softmax_split_e",
     "panels_f16",
     "sms_stats",
     "attn_merge2",
@@ -207,7 +223,10 @@ ESIZES = {
     "pad_f16": (2, 2),
     "cast_f16": (4, 2),
     "layernorm_split": (2, 2),
+    "layernorm_split32": (4, 2),
     "softmax_split": (2, 2),
+    "softmax_split_e": (2, 2),
+    "to_f32_scaled": (2, 4),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
@@ -434,6 +453,21 @@ def _row_kernel(op: str) -> Code:
             _b("st64step $a4:5, $mzero, $m7+=, 1"),
         ]
         c.rpt("$m4", body, "atom0")
+    elif op == "to_f32_scaled":
+        # y = f32(x) * (1 / l), l the f32 at byte st0 of the output row (the attention's [o | m | l] rows).
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
+        c.one("ld32 $a6, $m2, $m0, 0")
+        c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
+        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
+        body = [
+            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
+            _b("nop", "f16v2tof32 $a2:3, $a0"),
+            _b("nop", "f16v2tof32 $a4:5, $a1"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
+            _b("st64step $a2:3, $mzero, $m7+=, 1", "f32v2mul $a4:5, $a4:5, $a6:7"),
+            _b("st64step $a4:5, $mzero, $m7+=, 1"),
+        ]
+        c.rpt("$m4", body, "atom0")
     elif op == "layernorm":
         _pass_sum(c, "atom0", centered=False)
         c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")  # f32(1/n)
@@ -611,25 +645,34 @@ def _scale_pass(c: Code, tag: str, count: str = "$m4") -> None:
 
 
 def _gelu_kernel() -> Code:
+    """Software-pipelined: per unit 9 bundles (8 AUX operations; the load of the next unit and the store of the
+    previous result in MAIN slots beside them). The loop body is b1..b8 of unit i (the next unit's load beside
+    x * 0.5, which reads x first) and b0 of unit i + 1 (x * x beside the store of unit i's result); the first b0
+    runs before it, the last unit's b1..b8 (no load) and its store after it: nothing past the unit range is read."""
     c = Code("rows_gelu")
     _head(c)
     for i, reg in enumerate(("$a4:5", "$a6:7", "$a8:9", "$a10:11")):  # c1, c0, 1, 0.5 (4 x f16 each)
         c.one(f"ld64 {reg}, $mvertex_base, $mzero, {CONST // 2 + i}")
-    c.one("add $m5, $m5, 1")  # units (rpt count)
-    body = [
-        _b("ld64step $a0:1, $mzero, $m1+=, 1"),
-        _b("nop", "f16v4mul $a2:3, $a0:1, $a0:1"),
+    load, store = "ld64step $a0:1, $mzero, $m1+=, 1", "st64step $a12:13, $mzero, $m2+=, 1"
+    square = "f16v4mul $a2:3, $a0:1, $a0:1"
+    rest = [  # b1..b8 of a unit: t = ((x*x) * c1 + c0) * x, h = x * 0.5, y = (tanh(t) + 1) * h in $a12:13
         _b("nop", "f16v4mul $a2:3, $a2:3, $a4:5"),
         _b("nop", "f16v4add $a2:3, $a2:3, $a6:7"),
         _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
-        _b("nop", "f16v4mul $a0:1, $a0:1, $a10:11"),
+        _b("nop", "f16v4mul $a12:13, $a0:1, $a10:11"),
         _b("nop", "f16v2tanh $a2, $a2"),
         _b("nop", "f16v2tanh $a3, $a3"),
         _b("nop", "f16v4add $a2:3, $a2:3, $a8:9"),
-        _b("nop", "f16v4mul $a2:3, $a2:3, $a0:1"),
-        _b("st64step $a2:3, $mzero, $m2+=, 1"),
+        _b("nop", "f16v4mul $a12:13, $a2:3, $a12:13"),
     ]
-    c.rpt("$m5", body, "unit")
+    c.bundle(load)
+    c.bundle("nop", square)
+    body = [(load, a) if i == 3 else (m, a) for i, (m, a) in enumerate(rest)] + [_b(store, square)]
+    c.rpt("$m5", body, "unit")  # units - 1 times
+    c.tag = "tail"
+    for m, a in rest:
+        c.bundle(m, a)
+    c.bundle(store)
     c.exit_and_idle()
     return c
 
@@ -727,15 +770,18 @@ def _pf_kernel() -> Code:
 # --- layer norm with every row split across the six workers (`layernorm_split`) -------------------------------------
 
 
-def _lns_head(c: Code, part: int | None) -> None:
-    """Slice atoms - 1 in $m4, slice byte offset in $m6, the x slice of row 0 in $m1, rows - 1 in $m5, the input
-    row stride in $m9, the partials of row 0 in $m8; part: $m2 = this worker's partial (byte `part` of a row's)."""
+def _lns_head(c: Code, part: int | None, x32: bool = False) -> None:
+    """Slice atoms - 1 in $m4, slice byte offset in $m6 (of the f16 rows), the x slice of row 0 in $m1 (x32: f32
+    rows, twice the offset), rows - 1 in $m5, the input row stride in $m9, the partials of row 0 in $m8; part: $m2
+    = this worker's partial (byte `part` of a row's)."""
     c.one("get $m0, $WSR")
     c.one("shl $m7, $m0, 2")
     c.one(f"ld32 $m4, $mvertex_base, $m7, {CNT}")
     c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
     c.one(f"ld32 $m1, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m6")
+    if x32:
+        c.one("add $m1, $m1, $m6")
     c.one(f"ld32 $m5, $mvertex_base, $mzero, {LNS_ROWS}")
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
     c.one(f"ld32 $m8, $mvertex_base, $mzero, {ST0}")
@@ -778,16 +824,51 @@ def _lns_sum_body(centered: bool) -> list[tuple[str, str]]:
     return body + [_b("nop", "f32v2add $a4:5, $a4:5, $a2:3"), _b("nop", "f32v2add $a12:13, $a12:13, $a8:9")]
 
 
-def _lns_kernel(phase: str) -> Code:
-    """Pass `phase` of `layernorm_split` (see LNS): sum -> partials[0:6], var -> partials[6:12], norm -> y."""
-    c = Code(f"rows_lns_{phase}")
+def _lns_loop32(c: Code, body: list[tuple[str, str]], loads: tuple[int, ...]) -> None:
+    """`layernorm_split32`: `rpt $m4` over `body`, then `body` once with the MAINs at `loads` (the next atom's
+    loads) left out: nothing past the slice is read."""
+    c.rpt("$m4", body, "atom")
+    for i, (m, a) in enumerate(body):
+        c.bundle("nop" if i in loads else m, a)
+
+
+def _lns32_row(c: Code, phase: str, zero: tuple[str, str]) -> None:
+    """One row of `layernorm_split32` pass `phase`: x f32, atom = two f32 pairs ($a0:1, $a2:3)."""
+    lo, hi = "ld64step $a0:1, $mzero, $m3+=, 1", "ld64step $a2:3, $mzero, $m3+=, 1"
     if phase == "sum":
-        _lns_head(c, 0)
+        c.bundle("add $m3, $m1, 0", zero[0])
+        c.bundle(lo, zero[1])
+        c.bundle(hi)
+        body = [_b(lo, "f32v2add $a4:5, $a4:5, $a0:1"), _b(hi, "f32v2add $a12:13, $a12:13, $a2:3")]
+        _lns_loop32(c, body, (0, 1))
+    else:  # var
+        _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0")  # the sum
+        c.bundle(lo, "f32mul $a7, $a6, $a10")  # mean = sum * f32(1/n), twice
+        c.bundle(hi, "f32mul $a6, $a6, $a10")
+        body = [
+            _b("nop", "f32v2sub $a8:9, $a0:1, $a6:7"),
+            _b(lo, "f32v2sub $a2:3, $a2:3, $a6:7"),
+            _b("nop", "f32v2mul $a8:9, $a8:9, $a8:9"),
+            _b("nop", "f32v2mul $a2:3, $a2:3, $a2:3"),
+            _b("nop", "f32v2add $a4:5, $a4:5, $a8:9"),
+            _b(hi, "f32v2add $a12:13, $a12:13, $a2:3"),
+        ]
+        _lns_loop32(c, body, (1, 5))
+    _sum_tail(c, "$a4")
+    c.one(f"st32step $a4, $mzero, $m2+=, {LNS_PART // 4}")  # the next row's partial
+
+
+def _lns_kernel(phase: str, x32: bool = False) -> Code:
+    """Pass `phase` of `layernorm_split` (see LNS): sum -> partials[0:6], var -> partials[6:12], norm -> y.
+    x32: of `layernorm_split32` (x f32 rows)."""
+    c = Code(f"rows_lns{'32' if x32 else ''}_{phase}")
+    if phase == "sum":
+        _lns_head(c, 0, x32)
     elif phase == "var":
-        _lns_head(c, LNS_PART // 2)
+        _lns_head(c, LNS_PART // 2, x32)
         c.one(f"ld32 $a10, $mvertex_base, $mzero, {F0}")  # f32(1/n)
     else:
-        _lns_head(c, None)
+        _lns_head(c, None, x32)
         c.one(f"ld32 $m2, $mvertex_base, $mzero, {OUT}")
         c.one("add $m2, $m2, $m6")
         for reg, word in (("$m10", IN1), ("$m11", IN2)):  # the weight / bias slices
@@ -797,14 +878,18 @@ def _lns_kernel(phase: str) -> Code:
     c.tag = "row"
     c.label(f".L{c.name}_row")
     zero = ("f32v2add $a4:5, $azeros, $azeros", "f32v2add $a12:13, $azeros, $azeros")
-    if phase == "sum":
+    if x32 and phase != "norm":
+        _lns32_row(c, phase, zero)
+    elif phase == "sum":
         c.bundle("add $m3, $m1, 0", zero[0])
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", zero[1])
     elif phase == "var":
         _lns_chain(c, 0, "$a6", zero, "add $m3, $m1, 0")  # the sum
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32mul $a7, $a6, $a10")  # mean = sum * f32(1/n), twice
         c.bundle("nop", "f32mul $a6, $a6, $a10")
-    if phase in ("sum", "var"):
+    if x32 and phase != "norm":
+        pass
+    elif phase in ("sum", "var"):
         _lns_loop(c, _lns_sum_body(phase == "var"), 2)
         _sum_tail(c, "$a4")
         c.one(f"st32step $a4, $mzero, $m2+=, {LNS_PART // 4}")  # the next row's partial
@@ -817,20 +902,35 @@ def _lns_kernel(phase: str) -> Code:
         c.bundle("add $m7, $m2, 0", "f32add $a8, $a8, $a13")
         c.bundle("ld64step $a0:1, $mzero, $m3+=, 1", "f32oorx $a10, $a8")
         c.bundle("setzi $m0, 0", "f32oorx $a11, $a8")  # the weight / bias offset
+        # The row's constants as four halves each: r = f16(rstd) in $a12:13, hi = f16(mean) in $a10:11, lo =
+        # f16(mean - hi) in $a8:9 (mean - hi is exact in f32).
+        c.bundle("nop", "f32v2tof16 $a12, $a10:11")
+        c.bundle("nop", "f32v2tof16 $a13, $a10:11")
+        c.bundle("nop", "f32v2tof16 $a10, $a6:7")
+        c.bundle("nop", "f32v2tof16 $a11, $a6:7")
+        c.bundle("nop", "f16v2tof32 $a2:3, $a10")
+        c.bundle("nop", "f32v2sub $a2:3, $a6:7, $a2:3")
+        c.bundle("nop", "f32v2tof16 $a8, $a2:3")
+        c.bundle("nop", "f32v2tof16 $a9, $a2:3")
+        # One atom in f16: y = ((((x - hi) - lo) * r) * w) + b.
         body = [
-            _b("ld64 $a4:5, $m11, $m0, 0", "f16v2tof32 $a2:3, $a0"),  # bias
-            _b("ld64step $a12:13, $m10, $m0+=, 1", "f16v2tof32 $a8:9, $a1"),  # weight
-            _b("nop", "f32v2sub $a2:3, $a2:3, $a6:7"),
-            _b("nop", "f32v2sub $a8:9, $a8:9, $a6:7"),
-            _b("nop", "f32v2mul $a2:3, $a2:3, $a10:11"),
-            _b("nop", "f32v2mul $a8:9, $a8:9, $a10:11"),
-            _b("nop", "f32v2tof16 $a2, $a2:3"),
-            _b("nop", "f32v2tof16 $a3, $a8:9"),
+            _b("ld64 $a4:5, $m11, $m0, 0", "f16v4sub $a2:3, $a0:1, $a10:11"),  # bias
+            _b("ld64step $a6:7, $m10, $m0+=, 1", "f16v4sub $a2:3, $a2:3, $a8:9"),  # weight
             _b("nop", "f16v4mul $a2:3, $a2:3, $a12:13"),
+            _b("nop", "f16v4mul $a2:3, $a2:3, $a6:7"),
             _b("nop", "f16v4add $a2:3, $a2:3, $a4:5"),
             _b("st64step $a2:3, $mzero, $m7+=, 1"),
         ]
-        _lns_loop(c, body, 2)
+        if x32:  # the atom's f32 pairs ($a0:1 loaded before, $a2:3 beside the first conversion) to f16 first
+            body = [
+                _b("ld64step $a2:3, $mzero, $m3+=, 1", "f32v2tof16 $a0, $a0:1"),
+                _b("nop", "f32v2tof16 $a1, $a2:3"),
+                *body,
+            ]
+            body[4] = _b("ld64step $a0:1, $mzero, $m3+=, 1", body[4][1])
+            _lns_loop32(c, body, (4,))
+        else:
+            _lns_loop(c, body, 2)
         c.one("add $m2, $m2, $m6")
     c.one("add $m1, $m1, $m9")
     if phase != "sum":
@@ -881,6 +981,22 @@ SMS_EXP_BODY = [
     _b("nop", "f32v2add $a4:5, $a4:5, $a10:11"),
     _b("nop", "f32v2add $a12:13, $a12:13, $a6:7"),
 ]
+# Two atoms of pass 2 (the first in $a0:1; the second loads beside the first's subtraction, the next pair's first
+# beside the second's first exponential): both e stored, their f16 sum (f16v4add) converted and summed in the f32
+# pairs, so 11 bundles per two atoms instead of 14.
+SMS_EXP_PAIR = [
+    _b("ld64step $a0:1, $mzero, $m3+=, 1", "f16v4sub $a2:3, $a0:1, $a8:9"),
+    _b("nop", "f16v2exp $a2, $a2"),
+    _b("nop", "f16v2exp $a3, $a3"),
+    _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v4sub $a6:7, $a0:1, $a8:9"),
+    _b("ld64step $a0:1, $mzero, $m3+=, 1", "f16v2exp $a6, $a6"),
+    _b("nop", "f16v2exp $a7, $a7"),
+    _b("st64step $a6:7, $mzero, $m7+=, 1", "f16v4add $a10:11, $a2:3, $a6:7"),
+    _b("nop", "f16v2tof32 $a2:3, $a10"),
+    _b("nop", "f16v2tof32 $a6:7, $a11"),
+    _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
+    _b("nop", "f32v2add $a12:13, $a12:13, $a6:7"),
+]
 # One atom of pass 3 (e in $a0:1, f16(1/sum) as 4 halves in $a8:9): y = e * (1/sum) in f16; the next atom loads
 # beside the product (which reads $a0:1 first).
 SMS_SCALE_BODY = [
@@ -896,9 +1012,40 @@ def _sms_epilogue(c: Code, body: list[tuple[str, str]], mains: dict[int, str], a
         c.bundle(mains.get(i, m), aux.get(i, a))
 
 
+def _sms_zero_kernel() -> Code:
+    """`softmax_split_e`'s third pass: the last worker writes each row's zero atoms (va..n/4, at byte F0 of the
+    row); the others exit (so does the last one when there are none). Tags: head, none (no zeros), zhead, row,
+    zero (per atom), tail."""
+    c = Code("rows_sms_zero")
+    c.one("get $m0, $WSR")
+    c.one("add $m0, $m0, 3")
+    c.one("and $m0, $m0, 8")  # worker 5: 8, workers 0..4: 0
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ZATOMS}")
+    c.one("mul $m9, $m9, $m0")  # zero atoms x 8 on the last worker, else 0
+    c.tag = "none"
+    c.one(f"brz $m9, .L{c.name}_idle")
+    c.tag = "zhead"
+    c.one("shr $m9, $m9, 3")
+    c.one(f"ld32 $m5, $mvertex_base, $mzero, {SMS_ROWS}")
+    c.one(f"ld32 $m2, $mvertex_base, $mzero, {OUT}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {F0}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    c.one("add $m7, $m2, 0")
+    c.rpt("$m9", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
+    c.one("add $m2, $m2, $m6")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.exit_and_idle()
+    return c
+
+
 def _sms_kernel(phase: str) -> Code:
     """Pass `phase` of `softmax_split` (see SMS): max -> partials[0:6], exp -> e in y and partials[6:12], scale ->
-    y."""
+    y; zero: `softmax_split_e`'s zero atoms."""
+    if phase == "zero":
+        return _sms_zero_kernel()
     c = Code(f"rows_sms_{phase}")
     loop = "rpt $m4, {}"
     if phase == "max":
@@ -928,6 +1075,8 @@ def _sms_kernel(phase: str) -> Code:
         _sms_ptr(c, "$m10", OUT)
         c.one(f"ld32 $m9, $mvertex_base, $mzero, {ISTRIDE}")
         c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
+        c.one("and $m11, $m4, 1")  # the slice's atoms before the masked last one: pairs, and one more if odd
+        c.one("shr $m4, $m4, 1")
         c.tag = "row"
         c.label(f".L{c.name}_row")
         c.one("add $m7, $m10, 0")
@@ -936,11 +1085,17 @@ def _sms_kernel(phase: str) -> Code:
         c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")
         c.bundle("nop", "f32v2tof16 $a8, $a6:7")  # as four halves (exact: the max of f16 values)
         c.bundle("nop", "f32v2tof16 $a9, $a6:7")
-        c.bundle(loop.format(len(SMS_EXP_BODY) - 1))
-        c.tag = "atom"
+        c.bundle(loop.format(len(SMS_EXP_PAIR) - 1))
+        c.tag = "pair"
+        for m, a in SMS_EXP_PAIR:
+            c.bundle(m, a)
+        c.tag = "row"
+        c.one(f"brz $m11, .L{c.name}_even")
+        c.tag = "single"  # (with the alignment nop after the branch)
         for i, (m, a) in enumerate(SMS_EXP_BODY):
             c.bundle(SMS_LOAD if i == 1 else m, a)
         c.tag = "row"
+        c.label(f".L{c.name}_even")
         c.bundle(f"ld64 $a10:11, $mvertex_base, $m0, {K1}")  # the last atom's mask
         c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
         mains = {1: "add $m1, $m1, $m9", 2: "add $m10, $m10, $m6", 4: f"add $m8, $m8, {SMS_PART}"}
@@ -1013,10 +1168,10 @@ IDLE = 5  # get, shl, ld32, brz, exitz
 
 def worker_code(op: str, phase: str = "norm") -> Code:
     """The worker body of `op` (layernorm_split / softmax_split: the body of pass `phase`, one of LNS / SMS)."""
-    if op == "layernorm_split":
-        return _lns_kernel(phase)
-    if op == "softmax_split":
-        return _sms_kernel(phase)
+    if op in ("layernorm_split", "layernorm_split32"):
+        return _lns_kernel(phase, op == "layernorm_split32")
+    if op in SMS_OPS:
+        return _sms_kernel(phase if op == "softmax_split" or phase != "scale" else "zero")
     if op == "panels_f16":
         return _pf_kernel()
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
@@ -1024,13 +1179,18 @@ def worker_code(op: str, phase: str = "norm") -> Code:
 
 def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
     parts = [SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)]
+    lns_sup = False
     for op in ops:
-        if op == "layernorm_split":
-            parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
-            parts += [_lns_kernel(phase).text() for phase in LNS]
+        if op in ("layernorm_split", "layernorm_split32"):
+            if not lns_sup:
+                parts.append(LNS_SUPERVISOR.format(entry=ENTRY, e2=LNS_E2, e3=LNS_E3, sram_base=sram_base))
+                lns_sup = True
+            parts += [_lns_kernel(phase, op == "layernorm_split32").text() for phase in LNS]
         elif op == "softmax_split":
             parts.append(SMS_SUPERVISOR.format(entry=ENTRY, e2=SMS_E2, e3=SMS_E3, sram_base=sram_base))
             parts += [_sms_kernel(phase).text() for phase in SMS]
+        elif op == "softmax_split_e":  # its passes max and exp are softmax_split's (listed before it)
+            parts.append(_sms_kernel("zero").text())
         else:
             parts.append(worker_code(op).text())
     return "\n".join(parts)
@@ -1075,7 +1235,7 @@ class Rows:
             raise ValueError(f"{self.op}: panels / panel_width / panel_step are for panels_f16 only")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
-        if self.op == "layernorm_split":
+        if self.op in LNS_OPS:
             if self.n < LNS_MIN_N:
                 raise ValueError(
                     f"layernorm_split needs n >= {LNS_MIN_N} (an atom per worker), got n={self.n}"
@@ -1086,7 +1246,11 @@ class Rows:
                 raise ValueError(
                     f"layernorm_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned"
                 )
-        if self.op == "softmax_split":
+            if not self.eps >= LNS_MIN_EPS:
+                raise ValueError(
+                    f"layernorm_split: eps {self.eps} < {LNS_MIN_EPS}: 1 / sqrt(eps) would not fit the f16 rstd"
+                )
+        if self.op in SMS_OPS:
             if self.nvalid < SMS_MIN_VALID:
                 raise ValueError(
                     f"softmax_split needs >= {SMS_MIN_VALID} valid elements (an atom per worker), "
@@ -1097,10 +1261,10 @@ class Rows:
             if self.st0 % 8:
                 raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
         if self.valid is not None:
-            softmaxes = ("softmax", "softmax_split")
+            softmaxes = ("softmax", "softmax_split", "softmax_split_e")
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
-            lo = {"softmax": 1, "softmax_split": 1, "cast_f16": 4}.get(self.op, 0)
+            lo = {"softmax": 1, "softmax_split": 1, "softmax_split_e": 1, "cast_f16": 4}.get(self.op, 0)
             if not lo <= self.valid <= self.n or (self.op not in softmaxes and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
@@ -1191,9 +1355,9 @@ class Rows:
         return self.out_stride if self.out_stride is not None else self.n * ESIZES[self.op][1]
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
-        if self.op == "layernorm_split":
+        if self.op in LNS_OPS:
             return self._lns_frame(labels)
-        if self.op == "softmax_split":
+        if self.op in SMS_OPS:
             return self._sms_frame(labels)
         if self.op == "panels_f16":
             return self._pf_frame(labels)
@@ -1230,7 +1394,8 @@ class Rows:
         for w, (first, cnt) in enumerate(split(self.n // 4)):
             f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, self.out
-        f[ENTRY], f[LNS_E2], f[LNS_E3] = (labels[f"rows_lns_{phase}"] for phase in LNS)
+        x32 = "32" if self.op == "layernorm_split32" else ""
+        f[ENTRY], f[LNS_E2], f[LNS_E3] = (labels[f"rows_lns{x32}_{phase}"] for phase in LNS)
         f[LNS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
         f[F0] = np.float32(1.0 / self.n).view(np.uint32)
         f[F1] = np.float32(self.eps).view(np.uint32)
@@ -1242,7 +1407,9 @@ class Rows:
         for w, (first, cnt) in enumerate(split(va)):
             f[CNT + w], f[FIRST + w] = cnt - 1, 8 * first
         f[IN0], f[OUT] = self.in0, self.out
-        f[ENTRY], f[SMS_E2], f[SMS_E3] = (labels[f"rows_sms_{phase}"] for phase in SMS)
+        phases = SMS if self.op == "softmax_split" else SMS_E
+        f[ENTRY], f[SMS_E2], f[SMS_E3] = (labels[f"rows_sms_{phase}"] for phase in phases)
+        f[F0] = 8 * va  # the zero atoms' byte offset in a row (`softmax_split_e`'s zero pass)
         f[SMS_ROWS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.rows - 1, self.istride, self.ostride, self.st0
         f[ZATOMS] = self.n // 4 - va
         f[CONST : CONST + 2] = np.full(4, -np.inf, np.float16).view(np.uint32)
@@ -1269,7 +1436,9 @@ class Rows:
 
     @property
     def entry(self) -> str:
-        return {"layernorm_split": "rows_lns_sup", "softmax_split": "rows_sms_sup"}.get(self.op, "rows_sup")
+        if self.op in LNS_OPS:
+            return "rows_lns_sup"
+        return "rows_sms_sup" if self.op in SMS_OPS else "rows_sup"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -1322,11 +1491,27 @@ def _lns_semantics(k: Rows, x, w, b) -> dict[str, np.ndarray]:
     d = xf - mean[:, None]
     p_sq, total = _lns_parts(d * d, k.n)
     rstd = rsqrt_f32(total * inv_n + np.float32(k.eps))
-    zh = (d * rstd[:, None]).astype(np.float16)
+    hi = mean.astype(np.float16)
+    lo = (mean - hi.astype(np.float32)).astype(np.float16)
+    zh = ((x.astype(np.float16) - hi[:, None]) - lo[:, None]) * rstd.astype(np.float16)[
+        :, None
+    ]  # f16 arithmetic
     return {
         "out": zh * w.astype(np.float16) + b.astype(np.float16),
         "partials": np.concatenate([p_sum, p_sq], 1),
     }
+
+
+def _sms_exp_terms(e: np.ndarray) -> np.ndarray:
+    """softmax_split pass 2's summands of one worker's slice e f16 [R, 4c] as f32 atoms, in order: the f16 sums
+    of atom pairs (0, 1), (2, 3), ... over the c - 1 unmasked atoms, then the odd one out if any, then the masked
+    last atom."""
+    r, n = e.shape
+    a = e.reshape(r, n // 4, 4)
+    u = n // 4 - 1
+    p = u // 2
+    pairs = (a[:, 0 : 2 * p : 2] + a[:, 1 : 2 * p : 2]).reshape(r, -1)  # f16 arithmetic
+    return np.concatenate([pairs, e[:, 8 * p :]], axis=1).astype(np.float32)
 
 
 def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
@@ -1339,12 +1524,12 @@ def _sms_semantics(k: Rows, x) -> dict[str, np.ndarray]:
     for w in range(1, 6):
         m = np.maximum(m, p_max[:, w])
     e = exp_f16(xs - m.astype(np.float16)[:, None])  # f16 arithmetic (the max is an f16 value)
-    p_sum = np.stack([_acc_sum(e[:, a:b].astype(np.float32)) for a, b in slices], axis=1)
+    p_sum = np.stack([_acc_sum(_sms_exp_terms(e[:, a:b])) for a, b in slices], axis=1)
     total = p_sum[:, 0]
     for w in range(1, 6):
         total = total + p_sum[:, w]
     out = np.zeros((k.rows, k.n), np.float16)
-    out[:, : 4 * va] = e * recip_f32(total).astype(np.float16)[:, None]
+    out[:, : 4 * va] = e * recip_f32(total).astype(np.float16)[:, None] if k.op == "softmax_split" else e
     return {"out": out, "partials": np.concatenate([p_max, p_sum], 1)}
 
 
@@ -1405,6 +1590,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": out}
         if k.op == "to_f32":
             return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32)}
+        if k.op == "to_f32_scaled":  # state["l"]: the f32 at byte st0 of each output row
+            r = recip_f32(np.asarray(state["l"], np.float32))
+            return {"out": x.reshape(k.rows, k.n).astype(np.float16).astype(np.float32) * r[:, None]}
         if k.op == "layernorm":
             inv_n = np.float32(1.0 / k.n)
             xf = x.astype(np.float32)
@@ -1414,9 +1602,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             rstd = rsqrt_f32(var + np.float32(k.eps))
             zh = (d * rstd[:, None]).astype(np.float16)
             return {"out": zh * y.astype(np.float16) + z.astype(np.float16)}
-        if k.op == "layernorm_split":
+        if k.op in LNS_OPS:  # layernorm_split32: x f32 (its sums in f32, its normalize pass on f16(x))
             return _lns_semantics(k, x, y, z)
-        if k.op == "softmax_split":
+        if k.op in SMS_OPS:
             return _sms_semantics(k, x)
         if k.op == "flash_stats":
             m_old, l_old = state["m"], state["l"]
@@ -1457,7 +1645,7 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     if k.op == "panels_f16":
         return pf_thread_cycles(k, rows)
     if k.op == "gelu":
-        return cnt["head"] + cnt["unit"] * rows + cnt["tail"]
+        return cnt["head"] + cnt["unit"] * (rows - 1) + cnt["tail"]
     per_row = cnt["row"] + sum(reps * cnt[tag] for tag, reps in k.reps().items())
     return cnt["head"] + rows * per_row + cnt["tail"]
 
@@ -1479,7 +1667,7 @@ def pf_thread_cycles(k: Rows, rows: int) -> int:
 
 def lns_thread_cycles(k: Rows, phase: str) -> int:
     """layernorm_split: issues of the slowest worker (the largest slice) in pass `phase`."""
-    cnt = _lns_kernel(phase).count
+    cnt = _lns_kernel(phase, k.op == "layernorm_split32").count
     atoms = max(c for _, c in split(k.n // 4))
     return cnt["head"] + k.rows * (cnt["row"] + (atoms - 1) * cnt["atom"]) + cnt["tail"]
 
@@ -1489,14 +1677,30 @@ def sms_thread_cycles(k: Rows, phase: str) -> int:
     cnt = _sms_kernel(phase).count
     va = -(-k.nvalid // 4)
     zeros = [0] * 5 + [k.n // 4 - va]
-    per_row = [cnt["row"] + (c - 1) * cnt["atom"] + z * cnt["zero"] for (_, c), z in zip(split(va), zeros)]
+    if phase == "zero":  # the last worker's zero atoms (the others exit at once)
+        z = zeros[-1]
+        if not z:
+            return cnt["head"] + cnt["none"] + 1  # the idle exit
+        return (
+            cnt["head"] + cnt["none"] + cnt["zhead"] + k.rows * (cnt["row"] + z * cnt["zero"]) + cnt["tail"]
+        )
+    if phase == "exp":  # the unmasked atoms c - 1 in pairs, then one more if odd
+        per_row = [
+            cnt["row"] + (c - 1) // 2 * cnt["pair"] + (c - 1) % 2 * cnt["single"] for _, c in split(va)
+        ]
+    else:
+        per_row = [
+            cnt["row"] + (c - 1) * cnt["atom"] + z * cnt["zero"] for (_, c), z in zip(split(va), zeros)
+        ]
     return cnt["head"] + k.rows * max(per_row) + cnt["tail"]
 
 
 def cycles(k: Rows) -> int:
     """Tile cycles of the call (supervisor entry to return)."""
-    if k.op == "layernorm_split":
+    if k.op in LNS_OPS:
         return LNS_SUP + 6 * sum(lns_thread_cycles(k, phase) for phase in LNS)
-    if k.op == "softmax_split":
-        return LNS_SUP + 6 * sum(sms_thread_cycles(k, phase) for phase in SMS)
+    if k.op in SMS_OPS:
+        return LNS_SUP + 6 * sum(
+            sms_thread_cycles(k, phase) for phase in (SMS if k.op == "softmax_split" else SMS_E)
+        )
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))

@@ -4,7 +4,8 @@ The IR keeps activations in f32 between ops (the residual stream); the row kerne
 row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the result buffer:
 
 - `nn.layer_norm` (`#tile.map<rows>`, blocks of whole rows): weight and bias cast to f16 in the aux scratch, then
-  `Rows("layernorm")` over every row of the tile's shard;
+  `Rows("layernorm")` over every row of the tile's shard (x cast to f16 first), or `layernorm_split32` (few rows
+  per tile: every row split across the six workers) over the f32 rows in place;
 - `nn.softmax` over the last axis (`#tile.map<rows>`, blocks of whole rows), f32 or f16 operand and result:
   `Rows("softmax")` (or `softmax_split` when its estimate is lower: few rows per tile) on f16 rows of p = n
   rounded up to 4 with `valid` = n. x is read in place (f16, n % 4 == 0) or cast into A; rows of n % 4 != 0
@@ -25,8 +26,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
     * (blocks of <= 16 rows, S^T [spad, 16] fits C: the default) transposed: Q rows padded to 16 with zero rows
       -> Q^T weight panels (`weights_from_bt`, N = 16) once; per chunk S^T[chunk] = K Q^T (F16 GEMM with the K
-      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S^T's weight panels
-      (`WeightsF16`, N = 16) are S in K-block panels [spad/16][16][16] -> S's m rows row-major (`Chunks`);
+      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S's 16 rows row-major
+      from S^T in one transpose (`TransposeF16`, K = spad, N = 16; rows m..16 zero);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
@@ -35,7 +36,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     * (S^T path: the default, kernel-select's `pv`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
       GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as one column block of
       weight panels, `weights_from_bt` from P's m rows, query rows m..16 zero once); V^T's rows by `TransposeF16`
-      straight from f16 V's column panels (whole K blocks of keys; zero rows d..dpad once per chunk size) or from
+      straight from f16 V's column panels (whole K blocks of keys, all panels in one call; zero rows d..dpad once
+      per chunk size) or from
       the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
     * or O (=|+=) P[:, chunk] V[chunk] with V's weight panels (`WeightsF16`; f16 V in column panels and whole K
       blocks: each panel straight into its column groups), the GEMM over the block's mpad rows;
@@ -282,10 +284,12 @@ class NnOps:
         self._check_fits(int(shard.max()) * 2, what)
         xa, out = self.addrs.of(x).addr, self.addrs.of(op.results[0]).addr
         units = {t: int(shard[t]) // 4 for t in tiles}
-        self.kcall(
-            f"{what}: x to f16",
-            {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
-        )
+        split = self.choice(op, "rows") == "layernorm_split"
+        if not split:  # (`layernorm_split32` reads the f32 rows itself)
+            self.kcall(
+                f"{what}: x to f16",
+                {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
+            )
         # The kernel's f16 weight and bias per tile: f16 parameters (nn-quantize-weights) where they are, f32 ones
         # cast into the aux scratch.
         f16_rows = []
@@ -307,8 +311,8 @@ class NnOps:
             ) | self._ln_out(f16_out, out, t)
 
         # kernel-select's row kernel: `layernorm`, or `layernorm_split` (every row split across the six workers,
-        # partials in aux after the f16 bias).
-        if self.choice(op, "rows") == "layernorm_split":
+        # partials in aux after the f16 bias), run as `layernorm_split32` on the f32 rows in place (no cast).
+        if split:
             from ipu.passes.kernel_select import layernorm_split_fits
 
             if not layernorm_split_fits(n, rows, self.target.region1_element_bytes):
@@ -317,7 +321,10 @@ class NnOps:
                     f"of {max(rows.values())} rows within the aux scratch"
                 )
             parts = aux + 2 * slot  # after the f16 weight and bias slots
-            calls = {t: rw.Rows("layernorm_split", rows[t], n, st0=parts, **kw(t)) for t in tiles}
+            calls = {
+                t: rw.Rows("layernorm_split32", rows[t], n, st0=parts, **(kw(t) | {"in0": int(xa[t])}))
+                for t in tiles
+            }
         else:
             calls = {t: rw.Rows("layernorm", rows[t], n, **kw(t)) for t in tiles}
         self.kcall(f"{what}: rows", calls)
@@ -1929,7 +1936,8 @@ def attention_program(
     dv: V's and the result's columns when the block computes a slice of the head's value columns (default d; V's
     rows at va are then dv wide, or its column panels cover those dv columns).
     o_stride: bytes between the result rows (default dv elements). stats (`nn.attention_partial`): the softmax's
-    row max and sum of e (f32) after each result row's dv columns (`softmax_split` then `sms_stats`).
+    row max and sum of e (f32) after each result row's dv columns (`softmax_split_e`: P = e unnormalized, no scale
+    pass; then `sms_stats`); O's rows are divided by the sum on the way to f32 (`to_f32_scaled`).
     pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
     `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
@@ -2042,10 +2050,10 @@ def attention_program(
 
     if sz.transposed:
         # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from 16 Q
-        # rows (rows m..16 zero); S^T [spad, 16] in C -> F16 weight panels of S^T = S in K-block panels
-        # [spad/16][16 queries][16 keys] (`WeightsF16` with N = 16) -> S's mpad rows row-major in A (`Chunks`).
+        # rows (rows m..16 zero); S^T [spad, 16] in C -> S's 16 rows row-major in A in one transpose
+        # (`TransposeF16`: S^T's columns as rows; rows m..16 are zeros from Q's zero rows, and A is free past them
+        # until P^T's panels).
         prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
-        s_panels = panels + dpad * 32
         for k0, nk in sz.chunks:
             pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
@@ -2053,13 +2061,7 @@ def attention_program(
                 c=c_area + k0 * 32,
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
-        prog.append(("S panels", pk.WeightsF16(spad, 16, c_area, s_panels)))
-        # P's rows m..mpad feed only O = P V's padding rows (O^T = V^T P^T takes P's m rows).
-        s_rows = pk.Chunks(
-            m if pv_t else mpad, spad // 16, s_panels, a_area, src_row=32, src_blk=512, dst_row=spad * 2,
-            dst_blk=32,
-        )  # fmt: skip
-        prog.append(("S rows", s_rows))
+        prog.append(("S rows from S^T", pk.TransposeF16(spad, 16, c_area, a_area)))
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
@@ -2076,8 +2078,8 @@ def attention_program(
     rows = m if sz.transposed else mpad
     kw = dict(in0=s_rows, out=a_area, valid=sz.seq)
     # `softmax_split` (every row split across the six workers) keeps its partials (rows * 96 B) in `panels` (aux):
-    # nothing there is live during the softmax (Q^T's and S's panels, or the last chunk's K^T panels, were
-    # consumed by the S GEMMs / the S rows copy before it; the first V panels or V^T rows are written after it),
+    # nothing there is live during the softmax (Q^T's panels, or the last chunk's K^T panels, were
+    # consumed by the S GEMMs before it; the first V panels or V^T rows are written after it),
     # and the softmax itself touches only S (A or C) and P (A).
     softmax_op = softmax_kernel(sz, stats) if softmax is None else softmax
     if softmax_op == "softmax_split":
@@ -2089,6 +2091,10 @@ def attention_program(
         kw = dict(kw, st0=panels)
     elif stats:
         raise ValueError("the key-split attention needs softmax_split (its row max and sum)")
+    if stats:
+        # The key-split attention's P stays unnormalized (`softmax_split_e`: no scale pass over P): O's rows are
+        # divided by the row sum l at the end ("O / l to f32"), dv columns per row instead of spad.
+        softmax_op = "softmax_split_e"
     prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     if stats:  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
         o_step = o_stride if o_stride is not None else dv * esizes[3]
@@ -2119,7 +2125,13 @@ def attention_program(
                 # them between such chunks).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
                 nkp = nk
-                for j in range(dv // vt):
+                if 1 < dv // vt <= 6:
+                    # One call over every panel: the workers shared out over the panels (one call per panel left
+                    # half of them idle for part of it: 9 groups of a 36-wide panel over six workers).
+                    call = pk.TransposeF16(nk, dv, va + k0 * vt * 2, panels, src_row=vt * 2, panel_width=vt,
+                                           panel_step=vt * sz.seq * 2)  # fmt: skip
+                    prog.append((f"{pre}V^T rows from {dv // vt} V column panels", call))
+                for j in range(dv // vt if not 1 < dv // vt <= 6 else 0):
                     src = va + (j * vt * sz.seq + k0 * vt) * 2
                     call = pk.TransposeF16(nk, vt, src, panels, src_row=vt * 2, group0=j * vt // 4)
                     prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
@@ -2171,7 +2183,10 @@ def attention_program(
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
     step = dict(in_stride=dvpad * 2, out_stride=o_stride)
-    if esizes[3] == 4:
+    if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)"
+        call = rw.Rows("to_f32_scaled", m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)
+        prog.append(("O / l to f32", call))
+    elif esizes[3] == 4:
         prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, **step)))
     else:  # f16 result: O's first dv columns
         prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, **step)))

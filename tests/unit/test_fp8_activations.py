@@ -148,8 +148,12 @@ def test_small_siglip_with_fp8_activations():
     spec = pipeline_spec(target, False, activations="fp8")
     PassPipeline.parse_spec(dict(all_passes()), spec[: spec.index(",nn-to-exchange")]).apply(Context(), dev)
     want = evaluate(dev, {"pixel_values": x}, params, mode="device").outputs
+    # The device-mode reference rounds as the kernels did before the row-work changes (issue 22 item 3): the layer
+    # norm's f16 normalize pass and f32-input statistics and the softmax's f16 pair sums move the device off it by
+    # more than before (pooler 0.029 -> 0.040 rel-L2, tokens 0.028 -> 0.029; cosine against fp32 stays at the
+    # reference's own: pooler 0.9964 against its 0.9963), so the bound is 0.05.
     for k in ("last_hidden_state", "pooler_output"):
-        assert np.linalg.norm(out[k] - want[k]) / np.linalg.norm(want[k]) < 0.03, k
+        assert np.linalg.norm(out[k] - want[k]) / np.linalg.norm(want[k]) < 0.05, k
 
 
 def test_calibrated_scales_keep_large_activations():

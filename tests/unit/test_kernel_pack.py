@@ -283,6 +283,35 @@ def test_transpose_f16_from_column_panels(k, p, d, dpad):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize(
+    "k,p,d,dpad", [(176, 36, 72, 80), (16, 24, 72, 80), (32, 8, 48, 48), (48, 4, 8, 16), (16, 16, 16, 16)]
+)
+def test_transpose_f16_panels_in_one_call(k, p, d, dpad):
+    """B [k, d] stored as column panels [d/p][rows][p] (a key slice from row 3): one call with panel_width p (the
+    workers shared out over the panels, none crossing a panel boundary) gives the same B^T rows as one call per
+    panel; estimate exact, and no slower than the per-panel calls together (the So400m V chunk: 176 keys x 2
+    panels of 36)."""
+    rows, first = k + 5, 3
+    b = np.random.default_rng(k + p + d).standard_normal((rows, d)).astype(np.float16)
+    store = np.concatenate([b[:, j : j + p].reshape(-1) for j in range(0, d, p)])
+    src = store.view(np.uint8)
+    one = P.TransposeF16(
+        k, d, SRC + first * p * 2, DST, src_row=2 * p, panel_width=p, panel_step=rows * p * 2
+    )
+    assert all(f // (p // 4) == (f + c - 1) // (p // 4) for f, c, _ in one.worker_split() if c)
+    want = b[first : first + k].T.copy().view(np.uint8).reshape(-1)
+    got = _run_transposes([one], {SRC: src}, DST, want.size)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(one.semantics(src, SRC, np.zeros(want.size, np.uint8), DST), want)
+    per_panel = [
+        P.TransposeF16(k, p, SRC + (j * rows + first) * p * 2, DST, src_row=2 * p, group0=j * p // 4)
+        for j in range(d // p)
+    ]
+    assert one.cycles() <= sum(c.cycles() for c in per_panel)
+    if (k, p, d) == (176, 36, 72):
+        assert one.cycles() < 0.8 * sum(c.cycles() for c in per_panel)
+
+
 @pytest.mark.parametrize("word", ["row step", "back step", "group step", "first group"])
 def test_transpose_f16_mutations_are_caught(word):
     """The comparison is not vacuous: each frame word that places the stores, off by one atom (the B^T row stride
