@@ -237,8 +237,9 @@ class DataImage:
         """An address (the same on every tile) for nbytes; "low" spills into "high" when full. Whole region-1
         elements in "high" come from the top of SRAM down (element aligned). `what` names the contents for the
         memory map (with the walk's current `owner`)."""
-        a = self._alloc(max(int(nbytes), 1), align, where, region1)
-        self.log.append((self.owner, what, a, max(int(nbytes), 1)))
+        n = max(int(nbytes), 1)
+        a = self._alloc(n, align, where, region1)
+        self.log.append((self.owner, what, a, n))
         return a
 
     def contents(self) -> list[dict]:
