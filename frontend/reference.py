@@ -58,8 +58,9 @@ The default `DeviceModel()` is device mode exactly as described above. For per-o
   "layer_norm_f16"   the row kernel `layernorm` (backend/kernels/rowwise.py "Numerics"): x cast to f16, mean and
                      variance in float32, y = f16(f16(f16((x - mean) * rstd) * w) + b).
   "softmax_f16"      `nn.softmax` and the attention's softmax as `softmax_split`: e = f16(exp(f16(x - m))),
-                     sum of e in float32, y = f16(e * f16(1 / sum)); the attention's Q scaled and rounded to f16
-                     before Q K^T, its scores S rounded to f16 (the GEMM's f16 C), its output O rounded to f16.
+                     sum of e in float32 after f16 sums of atom pairs per worker slice, y = f16(e * f16(1 / sum));
+                     the attention's Q scaled and rounded to f16 before Q K^T, its scores S rounded to f16 (the
+                     GEMM's f16 C), its output O rounded to f16.
   "gelu_f16"         tanh GELU as the row kernel `gelu`: every operation rounded to f16.
 The device could keep any of the `exact` sources in float32 instead (f32 partials are what the few-row splits use;
 f32 casts and adds exist), at the cost of memory and exchange bytes; FP8 weights in float32 would not fit.
@@ -462,8 +463,32 @@ def _softmax_f16(s: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray, np.n
     s = _round_f16(np.asarray(s, np.float32))
     m = s.max(axis=axis, keepdims=True)
     e = _round_f16(np.exp(_round_f16(s - m).astype(np.float64)).astype(np.float32))  # correctly rounded
-    lsum = e.sum(axis=axis, keepdims=True, dtype=np.float32)
+    lsum = np.expand_dims(_sum_e_as_split_rows(np.moveaxis(e, axis, -1)), axis)
     return _round_f16(e * _round_f16(np.float32(1.0) / lsum)), m, lsum
+
+
+def _sum_e_as_split_rows(e: np.ndarray, workers: int = 6) -> np.ndarray:
+    """The row sums of e (f16 values in float32, [..., n]) as `softmax_split` forms them: the row's 4-element
+    atoms are split over the workers (quotient / remainder); each worker adds its atoms but the last in pairs in
+    f16 (atom 2i + atom 2i+1, element by element), then sums those pair sums, an odd atom and its last atom in
+    float32. The extra f16 rounding per pair (~2^-12 relative) moves f16(1 / sum) often enough to matter."""
+    n = e.shape[-1]
+    atoms = -(-n // 4)
+    padded = np.zeros((*e.shape[:-1], 4 * atoms), np.float32)
+    padded[..., :n] = e  # the masked tail contributes exp(-inf) = 0
+    a = padded.reshape(*e.shape[:-1], atoms, 4)
+    q, r = divmod(atoms, workers)
+    total = np.zeros(e.shape[:-1], np.float32)
+    for w in range(workers):
+        first, count = w * q + min(w, r), q + (w < r)
+        if count == 0:
+            continue
+        pairs = (count - 1) // 2
+        body = a[..., first : first + 2 * pairs, :]
+        paired = _round_f16(body[..., 0::2, :] + body[..., 1::2, :])
+        rest = a[..., first + 2 * pairs : first + count, :]
+        total += paired.sum(axis=(-2, -1), dtype=np.float32) + rest.sum(axis=(-2, -1), dtype=np.float32)
+    return total
 
 
 def _softmax(ev: _Evaluator, op: nn.SoftmaxOp, x: np.ndarray):
