@@ -50,8 +50,10 @@ MUX_BITS = 11  # receive rows name the sender in a word of their own; kept for t
 SEND_MARK = (1 << MUX_BITS) - 1
 COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
 MAX_WAIT = COARSE * COARSE - 1  # a longer wait is split over rows that do nothing (idle rows)
-KINDS = ("recv", "send", "send_blocks", "idle")  # a row's kind: which fine table its wait jumps into
-RECV, SEND, SEND_BLOCKS, IDLE = range(4)
+# A row's kind: which fine table its wait jumps into. `recv_send`: a receive row whose next row is a send of
+# under 256 atoms with no wait, which it runs itself (that row's jump word is not used).
+KINDS = ("recv", "send", "send_blocks", "idle", "recv_send")
+RECV, SEND, SEND_BLOCKS, IDLE, RECV_SEND = range(5)
 
 # The next row's dispatch: its four words, the jump word split into the middle-table target (low half) and the
 # fine-table target (high half), both offsets from .Lxt_base, then a jump to the first one.
@@ -72,8 +74,17 @@ _DISPATCH = [
 
 def _fine(kind: int, r: int) -> list[str]:
     """A fine-table entry: wait r cycles, then the row (its words in $m4, $m5, $m6)."""
+    puts = ["put $INCOMING_MUX, $m4", "put $INCOMING_BASE, $m5", "put $INCOMING_DCOUNT, $m6"]
     if kind == RECV:  # mux, base, atoms: the window; then the next row (inline)
-        body = ["put $INCOMING_MUX, $m4", "put $INCOMING_BASE, $m5", "put $INCOMING_DCOUNT, $m6"] + _DISPATCH
+        body = puts + _DISPATCH
+    elif kind == RECV_SEND:  # the window, then the next row's send without its dispatch and wait
+        body = puts + [
+            "ld32 $m4, $m0, $mzero, 1",
+            "ld32 $m5, $m0, $mzero, 2",
+            f"add $m0, $m0, {4 * ROW_WORDS}",
+            "add $m4, $m4, $m1",
+            "br $m4",
+        ]
     elif kind == SEND:  # the send-tail entry (offset), the address: under 256 atoms
         body = ["add $m4, $m4, $m1", "br $m4"]
     elif kind == SEND_BLOCKS:  # the same, after blocks of 256 ($m6: blocks - 1)
@@ -142,13 +153,19 @@ class RowCosts:
     open: int = 29  # `put $INCOMING_DCOUNT`: the window opens at this clock
     recv: int = 35  # a receive row, anchor to the next row's start (its dispatch inline)
     send_issue: int = 24  # a send row's first `send` (add, br into the send-tail entry or the block loop)
+    joined_issue: int = 45  # a recv_send row's `send` (its puts, 2 loads, 2 adds, br)
     idle: int = 23  # a row that does neither (a part of a long wait): bri to the dispatch
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
+    def joined(self, atoms):
+        """`after` for a send that follows its tile's receive row with no wait (the pair's costs from the
+        receive's anchor): under 256 atoms a recv_send row, else a receive row and a send row."""
+        return np.where(np.asarray(atoms) < 256, self.joined_issue - self.send_issue, self.recv)
+
     def send(self, atoms: int, after: int = 0) -> tuple[int, int, int]:
         """(first atom's departure, last atom's departure, row cost) of a send row of `atoms` atoms; `after`
-        (a receive row's cost) for a send row right after a receive row with no wait, from the receive's anchor."""
+        (`joined`) for a send right after its tile's receive row with no wait, from the receive's anchor."""
         first, last, cost = send_costs(np.array([atoms]), self, after)
         return int(first[0]), int(last[0]), int(cost[0])
 
@@ -378,7 +395,7 @@ def schedule(
         return Schedule({}, 0, 0, 0)
     tiles = int(max(sender.max(initial=0), recv_tile.max())) + 1
     first_s, last_s, cost_s = send_costs(atoms, costs)
-    first_c, last_c, cost_c = send_costs(atoms, costs, costs.recv)  # a send row right after the receive row
+    first_c, last_c, cost_c = send_costs(atoms, costs, costs.joined(atoms))  # right after the receive row
     # Transmissions: (round, send) pairs, in round order then send index.
     tx_key = recv_group * len(sender) + recv_send
     tx_keys, tx_of = np.unique(tx_key, return_inverse=True)
@@ -495,7 +512,8 @@ def table(
         raise ValueError(
             f"tile {int(t[i])} sends {int(sn[i])} atoms from {int(sa[i]):#x}: not 8-byte aligned"
         )
-    kind = np.where(is_r, RECV, np.where(sn >= 256, SEND_BLOCKS, SEND))
+    pair = is_r & both[idx] & (satoms[idx] < 256)  # a receive row that runs the next row's send
+    kind = np.where(is_r, np.where(pair, RECV_SEND, RECV), np.where(sn >= 256, SEND_BLOCKS, SEND))
     w1 = np.where(is_r, r_mux[ri], np.where(is_s, _TAIL[sn & 255], 0))
     w2 = np.where(is_r, r_addr[ri], np.where(is_s, sa, 0))
     w3 = np.where(is_r, r_atoms[ri], np.where(sn >= 256, (sn >> 8) - 1, 0))
@@ -530,26 +548,27 @@ def table(
 
 
 def encode_rows(rows: list[tuple[int, int, int, int, int, int]]) -> np.ndarray:
-    """One tile's table from rows as `table_rows` gives them (wait, sender or -1, atoms to receive, receive
-    address, atoms to send, send address); a row receives or sends (or, with neither, waits)."""
-    words = [len(rows)]
+    """One tile's table from rows (wait, sender or -1, atoms to receive, receive address, atoms to send, send
+    address): a row receives, sends, both (a receive row and a send row with no wait) or, with neither, waits."""
+    words = [0]
     for wait, mux, rn, raddr, sn, saddr in rows:
+        parts = []
         if rn:
-            kind, ws = RECV, [mux, raddr, rn]
-        elif sn:
-            kind, ws = (
-                (SEND_BLOCKS if sn >= 256 else SEND),
-                [int(_TAIL[sn & 255]), saddr, max((sn >> 8) - 1, 0)],
-            )
-        else:
-            kind, ws = IDLE, [0, 0, 0]
-        words += [int(_jump(np.array([kind]), np.array([wait]))[0])] + ws
+            parts.append((RECV_SEND if 0 < sn < 256 else RECV, wait, [mux, raddr, rn]))
+        if sn:
+            kind = SEND_BLOCKS if sn >= 256 else SEND
+            parts.append((kind, 0 if rn else wait, [int(_TAIL[sn & 255]), saddr, max((sn >> 8) - 1, 0)]))
+        if not parts:
+            parts.append((IDLE, wait, [0, 0, 0]))
+        for kind, w, ws in parts:
+            words += [int(_jump(np.array([kind]), np.array([w]))[0])] + ws
+            words[0] += 1
     return np.array(words + [_DONE | (_DONE << 16), 0, 0, 0], np.uint32)
 
 
-def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int, int]]:
-    """Tile's rows of a table as (wait, sender tile or -1, atoms to receive, receive address, atoms to send,
-    send address)."""
+def _decoded(tab: np.ndarray, tile: int) -> list[tuple[int, ...]]:
+    """Tile's table rows as (kind, wait, sender or -1, atoms to receive, receive address, atoms to send, send
+    address)."""
     fine = {int(o): (k, r) for k in range(len(KINDS)) for r, o in enumerate(_FINE[k])}
     mid = {int(o): j for j, o in enumerate(_MID)}
     tail = {int(o): i for i, o in enumerate(_TAIL)}
@@ -558,14 +577,20 @@ def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int
         jw, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
         kind, r = fine[jw >> 16]
         wait = r if (jw & 0xFFFF) == jw >> 16 else COARSE * mid[jw & 0xFFFF] + r + 7
-        if kind == RECV:
-            out.append((wait, w1, w3, w2, 0, 0))
+        if kind in (RECV, RECV_SEND):
+            out.append((kind, wait, w1, w3, w2, 0, 0))
         elif kind in (SEND, SEND_BLOCKS):
             sn = tail[w1] + (256 * (w3 + 1) if kind == SEND_BLOCKS else 0)
-            out.append((wait, -1, 0, 0, sn, w2))
+            out.append((kind, wait, -1, 0, 0, sn, w2))
         else:
-            out.append((wait, -1, 0, 0, 0, 0))
+            out.append((kind, wait, -1, 0, 0, 0, 0))
     return out
+
+
+def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int, int]]:
+    """Tile's rows of a table as (wait, sender tile or -1, atoms to receive, receive address, atoms to send,
+    send address); a receive and a send in one schedule row are two rows here (the send's wait 0)."""
+    return [row[1:] for row in _decoded(tab, tile)]
 
 
 def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple[int, int, int, int, int]]:
@@ -577,18 +602,23 @@ def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple
     sends: dict[int, list[tuple[int, int, int]]] = {}  # tile -> (first arrival, address, atoms) in time order
     windows = []
     for t in range(tab.shape[0]):
-        clock = 0
-        for wait, mux, rn, raddr, sn, saddr in table_rows(tab, t):
+        clock, after = 0, None
+        for kind, wait, mux, rn, raddr, sn, saddr in _decoded(tab, t):
             anchor = clock + wait
+            if after is not None:  # the send a recv_send row runs: from that row's anchor
+                anchor = clock
             if rn:
                 windows.append((t, anchor + costs.open, mux, rn, raddr))
                 cost = costs.recv
             elif sn:
-                first, _, cost = costs.send(sn)
+                first, _, cost = costs.send(sn, after or 0)
                 sends.setdefault(t, []).append((anchor + first + fabric, saddr, sn))
             else:
                 cost = costs.idle
-            clock = anchor + cost
+            if kind == RECV_SEND:
+                clock, after = anchor, int(costs.joined(256 - 1))
+            else:
+                clock, after = anchor + cost, None
     out = []
     for t, opened, mux, n, addr in windows:
         nxt = [s for s in sends.get(mux, []) if s[0] >= opened]

@@ -238,3 +238,39 @@ def test_ring_sends_share_rows_with_receives(shift):
         n, off = 8 * int(atoms[j]), int(send_addr[j] - SRC)
         got = sim.read(int(recv_addr[j]), n, tiles=[int(recvs[j, 0])]).reshape(-1)
         np.testing.assert_array_equal(got, data[int(sends[j, 0])][off : off + n])
+
+
+@pytest.mark.parametrize("m", [0, 1, 7, 255, 256, 300])
+def test_receive_then_send_costs_are_the_simulators(m):
+    """Tile 1 receives tile 0's send and then (no wait) sends m atoms itself: under 256 atoms one recv_send row
+    runs both, from 256 a receive row and a send row. Its run is longer than the receive alone by exactly the
+    modelled pair's cost less the receive row's, and the window still opens at `ROW.open` (a cycle early fails
+    in `test_receive_row_opens_at_its_modelled_cycle`; here the first atom arrives exactly at the opening)."""
+    target = Target.small(tiles=2, sram_kib=624)
+    n = 5
+    first, _, cost = tm.ROW.send(n)
+    r_anchor = 300
+    s_anchor = r_anchor + tm.ROW.open - first - target.exchange_fabric_cycles
+
+    def run(m):
+        after = tm.ROW.joined(m) if m else 0
+        c1 = tm.ROW.send(m, int(after))[2] if m else tm.ROW.recv
+        cols = (
+            np.array([0, 1]), np.array([s_anchor, r_anchor]), np.array([cost, c1]), np.array([-1, 0]),
+            np.array([0, 1 if m else -1]), np.array([n, m]),
+        )  # fmt: skip
+        sched = tm.Schedule(None, 0, 1, arrays=cols)
+        tab = tm.table(sched, 2, np.array([n]), np.array([0]), np.array([SRC, SRC]), np.array([DST]))
+        kinds = [k for k, *_ in tm._decoded(tab, 1)]
+        assert kinds == (
+            [tm.RECV_SEND, tm.SEND] if 0 < m < 256 else [tm.RECV] + [tm.SEND_BLOCKS] * (m >= 256)
+        )
+        data = np.arange(8 * max(n, m, 1), dtype=np.uint8)
+        mem = [(SRC, 0, data), (SRC, 1, data), (DST, 1, np.zeros(8 * n, np.uint8))]
+        sim, res = _run(target, {0: tab[0], 1: tab[1]}, mem)
+        np.testing.assert_array_equal(sim.read(DST, 8 * n, tiles=[1]).reshape(-1), data[: 8 * n])
+        return int(res.tile_cycles[1]), c1
+
+    base, _ = run(0)
+    got, c1 = run(m)
+    assert got - base == c1 - tm.ROW.recv
