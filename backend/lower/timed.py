@@ -55,21 +55,19 @@ MAX_WAIT = COARSE * COARSE - 1  # a longer wait is split over rows that do nothi
 KINDS = ("recv", "send", "send_blocks", "idle", "recv_send")
 RECV, SEND, SEND_BLOCKS, IDLE, RECV_SEND = range(5)
 
-# The next row's dispatch: its four words, the jump word split into the middle-table target (low half) and the
-# fine-table target (high half), both offsets from .Lxt_base, then a jump to the first one.
+# The next row's dispatch: its four words, then a jump to the jump word's high half (an offset from .Lxt_base:
+# a fine-table entry, or a middle-table entry, which takes the fine-table entry from the low half).
 _DISPATCH = [
-    "ld32 $m3, $m0, $mzero, 0",
+    "ld32 $m7, $m0, $mzero, 0",
     "ld32 $m4, $m0, $mzero, 1",
     "ld32 $m5, $m0, $mzero, 2",
     "ld32 $m6, $m0, $mzero, 3",
     f"add $m0, $m0, {4 * ROW_WORDS}",
-    "shr $m7, $m3, 16",
-    "shl $m3, $m3, 16",
-    "shr $m3, $m3, 16",
+    "shr $m3, $m7, 16",
     "add $m3, $m3, $m1",
-    "add $m7, $m7, $m1",
     "br $m3",
 ]
+MID_EXTRA = 10  # the middle table's cycles besides its delay: its delay's issue, shl, shr, add, br
 
 
 def _fine(kind: int, r: int) -> list[str]:
@@ -112,7 +110,7 @@ def _layout() -> tuple[str, dict]:
 
     for j in range(COARSE):
         off["mid"].append(at)
-        emit([f"delay {COARSE * j}", "br $m7"])
+        emit([f"delay {COARSE * j}", "shl $m7, $m7, 16", "shr $m7, $m7, 16", "add $m7, $m7, $m1", "br $m7"])
     for k in range(len(KINDS)):
         for r in range(COARSE):
             off["fine"][k].append(at)
@@ -146,15 +144,13 @@ class RowCosts:
     """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
-    wait: int = (
-        17  # the row's dispatch (4 loads, 5 ALU, br) and its fine delay's issue: the row's body starts
-    )
-    mux_put: int = 17  # the receive set-up's `put $INCOMING_MUX` (clock before it)
-    open: int = 29  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 35  # a receive row, anchor to the next row's start (its dispatch inline)
-    send_issue: int = 24  # a send row's first `send` (add, br into the send-tail entry or the block loop)
-    joined_issue: int = 45  # a recv_send row's `send` (its puts, 2 loads, 2 adds, br)
-    idle: int = 23  # a row that does neither (a part of a long wait): bri to the dispatch
+    wait: int = 14  # the row's dispatch (4 loads, 3 ALU, br), its fine delay's issue: the row's body
+    mux_put: int = 14  # the receive set-up's `put $INCOMING_MUX` (clock before it)
+    open: int = 26  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 32  # a receive row, anchor to the next row's start (its dispatch inline)
+    send_issue: int = 21  # a send row's first `send` (add, br into the send-tail entry or the block loop)
+    joined_issue: int = 42  # a recv_send row's `send` (its puts, 2 loads, 2 adds, br)
+    idle: int = 20  # a row that does neither (a part of a long wait): bri to the dispatch
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
@@ -467,13 +463,14 @@ def schedule(
 
 def _jump(kind: np.ndarray, wait: np.ndarray) -> np.ndarray:
     """A row's jump word: a wait under 64 jumps straight into its kind's fine table (entry `wait`); a longer one
-    through the middle table (64 j cycles, then a br: 7 cycles more) into fine entry r, 64 j + r = wait - 7."""
+    through the middle table (64 j cycles and MID_EXTRA more) into fine entry r, 64 j + r = wait - MID_EXTRA.
+    High half: the first target; low half: the fine-table entry."""
     kind, wait = np.asarray(kind, np.int64), np.asarray(wait, np.int64)
     short = wait < COARSE
-    h = np.maximum(wait - 7, 0)
+    h = np.maximum(wait - MID_EXTRA, 0)
     fine = _FINE[kind, np.where(short, wait, h & (COARSE - 1))]
-    low = np.where(short, fine, _MID[np.minimum(h >> 6, COARSE - 1)])
-    return low | (fine << 16)
+    first = np.where(short, fine, _MID[np.minimum(h >> 6, COARSE - 1)])
+    return (first << 16) | fine
 
 
 def table(
@@ -575,8 +572,8 @@ def _decoded(tab: np.ndarray, tile: int) -> list[tuple[int, ...]]:
     out = []
     for k in range(int(tab[tile, 0])):
         jw, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
-        kind, r = fine[jw >> 16]
-        wait = r if (jw & 0xFFFF) == jw >> 16 else COARSE * mid[jw & 0xFFFF] + r + 7
+        kind, r = fine[jw & 0xFFFF]
+        wait = r if (jw & 0xFFFF) == jw >> 16 else COARSE * mid[jw >> 16] + r + MID_EXTRA
         if kind in (RECV, RECV_SEND):
             out.append((kind, wait, w1, w3, w2, 0, 0))
         elif kind in (SEND, SEND_BLOCKS):

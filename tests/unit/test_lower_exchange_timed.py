@@ -52,7 +52,7 @@ def test_row_costs_are_the_simulators(seed):
 
 
 def test_waits_across_the_short_and_middle_paths():
-    """A wait under 64 jumps straight into the fine table, a longer one through the middle table (7 cycles more,
+    """A wait under 64 jumps straight into the fine table, a longer one through the middle table (MID_EXTRA cycles more,
     taken off its delays): one more row costs exactly its wait plus its cost on both sides of the switch."""
     target = Target.small(tiles=1, sram_kib=624)
     mem = [(SRC, 0, np.arange(64, dtype=np.uint8))]
