@@ -25,12 +25,15 @@ A send's data is multicast: one send row serves every receiver listening then. T
 tile (two destinations) take two transmissions.
 
 The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 4 words
-per row: the wait before the row (cycles); its receive set-up, mux | atoms << 11 and the receive address (0 atoms:
-none); its send, address / 8 | atoms << 17 (0 atoms: none). A tile that receives and sends in one round does both
-in one row when its send is then still early enough for its receivers. The wait is exact: two jumps into tables of `delay` instructions (64-cycle steps,
-then single cycles; longer waits are split over rows that send nothing). The row costs below (`ROW`) are the routine's instruction costs (the simulator's: 1 cycle, 6 for
-control and system instructions, a `send` 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py
-checks them against the simulator.
+per row and a last row that jumps to the closing sync. A row's first word is its jump (`_jump`: the wait and the
+row's kind as two code offsets); its other three are a receive row's sender, base and atoms (three `put`s, the
+next row's dispatch inline) or a send row's send-tail entry, address and 256-atom blocks less one (`send` with
+an immediate count: a table of 256 entries). A tile that receives and sends in one round gets a receive row and
+a send row right after it, when its send is then still early enough for its receivers. The wait is exact: a
+wait under 64 cycles jumps straight into the kind's table of single-cycle `delay`s, a longer one first into a
+table of 64-cycle `delay`s (longer waits are split over rows that do nothing). The row costs below (`ROW`) are
+the routine's instruction costs (the simulator's: 1 cycle, 6 for control and system instructions, a `send`
+1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py checks them against the simulator.
 """
 
 from __future__ import annotations
@@ -43,116 +46,97 @@ import numpy as np
 from ipu.backend.target import Target
 
 ROW_WORDS = 4
-MUX_BITS = 11
-SEND_ADDR_BITS = 17  # w3: send address / 8 (SRAM below 1 MiB) | atoms << 17
-MAX_SEND_ATOMS = (1 << (32 - SEND_ADDR_BITS)) - 1
-SEND_MARK = (1 << MUX_BITS) - 1  # a send row's mux field (no tile has this id)
+MUX_BITS = 11  # receive rows name the sender in a word of their own; kept for the lowering's tile-count check
+SEND_MARK = (1 << MUX_BITS) - 1
 COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
+MAX_WAIT = COARSE * COARSE - 1  # a longer wait is split over rows that do nothing (idle rows)
+# A row's kind: which fine table its wait jumps into. `recv_send`: a receive row whose next row is a send of
+# under 256 atoms with no wait, which it runs itself (that row's jump word is not used).
+KINDS = ("recv", "send", "send_blocks", "idle", "recv_send")
+RECV, SEND, SEND_BLOCKS, IDLE, RECV_SEND = range(5)
+
+# The next row's dispatch: its four words, then a jump to the jump word's high half (an offset from .Lxt_base:
+# a fine-table entry, or a middle-table entry, which takes the fine-table entry from the low half).
+_DISPATCH = [
+    "ld32 $m7, $m0, $mzero, 0",
+    "ld32 $m4, $m0, $mzero, 1",
+    "ld32 $m5, $m0, $mzero, 2",
+    "ld32 $m6, $m0, $mzero, 3",
+    f"add $m0, $m0, {4 * ROW_WORDS}",
+    "shr $m3, $m7, 16",
+    "add $m3, $m3, $m1",
+    "br $m3",
+]
+MID_EXTRA = 10  # the middle table's cycles besides its delay: its delay's issue, shl, shr, add, br
 
 
-# The wait (below MAX_WAIT cycles; a longer one is split over rows that send nothing): a jump into a table of
-# 64-cycle `delay`s, then one into a table of single-cycle `delay`s, each entry of which goes on with the row
-# itself (decode, receive set-up, next row): a few instructions whatever the wait (a simulator keeps a group of
-# tiles together through them; a loop of small chunks or a run of nops costs a step per chunk or cycle).
-MAX_WAIT = COARSE * COARSE - 1
-
-
-def _row_tail(label: str | None = None) -> list[str]:
-    """The send check and the next row: a row's send (w3: address / 8 | atoms << 17; 0 atoms: none)."""
-    return ([f"{label}:"] if label else []) + [
-        "ld32 $m4, $m0, $mzero, 4",
-        f"shr $m6, $m4, {SEND_ADDR_BITS}",
-        "brnz $m6, .Lxt_send",
-        f"add $m0, $m0, {4 * ROW_WORDS}",
-        "brnzdec $m2, .Lxt_row",
-        "bri .Lxt_done",
-    ]
-
-
-def _fine_entry(r: int) -> list[str]:
-    """Wait r cycles, then the row: its receive set-up (w1: mux | atoms << 11, w2: base; 0 atoms: none), its send."""
-    return [
-        f"delay {r}",
-        "ld32 $m4, $m0, $mzero, 2",
-        f"shr $m6, $m4, {MUX_BITS}",
-        "brz $m6, .Lxt_sendck",
-        "ld32 $m5, $m0, $mzero, 3",
-        f"and $m4, $m4, {SEND_MARK:#x}",
-        "put $INCOMING_MUX, $m4",
-        "put $INCOMING_BASE, $m5",
-        "put $INCOMING_DCOUNT, $m6",
-    ] + _row_tail()
-
-
-FINE_ENTRY_BYTES = 4 * len(_fine_entry(0))
-
-
-def _send_tail_table(label: str, then: str) -> str:
-    """256 two-instruction entries: entry r sends r atoms (the count is an immediate), entry 0 none."""
-    rows = [f"{label}:\n"]
-    for i in range(256):
-        first = f"send $m5+=, {i - 1}" if i else f"bri {then}"
-        rows.append(f"    {first}\n    bri {then}\n")
-    return "".join(rows)
+def _fine(kind: int, r: int) -> list[str]:
+    """A fine-table entry: wait r cycles, then the row (its words in $m4, $m5, $m6)."""
+    puts = ["put $INCOMING_MUX, $m4", "put $INCOMING_BASE, $m5", "put $INCOMING_DCOUNT, $m6"]
+    if kind == RECV:  # mux, base, atoms: the window; then the next row (inline)
+        body = puts + _DISPATCH
+    elif kind == RECV_SEND:  # the window, then the next row's send without its dispatch and wait
+        body = puts + [
+            "ld32 $m4, $m0, $mzero, 1",
+            "ld32 $m5, $m0, $mzero, 2",
+            f"add $m0, $m0, {4 * ROW_WORDS}",
+            "add $m4, $m4, $m1",
+            "br $m4",
+        ]
+    elif kind == SEND:  # the send-tail entry (offset), the address: under 256 atoms
+        body = ["add $m4, $m4, $m1", "br $m4"]
+    elif kind == SEND_BLOCKS:  # the same, after blocks of 256 ($m6: blocks - 1)
+        body = ["add $m4, $m4, $m1", "bri .Lxt_blocks"]
+    else:
+        body = ["bri .Lxt_row"]
+    return [f"delay {r}"] + body
 
 
 def _lines(lines: list[str]) -> str:
     return "".join(x + "\n" if x.endswith(":") else f"    {x}\n" for x in lines)
 
 
-ROUTINE = (
-    f"""
-.globl xch_timed
-.supervisor
-xch_timed:
-    sync TEXCH_SYNCZONE_INTERNAL
-.globl xch_timed_synced
-xch_timed_synced:
-    ld32 $m2, $m0, $mzero, 0
-    brz $m2, .Lxt_done
-    sub $m2, $m2, 1
-.Lxt_row:
-    ld32 $m3, $m0, $mzero, 1
-    and $m6, $m3, {COARSE - 1}
-    mul $m6, $m6, {FINE_ENTRY_BYTES}
-    setzi $m7, .Lxt_finetab
-    add $m7, $m7, $m6
-    shr $m6, $m3, 6
-    shl $m6, $m6, 3
-    setzi $m1, .Lxt_midtab
-    add $m6, $m6, $m1
-    br $m6
-.Lxt_midtab:
-"""
-    + "".join(f"    delay {COARSE * j}\n    br $m7\n" for j in range(COARSE))
-    + ".Lxt_finetab:\n"
-    + "".join(_lines(_fine_entry(r)) for r in range(COARSE))
-    + _lines(_row_tail(".Lxt_sendck"))
-    + f""".Lxt_send:
-    shl $m5, $m4, {32 - SEND_ADDR_BITS}
-    shr $m5, $m5, {32 - SEND_ADDR_BITS - 3}
-    shr $m7, $m6, 8
-    brz $m7, .Lxt_tail
-    sub $m7, $m7, 1
-.Lxt_block:
-    send $m5+=, 255
-    brnzdec $m7, .Lxt_block
-.Lxt_tail:
-    and $m7, $m6, 255
-    shl $m7, $m7, 3
-    setzi $m1, .Lxt_tab
-    add $m7, $m7, $m1
-    br $m7
-"""
-    + _send_tail_table(".Lxt_tab", ".Lxt_next")
-    + f""".Lxt_next:
-    add $m0, $m0, {4 * ROW_WORDS}
-    brnzdec $m2, .Lxt_row
-.Lxt_done:
-    sync TEXCH_SYNCZONE_INTERNAL
-    br $lr
-"""
-)
+def _layout() -> tuple[str, dict]:
+    """The routine's text and the byte offsets (from .Lxt_base) of its jump targets: `mid` [64], `fine`
+    [kind][64], `tail` [256], `done`."""
+    body: list[str] = [".Lxt_base:"]
+    at = 0
+    off: dict = {"mid": [], "fine": [[] for _ in KINDS], "tail": []}
+
+    def emit(lines: list[str]) -> None:
+        nonlocal at
+        body.extend(lines)
+        at += 4 * sum(1 for x in lines if not x.endswith(":"))
+
+    for j in range(COARSE):
+        off["mid"].append(at)
+        emit([f"delay {COARSE * j}", "shl $m7, $m7, 16", "shr $m7, $m7, 16", "add $m7, $m7, $m1", "br $m7"])
+    for k in range(len(KINDS)):
+        for r in range(COARSE):
+            off["fine"][k].append(at)
+            emit(_fine(k, r))
+    for i in range(256):  # entry i sends i atoms (the count is an immediate), entry 0 none
+        off["tail"].append(at)
+        emit([f"send $m5+=, {i - 1}" if i else "bri .Lxt_row", "bri .Lxt_row"])
+    emit([".Lxt_blocks:", "send $m5+=, 255", "brnzdec $m6, .Lxt_blocks", "br $m4"])
+    off["done"] = at
+    emit([".Lxt_done:", "sync TEXCH_SYNCZONE_INTERNAL", "br $lr"])
+    if at >= 1 << 16:
+        raise AssertionError("xch_timed: the jump word's 16-bit offsets do not reach")
+    text = (
+        "\n.globl xch_timed\n.supervisor\nxch_timed:\n    sync TEXCH_SYNCZONE_INTERNAL\n"
+        ".globl xch_timed_synced\nxch_timed_synced:\n    setzi $m1, .Lxt_base\n    add $m0, $m0, 4\n"
+        + _lines([".Lxt_row:"] + _DISPATCH)
+        + _lines(body)
+    )
+    return text, off
+
+
+ROUTINE, _OFF = _layout()
+_MID = np.array(_OFF["mid"], np.int64)
+_FINE = np.array(_OFF["fine"], np.int64)
+_TAIL = np.array(_OFF["tail"], np.int64)
+_DONE = int(_OFF["done"])
 
 
 @dataclass(frozen=True)
@@ -160,31 +144,26 @@ class RowCosts:
     """Cycles of the routine's rows, from a row's anchor (its start plus its wait) on one tile's supervisor clock.
     Clock 0 is the first row's start (the same on every tile: the opening sync releases all at once)."""
 
-    wait: int = 23  # the wait's instructions besides its delays (ld32, both jump targets, br; br; the delay)
-    mux_put: int = 33  # the receive set-up's `put $INCOMING_MUX` (clock before it)
-    open: int = 45  # `put $INCOMING_DCOUNT`: the window opens at this clock
-    recv: int = 66  # a row that only receives, anchor to the next row's start
-    send_decoded: int = 39  # a row that only sends: its send branch taken
-    recv_send_decoded: int = 59  # a row that receives and sends: its send branch taken
-    idle: int = 46  # a row that does neither (a part of a long wait)
+    wait: int = 14  # the row's dispatch (4 loads, 3 ALU, br), its fine delay's issue: the row's body
+    mux_put: int = 14  # the receive set-up's `put $INCOMING_MUX` (clock before it)
+    open: int = 26  # `put $INCOMING_DCOUNT`: the window opens at this clock
+    recv: int = 32  # a receive row, anchor to the next row's start (its dispatch inline)
+    send_issue: int = 21  # a send row's first `send` (add, br into the send-tail entry or the block loop)
+    joined_issue: int = 42  # a recv_send row's `send` (its puts, 2 loads, 2 adds, br)
+    idle: int = 20  # a row that does neither (a part of a long wait): bri to the dispatch
     block: int = 527  # send 255 (1 + 8 + 512) + brnzdec 6
     latency: int = 8
 
-    def send(self, atoms: int, decoded: int | None = None) -> tuple[int, int, int]:
-        """(first atom's departure, last atom's departure, row cost) of a row that sends `atoms` atoms, its send
-        branch taken at `decoded` (default: a row that only sends)."""
-        q, r = atoms >> 8, atoms & 255
-        base = (self.send_decoded if decoded is None else decoded) + 9  # address (2), shr, brz
-        u = base if q == 0 else base + 1 + self.block * q  # sub 1, q blocks: the tail's start
-        tail_send = u + 10  # and, shl, setzi, add, br: the tail entry
-        first = (base + 1 + self.latency) if q else (tail_send + self.latency)
-        if r:
-            last = tail_send + self.latency + 2 * (r - 1)
-            cost = tail_send + 1 + self.latency + 2 * r + 6 + 7  # send, bri; add, brnzdec
-        else:
-            last = base + 1 + self.block * (q - 1) + self.latency + 2 * 255 if q else first
-            cost = tail_send + 6 + 7  # entry 0: bri; add, brnzdec
-        return first, last, cost
+    def joined(self, atoms):
+        """`after` for a send that follows its tile's receive row with no wait (the pair's costs from the
+        receive's anchor): under 256 atoms a recv_send row, else a receive row and a send row."""
+        return np.where(np.asarray(atoms) < 256, self.joined_issue - self.send_issue, self.recv)
+
+    def send(self, atoms: int, after: int = 0) -> tuple[int, int, int]:
+        """(first atom's departure, last atom's departure, row cost) of a send row of `atoms` atoms; `after`
+        (`joined`) for a send right after its tile's receive row with no wait, from the receive's anchor."""
+        first, last, cost = send_costs(np.array([atoms]), self, after)
+        return int(first[0]), int(last[0]), int(cost[0])
 
 
 ROW = RowCosts()
@@ -368,20 +347,19 @@ def schedule_gaps(
 
 
 def send_costs(
-    atoms: np.ndarray, costs: RowCosts = ROW, decoded: int | None = None
+    atoms: np.ndarray, costs: RowCosts = ROW, after: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`RowCosts.send` of every element of atoms (int64 arrays: first and last departures, row cost)."""
+    """`RowCosts.send` of every element of atoms (int64 arrays: first and last departures, row cost). Under 256
+    atoms: the send-tail entry's `send` at `send_issue`, then bri (6). From 256: q blocks from `send_issue` (527
+    each), br into the tail entry (6), its send (if any atoms are left), bri (6)."""
     n = np.asarray(atoms, np.int64)
     q, r = n >> 8, n & 255
-    base = (costs.send_decoded if decoded is None else decoded) + 9
-    u = np.where(q == 0, base, base + 1 + costs.block * q)
-    tail_send = u + 10
-    first = np.where(q > 0, base + 1 + costs.latency, tail_send + costs.latency)
-    last = np.where(
-        r > 0, tail_send + costs.latency + 2 * (r - 1), base + 1 + costs.block * (q - 1) + costs.latency + 510
-    )
-    cost = np.where(r > 0, tail_send + 1 + costs.latency + 2 * r + 13, tail_send + 13)
-    return first, last, cost
+    c0, lat = costs.send_issue, costs.latency
+    tail = np.where(q > 0, c0 + costs.block * q + 6, c0)  # the tail entry's clock
+    first = c0 + lat + np.zeros_like(n)
+    last = np.where(r > 0, tail + lat + 2 * (r - 1), c0 + costs.block * (q - 1) + lat + 510)
+    cost = np.where(r > 0, tail + 1 + lat + 2 * r + 6, tail + 6)
+    return first + after, last + after, cost + after
 
 
 def schedule(
@@ -413,7 +391,7 @@ def schedule(
         return Schedule({}, 0, 0, 0)
     tiles = int(max(sender.max(initial=0), recv_tile.max())) + 1
     first_s, last_s, cost_s = send_costs(atoms, costs)
-    first_c, last_c, cost_c = send_costs(atoms, costs, costs.recv_send_decoded)
+    first_c, last_c, cost_c = send_costs(atoms, costs, costs.joined(atoms))  # right after the receive row
     # Transmissions: (round, send) pairs, in round order then send index.
     tx_key = recv_group * len(sender) + recv_send
     tx_keys, tx_of = np.unique(tx_key, return_inverse=True)
@@ -483,38 +461,59 @@ def schedule(
     )
 
 
+def _jump(kind: np.ndarray, wait: np.ndarray) -> np.ndarray:
+    """A row's jump word: a wait under 64 jumps straight into its kind's fine table (entry `wait`); a longer one
+    through the middle table (64 j cycles and MID_EXTRA more) into fine entry r, 64 j + r = wait - MID_EXTRA.
+    High half: the first target; low half: the fine-table entry."""
+    kind, wait = np.asarray(kind, np.int64), np.asarray(wait, np.int64)
+    short = wait < COARSE
+    h = np.maximum(wait - MID_EXTRA, 0)
+    fine = _FINE[kind, np.where(short, wait, h & (COARSE - 1))]
+    first = np.where(short, fine, _MID[np.minimum(h >> 6, COARSE - 1)])
+    return (first << 16) | fine
+
+
 def table(
     sched: Schedule, num_tiles: int, recv_atoms: np.ndarray, recv_mux: np.ndarray, send_addr, recv_addr
 ) -> np.ndarray:
-    """The routine's table [tiles, 1 + 4 * rows] (uint32): per tile its rows in time order, each with its wait
-    (the gap since the previous row's end; the first row's since clock 0), its receive set-up (mux | atoms << 11,
-    base; 0 atoms: none) and its send (address / 8 | atoms << 17; 0 atoms: none)."""
+    """The routine's table [tiles, 1 + 4 * (rows + 1)] (uint32): per tile the row count, then its rows in time
+    order, each with its jump word (`_jump`: the wait, the gap since the previous row's end (the first row's since
+    clock 0), and the row's kind) and three words: a receive row's sender, base and atoms; a send row's send-tail
+    entry (offset from .Lxt_base), address and blocks of 256 atoms less one. A schedule row that receives and
+    sends is a receive row, then a send row with no wait. A last row jumps to the closing sync."""
     t, at, cost, recv, send, satoms = sched.row_arrays()
     if not len(t):
-        return np.zeros((num_tiles, 1), np.uint32)
+        tab = np.zeros((num_tiles, 1 + ROW_WORDS), np.uint32)
+        tab[:, 1] = _DONE | (_DONE << 16)
+        return tab
     first_row = np.r_[True, t[1:] != t[:-1]]
     wait = at - np.where(first_row, 0, np.r_[0, (at + cost)[:-1]])
     if (wait < 0).any():
         raise AssertionError("timed exchange: overlapping rows in the schedule")
-    has_r, has_s = recv >= 0, send >= 0
+    both = (recv >= 0) & (send >= 0)
+    reps = 1 + both.astype(np.int64)
+    idx = np.repeat(np.arange(len(t)), reps)
+    second = np.zeros(len(idx), bool)
+    second[(np.cumsum(reps) - 1)[both]] = True
+    is_r = (recv[idx] >= 0) & ~second
+    is_s = (send[idx] >= 0) & ~is_r
+    t, wait, sn = t[idx], np.where(second, 0, wait[idx]), np.where(is_s, satoms[idx], 0)
     r_atoms = np.r_[np.asarray(recv_atoms, np.int64), 0]  # one pad entry: index -1
     r_mux = np.r_[np.asarray(recv_mux, np.int64), 0]
     r_addr = np.r_[np.asarray(recv_addr, np.int64), 0]
     s_addr = np.r_[np.asarray(send_addr, np.int64), 0]
-    w1 = np.where(has_r, r_mux[recv] | (r_atoms[recv] << MUX_BITS), 0)
-    w2 = np.where(has_r, r_addr[recv], 0)
-    sa = s_addr[send]
-    if (has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS))).any():
-        i = int(
-            np.nonzero(has_s & ((sa % 8 != 0) | (sa >= 8 << SEND_ADDR_BITS) | (satoms > MAX_SEND_ATOMS)))[0][
-                0
-            ]
-        )
+    ri, sa = recv[idx], s_addr[send[idx]]
+    bad = is_s & ((sa % 8 != 0) | (sn < 1))
+    if bad.any():
+        i = int(np.nonzero(bad)[0][0])
         raise ValueError(
-            f"tile {int(t[i])} sends {int(satoms[i])} atoms from {int(sa[i]):#x}: a row holds at most "
-            f"{MAX_SEND_ATOMS} atoms from an 8-byte aligned address below {8 << SEND_ADDR_BITS:#x}"
+            f"tile {int(t[i])} sends {int(sn[i])} atoms from {int(sa[i]):#x}: not 8-byte aligned"
         )
-    w3 = np.where(has_s, (sa >> 3) | (satoms << SEND_ADDR_BITS), 0)
+    pair = is_r & both[idx] & (satoms[idx] < 256)  # a receive row that runs the next row's send
+    kind = np.where(is_r, np.where(pair, RECV_SEND, RECV), np.where(sn >= 256, SEND_BLOCKS, SEND))
+    w1 = np.where(is_r, r_mux[ri], np.where(is_s, _TAIL[sn & 255], 0))
+    w2 = np.where(is_r, r_addr[ri], np.where(is_s, sa, 0))
+    w3 = np.where(is_r, r_atoms[ri], np.where(sn >= 256, (sn >> 8) - 1, 0))
     long = np.nonzero(wait > MAX_WAIT)[0]
     if len(long):  # rows that do nothing before them, each waiting at most MAX_WAIT
         idle = ROW.idle
@@ -522,7 +521,7 @@ def table(
         spread = wait[long] - extra * idle  # over extra + 1 waits
         reps = np.ones(len(t), np.int64)
         reps[long] += extra
-        t, w1, w2, w3 = (np.repeat(x, reps) for x in (t, w1, w2, w3))
+        t, kind, w1, w2, w3 = (np.repeat(x, reps) for x in (t, kind, w1, w2, w3))
         new_wait = np.repeat(wait, reps)
         at_row = np.cumsum(reps) - 1  # where each original row lands
         for i, k, total in zip(long.tolist(), extra.tolist(), spread.tolist()):
@@ -530,37 +529,65 @@ def table(
             part = total // (k + 1)
             new_wait[pos : pos + k] = part
             new_wait[pos + k] = total - k * part
+            kind[pos : pos + k] = IDLE
             w1[pos : pos + k] = w2[pos : pos + k] = w3[pos : pos + k] = 0
         wait = new_wait
     count = np.bincount(t, minlength=num_tiles)
     start = np.cumsum(count) - count
     k = np.arange(len(t)) - start[t]  # row index within its tile
-    tab = np.zeros((num_tiles, 1 + ROW_WORDS * int(count.max())), np.uint32)
+    tab = np.zeros((num_tiles, 1 + ROW_WORDS * (int(count.max()) + 1)), np.uint32)
     tab[:, 0] = count
     col = 1 + ROW_WORDS * k
-    for j, w in enumerate((wait, w1, w2, w3)):
+    for j, w in enumerate((_jump(kind, wait), w1, w2, w3)):
         tab[t, col + j] = w
+    tab[np.arange(num_tiles), 1 + ROW_WORDS * count] = _DONE | (_DONE << 16)
     return tab
+
+
+def encode_rows(rows: list[tuple[int, int, int, int, int, int]]) -> np.ndarray:
+    """One tile's table from rows (wait, sender or -1, atoms to receive, receive address, atoms to send, send
+    address): a row receives, sends, both (a receive row and a send row with no wait) or, with neither, waits."""
+    words = [0]
+    for wait, mux, rn, raddr, sn, saddr in rows:
+        parts = []
+        if rn:
+            parts.append((RECV_SEND if 0 < sn < 256 else RECV, wait, [mux, raddr, rn]))
+        if sn:
+            kind = SEND_BLOCKS if sn >= 256 else SEND
+            parts.append((kind, 0 if rn else wait, [int(_TAIL[sn & 255]), saddr, max((sn >> 8) - 1, 0)]))
+        if not parts:
+            parts.append((IDLE, wait, [0, 0, 0]))
+        for kind, w, ws in parts:
+            words += [int(_jump(np.array([kind]), np.array([w]))[0])] + ws
+            words[0] += 1
+    return np.array(words + [_DONE | (_DONE << 16), 0, 0, 0], np.uint32)
+
+
+def _decoded(tab: np.ndarray, tile: int) -> list[tuple[int, ...]]:
+    """Tile's table rows as (kind, wait, sender or -1, atoms to receive, receive address, atoms to send, send
+    address)."""
+    fine = {int(o): (k, r) for k in range(len(KINDS)) for r, o in enumerate(_FINE[k])}
+    mid = {int(o): j for j, o in enumerate(_MID)}
+    tail = {int(o): i for i, o in enumerate(_TAIL)}
+    out = []
+    for k in range(int(tab[tile, 0])):
+        jw, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
+        kind, r = fine[jw & 0xFFFF]
+        wait = r if (jw & 0xFFFF) == jw >> 16 else COARSE * mid[jw >> 16] + r + MID_EXTRA
+        if kind in (RECV, RECV_SEND):
+            out.append((kind, wait, w1, w3, w2, 0, 0))
+        elif kind in (SEND, SEND_BLOCKS):
+            sn = tail[w1] + (256 * (w3 + 1) if kind == SEND_BLOCKS else 0)
+            out.append((kind, wait, -1, 0, 0, sn, w2))
+        else:
+            out.append((kind, wait, -1, 0, 0, 0, 0))
+    return out
 
 
 def table_rows(tab: np.ndarray, tile: int) -> list[tuple[int, int, int, int, int, int]]:
     """Tile's rows of a table as (wait, sender tile or -1, atoms to receive, receive address, atoms to send,
-    send address)."""
-    out = []
-    for k in range(int(tab[tile, 0])):
-        wait, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
-        n = w1 >> MUX_BITS
-        out.append(
-            (
-                wait,
-                (w1 & SEND_MARK) if n else -1,
-                n,
-                w2,
-                w3 >> SEND_ADDR_BITS,
-                (w3 & ((1 << SEND_ADDR_BITS) - 1)) * 8,
-            )
-        )
-    return out
+    send address); a receive and a send in one schedule row are two rows here (the send's wait 0)."""
+    return [row[1:] for row in _decoded(tab, tile)]
 
 
 def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple[int, int, int, int, int]]:
@@ -572,17 +599,23 @@ def replay(tab: np.ndarray, target: Target, costs: RowCosts = ROW) -> list[tuple
     sends: dict[int, list[tuple[int, int, int]]] = {}  # tile -> (first arrival, address, atoms) in time order
     windows = []
     for t in range(tab.shape[0]):
-        clock = 0
-        for wait, mux, rn, raddr, sn, saddr in table_rows(tab, t):
+        clock, after = 0, None
+        for kind, wait, mux, rn, raddr, sn, saddr in _decoded(tab, t):
             anchor = clock + wait
+            if after is not None:  # the send a recv_send row runs: from that row's anchor
+                anchor = clock
             if rn:
                 windows.append((t, anchor + costs.open, mux, rn, raddr))
-            if sn:
-                first, _, cost = costs.send(sn, costs.recv_send_decoded if rn else None)
+                cost = costs.recv
+            elif sn:
+                first, _, cost = costs.send(sn, after or 0)
                 sends.setdefault(t, []).append((anchor + first + fabric, saddr, sn))
             else:
-                cost = costs.recv if rn else costs.idle
-            clock = anchor + cost
+                cost = costs.idle
+            if kind == RECV_SEND:
+                clock, after = anchor, int(costs.joined(256 - 1))
+            else:
+                clock, after = anchor + cost, None
     out = []
     for t, opened, mux, n, addr in windows:
         nxt = [s for s in sends.get(mux, []) if s[0] >= opened]
