@@ -30,8 +30,11 @@ row's kind as two code offsets); its other three are a receive row's sender, bas
 next row's dispatch inline) or a send row's send-tail entry, address and 256-atom blocks less one (`send` with
 an immediate count: a table of 256 entries). A tile that receives and sends in one round gets a receive row and
 a send row right after it, when its send is then still early enough for its receivers. The wait is exact: a
-wait under 64 cycles jumps straight into the kind's table of single-cycle `delay`s, a longer one first into a
-table of 64-cycle `delay`s (longer waits are split over rows that do nothing). The row costs below (`ROW`) are
+wait under FINE = 32 cycles jumps straight into the kind's table of single-cycle `delay`s, a longer one first into
+a table of 32-cycle `delay`s (longer waits are split over rows that do nothing). The fine tables are the routine's
+bulk (a receive entry is 12 instructions, five kinds): 32 fine and 128 middle entries reach the same 4,095 cycles
+as 64 and 64 in 2.4 KB less code, at no cycle's cost (a wait of 32 or more pays the middle table's MID_EXTRA
+cycles out of its own delay). The row costs below (`ROW`) are
 the routine's instruction costs (the simulator's: 1 cycle, 6 for control and system instructions, a `send`
 1 + latency + 2 per atom); tests/unit/test_lower_exchange_timed.py checks them against the simulator.
 """
@@ -48,8 +51,9 @@ from ipu.backend.target import Target
 ROW_WORDS = 4
 MUX_BITS = 11  # receive rows name the sender in a word of their own; kept for the lowering's tile-count check
 SEND_MARK = (1 << MUX_BITS) - 1
-COARSE = 64  # entries of each delay table (the middle one in steps of 64 cycles)
-MAX_WAIT = COARSE * COARSE - 1  # a longer wait is split over rows that do nothing (idle rows)
+FINE = 32  # entries of each kind's fine delay table (a power of two): 0 .. FINE - 1 cycles
+MID = 128  # entries of the middle table, in steps of FINE cycles
+MAX_WAIT = FINE * MID - 1  # a longer wait is split over rows that do nothing (idle rows)
 # A row's kind: which fine table its wait jumps into. `recv_send`: a receive row whose next row is a send of
 # under 256 atoms with no wait, which it runs itself (that row's jump word is not used).
 KINDS = ("recv", "send", "send_blocks", "idle", "recv_send")
@@ -108,11 +112,11 @@ def _layout() -> tuple[str, dict]:
         body.extend(lines)
         at += 4 * sum(1 for x in lines if not x.endswith(":"))
 
-    for j in range(COARSE):
+    for j in range(MID):
         off["mid"].append(at)
-        emit([f"delay {COARSE * j}", "shl $m7, $m7, 16", "shr $m7, $m7, 16", "add $m7, $m7, $m1", "br $m7"])
+        emit([f"delay {FINE * j}", "shl $m7, $m7, 16", "shr $m7, $m7, 16", "add $m7, $m7, $m1", "br $m7"])
     for k in range(len(KINDS)):
-        for r in range(COARSE):
+        for r in range(FINE):
             off["fine"][k].append(at)
             emit(_fine(k, r))
     for i in range(256):  # entry i sends i atoms (the count is an immediate), entry 0 none
@@ -462,14 +466,15 @@ def schedule(
 
 
 def _jump(kind: np.ndarray, wait: np.ndarray) -> np.ndarray:
-    """A row's jump word: a wait under 64 jumps straight into its kind's fine table (entry `wait`); a longer one
-    through the middle table (64 j cycles and MID_EXTRA more) into fine entry r, 64 j + r = wait - MID_EXTRA.
+    """A row's jump word: a wait under FINE jumps straight into its kind's fine table (entry `wait`); a longer
+    one through the middle table (FINE j cycles and MID_EXTRA more) into fine entry r, FINE j + r = wait -
+    MID_EXTRA.
     High half: the first target; low half: the fine-table entry."""
     kind, wait = np.asarray(kind, np.int64), np.asarray(wait, np.int64)
-    short = wait < COARSE
+    short = wait < FINE
     h = np.maximum(wait - MID_EXTRA, 0)
-    fine = _FINE[kind, np.where(short, wait, h & (COARSE - 1))]
-    first = np.where(short, fine, _MID[np.minimum(h >> 6, COARSE - 1)])
+    fine = _FINE[kind, np.where(short, wait, h % FINE)]
+    first = np.where(short, fine, _MID[np.minimum(h // FINE, MID - 1)])
     return (first << 16) | fine
 
 
@@ -573,7 +578,7 @@ def _decoded(tab: np.ndarray, tile: int) -> list[tuple[int, ...]]:
     for k in range(int(tab[tile, 0])):
         jw, w1, w2, w3 = (int(x) for x in tab[tile, 1 + ROW_WORDS * k : 1 + ROW_WORDS * (k + 1)])
         kind, r = fine[jw & 0xFFFF]
-        wait = r if (jw & 0xFFFF) == jw >> 16 else COARSE * mid[jw >> 16] + r + MID_EXTRA
+        wait = r if (jw & 0xFFFF) == jw >> 16 else FINE * mid[jw >> 16] + r + MID_EXTRA
         if kind in (RECV, RECV_SEND):
             out.append((kind, wait, w1, w3, w2, 0, 0))
         elif kind in (SEND, SEND_BLOCKS):

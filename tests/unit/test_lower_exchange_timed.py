@@ -52,12 +52,14 @@ def test_row_costs_are_the_simulators(seed):
 
 
 def test_waits_across_the_short_and_middle_paths():
-    """A wait under 64 jumps straight into the fine table, a longer one through the middle table (MID_EXTRA cycles more,
-    taken off its delays): one more row costs exactly its wait plus its cost on both sides of the switch."""
+    """A wait under FINE jumps straight into the fine table, a longer one through the middle table (MID_EXTRA cycles
+    more, taken off its delays): one more row costs exactly its wait plus its cost on both sides of the switch."""
     target = Target.small(tiles=1, sram_kib=624)
     mem = [(SRC, 0, np.arange(64, dtype=np.uint8))]
     _, res0 = _run(target, {0: _send_rows([(5, 3, SRC)])}, mem)
-    for wait in (0, 1, 7, 62, 63, 64, 65, 70, 71, 127, 128, 4094, tm.MAX_WAIT):
+    f = tm.FINE
+    waits = (0, 1, 7, f - 1, f, f + 1, f + tm.MID_EXTRA, 62, 63, 64, 65, 70, 71, 127, 128, 4094, tm.MAX_WAIT)
+    for wait in waits:
         _, res = _run(target, {0: _send_rows([(5, 3, SRC), (wait, 2, SRC)])}, mem)
         assert int(res.tile_cycles[0] - res0.tile_cycles[0]) == wait + tm.ROW.send(2)[2], wait
 
