@@ -25,8 +25,8 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
    with the allocator's diagnostic (tile, event, request, live buffers, largest hole).
 
 Gaps (said here so nobody is surprised): in-place operators and copy elimination are not modelled (each
-operator's result is a new buffer; a repeat's carried block argument, its yield operand and its result are
-three buffers); the asm lowering's storage is three reservations sized by `lowering-storage`'s measurement
+operator's result is a new buffer; a repeat's carried block argument and its result are two buffers, and the
+yield operand a third unless it can be computed in place into the argument's buffer, `yield_in_place`); the asm lowering's storage is three reservations sized by `lowering-storage`'s measurement
 (`lowering.storage` on the function: code, frames and tables, scratch at the top of SRAM), not per-op buffers
 with lifetimes; access tails are not requested; only the GEMM element constraint is declared.
 """
@@ -222,6 +222,45 @@ class _Builder:
         )
         self.value_buffer[v] = b
 
+    def yield_in_place(self, rep: tl.RepeatOp, arg: BlockArgument, y: SSAValue) -> None:
+        """The yield operand y computed straight into its carried block argument's buffer, when that is safe: no
+        copy y -> argument per iteration (the lowering skips a copy whose source and destination coincide). Safe
+        when y is a result of an op of the body whose layout is the argument's and every read of the argument
+        (and of views of it) in this iteration comes before that op; the argument's buffer then also takes y's
+        placement constraints. Otherwise y keeps a buffer of its own and the copy stays."""
+        body = arg.block
+        b_arg, b_y = self.value_buffer.get(arg), self.value_buffer.get(y)
+        producer = y.owner
+        if (
+            b_arg is None
+            or b_y is None
+            or b_arg == b_y
+            or not isinstance(producer, Operation)
+            or producer.parent_block() is not body
+            or tl.layout_of(y) != tl.layout_of(arg)
+            or not np.array_equal(self.sizes[b_y], self.sizes[b_arg])
+            or sum(1 for b in self.value_buffer.values() if b == b_y) != 1
+        ):
+            return
+        ya, aa = self.buffers[b_y], self.buffers[b_arg]
+        if ya.count != aa.count or (
+            ya.region != ma.REGION_ANY and aa.region not in (ma.REGION_ANY, ya.region)
+        ):
+            return
+        start = self.events.start[producer]
+        for v in [v for v, b in self.value_buffer.items() if b == b_arg]:
+            for use in v.uses:
+                op = _top_level(use.operation, body)
+                if op is body.last_op or op.parent_block() is not body:
+                    continue  # the yield (y is the argument's next value), or a use outside the loop
+                if self.events.end.get(op, start) >= start:
+                    return
+        region = ya.region if ya.region != ma.REGION_ANY else aa.region
+        self.buffers[b_arg] = _replace(aa, region=region, align=max(aa.align, ya.align))
+        self.sizes[b_y] = np.zeros_like(self.sizes[b_y])  # y's own buffer: no bytes on any tile
+        self.value_buffer[y] = b_arg
+        self.pairs = [(b_arg if a == b_y else a, b_arg if b == b_y else b) for a, b in self.pairs]
+
     def block(self, block: Block) -> None:
         for op in block.ops:
             if isinstance(op, tl.RepeatOp):
@@ -236,6 +275,8 @@ class _Builder:
                     if operand in self.value_buffer:  # the current member of the operand's sequence
                         self.value_buffer[arg] = self.value_buffer[operand]
                 self.block(body)
+                for arg, y in zip(body.args[: len(op.carried)], body.last_op.operands):
+                    self.yield_in_place(op, arg, y)
                 for r in op.results:
                     self.value(r, self.events.end[op], block, op_label(op))
                 continue
@@ -256,6 +297,12 @@ class _Builder:
                 for x in op.operands[:2]:
                     if x in self.value_buffer:
                         self.pairs.append((self.value_buffer[x], out))
+
+
+def _top_level(op: Operation, block: Block) -> Operation:
+    while op.parent_block() is not block and op.parent_op() is not None:
+        op = op.parent_op()
+    return op
 
 
 def _replace(buf: ma.Buffer, **kw) -> ma.Buffer:
@@ -723,6 +770,7 @@ def read_placement(f: func.FuncOp) -> tuple[mem.PlanOp, list[PlacedBuffer]]:
             )
         )
 
+    carried: set[mem.BufferAttr] = set()
     for op in f.walk():
         if isinstance(op, mem.ReserveOp):
             add(f"reserve {op.kind.data}", op.buffer)
@@ -730,6 +778,8 @@ def read_placement(f: func.FuncOp) -> tuple[mem.PlanOp, list[PlacedBuffer]]:
             continue
         for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):
             add(f"{op_label(op)} carried #{i}", b)
+            carried.add(b)
         for r, b in zip(op.results, mem.buffers_of(op.attributes.get(mem.BUFFERS_ATTR))):
-            add(f"{op_label(op)} {_label(r)}", b)
+            if b not in carried:  # a yield operand computed in place is its argument's buffer, listed once
+                add(f"{op_label(op)} {_label(r)}", b)
     return plan, out

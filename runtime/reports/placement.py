@@ -155,7 +155,9 @@ def model_from_function(f: func.FuncOp) -> PlacementModel:
             )
         )
 
-    # The same walk as memory_plan.read_placement (views share their operand's buffer and are skipped).
+    # The same walk as memory_plan.read_placement (views share their operand's buffer and are skipped, and so is
+    # a yield operand computed in place into its carried argument's buffer).
+    carried: set[mem.BufferAttr] = set()
     for op in f.walk():
         if isinstance(op, mem.ReserveOp):
             add(op.kind.data, "support", op.buffer, "reservation", op.kind.data)
@@ -163,8 +165,10 @@ def model_from_function(f: func.FuncOp) -> PlacementModel:
             continue
         for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):
             add(f"carried #{i}", op_label(op), b, "transient")
+            carried.add(b)
         for r, b in zip(op.results, mem.buffers_of(op.attributes.get(mem.BUFFERS_ATTR))):
-            add(value_name(r), op_label(op), b, "input" if isinstance(op, nn.InputOp) else "auto")
+            if b not in carried:
+                add(value_name(r), op_label(op), b, "input" if isinstance(op, nn.InputOp) else "auto")
     return model
 
 
