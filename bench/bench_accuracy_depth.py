@@ -178,8 +178,19 @@ def main() -> None:
         help="with --activations fp8: each seed's FP8 activation scales calibrated on another image "
         "(ipu.frontend.calibrate) instead of the fixed 2^-4",
     )
+    p.add_argument(
+        "--fp8-only",
+        action="append",
+        default=[],
+        help="with --activations fp8: only the linears whose weight name contains this (repeatable; "
+        "nn-quantize-activations' `only`)",
+    )
     args = p.parse_args()
     passes = DEVICE_PASSES if args.activations == "f16" else DEVICE_PASSES.replace(*FP8_ACTIVATIONS)
+    if args.fp8_only:
+        passes = passes.replace(
+            "nn-quantize-activations", f"nn-quantize-activations{{{{only={','.join(args.fp8_only)}}}}}"
+        )
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
     rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy, args.kernels)
     if args.only:

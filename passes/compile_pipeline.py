@@ -38,6 +38,7 @@ def pipeline_spec(
     activations: str = "f16",
     activation_scales: tuple[str, ...] = (),
     weights_order: str = "auto",
+    fp8_linears: tuple[str, ...] = (),
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -60,6 +61,7 @@ def pipeline_spec(
     - activations "fp8": `nn-split-k{fp8_kblock=true}` and `nn-quantize-activations`: the FP8-weight K splits
       take FP8 activations and run on the FP8 AMP ("f16": f16 activations, the F16 AMP), each cast at
       `activation_scales`' scale for its linears ("NAME=S" entries, `nn-quantize-activations{scales}`) or 2^-4;
+      `fp8_linears` (parameter-name substrings) restricts both to those linears (the others keep f16 x);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
@@ -85,12 +87,18 @@ def pipeline_spec(
     if activations not in ACTIVATIONS:
         raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {activations!r}")
     fp8x = activations == "fp8"
+    only = ",".join(fp8_linears) if fp8x and fp8_linears else ""
     split_k = (
         f"nn-split-k{{tiles={target.num_tiles}{'' if split_rows else ' many_rows=false'}"
-        f"{' fp8_kblock=true' if fp8x else ''}}}{',nn-quantize-activations' if fp8x else ''}"
+        f"{' fp8_kblock=true' if fp8x else ''}{f' fp8_only={only}' if only else ''}}}"
     )
+    quantize_x = []
     if fp8x and activation_scales:
-        split_k += "{scales=" + ",".join(f'"{e}"' for e in activation_scales) + "}"
+        quantize_x.append("scales=" + ",".join(f'"{e}"' for e in activation_scales))
+    if only:
+        quantize_x.append(f"only={only}")
+    if fp8x:
+        split_k += ",nn-quantize-activations" + (f"{{{' '.join(quantize_x)}}}" if quantize_x else "")
     # tile-plan's storage order of GEMM weight panels (default "auto": `ampw` where it fits)
     if weights_order != "auto":
         xopts = f"{xopts[:-1]} weights_order={weights_order}}}"
@@ -133,6 +141,9 @@ class IpuCompilePipelinePass(ModulePass):
     activation_scales: tuple[str, ...] = ()
     """With activations `fp8`: per-cast FP8 scales, "NAME=S" (`nn-quantize-activations{scales}`; what
     `compile_model(calibration=...)` derives from a calibration input); none: the rule's 2^-4."""
+    fp8_linears: tuple[str, ...] = ()
+    """With activations `fp8`: only the linears whose weight parameter names contain one of these substrings take
+    FP8 activations (`nn-split-k{fp8_only}`, `nn-quantize-activations{only}`); none: every FP8-weight K split."""
     weights_order: str = "auto"
     """GEMM weight storage (tile-plan's `weights_order`): "auto" keeps the weights of FP8-activation K splits in
     the AMP panel order their GEMM reads in place (`ampw`, permuted by the host at upload; `tile_plan.ampw_fits`),
@@ -197,6 +208,7 @@ class IpuCompilePipelinePass(ModulePass):
             activations=self.activations,
             activation_scales=tuple(self.activation_scales),
             weights_order=self.weights_order,
+            fp8_linears=tuple(x for x in self.fp8_linears if x != "none"),
         )
 
     def passes(self) -> tuple[ModulePass, ...]:

@@ -37,7 +37,9 @@ Options:
   tiles (default 1472): the tiles the plan may use;
   max_rows (default 8): linears with more rows are split only with many_rows (default true);
   fp8_kblock (default false): many-row linears with FP8 weights split in chunks of whole 32-deep FP8 AMP K blocks,
-      so that `nn-quantize-activations` can give them FP8 activations (the FP8 AMP).
+      so that `nn-quantize-activations` can give them FP8 activations (the FP8 AMP);
+  fp8_only (default none): with fp8_kblock, only the linears whose weight parameter names contain one of these
+      substrings (the same `only` as nn-quantize-activations': the others are costed and cut for f16 x).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
+from ipu.passes.nn_utils import param_names
 
 # One exchange round of the reduction's gather: the round table walk, the sends' setup and the 150-cycle internal
 # sync (docs/lowering.md, "exchange rounds"), for a piece of a few dozen bytes.
@@ -401,6 +404,8 @@ class NNSplitKPass(ModulePass):
     with the bias)."""
     fp8_kblock: bool = False
     """Many-row splits of FP8-weight linears in chunks of whole 32-deep FP8 AMP blocks (`nn-quantize-activations`)."""
+    fp8_only: tuple[str, ...] = ()
+    """With fp8_kblock: only linears whose weight parameter names contain one of these ("none" or empty: all)."""
 
     def __post_init__(self) -> None:
         if self.tiles < 2:
@@ -436,12 +441,18 @@ class NNSplitKPass(ModulePass):
             elif source := x_source(lin, self.tiles):
                 args = (xs[0], xs[1], ws[0], wbytes, wdt, self.tiles, rows_panels(lin), *source)
                 kc = None
-                if self.fp8_kblock and wbytes == 1:  # FP8 blocks (the FP8 AMP) if they split; else 16-blocks
+                if self.fp8_kblock and wbytes == 1 and self._fp8_x(lin):  # FP8 blocks (the FP8 AMP); else 16
                     kc = choose_rows_chunk(*args, kblock=32)
                 if kc is None:
                     kc = choose_rows_chunk(*args)
                 if kc is not None:
                     self.split(lin, kc, many_rows=True)
+
+    def _fp8_x(self, lin: nn.LinearOp) -> bool:
+        """With fp8_kblock: whether `lin` is among the linears to take FP8 activations (`fp8_only`)."""
+        only = tuple(s for s in self.fp8_only if s != "none")
+        names = param_names(lin.weight, through_casts=True) if only else ()
+        return not only or any(s in n for n in names for s in only)
 
     def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
         """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the

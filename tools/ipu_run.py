@@ -380,6 +380,7 @@ def compile_and_run(args) -> int:
             activations=args.activations or "f16",
             calibration=None if args.calibrate is None else {"pixel_values": _calibration_input(args, cfg)},
             weights_order=args.weights_order or "auto",
+            fp8_linears=tuple(n.strip() for n in (args.fp8_linears or "").split(",") if n.strip()),
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -420,6 +421,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--precision", args.precision),
                 ("--activations", args.activations),
                 ("--calibrate", args.calibrate),
+                ("--fp8-linears", args.fp8_linears),
                 ("--weights-order", args.weights_order),
             )
             if value is not None
@@ -464,6 +466,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
                 ("--precision", args.precision is not None),
                 ("--activations", args.activations is not None),
                 ("--calibrate", args.calibrate is not None),
+                ("--fp8-linears", args.fp8_linears is not None),
                 ("--weights-order", args.weights_order is not None),
             )
         )
@@ -494,6 +497,10 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         )
     if args.calibrate is not None and args.activations != "fp8":
         p.error("--calibrate sets the FP8 activations' scales: it needs --activations fp8")
+    if args.fp8_linears is not None and args.activations != "fp8":
+        p.error("--fp8-linears chooses the linears with FP8 activations: it needs --activations fp8")
+    if args.fp8_linears is not None and not [n for n in args.fp8_linears.split(",") if n.strip()]:
+        p.error("--fp8-linears needs at least one parameter-name substring (for every linear: leave it out)")
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
         p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")
 
@@ -607,6 +614,12 @@ def _main(argv: Sequence[str] | None) -> int:
         choices=("f16", "fp8"),
         help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP, default) or fp8 "
         "(cast to FP8 with a power-of-two scale, the FP8 AMP: nn-quantize-activations)",
+    )
+    p.add_argument(
+        "--fp8-linears",
+        metavar="NAMES",
+        help="--model with --activations fp8: only the linears whose weight parameter names contain one of these "
+        "comma-separated substrings take FP8 activations (e.g. mlp_fc2: the GELU output), the others keep f16",
     )
     p.add_argument(
         "--weights-order",

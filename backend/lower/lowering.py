@@ -1739,6 +1739,7 @@ def compile_model(
     activations: str = "f16",
     calibration: Mapping[str, np.ndarray] | None = None,
     weights_order: str = "auto",
+    fp8_linears: tuple[str, ...] = (),
 ) -> Package:
     """nn-level module, a SiglipVisionConfig or a preset name -> a runnable Package for `target` (default: the
     full IPU21). A module that already has a memory plan is lowered as it is. `weights` (name -> array), when
@@ -1750,7 +1751,8 @@ def compile_model(
     pass of the pipeline and the lowering, and once at the end with done == total (`ipu.progress`). `keep_f16`:
     the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
     place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so. `activations`:
-    "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`).
+    "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`),
+    only those whose weight names contain one of `fp8_linears` if given.
     `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
     cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
     without it the casts take the rule's 2^-4. `weights_order`: tile-plan's GEMM weight storage
@@ -1785,6 +1787,7 @@ def compile_model(
             keep_f16=keep,
             activations=activations,
             weights_order=weights_order,
+            fp8_linears=tuple(fp8_linears),
         )
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))

@@ -201,3 +201,38 @@ def test_calibration_needs_the_weights():
     with pytest.raises(ValueError, match="calibration .* needs the weights"):
         compile_model(small_siglip(), Target.small(tiles=64, sram_kib=624), activations="fp8",
                       calibration={"pixel_values": np.zeros((1, 3, 128, 128), np.float32)})  # fmt: skip
+
+
+def test_fp8_linears_restricts_the_fp8_activations():
+    """compile_model(activations="fp8", fp8_linears=("fc2",)): only fc2 (the GELU output's linear) takes FP8 x on
+    the FP8 AMP; v, out_proj and fc1 keep f16 x and 16-multiple chunks (nn-split-k{fp8_only}); the run lies
+    between the all-f16 and all-FP8 ones in cycles and within the accuracy bound."""
+    from ipu.backend.lower import compile_model
+    from ipu.backend.lower.lowering import pipeline_spec
+    from ipu.backend.target import Target
+    from ipu.frontend.siglip import build_vision_model
+    from ipu.frontend.weights import random_weights
+
+    cfg, target = small_siglip(), Target.small(tiles=64, sram_kib=624)
+    spec = pipeline_spec(target, False, activations="fp8", fp8_linears=("fc2",))
+    assert "fp8_kblock=true fp8_only=fc2}" in spec and "nn-quantize-activations{only=fc2}" in spec
+    assert "fp8_only" not in pipeline_spec(target, False, activations="f16", fp8_linears=("fc2",))
+    w = random_weights(cfg, seed=8)
+    x = np.random.default_rng(9).uniform(-1, 1, (1, 3, 128, 128)).astype(np.float32)
+    fp32 = evaluate(
+        build_vision_model(cfg), {"pixel_values": x}, {k: np.asarray(w[k]) for k in w.keys()}
+    ).outputs
+    cycles = {}
+    for name, act, only in (("f16", "f16", ()), ("fc2", "fp8", ("fc2",)), ("fp8", "fp8", ())):
+        pkg = compile_model(cfg, target, repeat=False, activations=act, fp8_linears=only)
+        fp8_sites = [s["what"] for s in pkg.metadata["profile_sites"] if s["what"].endswith("FP8 GEMM")]
+        assert len(fp8_sites) == {"f16": 0, "fc2": 1, "fp8": 4}[name], fp8_sites
+        session = Session(pkg)
+        session.upload_parameters(w)
+        run = session.run({"pixel_values": x})
+        cycles[name] = run.cycles
+        if name == "fc2":
+            out = run.outputs
+            assert cosines(out["last_hidden_state"], fp32["last_hidden_state"]).min() >= 0.99
+            assert cosines(out["pooler_output"], fp32["pooler_output"]).min() >= 0.995
+    assert cycles["fp8"] < cycles["fc2"] < cycles["f16"], cycles

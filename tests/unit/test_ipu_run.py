@@ -54,6 +54,12 @@ def test_errors_are_one_line(tmp_path, capsys):
     assert (
         "--calibrate sets the FP8 activations' scales: it needs --activations fp8" in capsys.readouterr().err
     )
+    with pytest.raises(SystemExit):  # the FP8-activation linears are a subset of --activations fp8's
+        main(["--model", "siglip-tiny", "--fp8-linears", "fc2"])
+    assert "--fp8-linears chooses the linears with FP8 activations" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--model", "siglip-tiny", "--activations", "fp8", "--fp8-linears", " , "])
+    assert "--fp8-linears needs at least one parameter-name substring" in capsys.readouterr().err
 
 
 def test_metrics():
