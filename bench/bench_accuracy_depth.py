@@ -185,11 +185,18 @@ def main() -> None:
         help="with --activations fp8: only the linears whose weight name contains this (repeatable; "
         "nn-quantize-activations' `only`)",
     )
+    p.add_argument(
+        "--x-scale",
+        type=int,
+        help="with --activations fp8: the casts' power-of-two scale (nn-quantize-activations' `scale`; default -4)",
+    )
     args = p.parse_args()
     passes = DEVICE_PASSES if args.activations == "f16" else DEVICE_PASSES.replace(*FP8_ACTIVATIONS)
-    if args.fp8_only:
+    quantize_x = [f"only={','.join(args.fp8_only)}"] if args.fp8_only else []
+    quantize_x += [f"scale={args.x_scale}"] if args.x_scale is not None else []
+    if quantize_x:
         passes = passes.replace(
-            "nn-quantize-activations", f"nn-quantize-activations{{{{only={','.join(args.fp8_only)}}}}}"
+            "nn-quantize-activations", f"nn-quantize-activations{{{{{' '.join(quantize_x)}}}}}"
         )
     cfg = PRESETS["so400m-patch14-384"].with_layers(args.layers)
     rows = bisect_rows() if args.rows == "bisect" else policy_rows(args.policy, args.kernels)

@@ -377,7 +377,7 @@ def compile_and_run(args) -> int:
             split_rows=args.split_rows,
             progress=progress,
             keep_f16=None if args.precision is None else tuple(args.precision.split(",")),
-            activations=args.activations or "f16",
+            activations=args.activations,
             calibration=None if args.calibrate is None else {"pixel_values": _calibration_input(args, cfg)},
             weights_order=args.weights_order or "auto",
             fp8_linears=tuple(n.strip() for n in (args.fp8_linears or "").split(",") if n.strip()),
@@ -612,8 +612,9 @@ def _main(argv: Sequence[str] | None) -> int:
     p.add_argument(
         "--activations",
         choices=("f16", "fp8"),
-        help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP, default) or fp8 "
-        "(cast to FP8 with a power-of-two scale, the FP8 AMP: nn-quantize-activations)",
+        help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP) or fp8 (cast to FP8 "
+        "with a power-of-two scale, the FP8 AMP: nn-quantize-activations); default f16, and with the compact "
+        "policy's fallback FP8 into fc2 at scale 2^0",
     )
     p.add_argument(
         "--fp8-linears",

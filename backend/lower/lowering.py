@@ -1736,7 +1736,7 @@ def compile_model(
     split_rows: bool = True,
     progress: Callable[[str, int, int], None] | None = None,
     keep_f16: tuple[str, ...] | None = None,
-    activations: str = "f16",
+    activations: str | None = None,
     calibration: Mapping[str, np.ndarray] | None = None,
     weights_order: str = "auto",
     fp8_linears: tuple[str, ...] = (),
@@ -1752,7 +1752,9 @@ def compile_model(
     the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
     place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so. `activations`:
     "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`),
-    only those whose weight names contain one of `fp8_linears` if given.
+    only those whose weight names contain one of `fp8_linears` if given; "f16": none; None (default): "f16",
+    and with the compact fallback FP8 activations into fc2 at scale 2^0 (`COMPACT_FP8_LINEARS`,
+    `COMPACT_FP8_SCALE`; the note says so).
     `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
     cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
     without it the casts take the rule's 2^-4. `weights_order`: tile-plan's GEMM weight storage
@@ -1775,9 +1777,13 @@ def compile_model(
     else:
         module = module_or_config
     f = _single_func(module)
-    from ipu.passes.nn_quantize import KEEP_F16_COMPACT
+    from ipu.passes.nn_quantize import COMPACT_FP8_LINEARS, COMPACT_FP8_SCALE, KEEP_F16_COMPACT
+
+    compact_x = activations is None  # the compact fallback also takes FP8 x into fc2 (activations not chosen)
+    activations = activations or "f16"
 
     def pipeline(keep: tuple[str, ...]) -> IpuCompilePipelinePass:
+        fp8_x = keep == ("compact",) and compact_x
         return IpuCompilePipelinePass(  # the named pass `ipu-opt` runs (ipu.passes.compile_pipeline)
             tiles=target.num_tiles,
             sram_kib=target.sram_bytes // 1024,
@@ -1785,9 +1791,10 @@ def compile_model(
             split_rows=split_rows,
             scratch=not debug_values,
             keep_f16=keep,
-            activations=activations,
+            activations="fp8" if fp8_x else activations,
+            activation_scales=tuple(f"{n}={COMPACT_FP8_SCALE}" for n in COMPACT_FP8_LINEARS) if fp8_x else (),
             weights_order=weights_order,
-            fp8_linears=tuple(fp8_linears),
+            fp8_linears=COMPACT_FP8_LINEARS if fp8_x else tuple(fp8_linears),
         )
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))
@@ -1845,13 +1852,13 @@ def compile_model(
             ):
                 raise
             # The default policy does not fit: the compact one (q/k FP8 too) frees ~15 % of the resident weights.
-            policy_notes.append(
-                f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8): the default "
-                f"policy does not fit the memory plan ({str(err)[:300]} ...)"
-            )
             module, compile_pass = fallback, pipeline(("compact",))
             f = _single_func(module)
             compile_pass = run_pipeline(compile_pass)
+            policy_notes.append(
+                f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8){{fc2_x}}: the "
+                f"default policy does not fit the memory plan ({str(err)[:300]} ...)"
+            )
     total = len(compile_pass.passes()) + 1
     if progress is not None:
         progress("asm lowering", total - 1, total)
@@ -1862,6 +1869,18 @@ def compile_model(
         pkg = lower_to_package(module, target, debug_values)
     else:
         pkg = lower_fitting(module, target, plan_pass)
+    fc2_x = ""
+    if (
+        policy_notes and compact_x
+    ):  # the fallback's FP8 x: the FP8 GEMMs it gave (a linear not K-split keeps f16)
+        names = ",".join(COMPACT_FP8_LINEARS)
+        fp8_gemms = sum(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", []))
+        fc2_x = (
+            f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM calls)"
+            if fp8_gemms
+            else f"; {names} not K-split here: f16 activations"
+        )
+    policy_notes = [n.replace("{fc2_x}", fc2_x) for n in policy_notes]
     pkg.metadata.setdefault("notes", []).extend(policy_notes + calibration_notes)
     if nn_head is not None:  # the nn passes the debug positions refer to (`debug.nn_module`)
         pkg.metadata["nn_passes"] = nn_head

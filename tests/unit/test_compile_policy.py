@@ -1,6 +1,6 @@
 """compile_model's precision-policy fallback: the default policy (q/k projections in F16) when it fits, the compact
-one (q/k in FP8 too, `KEEP_F16_COMPACT`) when memory-plan cannot place the default, with a package note; an
-explicit policy is never changed."""
+one (q/k in FP8 too, `KEEP_F16_COMPACT`, and FP8 activations into fc2 unless the activations are chosen) when
+memory-plan cannot place the default, with a package note; an explicit policy is never changed."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ CFG = dataclasses.replace(
 TARGET = target_for(32, 624)
 
 
+def _fp8_gemms(pkg) -> list[str]:
+    return [s["what"] for s in pkg.metadata["profile_sites"] if s["what"].endswith("FP8 GEMM")]
+
+
 def _precision_notes(pkg) -> list[str]:
     return [n for n in pkg.metadata.get("notes", []) if n.startswith("precision policy")]
 
@@ -36,6 +40,9 @@ def test_default_policy_that_does_not_fit_falls_back_to_the_compact_one():
     pkg = compile_model(CFG, TARGET, weights=w)
     notes = _precision_notes(pkg)
     assert len(notes) == 1 and "keep_f16=patch_embedding,head" in notes[0] and "memory-plan" in notes[0]
+    # fc2 is not K-split at 16 tokens: the note says its activations stay f16 (no FP8 GEMM)
+    assert "fc2 not K-split here: f16 activations" in notes[0]
+    assert not _fp8_gemms(pkg)
     s = Session(pkg)
     s.upload_parameters(w)
     x = np.random.default_rng(2).uniform(-1, 1, (1, 3, CFG.image_size, CFG.image_size)).astype(np.float32)
@@ -50,3 +57,26 @@ def test_default_policy_that_does_not_fit_falls_back_to_the_compact_one():
 def test_a_policy_that_fits_is_kept():
     pkg = compile_model(PRESETS["tiny"], target_for(16, 624))
     assert _precision_notes(pkg) == []
+
+
+def test_the_compact_fallback_gives_fc2_fp8_activations():
+    """Where the compact fallback applies and fc2 is K-split (width 256, 64 tokens, 40 layers on 64 tiles: the
+    default policy does not fit), fc2's x is cast to FP8 (`COMPACT_FP8_LINEARS`, scale 2^`COMPACT_FP8_SCALE`) and
+    its K split runs on the FP8 AMP; chosen activations are kept as they are."""
+    from ipu.frontend.siglip import SiglipVisionConfig
+    from ipu.passes.nn_quantize import COMPACT_FP8_SCALE
+
+    base = PRESETS["siglip-tiny"].to_dict()
+    cfg = SiglipVisionConfig(
+        **{**base, "image_size": 128, "num_hidden_layers": 40, "hidden_size": 256, "intermediate_size": 512,
+           "num_attention_heads": 4}
+    )  # fmt: skip
+    target = target_for(64, 624)
+    pkg = compile_model(cfg, target)
+    notes = _precision_notes(pkg)
+    assert len(notes) == 1 and f"FP8 activations into fc2 at scale 2^{COMPACT_FP8_SCALE}" in notes[0], notes
+    # fc2 only: every FP8-weight K split takes FP8 x when the activations are chosen "fp8"
+    assert 1 <= len(_fp8_gemms(pkg)) < len(_fp8_gemms(compile_model(cfg, target, activations="fp8")))
+    chosen = compile_model(cfg, target, activations="f16")
+    assert "FP8" not in _precision_notes(chosen)[0].split("(q/k projections in FP8)")[1]
+    assert not _fp8_gemms(chosen)
