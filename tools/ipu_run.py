@@ -158,8 +158,13 @@ def load_input(path: str, cfg, allow_nonfinite: bool = False) -> np.ndarray:
         )
     want = (1, cfg.num_channels, cfg.image_size, cfg.image_size)
     if x.shape != want:
+        batch = (
+            "; the package is compiled for batch 1 (one image per inference: give the images one at a time)"
+            if x.ndim == 4 and x.shape[1:] == want[1:]
+            else ""
+        )
         raise ValueError(
-            f"--input {path}: shape {list(x.shape)}, the model expects {list(want)} [1, C, H, W]"
+            f"--input {path}: shape {list(x.shape)}, the model expects {list(want)} [1, C, H, W]{batch}"
         )
     x = x.astype(np.float32)
     if not allow_nonfinite:

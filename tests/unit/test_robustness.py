@@ -451,6 +451,10 @@ def test_checkpoint_config_must_agree_with_model(ckpt, capsys):
             lambda p: np.save(p, np.zeros((1, 3, 16, 64), np.float32)),
             "shape [1, 3, 16, 64], the model expects [1, 3, 32, 32]",
         ),
+        (
+            lambda p: np.save(p, np.zeros((2, 3, 32, 32), np.float32)),
+            "shape [2, 3, 32, 32], the model expects [1, 3, 32, 32] [1, C, H, W]; the package is compiled for batch 1",
+        ),
         (lambda p: np.save(p, np.full((1, 3, 32, 32), np.nan, np.float32)), "non-finite pixel values"),
         (lambda p: np.save(p, np.zeros((1, 3, 32, 32), np.complex64)), "must be real numbers"),
         (lambda p: np.save(p, np.array([{"a": 1}]), allow_pickle=True), "not a readable .npy array"),
