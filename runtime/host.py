@@ -83,12 +83,9 @@ class Session:
             values = to_device(values, binding.dtype, binding.scale)
         except PackageError as e:
             raise PackageError(f"{binding.name!r}: {e}") from None
-        raw = values.view(np.uint8)
-        nbytes = binding.chunks[:, 3] * binding.itemsize
-        starts = np.concatenate([[0], np.cumsum(nbytes)])
-        # One device write per chunk; chunks of one tile are usually few and large.
-        for (tile, address), lo, hi in zip(binding.chunks[:, :2].tolist(), starts[:-1], starts[1:]):
-            self.device.write(int(address), raw[lo:hi], tiles=[int(tile)])
+        # every chunk's bytes in one batched write (chunk after chunk, as element_index orders the values)
+        self.device.write_runs(binding.chunks[:, 0], binding.chunks[:, 1], binding.chunks[:, 3] * binding.itemsize,
+                               values.view(np.uint8))  # fmt: skip
 
     def _gather(self, binding: Binding) -> np.ndarray:
         out = np.zeros(int(np.prod(binding.shape)), dtype=np.float32)

@@ -349,6 +349,45 @@ class Simulator:
         # Whole words written; partial words at the edges count as written (host writes are byte-exact).
         self.wstate[np.ix_(np.arange(w0, w1), tiles_idx)] |= WRITTEN
 
+    # Bytes per numpy batch of `write_runs` (its index arrays are 8 bytes per byte written).
+    WRITE_BATCH_BYTES = 1 << 22
+
+    def write_runs(self, tiles, addrs, counts, raw) -> None:
+        """Host write of many byte runs at once: run i, raw[sum(counts[:i]) : sum(counts[:i + 1])], to addrs[i]
+        of tile tiles[i]; the bytes and the written words are what `write` gives run by run (a parameter
+        upload: thousands of runs, one numpy scatter per batch instead of a Python call each)."""
+        tiles, addrs, counts = (np.asarray(v, dtype=np.int64).reshape(-1) for v in (tiles, addrs, counts))
+        raw = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+        if len(counts) == 0:
+            return
+        if int(counts.sum()) != raw.size:
+            raise SimError("host", f"write of {raw.size} bytes given as runs of {int(counts.sum())} bytes")
+        outside = (addrs < self.target.sram_base) | (addrs + counts > self.target.sram_end) | (counts < 0)
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise SimError(
+                "host",
+                f"write of {int(counts[i])} bytes at {int(addrs[i]):#x} is outside SRAM",
+                address=int(addrs[i]),
+            )
+        if ((tiles < 0) | (tiles >= self.T)).any():
+            t = int(tiles[(tiles < 0) | (tiles >= self.T)][0])
+            raise SimError("host", f"write to tile {t}: the device has tiles 0..{self.T - 1}", tile=t)
+        flat_bytes = self.mem64.view(np.uint8).reshape(-1)
+        ends = np.cumsum(counts)
+        lo = 0
+        while lo < len(counts):  # batches of whole runs, about WRITE_BATCH_BYTES each
+            first = int(ends[lo] - counts[lo])
+            hi = max(lo + 1, int(np.searchsorted(ends, first + self.WRITE_BATCH_BYTES, side="right")))
+            c = counts[lo:hi]
+            n = int(c.sum())
+            # byte offset in its tile, per byte: the run's start plus the byte's place in the run
+            off = np.repeat(addrs[lo:hi] - self.base - (ends[lo:hi] - c - first), c) + np.arange(n)
+            word = (off >> 3) * self.T + np.repeat(tiles[lo:hi], c)  # flat word index (word-major SRAM)
+            flat_bytes[word * 8 + (off & 7)] = raw[first : first + n]
+            self.flat_state[word] |= WRITTEN
+            lo = hi
+
     def read(self, addr: int, nbytes: int, dtype=np.uint8, tiles=None) -> np.ndarray:
         """Host read: [n_tiles, nbytes / itemsize] of `dtype` (no poison check)."""
         off = addr - self.base

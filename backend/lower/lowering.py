@@ -1876,7 +1876,7 @@ def compile_model(
         names = ",".join(COMPACT_FP8_LINEARS)
         fp8_gemms = sum(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", []))
         fc2_x = (
-            f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM calls)"
+            f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM sites)"
             if fp8_gemms
             else f"; {names} not K-split here: f16 activations"
         )

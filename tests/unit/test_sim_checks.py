@@ -210,3 +210,37 @@ def test_rpt_body_check_is_redone_for_a_new_program():
     sim = run_worker_snippet(T, "rpt 2, 0\n{ nop ; fnop }")
     with pytest.raises(SimError, match="inside an rpt body"):
         run_worker_snippet(sim, "rpt 2, 0\nbri .Lx\n.Lx:")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_write_runs_is_write_run_by_run(seed, monkeypatch):
+    """`write_runs` (a parameter upload's batched write) leaves the bytes and the written-word state that one
+    `write` per run leaves, across batch boundaries (a small WRITE_BATCH_BYTES) and unaligned runs."""
+    rng = np.random.default_rng(seed)
+    target = Target.small(tiles=5, sram_kib=64)
+    counts = rng.integers(1, 40, 60)
+    tiles = rng.integers(0, 5, 60)
+    # non-overlapping runs per tile: each run after the previous one of its tile, with random gaps
+    addrs = np.zeros(60, np.int64)
+    nxt = np.full(5, target.sram_base + 8 * int(rng.integers(0, 100)))
+    for i, (t, c) in enumerate(zip(tiles, counts)):
+        addrs[i] = nxt[t] + int(rng.integers(0, 20))
+        nxt[t] = addrs[i] + c
+    raw = rng.integers(0, 256, int(counts.sum()), dtype=np.uint8)
+    one, batched = Simulator(target), Simulator(target)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    for t, a, lo, hi in zip(tiles, addrs, starts[:-1], starts[1:]):
+        one.write(int(a), raw[lo:hi], tiles=[int(t)])
+    monkeypatch.setattr(Simulator, "WRITE_BATCH_BYTES", 97)
+    batched.write_runs(tiles, addrs, counts, raw)
+    assert np.array_equal(one.mem64, batched.mem64)
+    assert np.array_equal(one.wstate, batched.wstate)
+    assert batched.wstate.any()
+
+
+def test_write_runs_outside_sram_is_named():
+    sim = Simulator(T)
+    with pytest.raises(SimError, match=r"write of 16 bytes at 0x[0-9a-f]+ is outside SRAM"):
+        sim.write_runs([0, 1], [T.sram_base, T.sram_end - 8], [8, 16], np.zeros(24, np.uint8))
+    with pytest.raises(SimError, match="tile 7"):
+        sim.write_runs([7], [T.sram_base], [8], np.zeros(8, np.uint8))
