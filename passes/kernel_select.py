@@ -355,3 +355,11 @@ class KernelSelectPass(ModulePass):
                 check(o, choices(o))
             except KernelChoiceError as e:
                 raise PassFailedException(f"kernel-select: {e}") from None
+            except ValueError as e:  # a shape no kernel takes (the kernel's own check), named with its op
+                shapes = ", ".join(
+                    str(list(v.type.get_shape())) for v in o.operands if hasattr(v.type, "get_shape")
+                )
+                hint = f" %{o.results[0].name_hint}" if o.results and o.results[0].name_hint else ""
+                raise PassFailedException(
+                    f"kernel-select: {o.name}{hint} (operands {shapes}): no kernel takes this shape: {e}"
+                ) from None
