@@ -1113,6 +1113,23 @@ def ampw_x_fits(k: int, kc: int, a_cols: int | None, kb: int) -> bool:
     return True
 
 
+def few_rows_panel(n: int, groups: int, chunks: int, tiles: int) -> int:
+    """Column panel width of a few-row K split of n output columns in `chunks` K chunks: 16 (a grouped linear's:
+    `group_panel` of its groups), widened when its chunks x panels cells would not fit the tiles (a small target):
+    to the narrowest width that fits, a divisor of the group in whole 4-column groups (a panel stays in one group:
+    its x row) or a multiple of 16. The narrowest otherwise (the caller reports the cells it needs)."""
+    base = group_panel(n // groups) if groups else 16
+    if chunks * -(-n // base) <= tiles:
+        return base
+    size = n // groups if groups else n
+    wider = (
+        [p for p in range(base + 4, size + 1, 4) if size % p == 0]
+        if groups
+        else list(range(32, -(-n // 16) * 16 + 1, 16))
+    )
+    return next((p for p in wider if chunks * -(-n // p) <= tiles), base)
+
+
 def head_divisors(d: int) -> list[int]:
     """Column panel widths that divide a head of d columns and that the attention gathers in column panels:
     proper divisors that are multiples of 4 (its row kernels read 4-element atoms) and at least 16 (the GEMM pads
@@ -1465,9 +1482,10 @@ class _Planner:
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):
             (m, k), n = op.input.type.get_shape(), op.weight.type.get_shape()[0]
-            pn = group_panel(n // op.groups) if op.groups else 16
+            g, kc = op.result.type.get_shape()[0], op.chunk
+            pn = few_rows_panel(n, op.groups, g, t.num_tiles)
             m = 1 if op.groups else m
-            g, gn, kc = op.result.type.get_shape()[0], -(-n // pn), op.chunk
+            gn = -(-n // pn)
             used = g * gn
             if used > t.num_tiles:
                 raise PassFailedException(
