@@ -173,6 +173,11 @@ class IpuCompilePipelinePass(ModulePass):
             raise ValueError(
                 f"{self.name}: option 'activations' must be one of {', '.join(ACTIVATIONS)}, got {self.activations!r}"
             )
+        if [x for x in self.fp8_linears if x != "none"] and self.activations != "fp8":
+            raise ValueError(
+                f"{self.name}: option 'fp8_linears' chooses the linears with FP8 activations: it needs "
+                f"activations=fp8, got activations={self.activations}"
+            )
         from ipu.passes.tile_plan import WEIGHTS_ORDERS
 
         if self.weights_order not in WEIGHTS_ORDERS:

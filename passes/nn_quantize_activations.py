@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float16Type, IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 from ipu.passes.nn_quantize import FP8_FORMATS, SCALE_RANGE
@@ -113,6 +114,20 @@ class NNQuantizeActivationsPass(ModulePass):
         casts: dict = {}  # x -> its FP8 cast (shared by the linears reading it)
         readers: dict = {}  # cast -> the linears reading it
         only = tuple(s for s in self.only if s != "none")
+        if (
+            only
+        ):  # a substring of no linear's weight name is a typo, not a choice (a linear not split is fine)
+            names = [
+                n
+                for o in op.walk()
+                if isinstance(o, nn.LinearOp | nn.LinearPartialsOp)
+                for n in param_names(o.weight, through_casts=True)
+            ]
+            for s in only:
+                if not any(s in n for n in names):
+                    raise PassFailedException(
+                        f"{self.name}: option 'only': {s!r} is part of no linear's weight parameter name"
+                    )
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearPartialsOp)]:
             if not fp8_x_eligible(lin):
                 continue

@@ -29,7 +29,7 @@
 // INT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' = 'sixteen' has the wrong type (given ('sixteen',), expected <class 'int'>)
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
-// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "activation_scales", "weights_order", "stop_after"]
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "activation_scales", "fp8_linears", "weights_order", "stop_after"]
 
 func.func @f() {
   %x = nn.input "x" : tensor<4x8xf32>
@@ -44,6 +44,9 @@ func.func @f() {
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 activations=bf16}' 2>&1 | filecheck %s --check-prefix=ACT
 // ACT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'activations' must be one of f16, fp8, got 'bf16'
 // ACT-NOT: Traceback
+
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 fp8_linears=fc2}' 2>&1 | filecheck %s --check-prefix=FP8ONLY
+// FP8ONLY: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'fp8_linears' chooses the linears with FP8 activations: it needs activations=fp8, got activations=f16
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 weights_order=panels}' 2>&1 | filecheck %s --check-prefix=WORDER
 // WORDER: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'panels'

@@ -14,6 +14,10 @@
 // ENTRY: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scales': entries are "NAME=S" (a parameter-name substring, an integer scale in [-32, 31]), got 'fc1'
 // RANGE: ipu-opt: error: bad pass pipeline: nn-quantize-activations: option 'scales': {{.*}} got 'fc1=40'
 
+// A substring of `only` that is part of no linear's weight name (a typo) is named, not ignored:
+// RUN: not ipu-opt %s -p 'nn-quantize-activations{only=fc9}' 2>&1 | filecheck %s --check-prefix=ONLY
+// ONLY: ipu-opt: error: nn-quantize-activations: option 'only': 'fc9' is part of no linear's weight parameter name
+
 func.func @linear() {
   %x = nn.input "x" : tensor<64x256xf16>
   nn.output "x" %x : tensor<64x256xf16>

@@ -35,13 +35,14 @@ func.func @foreign_op() {
 
 // -----
 
+// More K chunks than tiles: no panel width helps (4 chunks on 4 tiles plan: one 32-column panel, few_rows_panel).
 func.func @partials_need_more_tiles() {
-  %x = nn.input "x" : tensor<1x64xf16>
-  %w = nn.param "w" : tensor<32x64xf16>
-  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<1x64xf16>, tensor<32x64xf16> -> tensor<4x1x32xf32>
+  %x = nn.input "x" : tensor<1x128xf16>
+  %w = nn.param "w" : tensor<32x128xf16>
+  %p = nn.linear_partials %x, %w k_chunk=16 : tensor<1x128xf16>, tensor<32x128xf16> -> tensor<8x1x32xf32>
   func.return
 }
-// CHECK: tile-plan: nn.linear_partials (%p): 4 K chunks x 2 column panels need 8 tiles, the target has 4
+// CHECK: tile-plan: nn.linear_partials (%p): 8 K chunks x 2 column panels need 16 tiles, the target has 4
 
 // -----
 
