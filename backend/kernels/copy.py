@@ -352,9 +352,11 @@ def library_asm(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def check_copies(tile, src, dst, nbytes) -> None:
+def check_copies(tile, src, dst, nbytes, sources: bool = True) -> None:
     """ValueError unless every copy is whole aligned words and no destination overlaps another copy's source or
-    destination or its own source (same tile; a copy onto itself is allowed). Arrays of equal length."""
+    destination or its own source (same tile; a copy onto itself is allowed). Arrays of equal length.
+    sources=False leaves out the destinations-against-sources check (a measuring lowering's provisional plan may
+    place a buffer where the final plan reserves the kernel scratch)."""
     tile, src, dst, nbytes = (np.asarray(a, np.int64) for a in (tile, src, dst, nbytes))
     bad = (src % 4 != 0) | (dst % 4 != 0) | (nbytes % 4 != 0) | (nbytes < 0)
     if bad.any():
@@ -375,6 +377,8 @@ def check_copies(tile, src, dst, nbytes) -> None:
         raise ValueError(f"tile {tile[o][j]}: copy destinations overlap at {dst[o][j]:#x}")
     # destinations against the sources (but a copy onto itself: its pieces copy disjoint words, each in order):
     # any source starting before a destination's end and ending after its start
+    if not sources:
+        return
     moved = src != dst
     o = np.lexsort((src[moved], tile[moved]))
     o = np.nonzero(moved)[0][o]
@@ -422,18 +426,20 @@ def shift_rows(tile, src, dst, nbytes):
     return t, np.where(rest, s + 2, s), np.where(rest, d + 2, d), np.where(rest, m - 2, np.where(first, 2, m))
 
 
-def tables(tile, src, dst, nbytes, num_tiles: int, shift: bool = False) -> np.ndarray:
+def tables(
+    tile, src, dst, nbytes, num_tiles: int, shift: bool = False, check_sources: bool = True
+) -> np.ndarray:
     """uint32 [num_tiles, HEADER_WORDS + 3 * most rows]: the tables of one call from its copies (per copy: tile,
     source, destination, bytes; word-aligned, whole words; zero-byte copies are dropped), in the copies' order per
     tile. Vectorised over all tiles (the lowering's calls hold up to millions of copies at full size).
     shift: the copies are half-word shifted ones (`check_shifted`) for `copy_shift_sup`: never `SELF`, balanced
-    by their `copy_shift_rows` issues."""
+    by their `copy_shift_rows` issues. check_sources: `check_copies`' sources."""
     tile, src, dst, n = (np.asarray(a, np.int64).reshape(-1) for a in (tile, src, dst, nbytes))
     if shift:
         check_shifted(tile, src, dst, n)
         tile, src, dst, n = shift_rows(tile, src, dst, n)
     else:
-        check_copies(tile, src, dst, n)
+        check_copies(tile, src, dst, n, sources=check_sources)
     keep = n > 0
     o = np.argsort(tile[keep], kind="stable")
     t, s, d, n = (a[keep][o] for a in (tile, src, dst, n))

@@ -714,7 +714,10 @@ class Lowering(NnOps):
         c = np.array(list(chain.from_iterable(rows.values())), np.int64).reshape(-1, 3)
         nbytes = -(-c[:, 2] // 4) * 4 if whole_words else c[:, 2]
         try:  # the worker-parallel copy kernel (`ipu.backend.kernels.copy`)
-            tab = cp.tables(np.repeat(list(rows), counts), c[:, 0], c[:, 1], nbytes, self.n)
+            # measuring: the provisional plan reserves no kernel scratch, so a buffer may sit where a copy's
+            # scratch destination is (the final plan keeps them apart, and its lowering checks it)
+            tab = cp.tables(np.repeat(list(rows), counts), c[:, 0], c[:, 1], nbytes, self.n,
+                            check_sources=not self.measure)  # fmt: skip
         except ValueError as e:
             raise LoweringError(f"{name}: {e}") from None
         if tab[:, 0].any():

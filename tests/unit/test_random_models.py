@@ -46,3 +46,15 @@ def test_few_rows_panel():
     assert few_rows_panel(256, 4, 2, 8) == 64  # one panel per head
     assert few_rows_panel(256, 4, 4, 8) == 16  # nothing fits: the narrowest (tile-plan reports the cells)
     assert few_rows_panel(512, 0, 1, 8) == 64  # ungrouped: multiples of 16
+
+
+def test_measuring_lowering_ignores_scratch_overlapping_a_provisional_buffer():
+    """Width 168 (K % 16 != 0: weight rows re-strided into the aux scratch), 3 layers on 4 tiles: the measuring
+    lowering's provisional plan (no kernel scratch reserved) put a weight block where the re-strided rows go, and
+    lowering-storage failed with "a copy destination ... overlaps a copy source"; the final plan keeps them apart."""
+    cfg = SiglipVisionConfig(
+        hidden_size=168, intermediate_size=272, num_attention_heads=3, num_hidden_layers=3,
+        image_size=16, patch_size=4, vision_use_head=True,
+    )  # fmt: skip
+    outcome, detail = run_case(cfg, 4, 624, 2002)
+    assert outcome == "ok", detail
