@@ -172,6 +172,31 @@ def softmax_split_fits(n: int, most: int, element_bytes: int) -> bool:
     return n >= rw.SMS_MIN_VALID and rw.SMS_PART * most <= element_bytes
 
 
+def gathered_a_chunks(
+    chunks: list[int], k: int, a_cols: int, a: str, rows: int, element_bytes: int
+) -> list[int]:
+    """K chunk widths for a column-panel A: a chunk the GEMM cannot read in place has its `rows` gathered into the
+    A scratch (one region-1 element), so when the widest such chunk does not fit there, every chunk is cut to
+    whole 16-column blocks that do (nearly equal widths; more GEMM calls, the same sums). Otherwise `chunks`."""
+    starts = [sum(chunks[:i]) for i in range(len(chunks))]
+    in_place = {
+        k0
+        for k0, kw in zip(starts, chunks)
+        if a == "cols_in_place"
+        and k0 % 16 == 0
+        and kw % 16 == 0
+        and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
+    }
+    gathered = [kw for k0, kw in zip(starts, chunks) if k0 not in in_place]
+    if not gathered or rows * max(gathered) * 2 <= element_bytes:
+        return chunks
+    most = max(1, element_bytes // (2 * rows) // 16)  # 16-column blocks per chunk
+    blocks = sum(chunks) // 16
+    n = -(-blocks // most)
+    per = -(-blocks // n)
+    return [16 * min(per, blocks - b) for b in range(0, blocks, per)]
+
+
 def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, object]:
     from ipu.backend.lower.bindings import device_dtype
     from ipu.passes import cost_model as cm
@@ -190,6 +215,7 @@ def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, obj
     if a_cols is not None:
         whole = a_cols % 16 == 0 and 2 * a_cols <= cm.GEMM_MAX_A_ROW_BYTES and (mr >= gm.MIN_ROWS).all()
         a = "cols_in_place" if whole else "cols_gather"
+        chunks = gathered_a_chunks(chunks, k, a_cols, a, int(mr.max()), target.region1_element_bytes)
     elif isinstance(op, nn.MatmulOp) and device_dtype(xl.dtype) == "f32":
         a = "f32_rows"
     elif kpad * 2 > cm.GEMM_MAX_A_ROW_BYTES:

@@ -28,19 +28,19 @@ def draw(rng: np.random.Generator):
     """(config, tiles, sram_kib) of one case."""
     from ipu.frontend.siglip import SiglipVisionConfig
 
-    heads = int(rng.integers(1, 5))
+    heads = int(rng.integers(1, 7))
     head_dim = 4 * int(rng.integers(2, 17))  # 8 .. 64
     patch = int(rng.choice([4, 8, 14]))
     cfg = SiglipVisionConfig(
         hidden_size=heads * head_dim,
-        intermediate_size=4 * int(rng.integers(4, 80)),
+        intermediate_size=4 * int(rng.integers(4, 161)),  # 16 .. 640
         num_attention_heads=heads,
         num_hidden_layers=int(rng.integers(1, 4)),
         image_size=patch * int(rng.integers(2, 9)) + int(rng.choice([0, 0, 0, 1, patch - 1])),
         patch_size=patch,
         vision_use_head=bool(rng.integers(0, 4)),  # the MAP head in 3 cases of 4
     )
-    tiles = int(rng.choice([4, 8, 16, 32, 64, 128]))
+    tiles = int(rng.choice([4, 8, 16, 32, 64, 128, 256]))
     return cfg, tiles, 624
 
 

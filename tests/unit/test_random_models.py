@@ -58,3 +58,20 @@ def test_measuring_lowering_ignores_scratch_overlapping_a_provisional_buffer():
     )  # fmt: skip
     outcome, detail = run_case(cfg, 4, 624, 2002)
     assert outcome == "ok", detail
+
+
+def test_column_panel_a_chunks_fit_the_a_scratch():
+    """fc2 of width-352 x on 8 tiles (64 rows a tile, x from fc1's column panels): its K chunk of 352 gathered
+    into the A scratch needed 45 KB of a 32 KB element ("a 64-row K chunk of the column-panel A exceeds the
+    scratch element"); kernel-select now cuts such chunks to fit (`gathered_a_chunks`)."""
+    from ipu.passes.kernel_select import gathered_a_chunks
+
+    assert gathered_a_chunks([352], 352, 32, "cols_gather", 64, 32768) == [176, 176]
+    assert gathered_a_chunks([352], 352, 32, "cols_gather", 32, 32768) == [352]  # fits: unchanged
+    assert gathered_a_chunks([320], 320, 32, "cols_in_place", 64, 32768) == [320]  # read in place: unchanged
+    cfg = SiglipVisionConfig(
+        hidden_size=120, intermediate_size=352, num_attention_heads=5, num_hidden_layers=1,
+        image_size=65, patch_size=8, vision_use_head=True,
+    )  # fmt: skip
+    outcome, detail = run_case(cfg, 8, 624, 3020)
+    assert outcome == "ok", detail
