@@ -19,12 +19,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tiles", type=int, help="every case on this many tiles (default: drawn, 4 .. 256)")
     args = p.parse_args()
     print(f"{header()}; {args.cases} random models from seed {args.seed}")
     counts: dict[str, int] = {}
     for i in range(args.cases):
         rng = np.random.default_rng([args.seed, i])
         cfg, tiles, kib = draw(rng)
+        tiles = args.tiles or tiles
         t0 = time.perf_counter()
         outcome, detail = run_case(cfg, tiles, kib, args.seed * 1000 + i)
         counts[outcome] = counts.get(outcome, 0) + 1
