@@ -1488,9 +1488,12 @@ class _Planner:
             gn = -(-n // pn)
             used = g * gn
             if used > t.num_tiles:
+                least = g * (op.groups or 1)  # the widest panels: one per group (a panel reads one x row)
                 raise PassFailedException(
                     f"tile-plan: {label(op)}: {g} K chunks x {gn} column panels need {used} tiles, the target has "
-                    f"{t.num_tiles}"
+                    f"{t.num_tiles} (with the widest panels still {least}: one per K chunk"
+                    + (f" and head of its {op.groups} heads" if op.groups else "")
+                    + "; fewer K chunks (nn-split-k) or a target with more tiles would help)"
                 )
             # Like the few-row GEMMs: start where the previous one ended, so the weight slices spread.
             base = self.gemm_base % (t.num_tiles - used + 1)
