@@ -62,6 +62,37 @@ def threads() -> int:
     return _threads
 
 
+def idle_cores(window: float = 0.3) -> float:
+    """Cores left idle by every process over the next `window` seconds (Linux /proc/stat: idle + iowait jiffies of
+    all CPUs over the total; this process sleeps meanwhile); None where that cannot be read."""
+    import time
+
+    def sample():
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        return sum(fields), fields[3] + (fields[4] if len(fields) > 4 else 0)
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    cpus = os.cpu_count() or 1
+    return cpus * (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def auto_threads() -> int:
+    """Threads for a long simulation when none were chosen (IPU_SIM_THREADS unset): one per core that other
+    processes leave idle, measured now (on the quiet 2-core machine of BENCHMARKS.md two threads simulate So400m
+    ~1.2-1.3x faster; on a loaded one a second thread did not pay, "Simulator: both cores")."""
+    env = os.environ.get("IPU_SIM_THREADS", "")
+    if env:
+        return set_threads(int(env))
+    idle = idle_cores()
+    return set_threads(1 if idle is None else max(1, int(idle + 0.25)))
+
+
 def chunks(n: int) -> int:
     """How many runs of tiles a kernel over n contexts uses (1: the serial kernel)."""
     return _threads if _threads > 1 and n >= PARALLEL_MIN else 1

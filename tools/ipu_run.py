@@ -239,6 +239,14 @@ def print_per_op(rows, threshold: float) -> None:
         print(f"  first divergence (rel-L2 vs device-precision reference > {threshold:g}): {first}")
 
 
+def _sim_threads(choice: str) -> int:
+    """The simulator's threads (`--threads`): "auto" = IPU_SIM_THREADS, else one per idle core (`jit.auto_threads`);
+    the outputs and cycles are the same bits whatever the count (tests/unit/test_sim_threads.py)."""
+    from ipu.runtime import jit
+
+    return jit.auto_threads() if choice == "auto" else jit.set_threads(int(choice))
+
+
 def run_package(args, pkg=None) -> int:
     from ipu.frontend.siglip import SiglipVisionConfig
     from ipu.runtime.host import Session
@@ -255,9 +263,10 @@ def run_package(args, pkg=None) -> int:
     x = _input(args, cfg)
     session = Session(pkg, progress=not getattr(args, "quiet", False))
     session.upload_parameters(params)
+    threads = _sim_threads(getattr(args, "threads", "auto"))
     print(
         f"package {args.package or '(compiled)'}: {pkg.target.name}, {pkg.target.num_tiles} tiles; loaded and parameters uploaded "
-        f"in {time.perf_counter() - t0:.2f} s"
+        f"in {time.perf_counter() - t0:.2f} s; simulating on {threads} thread{'s' if threads > 1 else ''}"
     )
     previous = None
     profile_dir = getattr(args, "profile", None)
@@ -446,6 +455,8 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         p.error(f"--layers must be at least 1, got {args.layers}")
     if args.seed is not None and args.seed < 0:
         p.error(f"--seed must be >= 0, got {args.seed}")
+    if args.threads != "auto" and not (args.threads.isdigit() and 1 <= int(args.threads) <= 64):
+        p.error(f"--threads must be auto or a count of 1 to 64, got {args.threads!r}")
     if args.threshold is not None and (not math.isfinite(args.threshold) or args.threshold < 0):
         p.error(f"--threshold must be finite and >= 0, got {args.threshold}")
     # Flags that the chosen run would not read.
@@ -459,6 +470,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         unread = _given(
             (
                 ("--inferences", args.inferences is not None),
+                ("--threads", args.threads != "auto"),
                 ("--compare-reference", args.compare_reference),
                 ("--input", args.input),
                 ("--seed", args.seed is not None),
@@ -481,6 +493,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         unread = _given(
             (
                 ("--inferences", args.inferences is not None),
+                ("--threads", args.threads != "auto"),
                 ("--compare-reference", args.compare_reference),
                 ("--memory-map", args.memory_map),
                 ("--save-outputs", args.save_outputs),
@@ -598,6 +611,12 @@ def _main(argv: Sequence[str] | None) -> int:
         "--input", help="pixel values as a .npy file [1, C, H, W]; default: seeded uniform in [-1, 1]"
     )
     p.add_argument("--inferences", type=int, help="inferences after one parameter upload (default 1)")
+    p.add_argument(
+        "--threads",
+        default="auto",
+        help="simulator threads: auto (default: IPU_SIM_THREADS, else one per core other processes leave idle) or "
+        "a count; the outputs and cycles are the same whatever the count",
+    )
     p.add_argument(
         "--compare-reference", action="store_true", help="cosine and rel-L2 against the fp32 reference"
     )

@@ -1,5 +1,7 @@
 """The `ipu-run` command: compile-and-run, package runs, the reference-only path, its errors."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,29 @@ def test_weights_order_changes_the_program_not_the_outputs(tmp_path, capsys):
         assert np.array_equal(x, outputs["row_major"][name]), name
     with pytest.raises(SystemExit):
         main(["--model", "siglip-tiny", "--weights-order", "columns"])
+
+
+def test_threads_option(tmp_path, capsys, monkeypatch):
+    """--threads N sets the simulator's threads, auto takes IPU_SIM_THREADS or the idle cores; a bad count is a
+    one-line error; the cycles and outputs are the same bits whatever the count."""
+    from ipu.runtime import jit
+
+    pkg = tmp_path / "t.ipupkg"
+    assert main(["--model", "siglip-tiny", "--tiles", "16", "-o", str(pkg), "--quiet", "--threads", "2"]) == 0
+    two = capsys.readouterr().out
+    assert "simulating on 2 threads" in two or jit.numba is None
+    assert main([str(pkg), "--quiet", "--threads", "1"]) == 0
+    one = capsys.readouterr().out
+    assert "simulating on 1 thread" in one
+    cycles = [line for line in (one + two).splitlines() if line.startswith("inference 1:")]
+    assert len(cycles) == 2 and cycles[0].split(" (")[0] == cycles[1].split(" (")[0]
+    monkeypatch.setenv("IPU_SIM_THREADS", "1")
+    assert main([str(pkg), "--quiet"]) == 0
+    assert "simulating on 1 thread" in capsys.readouterr().out
+    monkeypatch.delenv("IPU_SIM_THREADS")
+    idle = jit.idle_cores(0.05)
+    assert idle is None or 0 <= idle <= (os.cpu_count() or 1) + 0.01
+    with pytest.raises(SystemExit):
+        main([str(pkg), "--threads", "0"])
+    assert "--threads must be auto or a count of 1 to 64, got '0'" in capsys.readouterr().err
+    jit.set_threads(1)
