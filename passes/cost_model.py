@@ -208,16 +208,26 @@ def gemm_kernel_shape(m: int, k: int, n: int) -> tuple[int, int, int]:
     return max(m, GEMM_MIN_ROWS), -(-k // 16) * 16, -(-n // 16) * 16
 
 
-def gemm_k_chunks(k: int, n: int = 16, wbytes: int = 1) -> list[tuple[int, int]]:
+def gemm_k_chunks(
+    k: int, n: int = 16, wbytes: int = 1, max_width: int | None = None
+) -> list[tuple[int, int]]:
     """(first column, padded width) of each K chunk of a GEMM whose tiles hold [n, k] weight blocks of wbytes
-    per element: the padded K in nearly equal multiples of 16, each at most GEMM_K_CHUNK wide and with its staging
-    (`chunk_staging_bytes`) under WEIGHT_STAGING_BYTES."""
+    per element: the padded K in nearly equal multiples of 16, each at most GEMM_K_CHUNK wide (and max_width, in
+    whole 16-blocks, at least one) and with its staging (`chunk_staging_bytes`) under WEIGHT_STAGING_BYTES."""
     blocks = -(-k // 16)
     per_block = chunk_staging_bytes(n, 16, wbytes, k % 16 != 0)
     most = max(1, min(GEMM_K_CHUNK // 16, WEIGHT_STAGING_BYTES // per_block))
+    if max_width is not None:
+        most = max(1, min(most, max_width // 16))
     chunks = -(-blocks // most)
     per = -(-blocks // chunks)
     return [(16 * b, 16 * min(per, blocks - b)) for b in range(0, blocks, per)]
+
+
+def a_chunk_in_place(k0: int, kw: int, k: int, a_cols: int) -> bool:
+    """Whether the GEMM reads the K chunk [k0, k0 + kw) of a column-panel A (panels of a_cols, K = k) in place:
+    whole 16-column blocks, inside whole panels (else its rows are gathered into the A scratch)."""
+    return k0 % 16 == 0 and kw % 16 == 0 and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
 
 
 def chunk_staging_areas(n: int, kc: int, wbytes: int = 1, restride: bool = False) -> tuple[int, int]:

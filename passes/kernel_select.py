@@ -175,26 +175,21 @@ def softmax_split_fits(n: int, most: int, element_bytes: int) -> bool:
 def gathered_a_chunks(
     chunks: list[int], k: int, a_cols: int, a: str, rows: int, element_bytes: int
 ) -> list[int]:
-    """K chunk widths for a column-panel A: a chunk the GEMM cannot read in place has its `rows` gathered into the
-    A scratch (one region-1 element), so when the widest such chunk does not fit there, every chunk is cut to
-    whole 16-column blocks that do (nearly equal widths; more GEMM calls, the same sums). Otherwise `chunks`."""
+    """K chunk widths for a column-panel A: a chunk the GEMM cannot read in place (`cost_model.a_chunk_in_place`)
+    has its `rows` gathered into the A scratch (one region-1 element), so when the widest such chunk does not fit
+    there, K is cut again (`cost_model.gemm_k_chunks`) into chunks that do (more GEMM calls, the same sums).
+    Otherwise `chunks`."""
+    from ipu.passes import cost_model as cm
+
     starts = [sum(chunks[:i]) for i in range(len(chunks))]
-    in_place = {
-        k0
+    gathered = [
+        kw
         for k0, kw in zip(starts, chunks)
-        if a == "cols_in_place"
-        and k0 % 16 == 0
-        and kw % 16 == 0
-        and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
-    }
-    gathered = [kw for k0, kw in zip(starts, chunks) if k0 not in in_place]
+        if not (a == "cols_in_place" and cm.a_chunk_in_place(k0, kw, k, a_cols))
+    ]
     if not gathered or rows * max(gathered) * 2 <= element_bytes:
         return chunks
-    most = max(1, element_bytes // (2 * rows) // 16)  # 16-column blocks per chunk
-    blocks = sum(chunks) // 16
-    n = -(-blocks // most)
-    per = -(-blocks // n)
-    return [16 * min(per, blocks - b) for b in range(0, blocks, per)]
+    return [kw for _, kw in cm.gemm_k_chunks(sum(chunks), max_width=element_bytes // (2 * rows))]
 
 
 def gemm_choices(op: nn.LinearOp | nn.MatmulOp, target: Target) -> dict[str, object]:

@@ -929,11 +929,7 @@ class Lowering(NnOps):
                     f"(<= {cm.GEMM_MAX_A_ROW_BYTES // 2}) and >= {gm.MIN_ROWS} rows on every tile (panels of "
                     f"{a_cols}, rows {sorted({j[2] for j in jobs.values()})}): use 'cols_gather'"
                 )
-            in_place = {
-                k0
-                for k0, kw in chunks
-                if k0 % 16 == 0 and kw % 16 == 0 and ((k0 + kw - 1) // a_cols + 1) * a_cols <= k
-            }
+            in_place = {k0 for k0, kw in chunks if cm.a_chunk_in_place(k0, kw, k, a_cols)}
         gathered = [kw for k0, kw in chunks if k0 not in in_place]
         if a_cols is not None and gathered and mmax * max(gathered) * 2 > e:
             raise LoweringError(
