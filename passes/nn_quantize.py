@@ -40,7 +40,6 @@ Options:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from xdsl.context import Context
@@ -54,10 +53,9 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Operation, SSAValue
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
-from ipu.passes.nn_utils import is_param_derived, param_names
+from ipu.passes.nn_utils import is_param_derived, param_names, refuse_unknown_names
 
 FP8_FORMATS: dict[str, Attribute] = {"f143": Float8E4M3FNUZType(), "f152": Float8E5M2FNUZType()}
 ACTIVATION_MODES = ("f16", "none")
@@ -165,14 +163,8 @@ class NNQuantizeWeightsPass(ModulePass):
                 for n in param_names(o.weight)
             }
         )
-        unknown = [k for k in self.keep_f16 if k not in KEEP_F16_DEFAULT and not any(k in n for n in names)]
-        if unknown:
-            known = sorted({re.sub(r"\.\d+\.", ".*.", n) for n in names})
-            raise PassFailedException(
-                f"{self.name}: option 'keep_f16': {', '.join(repr(k) for k in unknown)} "
-                f"{'is' if len(unknown) == 1 else 'are'} part of no linear's weight parameter name; the linear "
-                f"weights of this module: {', '.join(known) if known else '(none)'}"
-            )
+        wanted = [k for k in self.keep_f16 if k not in KEEP_F16_DEFAULT]
+        refuse_unknown_names(self.name, "keep_f16", wanted, names)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         fp8 = FP8_FORMATS[self.format]

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float16Type, IntegerAttr, ModuleOp, TensorType, i64
 from xdsl.passes import ModulePass
-from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 from ipu.passes.nn_quantize import FP8_FORMATS, SCALE_RANGE
-from ipu.passes.nn_utils import param_names
+from ipu.passes.nn_utils import param_names, refuse_unknown_names, weight_named
 
 FP8_KBLOCK = 32  # inner elements of one FP8 AMP weight block (gemm.KBLOCK["fp8"])
 FP8_TYPES = tuple(type(t) for t in FP8_FORMATS.values())
@@ -123,15 +122,11 @@ class NNQuantizeActivationsPass(ModulePass):
                 if isinstance(o, nn.LinearOp | nn.LinearPartialsOp)
                 for n in param_names(o.weight, through_casts=True)
             ]
-            for s in only:
-                if not any(s in n for n in names):
-                    raise PassFailedException(
-                        f"{self.name}: option 'only': {s!r} is part of no linear's weight parameter name"
-                    )
+            refuse_unknown_names(self.name, "only", only, names)
         for lin in [o for o in op.walk() if isinstance(o, nn.LinearPartialsOp)]:
             if not fp8_x_eligible(lin):
                 continue
-            if only and not any(s in n for n in param_names(lin.weight, through_casts=True) for s in only):
+            if only and not weight_named(lin, only):
                 continue
             x = lin.input
             key = (x, id(lin.parent_block()))

@@ -56,7 +56,7 @@ from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 from ipu.passes import cost_model as cm
-from ipu.passes.nn_utils import param_names
+from ipu.passes.nn_utils import weight_named
 
 # One exchange round of the reduction's gather: the round table walk, the sends' setup and the 150-cycle internal
 # sync (docs/lowering.md, "exchange rounds"), for a piece of a few dozen bytes.
@@ -451,8 +451,7 @@ class NNSplitKPass(ModulePass):
     def _fp8_x(self, lin: nn.LinearOp) -> bool:
         """With fp8_kblock: whether `lin` is among the linears to take FP8 activations (`fp8_only`)."""
         only = tuple(s for s in self.fp8_only if s != "none")
-        names = param_names(lin.weight, through_casts=True) if only else ()
-        return not only or any(s in n for n in names for s in only)
+        return not only or weight_named(lin, only)
 
     def device_weight_chunk(self, lin: nn.LinearOp) -> int | None:
         """k_chunk for a few-row linear whose weight the device computes (the MAP head's scores U X^T: X is the

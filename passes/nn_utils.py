@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 from xdsl.ir import Block, BlockArgument, Operation, OpResult, SSAValue
 from xdsl.traits import Pure
+from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 
@@ -106,3 +109,22 @@ def can_hoist_before(value: SSAValue, anchor: Operation) -> bool:
     if not op.has_trait(Pure) or op.regions:
         return False
     return all(can_hoist_before(v, anchor) for v in op.operands)
+
+
+def weight_named(lin: Operation, substrings) -> bool:
+    """Whether the weight of linear `lin` comes from a parameter (through casts) whose name contains one of
+    `substrings` (the `keep_f16` / `only` / `fp8_only` options' matching)."""
+    return any(s in n for n in param_names(lin.weight, through_casts=True) for s in substrings)
+
+
+def refuse_unknown_names(where: str, option: str, wanted, names) -> None:
+    """PassFailedException naming the entries of `wanted` that are part of none of the weight parameter `names`
+    (a typo would otherwise quietly leave its linear as it was), with the module's weight names."""
+    unknown = [k for k in wanted if not any(k in n for n in names)]
+    if unknown:
+        known = sorted({re.sub(r"\.\d+\.", ".*.", n) for n in names})
+        raise PassFailedException(
+            f"{where}: option '{option}': {', '.join(repr(k) for k in unknown)} "
+            f"{'is' if len(unknown) == 1 else 'are'} part of no linear's weight parameter name; the linear "
+            f"weights of this module: {', '.join(known) if known else '(none)'}"
+        )
