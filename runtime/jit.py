@@ -62,7 +62,7 @@ def threads() -> int:
     return _threads
 
 
-def idle_cores(window: float = 0.3) -> float:
+def idle_cores(window: float = 0.3) -> float | None:
     """Cores left idle by every process over the next `window` seconds (Linux /proc/stat: idle + iowait jiffies of
     all CPUs over the total; this process sleeps meanwhile); None where that cannot be read."""
     import time
@@ -84,8 +84,9 @@ def idle_cores(window: float = 0.3) -> float:
 
 def auto_threads() -> int:
     """Threads for a long simulation when none were chosen (IPU_SIM_THREADS unset): one per core that other
-    processes leave idle, measured now (on the quiet 2-core machine of BENCHMARKS.md two threads simulate So400m
-    ~1.2-1.3x faster; on a loaded one a second thread did not pay, "Simulator: both cores")."""
+    processes leave idle, measured now (on the quiet 2-core machine two threads simulate So400m 1.5x faster,
+    BENCHMARKS.md "Simulator threads by default where cores are idle"; on a loaded one a second thread did not
+    pay, "Simulator: both cores")."""
     env = os.environ.get("IPU_SIM_THREADS", "")
     if env:
         return set_threads(int(env))

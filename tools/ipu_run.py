@@ -239,6 +239,11 @@ def print_per_op(rows, threshold: float) -> None:
         print(f"  first divergence (rel-L2 vs device-precision reference > {threshold:g}): {first}")
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma-separated option's entries, blanks left out."""
+    return tuple(n.strip() for n in (text or "").split(",") if n.strip())
+
+
 def _sim_threads(choice: str) -> int:
     """The simulator's threads (`--threads`): "auto" = IPU_SIM_THREADS, else one per idle core (`jit.auto_threads`);
     the outputs and cycles are the same bits whatever the count (tests/unit/test_sim_threads.py)."""
@@ -394,7 +399,7 @@ def compile_and_run(args) -> int:
             activations=args.activations,
             calibration=None if args.calibrate is None else {"pixel_values": _calibration_input(args, cfg)},
             weights_order=args.weights_order or "auto",
-            fp8_linears=tuple(n.strip() for n in (args.fp8_linears or "").split(",") if n.strip()),
+            fp8_linears=_names(args.fp8_linears),
         )
     print(
         f"compiled SigLIP vision ({cfg.num_hidden_layers} layers, width {cfg.hidden_size}, {cfg.num_patches} "
@@ -517,7 +522,7 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
         p.error("--calibrate sets the FP8 activations' scales: it needs --activations fp8")
     if args.fp8_linears is not None and args.activations != "fp8":
         p.error("--fp8-linears chooses the linears with FP8 activations: it needs --activations fp8")
-    if args.fp8_linears is not None and not [n for n in args.fp8_linears.split(",") if n.strip()]:
+    if args.fp8_linears is not None and not _names(args.fp8_linears):
         p.error("--fp8-linears needs at least one parameter-name substring (for every linear: leave it out)")
     if args.emit_nn and (args.output or args.reference_only or args.tiles is not None):
         p.error("--emit-nn stops after writing the nn IR: -o, --tiles and --reference-only do not apply")

@@ -1840,6 +1840,7 @@ def compile_model(
 
         compile_pass = run_pipeline(compile_pass, tag=True)
         nn_head = nn_passes(compile_pass.pipeline_text())[0]  # with the calibrated scales, if any
+    fell_back = None  # why the default policy did not fit, when compile_model fell back to the compact one
     planned_here = not any(isinstance(o, mem.PlanOp) for o in f.body.block.ops)
     if planned_here and not debug_values:
         fallback = module.clone() if keep_f16 is None else None
@@ -1854,10 +1855,7 @@ def compile_model(
             module, compile_pass = fallback, pipeline(("compact",))
             f = _single_func(module)
             compile_pass = run_pipeline(compile_pass)
-            policy_notes.append(
-                f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8){{fc2_x}}: the "
-                f"default policy does not fit the memory plan ({str(err)[:300]} ...)"
-            )
+            fell_back = str(err)[:300]
     total = len(compile_pass.passes()) + 1
     if progress is not None:
         progress("asm lowering", total - 1, total)
@@ -1868,18 +1866,22 @@ def compile_model(
         pkg = lower_to_package(module, target, debug_values)
     else:
         pkg = lower_fitting(module, target, plan_pass)
-    fc2_x = ""
     if (
-        policy_notes and compact_x
-    ):  # the fallback's FP8 x: the FP8 GEMMs it gave (a linear not K-split keeps f16)
-        names = ",".join(COMPACT_FP8_LINEARS)
-        fp8_gemms = sum(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", []))
-        fc2_x = (
-            f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM sites)"
-            if fp8_gemms
-            else f"; {names} not K-split here: f16 activations"
+        fell_back is not None
+    ):  # with the FP8 x it gave, by the package's FP8 GEMMs (a linear not K-split keeps f16)
+        fc2_x = ""
+        if compact_x:
+            names = ",".join(COMPACT_FP8_LINEARS)
+            fp8_gemms = sum(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", []))
+            fc2_x = (
+                f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM sites)"
+                if fp8_gemms
+                else f"; {names} not K-split here: f16 activations"
+            )
+        policy_notes.append(
+            f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8){fc2_x}: the "
+            f"default policy does not fit the memory plan ({fell_back} ...)"
         )
-    policy_notes = [n.replace("{fc2_x}", fc2_x) for n in policy_notes]
     pkg.metadata.setdefault("notes", []).extend(policy_notes + calibration_notes)
     if nn_head is not None:  # the nn passes the debug positions refer to (`debug.nn_module`)
         pkg.metadata["nn_passes"] = nn_head
