@@ -61,7 +61,7 @@ def one(layers: int, activations: str, fp8_linears: str) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layers", default="1,2,3,4,5,6,8,12,16,20,26,27", help="comma-separated depths")
-    p.add_argument("--activations", default="f16", choices=("f16", "fp8"))
+    p.add_argument("--activations", default="mlp", choices=("f16", "fp8", "mlp"))
     p.add_argument("--fp8-linears", default="", help="with --activations fp8: ipu-run's --fp8-linears")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("--model", default="so400m-patch14-384")
     p.add_argument("--layers", type=int, default=1)
     p.add_argument("--tiles", type=int, default=0, help="0: the full IPU21")
-    p.add_argument("--activations", default="fp8", choices=("f16", "fp8"))
+    p.add_argument("--activations", default="fp8", choices=("f16", "fp8", "mlp"))
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args()
 

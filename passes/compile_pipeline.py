@@ -17,7 +17,7 @@ constants below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -25,8 +25,9 @@ from xdsl.passes import ModulePass, PassPipeline
 
 from ipu.backend.target import IPU21, Target
 
-# Activation precision of the FP8-weight linears: f16 (the F16 AMP) or fp8 (the FP8 AMP, `nn-quantize-activations`).
-ACTIVATIONS = ("f16", "fp8")
+# Activation precision of the FP8-weight K splits: f16 (the F16 AMP), fp8 (the FP8 AMP, `nn-quantize-activations`),
+# or mlp (the default: fp8 into the MLP's linears only, `nn_quantize.MLP_FP8_LINEARS` at 2^`MLP_FP8_SCALE`).
+ACTIVATIONS = ("f16", "fp8", "mlp")
 
 
 def pipeline_spec(
@@ -84,8 +85,8 @@ def pipeline_spec(
         # The lowering's code, tables and scratch: measured by lowering-storage, reserved by memory-plan at that
         # size (targets without the kernels' scratch elements get no reservation: the lowering refuses them).
         mem = f"lowering-storage{opts},memory-plan{opts}"
-    if activations not in ACTIVATIONS:
-        raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {activations!r}")
+    if activations not in ("f16", "fp8"):  # `mlp`: IpuCompilePipelinePass.resolved for the module first
+        raise ValueError(f"activations must be f16 or fp8, got {activations!r}")
     fp8x = activations == "fp8"
     only = ",".join(fp8_linears) if fp8x and fp8_linears else ""
     split_k = (
@@ -136,11 +137,13 @@ class IpuCompilePipelinePass(ModulePass):
     """The precision policy: linears in F16 by parameter-name substrings, the rest FP8 (nn-quantize-weights'
     keep_f16): `default` (the patch embedding, q/k projections and MAP head: `KEEP_F16_DEFAULT`), `compact`
     (the patch embedding and MAP head: `KEEP_F16_COMPACT`), `none` (every projection FP8), or a list."""
-    activations: str = "f16"
-    """The FP8-weight K splits' activations: `f16` (F16 AMP) or `fp8` (`nn-quantize-activations`: the FP8 AMP)."""
+    activations: str = "mlp"
+    """The FP8-weight K splits' activations: `f16` (F16 AMP), `fp8` (`nn-quantize-activations`: the FP8 AMP) or
+    `mlp` (fp8 into the linears named like the MLP's, `nn_quantize.MLP_FP8_LINEARS`, at 2^`MLP_FP8_SCALE`; f16
+    elsewhere, and everywhere in a module with no such linear: `resolved`)."""
     activation_scales: tuple[str, ...] = ()
-    """With activations `fp8`: per-cast FP8 scales, "NAME=S" (`nn-quantize-activations{scales}`; what
-    `compile_model(calibration=...)` derives from a calibration input); none: the rule's 2^-4."""
+    """With activations `fp8` or `mlp`: per-cast FP8 scales, "NAME=S" (`nn-quantize-activations{scales}`; what
+    `compile_model(calibration=...)` derives from a calibration input); none: the rule's 2^-4 (`mlp`: 2^0)."""
     fp8_linears: tuple[str, ...] = ()
     """With activations `fp8`: only the linears whose weight parameter names contain one of these substrings take
     FP8 activations (`nn-split-k{fp8_only}`, `nn-quantize-activations{only}`); none: every FP8-weight K split."""
@@ -184,7 +187,9 @@ class IpuCompilePipelinePass(ModulePass):
             raise ValueError(
                 f"{self.name}: option 'weights_order' must be one of {', '.join(WEIGHTS_ORDERS)}, got {self.weights_order!r}"
             )
-        names = [p.name for p in self.passes()] if self.stop_after else []
+        # (the passes of `fp8`, a superset of any module's `mlp` resolution)
+        spelled = replace(self, activations="fp8", stop_after="") if self.activations == "mlp" else self
+        names = [p.name for p in spelled.passes()] if self.stop_after else []
         if self.stop_after and self.stop_after not in names:
             raise ValueError(f"{self.name}: option 'stop_after': no pass {self.stop_after!r} in {names}")
 
@@ -202,8 +207,33 @@ class IpuCompilePipelinePass(ModulePass):
             return named[keep[0]]
         return keep
 
+    def resolved(self, module: ModuleOp) -> IpuCompilePipelinePass:
+        """This pass with activations `mlp` spelled out for `module`: `fp8` restricted to the MLP linear names the
+        module has (`fp8_linears`), at 2^`MLP_FP8_SCALE` unless scales are given; `f16` if it has none. Other
+        activations: unchanged."""
+        if self.activations != "mlp":
+            return self
+        from ipu.dialects import nn
+        from ipu.passes.nn_quantize import MLP_FP8_LINEARS, MLP_FP8_SCALE
+        from ipu.passes.nn_utils import param_names
+
+        names = [
+            n
+            for o in module.walk()
+            if isinstance(o, nn.LinearOp | nn.LinearPartialsOp)
+            for n in param_names(o.weight, through_casts=True)
+        ]
+        present = tuple(k for k in MLP_FP8_LINEARS if any(k in n for n in names))
+        if not present:
+            return replace(self, activations="f16", activation_scales=())
+        scales = tuple(self.activation_scales) or tuple(f"{k}={MLP_FP8_SCALE}" for k in present)
+        return replace(self, activations="fp8", fp8_linears=present, activation_scales=scales)
+
     def pipeline_text(self) -> str:
-        """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target)."""
+        """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target; activations
+        `mlp` must be `resolved` for a module first)."""
+        if self.activations == "mlp":
+            raise ValueError(f"{self.name}: activations=mlp depends on the module: resolve it first")
         return pipeline_spec(
             self.target,
             self.repeat,
@@ -222,11 +252,13 @@ class IpuCompilePipelinePass(ModulePass):
         return PassPipeline.parse_spec(dict(all_passes()), self.pipeline_text()).passes
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self.apply_with_progress(ctx, op)
+        self.resolved(op).apply_with_progress(ctx, op)
 
     def apply_with_progress(self, ctx: Context, op: ModuleOp, progress=None, extra_phases: int = 0) -> None:
         """`apply`, calling `progress(pass name, passes done, total)` before each pass (total: the passes to run
         plus `extra_phases` a caller runs after them, as `compile_model`'s lowering)."""
+        if self.activations == "mlp":
+            return self.resolved(op).apply_with_progress(ctx, op, progress, extra_phases)
         passes = self.passes()
         if self.stop_after:
             passes = passes[: [p.name for p in passes].index(self.stop_after) + 1]

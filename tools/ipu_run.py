@@ -518,8 +518,10 @@ def check_flags(p: argparse.ArgumentParser, args) -> None:
             "-o, --tiles, --no-split-rows, --precision, --activations and --weights-order need a compilation (not "
             "--reference-only)"
         )
-    if args.calibrate is not None and args.activations != "fp8":
-        p.error("--calibrate sets the FP8 activations' scales: it needs --activations fp8")
+    if args.calibrate is not None and args.activations == "f16":
+        p.error(
+            "--calibrate sets the FP8 activations' scales: it needs --activations fp8 or mlp (the default)"
+        )
     if args.fp8_linears is not None and args.activations != "fp8":
         p.error("--fp8-linears chooses the linears with FP8 activations: it needs --activations fp8")
     if args.fp8_linears is not None and not _names(args.fp8_linears):
@@ -640,10 +642,10 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     p.add_argument(
         "--activations",
-        choices=("f16", "fp8"),
-        help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP) or fp8 (cast to FP8 "
-        "with a power-of-two scale, the FP8 AMP: nn-quantize-activations); default f16, and with the compact "
-        "policy's fallback FP8 into fc2 at scale 2^0",
+        choices=("f16", "fp8", "mlp"),
+        help="--model: the activations of the FP8-weight K-split linears: f16 (the F16 AMP), fp8 (cast to FP8 "
+        "with a power-of-two scale, the FP8 AMP: nn-quantize-activations) or mlp (default: fp8 into the MLP's fc1 "
+        "and fc2 at scale 2^0, f16 into the attention's linears)",
     )
     p.add_argument(
         "--fp8-linears",
@@ -663,9 +665,9 @@ def _main(argv: Sequence[str] | None) -> int:
         nargs="?",
         const="",
         metavar="NPY",
-        help="--model with --activations fp8: each FP8 cast's scale from the fp32 activations of a calibration "
-        "input (a .npy of pixel values; without NPY a seeded uniform image other than the run's input) instead of "
-        "the fixed 2^-4 (ipu.frontend.calibrate; the package notes the scales)",
+        help="--model: each FP8 cast's scale from the fp32 activations of a calibration input (a .npy of pixel "
+        "values; without NPY a seeded uniform image other than the run's input) instead of the fixed 2^-4 (mlp: "
+        "2^0) (ipu.frontend.calibrate; the package notes the scales; not with --activations f16)",
     )
     p.add_argument(
         "--emit-nn",

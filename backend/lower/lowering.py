@@ -1751,9 +1751,8 @@ def compile_model(
     the precision policy (`IpuCompilePipelinePass.keep_f16`); None: the default policy, and if memory-plan cannot
     place it, the compact one (q/k in FP8 too, `KEEP_F16_COMPACT`), with a package note saying so. `activations`:
     "fp8" gives the FP8-weight K splits FP8 activations (the FP8 AMP, `IpuCompilePipelinePass.activations`),
-    only those whose weight names contain one of `fp8_linears` if given; "f16": none; None (default): "f16",
-    and with the compact fallback FP8 activations into fc2 at scale 2^0 (`COMPACT_FP8_LINEARS`,
-    `COMPACT_FP8_SCALE`; the note says so).
+    only those whose weight names contain one of `fp8_linears` if given; "f16": none; "mlp" (None: the
+    default): the MLP's linears only (`nn_quantize.MLP_FP8_LINEARS`, at 2^`MLP_FP8_SCALE`).
     `calibration` (with "fp8"; needs `weights`): model inputs (name -> array) whose fp32 activations set each FP8
     cast's scale (`ipu.frontend.calibrate`), recorded as the pipeline's `activation_scales` and in a package note;
     without it the casts take the rule's 2^-4. `weights_order`: tile-plan's GEMM weight storage
@@ -1776,13 +1775,11 @@ def compile_model(
     else:
         module = module_or_config
     f = _single_func(module)
-    from ipu.passes.nn_quantize import COMPACT_FP8_LINEARS, COMPACT_FP8_SCALE, KEEP_F16_COMPACT
+    from ipu.passes.nn_quantize import KEEP_F16_COMPACT
 
-    compact_x = activations is None  # the compact fallback also takes FP8 x into fc2 (activations not chosen)
-    activations = activations or "f16"
+    activations = activations or "mlp"
 
     def pipeline(keep: tuple[str, ...]) -> IpuCompilePipelinePass:
-        fp8_x = keep == ("compact",) and compact_x
         return IpuCompilePipelinePass(  # the named pass `ipu-opt` runs (ipu.passes.compile_pipeline)
             tiles=target.num_tiles,
             sram_kib=target.sram_bytes // 1024,
@@ -1790,15 +1787,14 @@ def compile_model(
             split_rows=split_rows,
             scratch=not debug_values,
             keep_f16=keep,
-            activations="fp8" if fp8_x else activations,
-            activation_scales=tuple(f"{n}={COMPACT_FP8_SCALE}" for n in COMPACT_FP8_LINEARS) if fp8_x else (),
+            activations=activations,
             weights_order=weights_order,
-            fp8_linears=COMPACT_FP8_LINEARS if fp8_x else tuple(fp8_linears),
-        )
+            fp8_linears=tuple(fp8_linears),
+        ).resolved(module)
 
     compile_pass = pipeline(("default",) if keep_f16 is None else tuple(keep_f16) or ("none",))
     policy_notes = []
-    calibrating = calibration is not None and activations == "fp8"
+    calibrating = calibration is not None and compile_pass.activations == "fp8"
     if calibrating and weights is None:
         raise ValueError("compile_model: calibration of the FP8 activation scales needs the weights")
     # The calibration of the pipeline run that made the package (the compact fallback's replaces the first's).
@@ -1852,7 +1848,8 @@ def compile_model(
             ):
                 raise
             # The default policy does not fit: the compact one (q/k FP8 too) frees ~15 % of the resident weights.
-            module, compile_pass = fallback, pipeline(("compact",))
+            module = fallback
+            compile_pass = pipeline(("compact",))
             f = _single_func(module)
             compile_pass = run_pipeline(compile_pass)
             fell_back = str(err)[:300]
@@ -1866,21 +1863,10 @@ def compile_model(
         pkg = lower_to_package(module, target, debug_values)
     else:
         pkg = lower_fitting(module, target, plan_pass)
-    if (
-        fell_back is not None
-    ):  # with the FP8 x it gave, by the package's FP8 GEMMs (a linear not K-split keeps f16)
-        fc2_x = ""
-        if compact_x:
-            names = ",".join(COMPACT_FP8_LINEARS)
-            fp8_gemms = sum(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", []))
-            fc2_x = (
-                f"; FP8 activations into {names} at scale 2^{COMPACT_FP8_SCALE} (the FP8 AMP: {fp8_gemms} GEMM sites)"
-                if fp8_gemms
-                else f"; {names} not K-split here: f16 activations"
-            )
+    if fell_back is not None:
         policy_notes.append(
-            f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8){fc2_x}: the "
-            f"default policy does not fit the memory plan ({fell_back} ...)"
+            f"precision policy: keep_f16={','.join(KEEP_F16_COMPACT)} (q/k projections in FP8): the default policy "
+            f"does not fit the memory plan ({fell_back} ...)"
         )
     pkg.metadata.setdefault("notes", []).extend(policy_notes + calibration_notes)
     if nn_head is not None:  # the nn passes the debug positions refer to (`debug.nn_module`)

@@ -1,6 +1,6 @@
-"""compile_model's precision-policy fallback: the default policy (q/k projections in F16) when it fits, the compact
-one (q/k in FP8 too, `KEEP_F16_COMPACT`, and FP8 activations into fc2 unless the activations are chosen) when
-memory-plan cannot place the default, with a package note; an explicit policy is never changed."""
+"""compile_model's precision policies: the default weight policy (q/k projections in F16) when it fits, the
+compact one (q/k in FP8 too, `KEEP_F16_COMPACT`) when memory-plan cannot place the default, with a package note
+(an explicit policy is never changed); the default activations (`mlp`): FP8 into the MLP's K-split linears only."""
 
 from __future__ import annotations
 
@@ -40,9 +40,6 @@ def test_default_policy_that_does_not_fit_falls_back_to_the_compact_one():
     pkg = compile_model(CFG, TARGET, weights=w)
     notes = _precision_notes(pkg)
     assert len(notes) == 1 and "keep_f16=patch_embedding,head" in notes[0] and "memory-plan" in notes[0]
-    # fc2 is not K-split at 16 tokens: the note says its activations stay f16 (no FP8 GEMM)
-    assert "fc2 not K-split here: f16 activations" in notes[0]
-    assert not _fp8_gemms(pkg)
     s = Session(pkg)
     s.upload_parameters(w)
     x = np.random.default_rng(2).uniform(-1, 1, (1, 3, CFG.image_size, CFG.image_size)).astype(np.float32)
@@ -59,24 +56,54 @@ def test_a_policy_that_fits_is_kept():
     assert _precision_notes(pkg) == []
 
 
-def test_the_compact_fallback_gives_fc2_fp8_activations():
-    """Where the compact fallback applies and fc2 is K-split (width 256, 64 tokens, 40 layers on 64 tiles: the
-    default policy does not fit), fc2's x is cast to FP8 (`COMPACT_FP8_LINEARS`, scale 2^`COMPACT_FP8_SCALE`) and
-    its K split runs on the FP8 AMP; chosen activations are kept as they are."""
+def test_the_default_activations_are_fp8_into_the_mlp_only():
+    """With the default activations (`mlp`), the MLP's K-split linears (fc1, fc2) take FP8 x at scale
+    2^`MLP_FP8_SCALE` and run on the FP8 AMP; the attention's keep f16 x (`fp8`: every FP8-weight K split takes
+    FP8 x, `f16`: none). Width 256, 64 tokens, 2 layers on 64 tiles: v, out_proj, fc1 and fc2 are K-split."""
     from ipu.frontend.siglip import SiglipVisionConfig
-    from ipu.passes.nn_quantize import COMPACT_FP8_SCALE
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+    from ipu.passes.nn_quantize import MLP_FP8_SCALE
 
     base = PRESETS["siglip-tiny"].to_dict()
     cfg = SiglipVisionConfig(
-        **{**base, "image_size": 128, "num_hidden_layers": 40, "hidden_size": 256, "intermediate_size": 512,
+        **{**base, "image_size": 128, "num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
            "num_attention_heads": 4}
     )  # fmt: skip
+    resolved = IpuCompilePipelinePass(tiles=64).resolved(build_vision_model(cfg))
+    assert resolved.activations == "fp8" and resolved.fp8_linears == ("fc1", "fc2")
+    assert resolved.activation_scales == (f"fc1={MLP_FP8_SCALE}", f"fc2={MLP_FP8_SCALE}")
     target = target_for(64, 624)
-    pkg = compile_model(cfg, target)
-    notes = _precision_notes(pkg)
-    assert len(notes) == 1 and f"FP8 activations into fc2 at scale 2^{COMPACT_FP8_SCALE}" in notes[0], notes
-    # fc2 only: every FP8-weight K split takes FP8 x when the activations are chosen "fp8"
-    assert 1 <= len(_fp8_gemms(pkg)) < len(_fp8_gemms(compile_model(cfg, target, activations="fp8")))
-    chosen = compile_model(cfg, target, activations="f16")
-    assert "FP8" not in _precision_notes(chosen)[0].split("(q/k projections in FP8)")[1]
-    assert not _fp8_gemms(chosen)
+    mlp = _fp8_gemms(compile_model(cfg, target))
+    every = _fp8_gemms(compile_model(cfg, target, activations="fp8"))
+    assert 1 <= len(mlp) < len(every), (mlp, every)
+    assert not _fp8_gemms(compile_model(cfg, target, activations="f16"))
+
+
+def test_mlp_activations_without_an_mlp_are_f16():
+    """A module with no linear named like the MLP's resolves `mlp` to f16 (no refusal: it is the default), and
+    the named pass's pipeline text needs the resolution first."""
+    from xdsl.parser import Parser
+
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+    from ipu.tools.ipu_report import _context
+
+    module = Parser(
+        _context(),
+        """
+func.func @main() {
+  %x = nn.input "x" : tensor<24x64xf32>
+  %w = nn.param "w" : tensor<32x64xf32>
+  %b = nn.param "b" : tensor<32xf32>
+  %y = nn.linear %x, %w, %b : tensor<24x64xf32>, tensor<32x64xf32>, tensor<32xf32> -> tensor<24x32xf32>
+  nn.output "y" %y : tensor<24x32xf32>
+  func.return
+}
+""",
+    ).parse_module()
+    p = IpuCompilePipelinePass(tiles=4)
+    assert p.activations == "mlp" and p.resolved(module).activations == "f16"
+    assert "nn-quantize-activations" not in p.resolved(module).pipeline_text()
+    with pytest.raises(ValueError, match="activations=mlp depends on the module"):
+        p.pipeline_text()
+    # stop_after is checked against the passes `mlp` may run
+    assert IpuCompilePipelinePass(tiles=4, stop_after="nn-quantize-activations").activations == "mlp"

@@ -52,9 +52,10 @@ def test_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([])
     with pytest.raises(SystemExit):  # a calibration only sets FP8 activations' scales
-        main(["--model", "siglip-tiny", "--calibrate"])
+        main(["--model", "siglip-tiny", "--activations", "f16", "--calibrate"])
     assert (
-        "--calibrate sets the FP8 activations' scales: it needs --activations fp8" in capsys.readouterr().err
+        "--calibrate sets the FP8 activations' scales: it needs --activations fp8 or mlp"
+        in capsys.readouterr().err
     )
     with pytest.raises(SystemExit):  # the FP8-activation linears are a subset of --activations fp8's
         main(["--model", "siglip-tiny", "--fp8-linears", "fc2"])

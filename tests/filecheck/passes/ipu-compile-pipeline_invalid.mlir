@@ -42,11 +42,11 @@ func.func @f() {
 // KEEP-NOT: Traceback
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 activations=bf16}' 2>&1 | filecheck %s --check-prefix=ACT
-// ACT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'activations' must be one of f16, fp8, got 'bf16'
+// ACT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'activations' must be one of f16, fp8, mlp, got 'bf16'
 // ACT-NOT: Traceback
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 fp8_linears=fc2}' 2>&1 | filecheck %s --check-prefix=FP8ONLY
-// FP8ONLY: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'fp8_linears' chooses the linears with FP8 activations: it needs activations=fp8, got activations=f16
+// FP8ONLY: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'fp8_linears' chooses the linears with FP8 activations: it needs activations=fp8, got activations=mlp
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 weights_order=panels}' 2>&1 | filecheck %s --check-prefix=WORDER
 // WORDER: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'panels'
