@@ -70,7 +70,7 @@ KEEP_F16_COMPACT = ("patch_embedding", "head")
 # output, fc2: the GELU output) where their weights are FP8 and they are K-split, so that they run on the FP8 AMP
 # with their weights read in place and their x gathers carry half the bytes; f16 elsewhere (q / k / v, out_proj:
 # attention is the most sensitive). So400m per layer 541 k -> 435 k cycles (default weights) and 477 k -> 431 k
-# (compact), at under 3e-4 of token cosine with Hugging Face's initialisation at 27 layers (BENCHMARKS "FP8
+# (compact), at under 5e-4 of token cosine with Hugging Face's initialisation at 24 and 27 layers (BENCHMARKS "FP8
 # activations into the MLP by default"). Scale 2^0: F143 values up to 240 (16x the rule's 2^-4) keep room for the
 # larger layer-norm and GELU outputs of trained checkpoints, at the same accuracy as 2^-4 here.
 MLP_FP8_LINEARS = ("fc1", "fc2")
