@@ -7,7 +7,11 @@ not) and a target; `run_case` compiles it with the default pipeline, runs one in
 compares every embedding with `evaluate(..., mode="device")` of the nn-level module the package was compiled from
 (`debug.nn_module`), on the same weights and input. Outcomes:
 
-- `ok`: compiled, ran, every embedding within cosine COSINE_BOUND of the device-precision reference;
+- `ok`: compiled, ran, every embedding within cosine COSINE_BOUND of the device-precision reference; or, where
+  the package casts activations to FP8 (the default `mlp` activations on K-split MLP linears), as close to fp32
+  as the reference is (`FP8_X_SLACK`): FP8 rounding turns the last-bit differences of f16 sums (the device's K
+  splits and attention merge are not the reference's order) into whole FP8 steps, so the package and the reference
+  are two equally valid quantized evaluations whose mutual distance grows with depth;
 - `fallback`: compiled with the compact policy's fallback (not compared);
 - `diagnostic`: compile_model refused the model with a named error (LoweringError / PassFailedException /
   ExchangeLoweringError / ValueError);
@@ -22,6 +26,10 @@ import traceback
 import numpy as np
 
 COSINE_BOUND = 0.999
+# With FP8 activations: 1 - cos(package, fp32) <= FP8_X_SLACK[0] * (1 - cos(reference, fp32)) + FP8_X_SLACK[1] for
+# every embedding. (Random model 102/19, 3 layers of width 128: package vs fp32 0.98775, reference vs fp32 0.98772,
+# package vs reference 0.99757.)
+FP8_X_SLACK = (2.0, 2e-3)
 
 
 def draw(rng: np.random.Generator):
@@ -76,10 +84,32 @@ def run_case(cfg, tiles: int, kib: int, seed: int) -> tuple[str, str]:
         return "fallback", "the compact policy's fallback (not compared)"
     # the nn-level module the package was compiled from: its precision policy's types are the device's
     ref = evaluate(nn_module(cfg, target), {"pixel_values": x}, w, mode="device").outputs
-    worst = 1.0
-    for k, want in ref.items():
-        a = np.asarray(got[k], np.float64).reshape(-1, want.shape[-1])
-        b = np.asarray(want, np.float64).reshape(-1, want.shape[-1])
-        cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
-        worst = min(worst, float(cos.min()))
-    return ("ok" if worst >= COSINE_BOUND else "mismatch"), f"min cosine vs device reference {worst:.6f}"
+    worst = min(_min_cosine(got[k], want) for k, want in ref.items())
+    detail = f"min cosine vs device reference {worst:.6f}"
+    if worst >= COSINE_BOUND:
+        return "ok", detail
+    if not any(s["what"].endswith("FP8 GEMM") for s in pkg.metadata.get("profile_sites", [])):
+        return "mismatch", detail
+    from ipu.frontend.siglip import build_vision_model
+
+    f32 = evaluate(build_vision_model(cfg), {"pixel_values": x}, w, mode="fp32").outputs
+    errs = {k: (1 - _min_cosine(got[k], f32[k]), 1 - _min_cosine(ref[k], f32[k])) for k in f32}
+    detail += "; FP8 activations: 1 - cosine vs fp32, package / reference: " + ", ".join(
+        f"{k} {p:.2e} / {r:.2e}" for k, (p, r) in errs.items()
+    )
+    return ("ok" if fp8_x_agrees(errs.values()) else "mismatch"), detail
+
+
+def fp8_x_agrees(errors) -> bool:
+    """Whether a package with FP8 activations is as close to fp32 as the reference: (1 - cosine of the package,
+    1 - cosine of the reference) vs fp32 per output, each within `FP8_X_SLACK`."""
+    a, b = FP8_X_SLACK
+    return all(p <= a * r + b for p, r in errors)
+
+
+def _min_cosine(got, want) -> float:
+    """The smallest cosine between corresponding embeddings (rows of the last axis)."""
+    want = np.asarray(want, np.float64).reshape(-1, np.shape(want)[-1])
+    a = np.asarray(got, np.float64).reshape(-1, want.shape[-1])
+    cos = (a * want).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(want, axis=1), 1e-30)
+    return float(cos.min())

@@ -50,16 +50,22 @@ def value_name(op: Operation, pos: int) -> str:
 def nn_module(config, target, passes: str | None = None):
     """The nn-level module `compile_model` lowers (nn passes applied, positions as in the debug names): evaluate
     it with `ipu.frontend.reference.evaluate(..., capture=True)` and look values up by `OpId((pos,))`. passes:
-    the package's `nn_passes` metadata (its precision policy and activations); None: the default pipeline's."""
+    the package's `nn_passes` metadata (its precision policy and activations); None: the default pipeline's
+    (`ipu-compile-pipeline`'s defaults, its activations resolved for this model as compile_model resolves them)."""
     from xdsl.context import Context
     from xdsl.passes import PassPipeline
 
-    from ipu.backend.lower.lowering import pipeline_spec
     from ipu.frontend.siglip import build_vision_model
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
     from ipu.passes.registry import all_passes
 
     module = build_vision_model(config)
-    head = passes if passes is not None else nn_passes(pipeline_spec(target))[0]
+    if passes is None:
+        default = IpuCompilePipelinePass(
+            tiles=target.num_tiles, sram_kib=target.sram_bytes // 1024, repeat=False
+        )
+        passes = nn_passes(default.resolved(module).pipeline_text())[0]
+    head = passes
     PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), module)
     return module
 
