@@ -50,9 +50,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ipu.passes.nn_quantize import DEFAULT_SPEC
 
-NN_PIPELINE = f"nn-outline-repeat,{DEFAULT_SPEC}"
+def default_nn_pipeline(module) -> str:
+    """`--reference-only`'s default passes: the nn-level passes `--model` compiles with for the full IPU21 (the
+    default precision policy, the MLP's FP8 activations and the K splits whose f16 partial sums they round),
+    resolved for `module`."""
+    from ipu.backend.lower.debug import nn_passes
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+
+    return nn_passes(IpuCompilePipelinePass().resolved(module).pipeline_text())[0]
 
 
 def _summary(module) -> str:
@@ -564,7 +570,7 @@ def run_reference_only(args) -> int:
     params, cfg = _weights_and_config(args)
     t0 = time.perf_counter()
     module = build_vision_model(cfg)
-    spec = NN_PIPELINE if args.pipeline is None else args.pipeline
+    spec = default_nn_pipeline(module) if args.pipeline is None else args.pipeline
 
     def verify(previous, module, following) -> None:
         if previous is not None:
@@ -725,7 +731,9 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     p.add_argument(
         "--pipeline",
-        help=f"--reference-only: nn-level passes, xDSL syntax (default {NN_PIPELINE})",
+        help="--reference-only: nn-level passes, xDSL syntax (default: the nn passes `--model` compiles with for "
+        "the full IPU21, its default precision and activation policies; not the compact fallback of 26-27 So400m "
+        "layers)",
     )
     p.add_argument(
         "--allow-nonfinite",
