@@ -12,6 +12,10 @@ This level records the decisions of `memory-plan` on top of the exchange level (
   and parameters never borrow the host aperture). `seq = N` with `stride` (int or class table) makes the buffer a
   Repeat sequence of N members at a fixed stride: member i is at addr + i * stride (stacked layer parameters that
   `tile.repeat` iterates over).
+- The asm lowering's own per-op storage is attached to the op that needs it: `memory.lowering_frames` (its
+  kernel frames and exchange / copy tables, in the exchange_tables span of region 0) and `memory.lowering_data`
+  (its kernel-format data, in the lowering_scratch span), each one resident `#memory.buffer`; the `memory.reserve`
+  ops of those kinds then hold only the data no op owns (the zero constant, loop patch tables).
 - Buffers are attached to the op defining them, as the discardable attribute `memory.buffers`: an array with one
   `#memory.buffer` per result. A `tile.repeat` carries `memory.args` for its carried block arguments (own
   buffers); its stacked block arguments are the current member of the operand's sequence and have no entry.
@@ -20,7 +24,8 @@ This level records the decisions of `memory-plan` on top of the exchange level (
   tile classes (`classes`, a [tiles, 1] table tile -> class) and each class's high-water address (`high`).
 - `memory.reserve` (after the plan): support storage, one op per kind ("code" and "tile_program" in region 0,
   "exchange_tables", "runtime_state" with the worker and supervisor stacks inside it, "host_descriptors",
-  "host_aperture", "lowering_scratch" = the span the asm lowering keeps for its own small data, "kernel_scratch" =
+  "host_aperture", "lowering_scratch" = the span the asm lowering keeps for its own small data that belongs to
+  no op (with per-op data, each op's part is that op's `memory.lowering_data`), "kernel_scratch" =
   the bytes of one kernel scratch element an op uses, live at its events only, "kernel_scratch_upload" = the
   scratch elements at the host events, where the package's image initialises them), each with its
   `#memory.buffer`.
@@ -56,6 +61,11 @@ from ipu.backend.target import IPU21
 
 BUFFERS_ATTR = "memory.buffers"  # discardable: one #memory.buffer per result of the op
 ARGS_ATTR = "memory.args"  # discardable, on tile.repeat: one #memory.buffer per carried block argument
+# Discardable, on any op the asm lowering keeps data for: the op's own kernel frames and tables (region 0) and its
+# kernel data (kernel-format biases, per-iteration data, outputs kept for the host), each one #memory.buffer at
+# the same address on every tile, resident (read at every inference), sized by `lowering-storage` (`lowering.data`).
+FRAMES_ATTR = "memory.lowering_frames"
+DATA_ATTR = "memory.lowering_data"
 REGIONS = ("r0", "r1", "any")
 RESERVE_KINDS = (
     "code",

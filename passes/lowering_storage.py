@@ -15,12 +15,20 @@ of SRAM: C, A and aux)
 
     lowering.scratch = array<i64: C, A, AUX>
 
-the bytes of each that the op uses. memory-plan sizes its `code`, `exchange_tables` and `lowering_scratch`
+the bytes of each that the op uses, and on every op that keeps data of its own
+
+    lowering.data = array<i64: FRAMES, DATA>
+
+the bytes of its kernel frames and exchange / copy / loop tables (region 0) and of its kernel data (kernel-format
+biases, per-iteration data). memory-plan sizes its `code`, `exchange_tables` and `lowering_scratch`
 reservations from `lowering.storage` (unless its options say otherwise) and reserves the scratch elements per op
 from `lowering.scratch` (`kernel_scratch` reservations live at that op's event only), so that other buffers use
 the elements between the ops that need them; `elements` is then the bytes of the three elements and `scratch`
-only the lowering's small data below them (kernel-format biases, per-iteration data). A person may edit the
-numbers. The lowering then fails loudly if its data does not fit them.
+only the lowering's small data below them (kernel-format biases, per-iteration data). `tables` and `scratch` count
+the ops' `lowering.data` (each rounded up to 8 and 16 bytes) and the data no op owns (the zero constant, loop
+patch tables, outputs kept for the host); memory-plan gives each op its own buffers inside those spans
+(`memory.lowering_frames`, `memory.lowering_data`) and reserves the rest for the unowned data. A person may edit
+the numbers. The lowering then fails loudly if its data does not fit them.
 
 Run it after kernel-select (the choices decide the kernels' frames and scratch) and before memory-plan. The
 placement of the copy is discarded; its cost is one more memory-plan and lowering of the function.
@@ -38,6 +46,8 @@ from xdsl.utils.exceptions import PassFailedException
 
 STORAGE_ATTR = "lowering.storage"
 SCRATCH_ATTR = "lowering.scratch"
+DATA_ATTR = "lowering.data"
+FRAMES_ALIGN, DATA_ALIGN = 8, 16  # the op buffers' alignment (every allocation inside them is 8-byte aligned)
 KEYS = ("code", "tables", "scratch")
 OPTIONAL_KEYS = ("elements",)  # 0 or absent: the scratch elements are part of `scratch` (whole program)
 
@@ -90,6 +100,7 @@ class LoweringStoragePass(ModulePass):
             copy.attributes.pop(STORAGE_ATTR, None)
             for o in copy.walk():
                 o.attributes.pop(SCRATCH_ATTR, None)
+                o.attributes.pop(DATA_ATTR, None)
             probe = MemoryPlanPass(
                 tiles=self.tiles,
                 sram_kib=self.sram_kib,
@@ -124,6 +135,23 @@ def scratch_of(op) -> tuple[int, int, int] | None:
     return tuple(int(v) for v in values)
 
 
+def data_of(op) -> tuple[int, int] | None:
+    """An op's `lowering.data` (bytes of its frames and tables, of its kernel data), checked; None without one."""
+    attr = op.attributes.get(DATA_ATTR)
+    if attr is None:
+        return None
+    values = attr.get_values() if isinstance(attr, DenseArrayBase) else None
+    if values is None or len(values) != 2 or min(values) < 0:
+        raise PassFailedException(
+            f"{op.name}: '{DATA_ATTR}' must be array<i64: FRAMES, DATA> (bytes >= 0), got {attr}"
+        )
+    return int(values[0]), int(values[1])
+
+
+def _round(n: int, k: int) -> int:
+    return -(-n // k) * k
+
+
 def record_storage(f: func.FuncOp, lowering, merge: bool = False) -> dict[str, int]:
     """Writes a measuring lowering's needs on f: `lowering.storage`, and `lowering.scratch` on each op that uses
     the scratch elements. merge: keep the larger of the recorded and the measured figures (`lower_fitting`)."""
@@ -135,16 +163,35 @@ def record_storage(f: func.FuncOp, lowering, merge: bool = False) -> dict[str, i
     old = (storage_of(f) or {}) if merge else {}
     if old and not old.get("elements"):
         timed = False  # planned for the whole program before: stays so
+    # Each op's own data (`lowering.data`), the larger of the recorded and the measured with merge.
+    image = lowering.image
+    events = number_events(f)
+    per_op: dict = {}
+    for op, event in events.start.items():
+        prev = data_of(op) if merge else None
+        got = image.op_need.get(event)
+        if prev is not None and got is not None:
+            got = [max(a, b) for a, b in zip(prev, got)]
+        elif prev is not None:
+            got = list(prev)
+        if got is None or not any(got):
+            op.attributes.pop(DATA_ATTR, None)
+            continue
+        per_op[op] = got
+        op.attributes[DATA_ATTR] = DenseArrayBase.from_list(i64, list(got))
+    owned_low = sum(_round(v[0], FRAMES_ALIGN) for v in per_op.values())
+    owned_high = sum(_round(v[1], DATA_ALIGN) for v in per_op.values())
     sizes = {
         "code": need["code"],
-        "tables": need["low"],
-        "scratch": need["high_small"] + (0 if timed else need["high_elements"]),
+        "tables": max(need["low"], owned_low + _round(image.fn_need["low"], FRAMES_ALIGN)),
+        "scratch": max(need["high_small"], owned_high + _round(image.fn_need["high"], DATA_ALIGN))
+        + (0 if timed else need["high_elements"]),
     }
     if timed:
         sizes["elements"] = need["high_elements"]
     sizes = {k: max(v, old.get(k, 0)) for k, v in sizes.items()}
     f.attributes[STORAGE_ATTR] = DictionaryAttr({k: IntegerAttr(v, i64) for k, v in sizes.items()})
-    for op, event in number_events(f).start.items():
+    for op, event in events.start.items():
         prev = scratch_of(op) if merge else None
         bytes_ = use.get(event) if timed else None
         if prev is not None and bytes_ is not None:

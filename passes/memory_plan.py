@@ -26,9 +26,11 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
 
 Gaps (said here so nobody is surprised): in-place operators and copy elimination are not modelled (each
 operator's result is a new buffer; a repeat's carried block argument and its result are two buffers, and the
-yield operand a third unless it can be computed in place into the argument's buffer, `yield_in_place`); the asm lowering's storage is three reservations sized by `lowering-storage`'s measurement
-(`lowering.storage` on the function: code, frames and tables, scratch at the top of SRAM), not per-op buffers
-with lifetimes; access tails are not requested; only the GEMM element constraint is declared.
+yield operand a third unless it can be computed in place into the argument's buffer, `yield_in_place`); the asm
+lowering's code and the data no op owns are whole-program reservations sized by `lowering-storage`'s measurement
+(`lowering.storage`), each op's frames and kernel data are resident buffers of that op packed inside those spans
+(`lowering_data`: read at every inference, so resident; only the kernel scratch elements have per-op lifetimes);
+access tails are not requested; only the GEMM element constraint is declared.
 """
 
 from __future__ import annotations
@@ -686,8 +688,14 @@ class MemoryPlanPass(ModulePass):
                 self.plan_high(placement, support),
             )
         ]
+        owned = self.lowering_data(f, events, problem, placement, support)
         for kind, b in support:
-            ops.append(mem.ReserveOp(kind, attr(b)))
+            a = attr(b)
+            if kind in owned:  # the span less the ops' own buffers at its end: the data no op owns
+                a = mem.BufferAttr(
+                    owned[kind][0], owned[kind][1], a.lifetime, a.region.data, 8, resident=True
+                )
+            ops.append(mem.ReserveOp(kind, a))
         ap0, ap1 = target.host_aperture
         if ap0 < target.sram_end:
             spans = [(e, e) for e in problem.host_events] if self.aperture_reuse else [(0, events.count - 1)]
@@ -704,6 +712,57 @@ class MemoryPlanPass(ModulePass):
             if bufs and all(b is not None for b in bufs):
                 op.attributes[mem.BUFFERS_ATTR] = ArrayAttr([attr(b) for b in bufs])
 
+    def lowering_data(self, f, events: Events, problem, placement, support) -> dict[str, tuple[int, int]]:
+        """Gives every op with `lowering.data` its own resident buffers, packed in event order at the end of the
+        span `lowering-storage` sized for them: its frames and tables (`memory.lowering_frames`, in the
+        exchange_tables span) and its kernel data (`memory.lowering_data`, in the lowering_scratch span). The
+        span's start (element-aligned for the tables) stays with the data no op owns: the zero constant the
+        kernels' padding copies read runs at the copy's full rate there. Only for the spans sized by
+        `lowering.storage` (not by options). Returns {kind: (start, bytes) of the data no op owns}."""
+        from ipu.passes.lowering_storage import DATA_ALIGN, FRAMES_ALIGN, data_of
+
+        spans = {}
+        for kind, b in support:
+            sized_by_storage = (
+                self.exchange_table_bytes < 0 if kind == "exchange_tables" else self.reserve_scratch_bytes < 0
+            )
+            if kind in ("exchange_tables", "lowering_scratch") and sized_by_storage:
+                addr = placement.class_addr[b]
+                spans[kind] = (int(addr.max()), int(problem.sizes[b].max()))
+        keys = (
+            ("exchange_tables", mem.FRAMES_ATTR, FRAMES_ALIGN, "r0", "frames and tables"),
+            ("lowering_scratch", mem.DATA_ATTR, DATA_ALIGN, "any", "kernel data"),
+        )
+        ops = sorted(events.start, key=events.start.get)
+        need = {}
+        for op in ops:
+            op.attributes.pop(mem.FRAMES_ATTR, None)
+            op.attributes.pop(mem.DATA_ATTR, None)
+            if (d := data_of(op)) is not None:
+                need[op] = d
+        owned = {}
+        for i, (kind, key, align, region, what) in enumerate(keys):
+            if kind not in spans:
+                continue
+            start, size = spans[kind]
+            total = sum(-(-d[i] // align) * align for d in need.values())
+            if total > size:
+                raise PassFailedException(
+                    f"memory-plan: @{f.sym_name.data}: the ops' own {what} (lowering.data: {total} B) exceed the "
+                    f"{kind} span of {size} B (lowering.storage); run lowering-storage again after editing either"
+                )
+            if not total:
+                continue  # the reservation as before: all of the span
+            at = start + size - total  # the span's end is aligned (the code above it; the top, or the tables)
+            owned[kind] = (start, size - total)
+            for op, d in need.items():
+                if d[i]:
+                    op.attributes[key] = mem.BufferAttr(
+                        at, d[i], (0, events.count - 1), region, align, resident=True
+                    )
+                    at += -(-d[i] // align) * align
+        return owned
+
 
 def strip_memory_plan(f: func.FuncOp) -> None:
     """Removes what memory-plan recorded on f (the plan, the reservations, the buffer attributes), so that it can
@@ -713,8 +772,8 @@ def strip_memory_plan(f: func.FuncOp) -> None:
             op.detach()
             op.erase()
     for op in f.walk():
-        op.attributes.pop(mem.BUFFERS_ATTR, None)
-        op.attributes.pop(mem.ARGS_ATTR, None)
+        for key in (mem.BUFFERS_ATTR, mem.ARGS_ATTR, mem.FRAMES_ATTR, mem.DATA_ATTR):
+            op.attributes.pop(key, None)
 
 
 def placement_reps(placement: ma.Placement) -> np.ndarray:
@@ -774,6 +833,9 @@ def read_placement(f: func.FuncOp) -> tuple[mem.PlanOp, list[PlacedBuffer]]:
     for op in f.walk():
         if isinstance(op, mem.ReserveOp):
             add(f"reserve {op.kind.data}", op.buffer)
+        for key, what in ((mem.FRAMES_ATTR, "frames and tables"), (mem.DATA_ATTR, "kernel data")):
+            if isinstance(op.attributes.get(key), mem.BufferAttr):
+                add(f"{op_label(op)} {what}", op.attributes[key])
         if _plan_kind(op) == "view":
             continue
         for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):

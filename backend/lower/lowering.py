@@ -36,7 +36,7 @@ from itertools import chain
 
 import numpy as np
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import IntAttr, ModuleOp, StringAttr
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.utils.exceptions import PassFailedException
 
@@ -165,7 +165,10 @@ class Lowering(NnOps):
         )
         low = []
         if xtab is not None and (xtab.addr >= 0).any():
-            low.append((int(xtab.addr.max()), self.code_addr))
+            # The exchange_tables reservation: below the code, or below the ops' own frames when memory-plan gave
+            # them buffers at the span's end (`memory.lowering_frames`).
+            start = int(xtab.addr.max())
+            low.append((start, min(self.code_addr, start + self.addrs.reserve_bytes["exchange_tables"])))
         self.low = low
         self.calls: list[KernelCall] = []
         self.items: list = []  # main's program items (`ipu.backend.lower.program`): calls, syncs, loops, markers
@@ -216,10 +219,17 @@ class Lowering(NnOps):
         # check at the end.
         # The lowering's "high" data lives in memory-plan's lowering_scratch reservation when there is one (sized
         # by `lowering-storage`), else above the plan's high-water mark.
-        scratch = self.addrs.reserves.get("lowering_scratch")
+        scratch = next(
+            (
+                o.buffer
+                for o in self.f.body.block.ops
+                if isinstance(o, mem.ReserveOp) and o.kind.data == "lowering_scratch"
+            ),
+            None,
+        )
         high_end = None
-        if scratch is not None and (scratch.addr >= 0).any():
-            high = int(scratch.addr.max())
+        if scratch is not None:  # (its bytes may be 0: the ops' own lowering_data buffers hold all the data)
+            high = int(mem.table_values(scratch.addr, self.addrs.nc).max())
             high_end = high + self.addrs.reserve_bytes["lowering_scratch"]
         else:
             high = max(self.addrs.high, self.target.region0[1])
@@ -231,73 +241,96 @@ class Lowering(NnOps):
             self.items += op_marker(op)  # names the profile sites that follow (ipu.backend.lower.sites)
             self.image.owner = op_name(op)
             self._event = self.events.start.get(op)
-            if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
+            scope = self.op_scope(op)
+            self.lower_op(op)
+            self.image.leave(scope)
+
+    def op_scope(self, op: Operation):
+        """Opens op's storage scope in the data image: its frames and tables go into its `memory.lowering_frames`
+        buffer, its kernel data into `memory.lowering_data` (memory-plan placed both); an op without them (no
+        event, or a plan without per-op storage) allocates in the function's ranges. Returns `leave`'s token."""
+        spans = []
+        for key in (mem.FRAMES_ATTR, mem.DATA_ATTR):
+            b = op.attributes.get(key)
+            if b is None:
+                spans.append(None)
                 continue
-            if isinstance(op, nn.ParamOp | nn.InputOp):
-                if tl.LAYOUT_ATTR in op.attributes:
-                    self.bind_host_value(op.results[0])
-                continue
-            if isinstance(op, nn.OutputOp):
-                self.bind_output(op)
-                continue
-            if isinstance(op, ex.SyncOp):
-                nxt = op.next_op
-                if isinstance(nxt, ex.PhaseOp) and len(nxt.send_table()) and len(nxt.recv_table()):
-                    continue  # the phase's timed exchange opens with this sync, after its send staging
-                self.items.append(SyncItem("exchange.sync"))
-                continue
-            if isinstance(op, ex.PhaseOp):
-                self.phase(op)
-                continue
-            if isinstance(op, tl.RepeatOp):
-                self.repeat(op)
-                continue
-            if isinstance(op, tl.YieldOp):
-                continue  # handled by repeat()
-            plan = op.attributes.get(tl.PLAN_ATTR)
-            kind = plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
-            if kind == "host":
-                if tl.LAYOUT_ATTR in op.attributes and mem.BUFFERS_ATTR in op.attributes:
-                    self.bind_host_value(op.results[0])
-                continue
-            if kind == "view":
-                continue
-            if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
-                self.linear(op, plan)
-                continue
-            if isinstance(op, nn.LinearPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
-                self.linear_partials(op, plan)
-                continue
-            if isinstance(op, nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
-                self.matmul_partials(op, plan)
-                continue
-            if isinstance(op, nn.ReduceSumOp) and kind == "reduce":
-                self.reduce_sum(op)
-                continue
-            if isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
-                self.elementwise(op)
-                continue
-            if isinstance(op, nn.LayerNormOp) and kind == "rows":
-                self.layer_norm(op)
-                continue
-            if isinstance(op, nn.SoftmaxOp) and kind == "rows":
-                self.softmax(op)
-                continue
-            if isinstance(op, nn.GeluOp) and kind == "elementwise":
-                self.gelu(op)
-                continue
-            if isinstance(op, nn.SliceOp) and isinstance(plan, tl.SinglePlanAttr):
-                self.slice_single(op)
-                continue
-            if isinstance(op, nn.AttentionOp) and isinstance(plan, tl.AttentionPlanAttr):
-                self.attention(op, plan)
-                continue
-            if isinstance(op, nn.AttentionPartialOp) and isinstance(plan, tl.AttentionPlanAttr):
-                self.attention_partial(op, plan)
-                continue
-            if isinstance(op, nn.AttentionMergeOp) and isinstance(plan, tl.AttentionPlanAttr):
-                self.attention_merge(op, plan)
-                continue
+            if (
+                not isinstance(b, mem.BufferAttr)
+                or not isinstance(b.addr, IntAttr)
+                or not isinstance(b.bytes_, IntAttr)
+            ):
+                raise LoweringError(
+                    f"{op_name(op)}: '{key}' must be one #memory.buffer with one address and size on every tile, "
+                    f"got {b}"
+                )
+            spans.append((b.addr.data, b.addr.data + b.bytes_.data))
+        return self.image.enter(self.events.start.get(op), *spans)
+
+    def lower_op(self, op: Operation) -> None:
+        """One op of a block lowered (its storage scope opened by `block`)."""
+        if isinstance(op, mem.PlanOp | mem.ReserveOp | func.ReturnOp):
+            return
+        if isinstance(op, nn.ParamOp | nn.InputOp):
+            if tl.LAYOUT_ATTR in op.attributes:
+                self.bind_host_value(op.results[0])
+            return
+        if isinstance(op, nn.OutputOp):
+            self.bind_output(op)
+            return
+        if isinstance(op, ex.SyncOp):
+            nxt = op.next_op
+            if isinstance(nxt, ex.PhaseOp) and len(nxt.send_table()) and len(nxt.recv_table()):
+                return  # the phase's timed exchange opens with this sync, after its send staging
+            self.items.append(SyncItem("exchange.sync"))
+            return
+        if isinstance(op, ex.PhaseOp):
+            self.phase(op)
+            return
+        if isinstance(op, tl.RepeatOp):
+            self.repeat(op)
+            return
+        if isinstance(op, tl.YieldOp):
+            return  # handled by repeat()
+        plan = op.attributes.get(tl.PLAN_ATTR)
+        kind = plan.get("kind") if isinstance(plan, tl.MapPlanAttr) else None
+        if kind == "host":
+            if tl.LAYOUT_ATTR in op.attributes and mem.BUFFERS_ATTR in op.attributes:
+                self.bind_host_value(op.results[0])
+            return
+        if kind == "view":
+            return
+        lower = None
+        if isinstance(plan, tl.GemmPlanAttr):
+            if isinstance(op, nn.LinearOp | nn.MatmulOp):
+                lower = self.linear
+            elif isinstance(op, nn.LinearPartialsOp):
+                lower = self.linear_partials
+            elif isinstance(op, nn.MatmulPartialsOp):
+                lower = self.matmul_partials
+        elif isinstance(plan, tl.AttentionPlanAttr):
+            if isinstance(op, nn.AttentionOp):
+                lower = self.attention
+            elif isinstance(op, nn.AttentionPartialOp):
+                lower = self.attention_partial
+            elif isinstance(op, nn.AttentionMergeOp):
+                lower = self.attention_merge
+        if lower is not None:
+            lower(op, plan)
+            return
+        if isinstance(op, nn.ReduceSumOp) and kind == "reduce":
+            self.reduce_sum(op)
+        elif isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
+            self.elementwise(op)
+        elif isinstance(op, nn.LayerNormOp) and kind == "rows":
+            self.layer_norm(op)
+        elif isinstance(op, nn.SoftmaxOp) and kind == "rows":
+            self.softmax(op)
+        elif isinstance(op, nn.GeluOp) and kind == "elementwise":
+            self.gelu(op)
+        elif isinstance(op, nn.SliceOp) and isinstance(plan, tl.SinglePlanAttr):
+            self.slice_single(op)
+        else:
             raise LoweringError(
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
             )
@@ -389,8 +422,12 @@ class Lowering(NnOps):
             self.layer = self.addrs.iteration = i
             n_in, n_out = len(self.inputs), len(self.outputs)
             self.block(block)
+            scope = self.op_scope(
+                block.last_op
+            )  # the yield's copies: its own storage, the same every iteration
             for y, arg in zip(block.last_op.operands, block.args[:nc]):
                 self._carried_copy(y, arg, "tile.repeat: yield -> block arguments")
+            self.image.leave(scope)
             if i and (len(self.inputs) != n_in or len(self.outputs) != n_out):
                 raise LoweringError("tile.repeat: a body binding model inputs or outputs is not lowered")
             after = ([list(x) for x in image.ranges["low"]], [list(x) for x in image.ranges["high"]])
@@ -417,6 +454,7 @@ class Lowering(NnOps):
             if after != first["ranges"] or run["layer_ranges"] != first["layer_ranges"]:
                 raise LoweringError(f"{what}: iteration {i} allocates other storage than iteration 0")
         self.layer, self.addrs.iteration, self.layers = None, 0, 1
+        self.image.owner = op_name(op)  # the copies out are the loop's, not its body's last op's
         # Keep iteration 0's code, frames and tables; every iteration's per-iteration storage and bindings.
         first = runs[0]
         image.ranges["low"], image.ranges["high"] = first["ranges"]
@@ -632,12 +670,12 @@ class Lowering(NnOps):
             raise LoweringError(problem)
         e = self.target.region1_element_bytes
         owner, self.image.owner = self.image.owner, "kernels"
-        c = self.image.alloc(e, e, "high", region1=True, what="C scratch element")
-        a = self.image.alloc(e, e, "high", region1=True, what="A scratch element")
-        x = self.image.alloc(e, 16, "high", what="aux scratch element")
-        z = self.image.alloc(
-            ZEROS_BYTES, 8, "low", what="zero constant"
-        )  # "high": exactly the scratch elements
+        scope = self.image.enter(None)  # function-level, whichever op first needs them
+        c = self.image.alloc(e, e, "high", region1=True, what="C scratch element", element=True)
+        a = self.image.alloc(e, e, "high", region1=True, what="A scratch element", element=True)
+        x = self.image.alloc(e, 16, "high", what="aux scratch element", element=True)
+        z = self.image.alloc(ZEROS_BYTES, 8, "low", what="zero constant")
+        self.image.leave(scope)
         self.image.owner = owner
         for addr, n in ((c, e), (a, e), (z, ZEROS_BYTES)):
             self.image.put("zeros", addr, np.zeros(n, np.uint8))

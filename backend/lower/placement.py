@@ -218,6 +218,7 @@ class DataImage:
                 if not self.ranges[kind]:
                     self.ranges[kind] = [window]
         self.start = {k: [r[0] for r in v] for k, v in self.ranges.items()}
+        self.high_start = high_start if end > high_start else end
         self.top = target.sram_end  # the lowest element taken from the top
         self.segments: list[Segment] = []
         self.used = {"low": 0, "high": 0}
@@ -225,6 +226,42 @@ class DataImage:
         # by the walk) and the allocation's kind.
         self.owner = ""
         self.log: list[tuple[str, str, int, int]] = []  # (owner, what, address, bytes)
+        # Op scopes (`enter` / `leave`): the data of the op being lowered goes into that op's own buffers, which
+        # memory-plan placed from `lowering-storage`'s per-op measurement (`memory.lowering_frames` / `_data`).
+        # Measuring, each op's need is counted on its own cursor from 0 (`op_need`), and the function-level
+        # data's (no scope: the zero constant, loop patch tables) on `fn_need`.
+        self.scope: int | None = None  # the op's key (its event number)
+        self.scope_ranges: dict[str, list[int] | None] = {"low": None, "high": None}
+        self.scope_used = {"low": 0, "high": 0}
+        self.op_need: dict[int, list[int]] = {}  # key -> [low, high] bytes
+        self.fn_need = {"low": 0, "high": 0}
+
+    def enter(
+        self, key: int | None, frames: tuple[int, int] | None = None, data: tuple[int, int] | None = None
+    ):
+        """Opens the scope of op `key` (None: function-level data): its allocations go into [start, end) of its
+        frames ("low") and data ("high") buffers, from their starts, and spill into the function's ranges when a
+        buffer is full or absent (then the map's contents show them there). Returns what `leave` restores."""
+        saved = (self.scope, self.scope_ranges, self.scope_used)
+        self.scope = key
+        self.scope_ranges = {"low": list(frames) if frames else None, "high": list(data) if data else None}
+        self.scope_used = {"low": 0, "high": 0}
+        return saved
+
+    def leave(self, saved) -> None:
+        self.scope, self.scope_ranges, self.scope_used = saved
+
+    def _count(self, nbytes: int, align: int, where: str) -> None:
+        """Measuring: the need of the current scope (an op's, or the function's)."""
+        if self.scope is None:
+            self.fn_need[where] = -(-self.fn_need[where] // align) * align + nbytes
+            return
+        used = self.scope_used[where] = -(-self.scope_used[where] // align) * align + nbytes
+        need = self.op_need.setdefault(self.scope, [0, 0])
+        i = 0 if where == "low" else 1
+        need[i] = max(
+            need[i], used
+        )  # an op lowered more than once (a loop's sampled iterations): the largest
 
     def _element_floor(self, a: int) -> int:
         t = self.target
@@ -232,13 +269,30 @@ class DataImage:
         return t.region1_base + (a - t.region1_base) // e * e
 
     def alloc(
-        self, nbytes: int, align: int = 8, where: str = "low", region1: bool = False, what: str = "data"
+        self,
+        nbytes: int,
+        align: int = 8,
+        where: str = "low",
+        region1: bool = False,
+        what: str = "data",
+        element: bool = False,
     ) -> int:
-        """An address (the same on every tile) for nbytes; "low" spills into "high" when full. Whole region-1
-        elements in "high" come from the top of SRAM down (element aligned). `what` names the contents for the
-        memory map (with the walk's current `owner`)."""
+        """An address (the same on every tile) for nbytes; "low" spills into "high" when full. `element`: whole
+        region-1 elements (the kernels' scratch) from the top of SRAM down (element aligned), outside every
+        scope. `what` names the contents for the memory map (with the walk's current `owner`)."""
         n = max(int(nbytes), 1)
-        a = self._alloc(n, align, where, region1)
+        whole_elements = element
+        if element and (where != "high" or n % self.target.region1_element_bytes):
+            raise ValueError(f"{what}: {n} B in {where!r} is not whole scratch elements")
+        if self.measure and not whole_elements:
+            self._count(n, align, where)
+        r = self.scope_ranges[where] if self.scope is not None and not whole_elements else None
+        a = -(-r[0] // align) * align if r else -1
+        if r and a + n <= r[1] and not self.measure:
+            r[0] = a + n
+            self.used[where] += n
+        else:
+            a = self._alloc(n, align, where, region1, whole_elements)
         self.log.append((self.owner, what, a, n))
         return a
 
@@ -255,12 +309,15 @@ class DataImage:
             for (o, w), (c, b, lo, hi) in groups.items()
         ]
 
-    def _alloc(self, nbytes: int, align: int, where: str, region1: bool) -> int:
+    def _alloc(self, nbytes: int, align: int, where: str, region1: bool, element: bool) -> int:
         t = self.target
-        e = t.region1_element_bytes
-        if where == "high" and nbytes % e == 0 and t.region1[1] > t.region1[0]:
+        if element and t.region1[1] > t.region1[0]:
             a = self._element_floor(self.top - nbytes)
-            floor = max(t.region1_base, self.ranges["high"][-1][0] if self.ranges["high"] else t.sram_end)
+            # Down to the small data's cursor (or the start of its empty range: a lowering_scratch reservation of 0
+            # bytes when the ops' own buffers hold all of it).
+            floor = max(
+                t.region1_base, self.ranges["high"][-1][0] if self.ranges["high"] else self.high_start
+            )
             if a >= floor or self.measure:
                 self.top = a
                 if self.ranges["high"]:

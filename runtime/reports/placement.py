@@ -157,10 +157,15 @@ def model_from_function(f: func.FuncOp) -> PlacementModel:
 
     # The same walk as memory_plan.read_placement (views share their operand's buffer and are skipped, and so is
     # a yield operand computed in place into its carried argument's buffer).
+    from ipu.backend.lower.sites import op_name  # the names the lowering's contents and the profile use
+
     carried: set[mem.BufferAttr] = set()
     for op in f.walk():
         if isinstance(op, mem.ReserveOp):
             add(op.kind.data, "support", op.buffer, "reservation", op.kind.data)
+        for key, reserve in ((mem.FRAMES_ATTR, "lowering_frames"), (mem.DATA_ATTR, "lowering_data")):
+            if isinstance(op.attributes.get(key), mem.BufferAttr):  # the asm lowering's storage of this op
+                add(reserve, op_name(op), op.attributes[key], "reservation", reserve)
         if _plan_kind(op) == "view":
             continue
         for i, b in enumerate(mem.buffers_of(op.attributes.get(mem.ARGS_ATTR))):
@@ -431,14 +436,20 @@ def placement_json(model: PlacementModel) -> dict:
 def with_contents(doc: dict, contents: list[dict]) -> dict:
     """The lowering's own allocations (`DataImage.contents`: owner, what, count, bytes, lo, hi; the same address
     on every tile) as `doc["contents"]`, each with the support reservation ("code", "exchange_tables",
-    "lowering_scratch", ...) whose span holds it, or "" when none does (then `outside` counts the bytes: the
+    "lowering_scratch", ...) or the op's own buffer ("lowering_frames of OP", "lowering_data of OP") whose span
+    holds it, or "" when none does (then `outside` counts the bytes: the
     package's image check fails on such a byte before this shows)."""
     spans = []
     for al in doc["allocations"]:
         if al["kind"] == "reservation" and al["placed"]:
             lo = min(p[1] for p in al["placed"])
             hi = max(p[1] + p[2] for p in al["placed"])
-            spans.append((lo, hi, al.get("reserve") or al["name"]))
+            name = al.get("reserve") or al["name"]
+            if (
+                al.get("owner", "support") != "support"
+            ):  # an op's own storage (lowering_frames / lowering_data)
+                name = f"{name} of {al['owner']}"
+            spans.append((lo, hi, name))
     out = []
     for c in sorted(contents, key=lambda c: (c["lo"], c["owner"], c["what"])):
         where = next((name for lo, hi, name in spans if lo <= c["lo"] and c["hi"] <= hi), "")
