@@ -44,6 +44,8 @@ from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, M
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
+from ipu.passes.memory_alloc import align_up
+
 STORAGE_ATTR = "lowering.storage"
 SCRATCH_ATTR = "lowering.scratch"
 DATA_ATTR = "lowering.data"
@@ -122,34 +124,27 @@ class LoweringStoragePass(ModulePass):
             record_storage(f, lowering)
 
 
-def scratch_of(op) -> tuple[int, int, int] | None:
-    """An op's `lowering.scratch` (bytes of C, A, aux), checked; None without one."""
-    attr = op.attributes.get(SCRATCH_ATTR)
+def _checked_array(op, name: str, fields: str) -> tuple[int, ...] | None:
+    """An op's `array<i64: fields>` attribute of byte counts, checked; None without one."""
+    attr = op.attributes.get(name)
     if attr is None:
         return None
     values = attr.get_values() if isinstance(attr, DenseArrayBase) else None
-    if values is None or len(values) != 3 or min(values) < 0:
+    if values is None or len(values) != len(fields.split(", ")) or min(values) < 0:
         raise PassFailedException(
-            f"{op.name}: '{SCRATCH_ATTR}' must be array<i64: C, A, AUX> (bytes >= 0), got {attr}"
+            f"{op.name}: '{name}' must be array<i64: {fields}> (bytes >= 0), got {attr}"
         )
     return tuple(int(v) for v in values)
 
 
+def scratch_of(op) -> tuple[int, int, int] | None:
+    """An op's `lowering.scratch` (bytes of C, A, aux), checked; None without one."""
+    return _checked_array(op, SCRATCH_ATTR, "C, A, AUX")
+
+
 def data_of(op) -> tuple[int, int] | None:
     """An op's `lowering.data` (bytes of its frames and tables, of its kernel data), checked; None without one."""
-    attr = op.attributes.get(DATA_ATTR)
-    if attr is None:
-        return None
-    values = attr.get_values() if isinstance(attr, DenseArrayBase) else None
-    if values is None or len(values) != 2 or min(values) < 0:
-        raise PassFailedException(
-            f"{op.name}: '{DATA_ATTR}' must be array<i64: FRAMES, DATA> (bytes >= 0), got {attr}"
-        )
-    return int(values[0]), int(values[1])
-
-
-def _round(n: int, k: int) -> int:
-    return -(-n // k) * k
+    return _checked_array(op, DATA_ATTR, "FRAMES, DATA")
 
 
 def record_storage(f: func.FuncOp, lowering, merge: bool = False) -> dict[str, int]:
@@ -179,12 +174,12 @@ def record_storage(f: func.FuncOp, lowering, merge: bool = False) -> dict[str, i
             continue
         per_op[op] = got
         op.attributes[DATA_ATTR] = DenseArrayBase.from_list(i64, list(got))
-    owned_low = sum(_round(v[0], FRAMES_ALIGN) for v in per_op.values())
-    owned_high = sum(_round(v[1], DATA_ALIGN) for v in per_op.values())
+    owned_low = sum(align_up(v[0], FRAMES_ALIGN) for v in per_op.values())
+    owned_high = sum(align_up(v[1], DATA_ALIGN) for v in per_op.values())
     sizes = {
         "code": need["code"],
-        "tables": max(need["low"], owned_low + _round(image.fn_need["low"], FRAMES_ALIGN)),
-        "scratch": max(need["high_small"], owned_high + _round(image.fn_need["high"], DATA_ALIGN))
+        "tables": max(need["low"], owned_low + align_up(image.fn_need["low"], FRAMES_ALIGN)),
+        "scratch": max(need["high_small"], owned_high + align_up(image.fn_need["high"], DATA_ALIGN))
         + (0 if timed else need["high_elements"]),
     }
     if timed:

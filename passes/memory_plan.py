@@ -733,9 +733,8 @@ class MemoryPlanPass(ModulePass):
             ("exchange_tables", mem.FRAMES_ATTR, FRAMES_ALIGN, "r0", "frames and tables"),
             ("lowering_scratch", mem.DATA_ATTR, DATA_ALIGN, "any", "kernel data"),
         )
-        ops = sorted(events.start, key=events.start.get)
         need = {}
-        for op in ops:
+        for op in events.start:  # in event order (number_events walks the program in order)
             op.attributes.pop(mem.FRAMES_ATTR, None)
             op.attributes.pop(mem.DATA_ATTR, None)
             if (d := data_of(op)) is not None:
@@ -745,7 +744,7 @@ class MemoryPlanPass(ModulePass):
             if kind not in spans:
                 continue
             start, size = spans[kind]
-            total = sum(-(-d[i] // align) * align for d in need.values())
+            total = sum(ma.align_up(d[i], align) for d in need.values())
             if total > size:
                 raise PassFailedException(
                     f"memory-plan: @{f.sym_name.data}: the ops' own {what} (lowering.data: {total} B) exceed the "
@@ -760,7 +759,7 @@ class MemoryPlanPass(ModulePass):
                     op.attributes[key] = mem.BufferAttr(
                         at, d[i], (0, events.count - 1), region, align, resident=True
                     )
-                    at += -(-d[i] // align) * align
+                    at += ma.align_up(d[i], align)
         return owned
 
 

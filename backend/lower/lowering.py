@@ -194,8 +194,10 @@ class Lowering(NnOps):
         scratch elements)."""
         return {"code": int(self.code_bytes), **self.image.need()}
 
-    def _reserve(self, kind: str) -> mem.ReserveOp:
-        return next(o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind)
+    def _reserve(self, kind: str) -> mem.ReserveOp | None:
+        return next(
+            (o for o in self.f.body.block.ops if isinstance(o, mem.ReserveOp) and o.kind.data == kind), None
+        )
 
     # -- emission helpers -----------------------------------------------------------------------------------
     def call(self, entry: str, words: int, build, all_active: bool = False, what: str = "") -> None:
@@ -219,17 +221,10 @@ class Lowering(NnOps):
         # check at the end.
         # The lowering's "high" data lives in memory-plan's lowering_scratch reservation when there is one (sized
         # by `lowering-storage`), else above the plan's high-water mark.
-        scratch = next(
-            (
-                o.buffer
-                for o in self.f.body.block.ops
-                if isinstance(o, mem.ReserveOp) and o.kind.data == "lowering_scratch"
-            ),
-            None,
-        )
+        scratch = self._reserve("lowering_scratch")
         high_end = None
         if scratch is not None:  # (its bytes may be 0: the ops' own lowering_data buffers hold all the data)
-            high = int(mem.table_values(scratch.addr, self.addrs.nc).max())
+            high = int(mem.table_values(scratch.buffer.addr, self.addrs.nc).max())
             high_end = high + self.addrs.reserve_bytes["lowering_scratch"]
         else:
             high = max(self.addrs.high, self.target.region0[1])
@@ -300,25 +295,13 @@ class Lowering(NnOps):
             return
         if kind == "view":
             return
-        lower = None
-        if isinstance(plan, tl.GemmPlanAttr):
-            if isinstance(op, nn.LinearOp | nn.MatmulOp):
-                lower = self.linear
-            elif isinstance(op, nn.LinearPartialsOp):
-                lower = self.linear_partials
-            elif isinstance(op, nn.MatmulPartialsOp):
-                lower = self.matmul_partials
-        elif isinstance(plan, tl.AttentionPlanAttr):
-            if isinstance(op, nn.AttentionOp):
-                lower = self.attention
-            elif isinstance(op, nn.AttentionPartialOp):
-                lower = self.attention_partial
-            elif isinstance(op, nn.AttentionMergeOp):
-                lower = self.attention_merge
-        if lower is not None:
-            lower(op, plan)
-            return
-        if isinstance(op, nn.ReduceSumOp) and kind == "reduce":
+        if isinstance(op, nn.LinearOp | nn.MatmulOp) and isinstance(plan, tl.GemmPlanAttr):
+            self.linear(op, plan)
+        elif isinstance(op, nn.LinearPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
+            self.linear_partials(op, plan)
+        elif isinstance(op, nn.MatmulPartialsOp) and isinstance(plan, tl.GemmPlanAttr):
+            self.matmul_partials(op, plan)
+        elif isinstance(op, nn.ReduceSumOp) and kind == "reduce":
             self.reduce_sum(op)
         elif isinstance(op, nn.CastOp | nn.AddOp | nn.MulOp) and kind == "elementwise":
             self.elementwise(op)
@@ -330,6 +313,12 @@ class Lowering(NnOps):
             self.gelu(op)
         elif isinstance(op, nn.SliceOp) and isinstance(plan, tl.SinglePlanAttr):
             self.slice_single(op)
+        elif isinstance(op, nn.AttentionOp) and isinstance(plan, tl.AttentionPlanAttr):
+            self.attention(op, plan)
+        elif isinstance(op, nn.AttentionPartialOp) and isinstance(plan, tl.AttentionPlanAttr):
+            self.attention_partial(op, plan)
+        elif isinstance(op, nn.AttentionMergeOp) and isinstance(plan, tl.AttentionPlanAttr):
+            self.attention_merge(op, plan)
         else:
             raise LoweringError(
                 f"{op.name} with plan {plan}: no kernel lowering yet (see docs/lowering.md for the missing kernels)"
@@ -422,9 +411,8 @@ class Lowering(NnOps):
             self.layer = self.addrs.iteration = i
             n_in, n_out = len(self.inputs), len(self.outputs)
             self.block(block)
-            scope = self.op_scope(
-                block.last_op
-            )  # the yield's copies: its own storage, the same every iteration
+            # The yield's copies: in the yield's own storage, the same every iteration.
+            scope = self.op_scope(block.last_op)
             for y, arg in zip(block.last_op.operands, block.args[:nc]):
                 self._carried_copy(y, arg, "tile.repeat: yield -> block arguments")
             self.image.leave(scope)

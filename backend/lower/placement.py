@@ -21,6 +21,7 @@ from xdsl.ir import BlockArgument, Operation, SSAValue
 from ipu.backend.target import Target
 from ipu.dialects import memory as mem
 from ipu.dialects import tile as tl
+from ipu.passes.memory_alloc import align_up
 from ipu.runtime.package import Segment
 
 
@@ -254,14 +255,13 @@ class DataImage:
     def _count(self, nbytes: int, align: int, where: str) -> None:
         """Measuring: the need of the current scope (an op's, or the function's)."""
         if self.scope is None:
-            self.fn_need[where] = -(-self.fn_need[where] // align) * align + nbytes
+            self.fn_need[where] = align_up(self.fn_need[where], align) + nbytes
             return
-        used = self.scope_used[where] = -(-self.scope_used[where] // align) * align + nbytes
+        used = self.scope_used[where] = align_up(self.scope_used[where], align) + nbytes
         need = self.op_need.setdefault(self.scope, [0, 0])
         i = 0 if where == "low" else 1
-        need[i] = max(
-            need[i], used
-        )  # an op lowered more than once (a loop's sampled iterations): the largest
+        # An op lowered more than once (a loop's sampled iterations): the largest.
+        need[i] = max(need[i], used)
 
     def _element_floor(self, a: int) -> int:
         t = self.target
@@ -281,18 +281,17 @@ class DataImage:
         region-1 elements (the kernels' scratch) from the top of SRAM down (element aligned), outside every
         scope. `what` names the contents for the memory map (with the walk's current `owner`)."""
         n = max(int(nbytes), 1)
-        whole_elements = element
         if element and (where != "high" or n % self.target.region1_element_bytes):
             raise ValueError(f"{what}: {n} B in {where!r} is not whole scratch elements")
-        if self.measure and not whole_elements:
+        if self.measure and not element:
             self._count(n, align, where)
-        r = self.scope_ranges[where] if self.scope is not None and not whole_elements else None
-        a = -(-r[0] // align) * align if r else -1
+        r = self.scope_ranges[where] if self.scope is not None and not element else None
+        a = align_up(r[0], align) if r else -1
         if r and a + n <= r[1] and not self.measure:
             r[0] = a + n
             self.used[where] += n
         else:
-            a = self._alloc(n, align, where, region1, whole_elements)
+            a = self._alloc(n, align, where, region1, element)
         self.log.append((self.owner, what, a, n))
         return a
 

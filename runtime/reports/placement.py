@@ -445,9 +445,7 @@ def with_contents(doc: dict, contents: list[dict]) -> dict:
             lo = min(p[1] for p in al["placed"])
             hi = max(p[1] + p[2] for p in al["placed"])
             name = al.get("reserve") or al["name"]
-            if (
-                al.get("owner", "support") != "support"
-            ):  # an op's own storage (lowering_frames / lowering_data)
+            if al.get("owner", "support") != "support":  # an op's own lowering_frames / lowering_data
                 name = f"{name} of {al['owner']}"
             spans.append((lo, hi, name))
     out = []
