@@ -113,6 +113,10 @@ class Target:
     # (all-tile) barrier is not public: 150 cycles is our estimate [I], a local (worker) sync 6 cycles [C].
     sync_local_cycles: int = 6
     sync_internal_cycles: int = 150
+    # `sync TEXCH_SYNCZONE_RECV` (zone 0, the IPU1 bootloader's "put $INCOMING_DCOUNT; send; sync RECV", S4 [R]):
+    # the supervisor waits for its tile's receive window to complete, no other tile involved; its cost past the
+    # window's last atom is taken as the local sync's 6 cycles [I].
+    sync_recv_cycles: int = 6
     # Supervisor control/system instructions stall ~6 cycles: S1 comments, CISS traces [C].
     supervisor_branch_stall: int = 6
 

@@ -21,7 +21,8 @@ Modes (option `mode`):
   seed 000 does: the alternative must not lose on the cap it optimises). Its `mode` property says which.
 
 What the package runs: the lowering times every phase exactly (backend/lower/timed.py, `xch_timed`: one
-internal sync, every tile's sends and receive set-ups at compiled cycles, one closing sync), taking the transfers
+internal sync, every tile's sends and receive set-ups at compiled cycles, each tile leaving at its own last receive),
+taking the transfers
 in this pass's priority order (grouped into rounds, `receive_rounds`) and the routine's own row costs; its span is
 each phase summary's `timed_cycles` (So400m, one layer + head: 239.6 k cycles over the 54 phases, against this
 pass's port-word bound of ~180 k). The timing has to be computed there: send staging (transfers that are not

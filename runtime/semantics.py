@@ -655,8 +655,8 @@ def sem_runall(sim, g, sel, ins):
 
 def sem_sync(sim, g, sel, ins):
     zone = int(ins.ops[0])
-    if zone not in (2, 3):
-        sim.fail("sync", f"sync zone {zone} is not simulated (only LOCAL=2 and INTERNAL=3)", g, ins)
+    if zone not in (0, 2, 3):
+        sim.fail("sync", f"sync zone {zone} is not simulated (only RECV=0, LOCAL=2 and INTERNAL=3)", g, ins)
     sim._sync_pc[g.idx] = g.pc
     return ("wait", zone)
 
@@ -815,7 +815,8 @@ def sem_delay(sim, g, sel, ins):
 #   a_k = d_k + exchange_fabric_cycles and occupies the receiver's bus during [a_k, a_k + A);
 #   a window accepts the first v atoms sent by tile m (in m's send order) with a_k >= t and writes them at
 #   b, b + 8, ...; its end cycle is (arrival of its last atom) + A.
-# At the next internal sync's release (cycle R) the phase is resolved: memory written, $INCOMING_DCOUNT = 0, and
+# At the next internal sync's release (cycle R), or when every supervisor waits on `sync RECV` (then R is each
+# tile's own last window end: no E5), the phase is resolved: memory written, $INCOMING_DCOUNT = 0, and
 #   exchange-no-sender (E1)  a window got fewer than v atoms (also: a window still open at the end of a run);
 #   exchange-overlap (E2)    a window opens, or a set-up is written, on a tile before its previous window's end;
 #                            or tiles of one exchange bus (r // tiles_per_exchange_bus) accept atoms of different
@@ -1010,6 +1011,7 @@ def _x_resolve_reference(sim, release):
     # the writes
     for k, segs in enumerate(accepted):
         r, _, t, m, b, v, pc = wins[k]
+        sim.x_tile_end[r] = max(int(sim.x_tile_end[r]), segs[-1][4])
         atoms = np.concatenate([sends[m][j][2][k0:k1] for j, k0, k1, _, _ in segs])
         w0 = (b - sim.base) // 8  # word-major SRAM: tile r's words are column r
         if (sim.wstate[w0 : w0 + v, r] & PROTECTED).any():
@@ -1134,6 +1136,7 @@ def _x_resolve_fast(sim, release) -> bool:
     if (wend - A > release).any():
         return False
     # the writes
+    np.maximum.at(sim.x_tile_end, wt, wend)
     w0 = (wbase - sim.base) // 8
     if jit.deliver is not None:  # compiled (runtime/jit.py): False if a word is protected
         if not jit.deliver(sim.mem64, sim.wstate, atoms, g0, wt, wv, w0):
@@ -1151,15 +1154,19 @@ def _x_resolve_fast(sim, release) -> bool:
     return True
 
 
-def deliver_exchange(sim, tiles):
-    """At an internal sync's release (the clocks of `tiles` already set to the release cycle): the phase since the
-    previous internal sync, in time (see the section comment): windows filled, checks, $INCOMING_DCOUNT = 0."""
+def deliver_exchange(sim, tiles, recv: bool = False) -> np.ndarray:
+    """At an internal sync's release (the clocks of `tiles` already set to the release cycle), or when every
+    supervisor waits on a RECV sync (recv: each tile's own receive ends it, no exchange-late): the phase since the
+    previous resolution, in time (see the section comment): windows filled, checks, $INCOMING_DCOUNT = 0. Returns
+    each tile's last window end (the cycle after its last atom arrived; -1: no window)."""
     tiles = np.asarray(tiles)
+    sim.x_tile_end = np.full(sim.T, -1, np.int64)
     if sim.xwins or sim.xsends or sim.xsets:
-        release = int(sim.cycles[sim.NW + tiles].max()) if len(tiles) else 0
+        release = (1 << 62) if recv else (int(sim.cycles[sim.NW + tiles].max()) if len(tiles) else 0)
         if not (sim.fast and _x_resolve_fast(sim, release)):
             _x_resolve_reference(sim, release)
     _x_clear(sim)
+    return sim.x_tile_end
 
 
 def exchange_end_of_run(sim):

@@ -42,7 +42,10 @@ instruction; atom k departs at c0 + exchange_send_latency + 2k (8-byte atoms at 
 arrives at every tile exchange_fabric_cycles later. `put $INCOMING_DCOUNT, v` (v > 0) at clock t opens a receive
 window on its tile with the current $INCOMING_MUX / $INCOMING_BASE: it takes the first v atoms of the mux's tile
 arriving at or after t. At the next internal sync's release the phase is resolved and checked (exchange-no-sender,
--overlap, -overwrite, -early-send, -late; see the section comment in runtime/semantics.py and `deliver_exchange`).
+-overlap, -overwrite, -early-send, -late; see the section comment in runtime/semantics.py and `deliver_exchange`);
+or, when every supervisor waits on `sync TEXCH_SYNCZONE_RECV` (the end of the backend's timed exchange), it is
+resolved then and each tile resumes at the later of its clock and its last window's end (+ sync_recv_cycles),
+with no barrier: the data is in before its tile reads it, so no exchange-late.
 
 Checks raise `SimError` naming tile, context, PC, instruction and address (see `runtime/errors.py`).
 
@@ -289,6 +292,12 @@ class Simulator:
         self._waiting: dict[int, int] = {}  # supervisor ctx -> sync zone
         self._worker_exited = False
         self._n_internal = 0  # supervisors waiting on the internal sync
+        self._n_recv = (
+            0  # supervisors waiting on their tile's receive (sync RECV: the end of a timed exchange)
+        )
+        self.x_tile_end = np.full(
+            self.T, -1, np.int64
+        )  # per tile, its last window's end (the last resolution)
         self._sync_pc = np.zeros(self.NC, dtype=np.int64)  # PC of the sync each waiting supervisor executed
         self._defer: list | None = None
         # The exchange phase since the last internal sync (runtime/semantics.py `deliver_exchange`): sends,
@@ -835,6 +844,8 @@ class Simulator:
         elif kind == "wait":  # supervisor waits on a sync zone
             for c in g.idx:
                 self._waiting[int(c)] = result[1]
+            if result[1] == 0:
+                self._n_recv += len(g.idx)
             if result[1] == 3:
                 self._n_internal += len(g.idx)
                 if rec is not None:
@@ -1236,6 +1247,9 @@ class Simulator:
         if self.fast:
             self._release_syncs_fast(force_check)
             return
+        if self._recv_ready():
+            self._recv_sync()
+            return
         T, W = self.T, self.W
         local = [c for c, z in self._waiting.items() if z == 2]
         if local and (self._worker_exited or force_check):
@@ -1267,9 +1281,12 @@ class Simulator:
     def _release_syncs_fast(self, force_check: bool) -> None:
         """_release_syncs without a pass over every waiting supervisor per round: sync zones are 2 or 3 only
         (sem_sync), so the local waiters are counted as len(_waiting) - _n_internal; the same releases."""
+        if self._recv_ready():
+            self._recv_sync()
+            return
         waiting = self._waiting
         T, W = self.T, self.W
-        if len(waiting) > self._n_internal and (self._worker_exited or force_check):
+        if len(waiting) > self._n_internal + self._n_recv and (self._worker_exited or force_check):
             self._worker_exited = False
             busy = self.active[: self.NW].reshape(T, W).any(axis=1)
             release = [c for c, z in waiting.items() if z == 2 and not busy[c - self.NW]]
@@ -1292,6 +1309,36 @@ class Simulator:
                 tile=int(self.ctx_tile[ctx]),
                 context="supervisor",
             )
+
+    def _recv_ready(self) -> bool:
+        """Every running supervisor waits on a RECV or internal sync, at least one on RECV, and no supervisor
+        group is left to run: every send of the phase is issued, so its exchange can be resolved."""
+        n = self._n_recv
+        if not n or n + self._n_internal != len(self._waiting):
+            return False
+        if n + self._n_internal != self.active[self.NW :].sum():
+            return False
+        return not (self._groups and any(g.supervisor for g in self._groups))
+
+    def _recv_sync(self) -> None:
+        """Resolves the phase and releases the supervisors waiting on `sync RECV`, each at the later of its clock
+        and its tile's last window end, plus the target's RECV sync cost: a tile leaves its exchange on its own,
+        no barrier (only an internal sync makes the clocks meet)."""
+        waiting = self._waiting
+        if self._n_internal:
+            ctx = next(c for c, z in waiting.items() if z == 3)
+            raise SimError(
+                "sync",
+                "an exchange phase ends with sync RECV on some tiles and an internal sync on others",
+                tile=int(self.ctx_tile[ctx]),
+                context="supervisor",
+            )
+        rel = np.array(sorted(waiting), dtype=np.int64)
+        ends = semantics.deliver_exchange(self, rel - self.NW, recv=True)
+        self.cycles[rel] = np.maximum(self.cycles[rel], ends[rel - self.NW]) + self.target.sync_recv_cycles
+        waiting.clear()
+        self._n_recv = 0
+        self._resume(rel)
 
     def _resume(self, ctxs: np.ndarray) -> None:
         """Restart supervisors after their sync instruction."""

@@ -60,7 +60,6 @@ from ipu.backend.lower.program import (
     FRAME_HEADER,
     CallItem,
     CodeOverflow,
-    OpMarker,
     PhaseMarker,
     ProgramError,
     RepeatItem,
@@ -610,13 +609,11 @@ class Lowering(NnOps):
         self.copy_call(pre, "exchange send staging")  # whole words into 8-byte staging slots
         if shifted is not None:  # f16 moved by a half word into their slots
             self.table_call(cp.SHIFT_ENTRY, shifted, "exchange send staging (half-word shifted)")
-        if rtab is not None:  # opens with the phase's sync, ends with one
+        if (
+            rtab is not None
+        ):  # opens with the phase's sync; each tile leaves at its own last receive (sync RECV)
             self._phase_timing(sched, rtab)
-            # Right after another phase's closing sync (no staging, no copies between): that sync opens this one.
-            last = next((x for x in reversed(self.items) if not isinstance(x, OpMarker | PhaseMarker)), None)
-            timed = isinstance(last, CallItem) and last.entry.startswith("xch_timed")
-            entry = "xch_timed_synced" if timed else "xch_timed"
-            self.table_call(entry, rtab, f"exchange timed ({sched.rounds} rounds)")
+            self.table_call("xch_timed", rtab, f"exchange timed ({sched.rounds} rounds)")
         self.copy_call(post, "exchange copies")
 
     def _phase_timing(self, sched, rtab: np.ndarray) -> None:

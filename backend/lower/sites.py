@@ -45,7 +45,7 @@ NO_CODE = {"nn.param", "nn.input", "memory.plan", "memory.reserve", "func.return
 _REP_END = re.compile(r"^\.Lrep(\d+)_end:")
 _CALL = re.compile(r"^\s*call \$(?:lr|m10), (\S+)")
 
-KIND_OF_ROUTINE = {"xch_timed": "exchange", "xch_timed_synced": "exchange"}
+KIND_OF_ROUTINE = {"xch_timed": "exchange"}
 
 
 def _param_name(v: SSAValue) -> str | None:

@@ -7,7 +7,12 @@ simulator (runtime/semantics.py) executes exactly that: atom k of a send issued 
 c + exchange_send_latency + 2k and arrives everywhere exchange_fabric_cycles later; a window opened at clock t takes
 the next DCOUNT atoms of its sender that arrive at or after t. It names any receive that finds no sender, a window
 switched before its data is in, two senders on one receive bus in one cycle, a send of data received in the same
-phase, a received word overwritten in the phase, and data arriving after the closing sync.
+phase, a received word overwritten in the phase, and data arriving after an internal sync that closes a phase.
+
+One barrier per phase, as on the IPU (compute -> sync -> exchange): the routine opens with the internal sync and
+ends with `sync TEXCH_SYNCZONE_RECV`, which holds the tile only until its own last window is in; each tile then goes
+on to its compute at its own clock (its sends are out: a send row holds the supervisor for its atoms), and the next
+phase's opening sync is the next barrier.
 
 `schedule` places every transfer in time (list scheduling in exchange-schedule's order), respecting:
 
@@ -18,14 +23,11 @@ phase, a received word overwritten in the phase, and data arriving after the clo
   same send multicast to both;
 - a window opens after the previous atoms of its sender went by (it takes the *next* atoms of that sender).
 
-`xch_timed_synced` (the same routine after its opening sync) serves a phase that directly follows another one's
-closing sync, with nothing between them on any tile.
-
 A send's data is multicast: one send row serves every receiver listening then. Two receives of one send on one
 tile (two destinations) take two transmissions.
 
 The routine `xch_timed` walks a per-tile table at one address shared by all tiles: word 0 = rows, then 4 words
-per row and a last row that jumps to the closing sync. A row's first word is its jump (`_jump`: the wait and the
+per row and a last row that jumps to the routine's end (the RECV sync). A row's first word is its jump (`_jump`: the wait and the
 row's kind as two code offsets); its other three are a receive row's sender, base and atoms (three `put`s, the
 next row's dispatch inline) or a send row's send-tail entry, address and 256-atom blocks less one (`send` with
 an immediate count: a table of 256 entries). A tile that receives and sends in one round gets a receive row and
@@ -124,14 +126,12 @@ def _layout() -> tuple[str, dict]:
         emit([f"send $m5+=, {i - 1}" if i else "bri .Lxt_row", "bri .Lxt_row"])
     emit([".Lxt_blocks:", "send $m5+=, 255", "brnzdec $m6, .Lxt_blocks", "br $m4"])
     off["done"] = at
-    emit([".Lxt_done:", "sync TEXCH_SYNCZONE_INTERNAL", "br $lr"])
+    emit([".Lxt_done:", "sync TEXCH_SYNCZONE_RECV", "br $lr"])
     if at >= 1 << 16:
         raise AssertionError("xch_timed: the jump word's 16-bit offsets do not reach")
     text = (
         "\n.globl xch_timed\n.supervisor\nxch_timed:\n    sync TEXCH_SYNCZONE_INTERNAL\n"
-        ".globl xch_timed_synced\nxch_timed_synced:\n    setzi $m1, .Lxt_base\n    add $m0, $m0, 4\n"
-        + _lines([".Lxt_row:"] + _DISPATCH)
-        + _lines(body)
+        "    setzi $m1, .Lxt_base\n    add $m0, $m0, 4\n" + _lines([".Lxt_row:"] + _DISPATCH) + _lines(body)
     )
     return text, off
 
@@ -485,7 +485,7 @@ def table(
     order, each with its jump word (`_jump`: the wait, the gap since the previous row's end (the first row's since
     clock 0), and the row's kind) and three words: a receive row's sender, base and atoms; a send row's send-tail
     entry (offset from .Lxt_base), address and blocks of 256 atoms less one. A schedule row that receives and
-    sends is a receive row, then a send row with no wait. A last row jumps to the closing sync."""
+    sends is a receive row, then a send row with no wait. A last row jumps to the routine's end (the RECV sync)."""
     t, at, cost, recv, send, satoms = sched.row_arrays()
     if not len(t):
         tab = np.zeros((num_tiles, 1 + ROW_WORDS), np.uint32)

@@ -26,17 +26,25 @@ SRC, DST = 0x60000, 0x64000
 LAT = T4.exchange_send_latency + T4.exchange_fabric_cycles  # departure latency + fabric: 24
 
 
-def program(blocks: dict[int, list[str]], tiles: int = 4, end_sync: bool = True) -> str:
+def program(blocks: dict[int, list[str]], tiles: int = 4, end_sync: bool | str = True) -> str:
+    """end_sync: True (an internal sync closes the phase), "recv" (each tile's `sync TEXCH_SYNCZONE_RECV`, as the
+    backend's timed exchange ends, then `after[t]` if given as a block's "after" lines) or False."""
     lines = [".globl main", ".supervisor", "main:", "    get $m0, $TILE_ID"]
     for t in range(1, tiles):
         lines += [f"    cmpeq $m1, $m0, {t}", f"    brnz $m1, .Lt{t}"]
     for t in range(tiles):
         lines += [f".Lt{t}:", "    sync TEXCH_SYNCZONE_INTERNAL"]
         lines += [f"    {x}" for x in blocks.get(t, [])]
-        if end_sync:
+        if end_sync == "recv":
+            lines.append("    sync TEXCH_SYNCZONE_RECV")
+            lines += [f"    {x}" for x in AFTER.get(t, [])]
+        elif end_sync:
             lines.append("    sync TEXCH_SYNCZONE_INTERNAL")
         lines.append("    br $lr")
     return "\n".join(lines) + "\n"
+
+
+AFTER: dict[int, list[str]] = {}  # lines after a tile's RECV sync (set by a test, reset after it)
 
 
 def send(n: int, addr: int = SRC, delay: int = 0) -> list[str]:
@@ -333,3 +341,55 @@ def test_random_phases_agree_on_both_paths():
             out = both(blocks, target=tg)
             seen.add(out[0] if out[0] == "ok" else out[2])
     assert {"ok", "exchange-no-sender", "exchange-overlap"} <= seen
+
+
+def test_recv_sync_releases_each_tile_at_its_own_last_window():
+    """`sync TEXCH_SYNCZONE_RECV` ends the phase without a barrier: tile 0 sends 6 atoms at c0 = R0 + 12 (the last
+    arrives at R0 + 46, the windows end at R0 + 48); tiles 1 and 2 leave their RECV sync at R0 + 48 + 6, tile 0
+    (sending only) and tile 3 (idle) at their own clocks + 6. The received words are in memory when a tile reads
+    them right after its sync (tile 1 copies word 0 to DST + 0x100), on both paths."""
+    AFTER[1] = [f"setzi $m4, {DST:#x}", "ld32 $m5, $m4, $mzero, 0", "st32 $m5, $m4, $mzero, 64"]
+    try:
+        r0, mem = ok({0: send(6, delay=10), 1: window(0, 6), 2: window(0, 6, delay=20)}, end_sync="recv")
+        cycles = run({0: send(6, delay=10), 1: window(0, 6), 2: window(0, 6, delay=20)}, reference=False,
+                     end_sync="recv")[3]  # fmt: skip
+    finally:
+        AFTER.clear()
+    np.testing.assert_array_equal(mem[2, :6], data(0)[:6])
+    assert int(mem[1, 32]) & 0xFFFFFFFF == int(data(0)[0]) & 0xFFFFFFFF
+    stall, recv = (
+        6,
+        T4.sync_recv_cycles,
+    )  # a control instruction's cost (the sync's issue, `br $lr`); the RECV wait's
+    assert cycles[3] - r0 == stall + recv + stall  # idle: its own clock, no barrier
+    assert cycles[2] - r0 == 48 + recv + stall  # its window's end
+    assert cycles[1] - r0 == 48 + recv + 3 + stall  # + setzi, ld32, st32 (1 cycle each) after the sync
+    # tile 0: setzi, delay 10 (11), the send of 6 atoms (1 + 8 + 12): left before the windows end
+    assert cycles[0] - r0 == 1 + 11 + 21 + stall + recv + stall < cycles[2] - r0
+
+
+def test_recv_sync_with_an_unfilled_window_is_no_sender():
+    blocks = {0: send(6, delay=10), 1: window(0, 6), 3: window(0, 6, delay=21)}
+    _, msg, tile, _, _ = fails(blocks, "exchange-no-sender", end_sync="recv")
+    assert tile == 3 and "received 5" in msg
+
+
+def test_recv_and_internal_syncs_ending_one_phase_is_an_error():
+    """A phase that some tiles end with RECV and others with an internal sync: named, not silently resolved."""
+    src = program({0: send(4), 1: window(0, 4)}, end_sync="recv").replace(
+        ".Lt0:\n    sync TEXCH_SYNCZONE_INTERNAL\n    setzi $m2, 0x60000\n    send $m2+=, 3\n    sync TEXCH_SYNCZONE_RECV",
+        ".Lt0:\n    sync TEXCH_SYNCZONE_INTERNAL\n    setzi $m2, 0x60000\n    send $m2+=, 3\n    sync TEXCH_SYNCZONE_INTERNAL",
+    )
+    assert src.count("sync TEXCH_SYNCZONE_RECV") == 3
+    for reference in (True, False):
+        sim = Simulator(T4, reference=reference)
+        sim.load(parse_program(src, T4.sram_base))
+        for t in range(T4.num_tiles):
+            sim.write(SRC, data(t), tiles=[t])
+            sim.write(DST, np.zeros(64, np.uint64), tiles=[t])
+        try:
+            sim.run("main")
+        except SimError as e:
+            assert e.check == "sync" and "RECV" in str(e)
+        else:
+            raise AssertionError("expected a sync error")
