@@ -273,20 +273,38 @@ def test_gather_mid_for_so400m_attention_and_map_rows():
 
 
 def test_gather_mid_for_a_k_part_of_layer_norm_rows():
-    """A K chunk of whole rows ([105, 384] blocks of a layer norm's [1, 1152] rows, `nn.linear_partials`' x):
+    """A K chunk of whole rows ([105, 384] blocks of a layer norm's [1, 1152] rows, `nn.linear_partials`' x, each
+    block read by two tiles):
     every row is a piece (105 rounds direct); through [mr, 384] blocks, mr dividing 105, mr + 105 / mr rounds (7 +
     15). Whole rows (the unsplit GEMM's [35, 1152] blocks) stay direct: each row is one contiguous piece."""
     from ipu.passes.tile_plan import gather_mid
 
     f16 = Float16Type()
     rows = tl.make_layout((729, 1152), (1, 1152), np.arange(729, dtype=np.int32)[:, None], f16)
-    part = tl.make_layout((729, 1152), (105, 384), np.arange(21, dtype=np.int32)[:, None], f16)
+    part = tl.make_layout(
+        (729, 1152), (105, 384), np.arange(42, dtype=np.int32).reshape(21, 2), f16
+    )  # 2 GEMM columns
     mid = gather_mid(rows, part, 1472)
     assert mid is not None and mid.block_ in ((7, 384), (15, 384)) and mid.order.data == "row_major"
     whole = tl.make_layout((729, 1152), (35, 1152), np.arange(21, dtype=np.int32)[:, None], f16)
     assert gather_mid(rows, whole, 1472) is None
     short = tl.make_layout((729, 1152), (8, 384), np.arange(273, dtype=np.int32)[:, None], f16)
     assert gather_mid(rows, short, 1472) is None  # 8 rows: under GATHER_MIN_PIECES
+
+
+def test_gather_mid_only_for_multicast_gathers():
+    """The residual stream's rows from a K split's sum blocks ([19, 32]: 36 pieces per row) are gathered directly
+    when each row has one reader (one replica: no multicast to wait for; two stages would add a phase and move the
+    bytes twice), through [1, 192] blocks when two tiles read each row (the rounds rule)."""
+    from ipu.passes.tile_plan import gather_mid
+
+    f16 = Float16Type()
+    blocks = tl.make_layout((729, 1152), (19, 32), np.arange(39 * 36, dtype=np.int32)[:, None], f16)
+    rows = tl.make_layout((729, 1152), (1, 1152), np.arange(729, dtype=np.int32)[:, None], f16)
+    assert gather_mid(blocks, rows, 1472) is None
+    twice = tl.make_layout((729, 1152), (1, 1152), np.arange(1458, dtype=np.int32).reshape(729, 2), f16)
+    mid = gather_mid(blocks, twice, 1472)
+    assert mid is not None and mid.block_ == (1, 192)
 
 
 @pytest.mark.parametrize("outline", [False, True])
