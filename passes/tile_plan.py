@@ -1015,6 +1015,12 @@ def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, word
         for gn0 in gns:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
+            # Panel rows of whole 4-element atoms where the panel count stays: the kernel pads N to 16 either
+            # way, but a 75-column f16 panel (150-byte rows) puts every other row of the result and of the
+            # next op's gather at a half word, copied half by half (`xch_half`: a 600-wide fc1 on 8 tiles
+            # needed 36 KB of copy table per tile and did not fit region 0).
+            if pn % 4 and math.ceil(n / (pn + 4 - pn % 4)) == gn:
+                pn += 4 - pn % 4
             divides_head = align and pn in head_divisors(align) and n % pn == 0
             if n >= WIDE_N and m >= WIDE_M and pn < MIN_WIDE_PANEL and not divides_head:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
