@@ -994,6 +994,7 @@ def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, word
     # blocks of a one-replica weight home would sit whole on 16 tiles.
     align = attention_head_dim(op) if m > 1 and isinstance(op, nn.LinearOp) else 0
     best = best_aligned = None
+    over_scratch, over_budget = [], []  # the grids rejected, for the diagnostic
     for gm0 in range(1, min(m, tiles) + 1):
         pm = math.ceil(m / gm0)
         gm = math.ceil(m / pm)
@@ -1036,10 +1037,12 @@ def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, word
                 or (a_f32 and a_chunks)
                 or mk * kc * 2 > scratch
             ):
+                over_scratch.append((pm, pn))
                 continue  # the lowering's C (f16 + f32 staging) / padded A / A chunk panels scratch
             # Operands and result; the weight staging is in the lowering's scratch (`gemm_k_chunks` bounds it).
             mem = pm * k * bx + pn * k * bw + pm * pn * by + pn * 4
             if mem > budget:
+                over_budget.append((mem, pm, pn))
                 continue
             cycles = (
                 cm.gemm_kernel_cycles(pm, k, pn, bw)
@@ -1055,9 +1058,22 @@ def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, word
             if aligned and (best_aligned is None or key < best_aligned[0]):
                 best_aligned = (key, gm, gn, pm, pn, cycles, amp)
     if best is None:
+        why = []
+        if over_budget:
+            mem, pm, pn = min(over_budget)
+            why.append(
+                f"{len(over_budget)} over the GEMM budget of {budget} B per tile ({GEMM_BUDGET_ATTR} on the "
+                f"function; the least: {mem} B for [{pm}, {k}] x [{k}, {pn}] blocks)"
+            )
+        if over_scratch:
+            pm, pn = min(over_scratch, key=lambda b: b[0] * b[1])
+            why.append(
+                f"{len(over_scratch)} over the lowering's {scratch}-byte C / A scratch elements (the least: a "
+                f"[{pm}, {pn}] block, whose C takes 6 B per padded element)"
+            )
         raise PassFailedException(
-            f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits the GEMM budget of {budget} B "
-            f"per tile ({GEMM_BUDGET_ATTR} on the function) on {tiles} tiles"
+            f"tile-plan: {label(op)}: no GEMM grid for [{m}, {k}] x [{k}, {n}] fits on {tiles} tiles: "
+            + ("; ".join(why) or "no candidate panel width")
         )
     # Head-aligned panels win unless they cost over ALIGN_SLACK more (the unaligned transfers' fragmentation
     # is not in this cost, so alignment gets that much credit: see ALIGN_SLACK).

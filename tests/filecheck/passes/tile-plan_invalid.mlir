@@ -76,7 +76,19 @@ func.func @budget_too_small() attributes {tile.gemm_budget = 1000 : i64} {
   nn.output "y" %y : tensor<64x64xf32>
   func.return
 }
-// CHECK: tile-plan: nn.linear (%y): no GEMM grid for [64, 64] x [64, 64] fits the GEMM budget of 1000 B per tile (tile.gemm_budget on the function) on 4 tiles
+// CHECK: tile-plan: nn.linear (%y): no GEMM grid for [64, 64] x [64, 64] fits on 4 tiles: 7 over the GEMM budget of 1000 B per tile (tile.gemm_budget on the function; the least: 20608 B for [32, 64] x [64, 32] blocks)
+
+// -----
+
+// Blocks whose C (f16 + f32 staging) does not fit the lowering's scratch element on so few tiles.
+func.func @scratch_too_small() {
+  %x = nn.input "x" : tensor<49x160xf32>
+  %w = nn.param "w" : tensor<544x160xf32>
+  %y = nn.linear %x, %w : tensor<49x160xf32>, tensor<544x160xf32> -> tensor<49x544xf32>
+  nn.output "y" %y : tensor<49x544xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.linear (%y): no GEMM grid for [49, 160] x [160, 544] fits on 4 tiles: 8 over the lowering's 32768-byte C / A scratch elements (the least: a [49, 136] block, whose C takes 6 B per padded element)
 
 // -----
 
