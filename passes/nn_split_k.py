@@ -319,7 +319,21 @@ def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
     from ipu.passes.tile_plan import attention_head_dim, head_divisors
 
     d = attention_head_dim(lin)
-    return (*head_divisors(d), d) if d else ROWS_SPLIT_PANELS
+    return (*head_divisors(d), *head_multiples(d), d) if d else ROWS_SPLIT_PANELS
+
+
+def head_multiples(d: int) -> tuple[int, ...]:
+    """Panel widths of whole 16-column blocks that are a multiple of a head divisor P (P | d) but do not divide
+    the head (So400m's 48 = 2 x 24 for heads of 72): a tile computes such a panel in one GEMM (no N padding: 24
+    alone pads to 32) and keeps its result as blocks of P (`tile_plan.panel_store_width`), which the attention
+    gathers as it gathers P-wide panels."""
+    from ipu.passes.tile_plan import head_divisors
+
+    return tuple(
+        w
+        for w in range(16, d, 16)
+        if d % w and any(w % p == 0 for p in head_divisors(d)) and w <= max(ROWS_SPLIT_PANELS)
+    )
 
 
 def choose_rows_chunk(

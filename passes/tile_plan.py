@@ -744,7 +744,9 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     """`nn.linear_partials` of many rows: grid [G K chunks, gm row panels, gn column panels], panel [pm, kc, pn];
     tile base + (j * G + c) * gm + i (panel-major) computes partial c of output block (i, j) from x's [pm, kc]
     block (i, c) (replicated over the tiles of (c, i): `x_replicas` column panels) and the weight's [pn, kc] block
-    (j, c) (replicated over the gm tiles of (c, j))."""
+    (j, c) (replicated over the gm tiles of (c, j)); its result is one [1, pm, pn] block, or pn / P adjacent
+    [1, pm, P] blocks on the same tile for an attention operand's panel wider than the head divisor P it is
+    stored in (`panel_store_width`)."""
     g, gm, gn = plan.get("grid")
     pm, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -762,8 +764,27 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     x = tl.make_layout((m, k), (pm, kc), np.ascontiguousarray(x_tab), op.input.type.element_type)
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
-    res = tl.make_layout((g, m, n), (1, pm, pn), t.reshape(-1, 1), op.result.type.element_type)
+    sw = panel_store_width(op, pn)
+    # A panel wider than the head divisor it is stored in: its result blocks of sw columns, all on its tile.
+    t = t[:, :, np.arange(-(-n // sw)) * sw // pn] if sw != pn else t
+    res = tl.make_layout(
+        (g, m, n), (1, pm, sw), np.ascontiguousarray(t).reshape(-1, 1), op.result.type.element_type
+    )
     return [x, w], res
+
+
+def panel_store_width(op: nn.LinearPartialsOp, pn: int) -> int:
+    """The column blocks a many-row split's result is stored in for panels of pn: pn, or for an attention
+    operand whose panel is a multiple of a head divisor P but does not divide the head (`nn_split_k.head_multiples`:
+    48 for heads of 72) the largest such P, so that the attention gathers whole P-wide blocks, as it gathers the
+    panels of P (a 48-wide row-major block would cut every row of a head into a piece of its own). Each tile then
+    holds pn / P adjacent result blocks, computed by one GEMM (`nnops.linear_partials_rows`) and summed block by
+    block (`nnops.reduce_sum`)."""
+    d = attention_head_dim(op)
+    if not d or d % pn == 0:
+        return pn
+    fits = [p for p in head_divisors(d) if pn % p == 0]
+    return max(fits) if fits else pn
 
 
 def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
@@ -1105,7 +1126,16 @@ def ampw_fits(op: nn.LinearPartialsOp, pn: int, kc: int) -> bool:
         and not op.groups
         and not device_weight_partials(op)
     )
-    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)) and not f16_few:
+    # Many rows, f16 x and an f16 weight (So400m's q / k in 48-wide panels): the F16 AMP's panels read in place
+    # when every chunk is whole 16-deep blocks and x arrives row-major (`nnops.linear_partials_rows`; the plan
+    # checks x's storage, `TilePlanPass.choose`).
+    f16_rows = (
+        tl.element_bytes(x) == tl.element_bytes(w) == 2
+        and op.input.type.get_shape()[0] > FEW_ROWS
+        and not op.groups
+        and op.input.type.get_shape()[1] % 16 == 0
+    )
+    if not (isinstance(x, FP8_TYPES) and isinstance(w, FP8_TYPES)) and not f16_few and not f16_rows:
         return False
     last = n - (-(-n // pn) - 1) * pn
     kb = tl.ampw_kblock(w)
@@ -1508,7 +1538,10 @@ class _Planner:
                 xw = partials_layouts(op, plan, t.num_tiles)[0][0]
                 a_cols = tl.col_panel_width(gathered_chunk_layout(tl.layout_of(op.input), xw))
                 kb = tl.ampw_kblock(op.weight.type.element_type)
-                if not ampw_x_fits(op.input.type.get_shape()[1], kc, a_cols, kb):
+                f16_x = tl.element_bytes(op.input.type.element_type) == 2
+                if (f16_x and a_cols is not None) or not ampw_x_fits(
+                    op.input.type.get_shape()[1], kc, a_cols, kb
+                ):
                     plan = rows_plan("row_major")
             return plan, partials_layouts(op, plan, t.num_tiles)[1]
         if isinstance(op, nn.LinearPartialsOp):

@@ -754,12 +754,13 @@ class NnOps:
         """A many-row K split (`tile_plan.partials_rows_layouts`), per tile (chunk c, output block (i, j)): its own
         [pm, kw] x block is the GEMM's A (in place: row-major, or column panels of whole K blocks; else its rows
         gathered into the A scratch) -> its [pn, kw] weight block into F16 AMP weight panels (FP8: converted in
-        the same pass; N padded to 16) -> F16 GEMM calls (init, then acc for a narrower last x panel) into C ->
-        C's rows into its [1, pm, pn] result block (f16: copied; f32: cast)."""
+        the same pass; N padded to 16; f16 weights stored as F16 AMP panels, `ampw`: read in place) -> F16 GEMM
+        calls (init, then acc for a narrower last x panel) into C -> C's rows into its [1, pm, pn] result block
+        (f16: copied; f32: cast), or into each of the adjacent blocks the tile keeps the panel's result in
+        (`_partials_jobs`)."""
         x, w = op.operands[0], op.operands[1]
         what = f"nn.linear_partials ({op.results[0].name_hint or 'unnamed'})"
         lay = op.attributes[tl.LAYOUT_ATTR]
-        g, table = lay.geometry(), lay.table()
         xl, wl = tl.layout_of(x), tl.layout_of(w)
         wdt = device_dtype(wl.dtype)
         a_cols = tl.col_panel_width(
@@ -767,14 +768,16 @@ class NnOps:
         )  # x blocks stored as column panels of a_cols (`colsP`), else row-major
         if device_dtype(xl.dtype) in ("f8e4m3fnuz", "f8e5m2fnuz"):
             return self._linear_partials_rows_fp8(op, what, xl, wl, a_cols)
+        # `ampw` f16 weights: the F16 AMP's panels, read in place (x row-major: one GEMM part per tile)
+        ampw = wl.order.data == "ampw" and wdt == "f16" and a_cols is None
         if (
             device_dtype(xl.dtype) != "f16"
             or (xl.order.data != "row_major" and (a_cols is None or a_cols % 4))
-            or wl.order.data != "row_major"
+            or (wl.order.data != "row_major" and not ampw)
         ):
             raise self.error(
                 f"{what}: x must arrive as row-major f16 blocks (or column panels of whole atoms) and the weight as "
-                "row-major blocks"
+                "row-major blocks (or, f16 with row-major x, as F16 AMP panels: ampw)"
             )
         rdt = device_dtype(lay.dtype)
         if wdt not in ("f16", "f8e4m3fnuz", "f8e5m2fnuz") or rdt not in ("f32", "f16"):
@@ -791,21 +794,7 @@ class NnOps:
         c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes used
         panels = self.aux(mark=False)
         e = self.target.region1_element_bytes
-        res = self.addrs.of(op.results[0]).addr
-        jobs = {}  # tile -> (chunk, first K column, chunk width, rows, panel columns, x, weight, result block)
-        for b in range(lay.num_blocks):
-            t = int(table[b, 0])
-            (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
-            k0 = c * kc
-            kw = min(kc, k - k0)
-            if nc % 4 or mr < gm.MIN_ROWS:
-                raise self.error(
-                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
-                    "of whole 4-element atoms)"
-                )
-            xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
-            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
-            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * rsize)
+        jobs, subs = self._partials_jobs(op, x, w, k, kc, rsize, what)
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}  # the kernel's N: whole 16-column blocks
         if (
             max(j[2] * npad[t] * 2 for t, j in jobs.items()) > e
@@ -881,6 +870,9 @@ class NnOps:
                 parts[t].append(
                     (nfull, kw - nfull, xa + nfull * mr * 2, (kw - nfull) * 2, panels + npad[t] * nfull * 2)
                 )
+        if ampw:  # the weight blocks are the GEMM's panels: read in place, nothing prepared
+            self._check_ampw_blocks(what, {t: (j[4], j[2], j[6]) for t, j in jobs.items()})
+            parts = {t: [(*parts[t][0][:4], jobs[t][6])] for t in jobs}
         # C [mr][npad] f16 (and the K-padded weight rows before the GEMM), A's gathered or K-padded rows, the
         # weight panels [npad/16][kw/16] (a ragged last chunk: padded to kp)
         kp = {t: -(-j[2] // 16) * 16 for t, j in jobs.items()}
@@ -897,10 +889,10 @@ class NnOps:
                     ),
                     default=0,
                 ),
-                max(kp[t] * npad[t] * 2 for t in jobs),
+                0 if ampw else max(kp[t] * npad[t] * 2 for t in jobs),
             )
         )
-        direct = self._direct_results(jobs, npad, parts, rdt, 2)
+        direct = self._direct_results(jobs, npad, parts, rdt, 2, subs)
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -912,7 +904,7 @@ class NnOps:
             base, stride = wsrc.get(t, (j[6], j[2]))
             return base + k1 * esize, stride
 
-        for p in range(max(len(v) for v in parts.values())):
+        for p in range(0 if ampw else max(len(v) for v in parts.values())):
             sel = {t: (jobs[t], parts[t][p]) for t in jobs if p < len(parts[t])}
             tag = f"{what}: weight panels" + (" (last panel)" if p else "")
             if wdt == "f16":
@@ -932,7 +924,7 @@ class NnOps:
                 self.kcall(f"{tag} {wdt} -> f16", prep)
         self.copy_call(gathers, f"{what}: x rows from column panels")
         self.kcall(f"{what}: x rows from column panels (panels_f16)", panel_rows)
-        coef = self.gemm_coef(op, panels)
+        coef = self._ampw_coef(op, panels, {t: j[6] for t, j in jobs.items()} if ampw else None, what)
         for p in range(max(len(v) for v in parts.values())):
             calls = {}
             for t, j in jobs.items():
@@ -948,7 +940,7 @@ class NnOps:
                 calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
                                        coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
-        self._rows_results(what, jobs, npad, c_area, direct, rdt)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt, subs)
 
     def _linear_partials_rows_fp8(self, op: nn.LinearPartialsOp, what: str, xl, wl, a_cols) -> None:
         """`linear_partials_rows` with FP8 x and weights (`nn-quantize-activations`): the FP8 AMP. Per tile, its
@@ -959,7 +951,6 @@ class NnOps:
         FP8 GEMM into C (scale 2^(x scale + weight scale)) -> C's rows into the [1, pm, pn] result block."""
         x, w = op.operands[0], op.operands[1]
         lay = op.attributes[tl.LAYOUT_ATTR]
-        g, table = lay.geometry(), lay.table()
         xdt, wdt, rdt = device_dtype(xl.dtype), device_dtype(wl.dtype), device_dtype(lay.dtype)
         ampw = wl.order.data == "ampw"  # weight blocks stored as the AMP panels the GEMM reads in place
         if wl.order.data not in ("row_major", "ampw") or (xl.order.data != "row_major" and a_cols is None):
@@ -982,21 +973,7 @@ class NnOps:
         panels = self.aux(mark=False)
         e = self.target.region1_element_bytes
         rsize = 4 if rdt == "f32" else 2
-        res = self.addrs.of(op.results[0]).addr
-        jobs = {}  # tile -> (chunk, first K column, chunk width, rows, panel columns, x, weight, result block)
-        for b in range(lay.num_blocks):
-            t = int(table[b, 0])
-            (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
-            k0 = c * kc
-            kw = min(kc, k - k0)
-            if nc % 4 or mr < gm.MIN_ROWS:
-                raise self.error(
-                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
-                    "of whole 4-element atoms)"
-                )
-            xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
-            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
-            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * rsize)
+        jobs, subs = self._partials_jobs(op, x, w, k, kc, rsize, what)
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}
         kp = {t: -(-j[2] // kb) * kb for t, j in jobs.items()}
         # Per tile, the GEMM's K parts: (first column, K, A address, A row stride, weight panels, panel arguments,
@@ -1096,7 +1073,9 @@ class NnOps:
                 ),
             )
         )
-        direct = self._direct_results(jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1)
+        direct = self._direct_results(
+            jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1, subs
+        )
         self.kcall(f"{what}: FP8 x rows with zero K padding", x_rows)
         self.copy_call(x_copies, f"{what}: FP8 x rows with zero K padding (copies)")
         self.kcall(f"{what}: FP8 weight rows with zero K padding", w_rows)
@@ -1139,7 +1118,7 @@ class NnOps:
                     calls[t] = self.kernel(gm.Gemm, jobs[t][3], kk, npad[t], prec=gm.FP8, mode="acc" if p else "init",
                                            coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
             self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
-        self._rows_results(what, jobs, npad, c_area, direct, rdt)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt, subs)
 
     def _few_rows_ampw(self, wl, what: str) -> bool:
         """A few-row split's weight stored as F16 AMP panels (`ampw` f16: the F16 GEMM reads its blocks in place);
@@ -1220,7 +1199,47 @@ class NnOps:
                 out.append((p1, pw, pa, row, wa + p1 // kb * 512, ppkw, None, 0, a_scr, False))
         return out
 
-    def _direct_results(self, jobs, npad, parts, rdt: str, esize: int) -> set[int]:
+    def _partials_jobs(self, op, x, w, k: int, kc: int, rsize: int, what: str):
+        """A many-row split's GEMM per tile: {tile: (chunk, first K column, chunk width, rows, panel columns, x
+        block, weight block, result block)}, and {tile: [(first column in the panel, columns, result block)]} for
+        the tiles that keep their panel's result as several adjacent blocks (`tile_plan.panel_store_width`: a
+        48-wide panel of q / k / v stored as two 24-wide head blocks); one GEMM computes all of them."""
+        lay = op.attributes[tl.LAYOUT_ATTR]
+        g, table = lay.geometry(), lay.table()
+        res = self.addrs.of(op.results[0]).addr
+        held: dict[int, list[tuple[int, ...]]] = {}
+        for b in range(lay.num_blocks):
+            t = int(table[b, 0])
+            (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
+            if nc % 4 or mr < gm.MIN_ROWS:
+                raise self.error(
+                    f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
+                    "of whole 4-element atoms)"
+                )
+            held.setdefault(t, []).append((c, r0, n0, mr, nc, int(res[t]) + int(g.offset[b, 0]) * rsize))
+        jobs, subs = {}, {}
+        for t, blocks in held.items():
+            blocks.sort(key=lambda q: q[2])
+            c, r0, n0, mr = blocks[0][:4]
+            adjacent = all(q[:2] == (c, r0) and q[3] == mr for q in blocks) and all(
+                b2[2] == b1[2] + b1[4] for b1, b2 in zip(blocks, blocks[1:])
+            )
+            if not adjacent:
+                raise self.error(
+                    f"{what}: tile {t} holds {len(blocks)} result blocks that are not adjacent columns of one K chunk "
+                    "and row panel (one GEMM per tile is lowered)"
+                )
+            nc = sum(q[4] for q in blocks)
+            k0 = c * kc
+            kw = min(kc, k - k0)
+            xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
+            wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
+            jobs[t] = (c, k0, kw, mr, nc, xa, wa, blocks[0][5])
+            if len(blocks) > 1:
+                subs[t] = [(q[2] - n0, q[4], q[5]) for q in blocks]
+        return jobs, subs
+
+    def _direct_results(self, jobs, npad, parts, rdt: str, esize: int, subs=()) -> set[int]:
         """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than
         every A their GEMM calls read (parts: (k1, width, A address, row stride, panels); esize: A's element
         bytes): the GEMM writes them in place of the C scratch (no result-row copy). The C scratch stays
@@ -1233,7 +1252,7 @@ class NnOps:
         el = self.target.element_of
         for t, j in jobs.items():
             lo, hi = j[7], j[7] + j[3] * j[4] * 2
-            if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
+            if t in subs or npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
                 continue
             c_el = set(range(el(lo), el(hi - 1) + 1))
             a_el = set()
@@ -1243,23 +1262,36 @@ class NnOps:
                 direct.add(t)
         return direct
 
-    def _rows_results(self, what: str, jobs, npad, c_area: int, direct: set[int], rdt: str) -> None:
+    def _rows_results(
+        self, what: str, jobs, npad, c_area: int, direct: set[int], rdt: str, subs=None, c_at=None
+    ) -> None:
         """A many-row split's C [mr][npad] f16 -> each tile's [mr, nc] result block at jobs[t][7] (f16: copied,
-        or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there)."""
+        or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there). A tile
+        with several result blocks (`subs`, from `_partials_jobs`): each block from its columns of C, one call per
+        block. c_at: per tile, where its C rows start (default the C scratch)."""
+        c_at = c_at or {}
+        for i in range(max((len(v) for v in (subs or {}).values()), default=0)):
+            part = {t: v[i] for t, v in subs.items() if i < len(v)}
+            self._rows_results(
+                f"{what} (block {i})",
+                {t: (*jobs[t][:4], nc, *jobs[t][5:7], addr) for t, (_c0, nc, addr) in part.items()},
+                npad, c_area, set(), rdt,
+                c_at={t: c_area + c0 * 2 for t, (c0, _nc, _addr) in part.items()},
+            )  # fmt: skip
+        jobs = {t: j for t, j in jobs.items() if t not in (subs or {})}
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():
                 if t in direct:
                     continue
+                c = c_at.get(t, c_area)
                 if npad[t] == j[4]:
-                    whole[t] = [(c_area, j[7], j[3] * j[4] * 2)]
-                elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0:
-                    strided[t] = rw.Rows("panels_f16", j[3], j[4], in0=c_area, out=j[7], panels=1, panel_width=j[4],
+                    whole[t] = [(c, j[7], j[3] * j[4] * 2)]
+                elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0 and c % 8 == 0:
+                    strided[t] = rw.Rows("panels_f16", j[3], j[4], in0=c, out=j[7], panels=1, panel_width=j[4],
                                          panel_step=j[3] * npad[t] * 2, in_stride=npad[t] * 2)  # fmt: skip
                 else:  # narrow or unaligned rows: copied one by one
-                    narrow[t] = [
-                        (c_area + r * npad[t] * 2, j[7] + r * j[4] * 2, j[4] * 2) for r in range(j[3])
-                    ]
+                    narrow[t] = [(c + r * npad[t] * 2, j[7] + r * j[4] * 2, j[4] * 2) for r in range(j[3])]
             self.copy_call(whole, f"{what}: result rows")
             self.kcall(f"{what}: result rows (strided)", strided)
             self.copy_call(narrow, f"{what}: result rows (narrow)")
@@ -1269,14 +1301,14 @@ class NnOps:
         self.kcall(
             f"{what}: to f32",
             {
-                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7])
+                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_at.get(t, c_area), out=j[7])
                 for t, j in flat.items()
             },
         )
         self.kcall(
             f"{what}: to f32 rows",
             {
-                t: rw.Rows("to_f32", j[3], j[4], in0=c_area, out=j[7], in_stride=npad[t] * 2)
+                t: rw.Rows("to_f32", j[3], j[4], in0=c_at.get(t, c_area), out=j[7], in_stride=npad[t] * 2)
                 for t, j in jobs.items()
                 if t not in flat
             },
@@ -1387,7 +1419,8 @@ class NnOps:
 
     def reduce_sum(self, op: nn.ReduceSumOp) -> None:
         """Per tile: its result block's G partial blocks (stacked by the exchange, [G, block]) summed pairwise in
-        the operand's type (f32 `add_f32` / f16 `add_f16` over half the remaining blocks per call; the aux scratch
+        the operand's type (a tile holding several result blocks, `tile_plan.panel_store_width`: the fused `ksum`
+        block by block) (f32 `add_f32` / f16 `add_f16` over half the remaining blocks per call; the aux scratch
         holds the running sums), the last call writing the result block; f16 partials with an f32 result: the last
         sum into the aux scratch, then cast."""
         x = op.operands[0]
@@ -1405,17 +1438,39 @@ class NnOps:
         g, table = lay.geometry(), lay.table()
         res = self.addrs.of(op.results[0]).addr
         work = self.aux(mark=False)  # marked below: the running sums' bytes
-        blocks = {}  # tile -> (partials, result block, elements per block)
-        cols = {}  # tile -> (first column, columns) of its block: the bias's part
+        held: dict[int, list] = {}  # tile -> [((first column, columns), (partials, result block, elements))]
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
-            if t in blocks:
-                raise self.error(f"{what}: tile {t} holds two result blocks (one per tile is lowered)")
             n = int(g.block_dims[b].prod())
-            cols[t] = int(g.block_origin[b][-1]), int(g.block_dims[b][-1])
             origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
             src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
-            blocks[t] = (src, int(res[t]) + int(g.offset[b, 0]) * rs, n)
+            held.setdefault(t, []).append(
+                (
+                    (int(g.block_origin[b][-1]), int(g.block_dims[b][-1])),
+                    (src, int(res[t]) + int(g.offset[b, 0]) * rs, n),
+                )
+            )
+        slots = [
+            {t: v[i] for t, v in held.items() if i < len(v)}
+            for i in range(max(len(v) for v in held.values()))
+        ]
+        if len(slots) > 1:
+            # Several result blocks on a tile (`tile_plan.panel_store_width`): the fused sum, block by block.
+            for i, slot in enumerate(slots):
+                blocks, cols = {t: q[1] for t, q in slot.items()}, {t: q[0] for t, q in slot.items()}
+                if not self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, f"{what} (block {i})"):
+                    raise self.error(
+                        f"{what}: tiles holding {len(slots)} result blocks are lowered by the fused sum only (f16 "
+                        f"partials, at most {ks.MAX_PARTS} of them, blocks of whole 4-half units apart from the "
+                        "partials)"
+                    )
+            return
+        blocks = {
+            t: q[1] for t, q in slots[0].items()
+        }  # tile -> (partials, result block, elements per block)
+        cols = {
+            t: q[0] for t, q in slots[0].items()
+        }  # tile -> (first column, columns) of its block: the bias's
         if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
             return
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.

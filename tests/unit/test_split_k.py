@@ -288,8 +288,9 @@ def test_many_rows_split_in_the_tiny_siglip_layer_loop():
 
 def test_many_rows_panels_follow_the_attention_heads():
     """A linear whose result (through the sum of its partials and a cast) is an attention operand gets column
-    panels that divide the head or are the head (72: 24, 36, 72), so that the attention gathers whole heads in a
-    piece per block; other linears the plain 16-multiples. `x_source` tells a layer norm's rows from attention's
+    panels that divide the head or are the head (72: 24, 36, 72), or whole 16-column blocks of a divisor's
+    multiple (48 = 2 x 24, stored as two 24-wide blocks: `tile_plan.panel_store_width`), so that the attention
+    gathers whole heads in a piece per block; other linears the plain 16-multiples. `x_source` tells a layer norm's rows from attention's
     72-wide head blocks."""
     from xdsl.context import Context
     from xdsl.parser import Parser
@@ -317,11 +318,11 @@ def test_many_rows_panels_follow_the_attention_heads():
         ctx.register_dialect(name, factory)
     mod = Parser(ctx, text).parse_module()
     q, y, z = [op for op in mod.walk() if isinstance(op, nn.LinearOp)]
-    assert rows_panels(q) == (24, 36, 72) and rows_panels(y) == ROWS_SPLIT_PANELS
+    assert rows_panels(q) == (24, 36, 48, 72) and rows_panels(y) == ROWS_SPLIT_PANELS
     assert x_source(q) == x_source(y) == ("rows", 0) and x_source(z) == ("heads", 72)
     NNSplitKPass.split(q, 48)
     (parts,) = [op for op in mod.walk() if isinstance(op, nn.LinearPartialsOp)]
-    assert rows_panels(parts) == (24, 36, 72)  # through nn.reduce_sum and the cast to f16
+    assert rows_panels(parts) == (24, 36, 48, 72)  # through nn.reduce_sum and the cast to f16
 
 
 @pytest.mark.parametrize("p", [32, 24], ids=["32-column panels, read in place", "24-column panels, gathered"])
@@ -411,12 +412,14 @@ def test_many_rows_linears_of_one_x_share_a_grid():
     }}
     """
     parts, plan = split_and_planner(text, 192)
-    panels = rows_panels(parts[2])
-    alone = rows_grid(729, 1152, 1152, 192, 1, "f8", 1472, panels=panels)[3]
-    f16_alone = rows_grid(729, 1152, 1152, 192, 2, "f16", 1472, panels=panels)[3]
-    assert alone != f16_alone  # the FP8 weights alone would pick another panel width
-    (shared,) = shared_rows_panels(parts[2], 1472, panels)
-    assert shared in (alone, f16_alone)
+    # Among the head's divisors and the head, the FP8 weights alone would pick another width than the f16 ones.
+    divisors = (24, 36, 72)
+    alone = rows_grid(729, 1152, 1152, 192, 1, "f8", 1472, panels=divisors)[3]
+    f16_alone = rows_grid(729, 1152, 1152, 192, 2, "f16", 1472, panels=divisors)[3]
+    assert alone != f16_alone
+    # One width for all three, chosen from every width the split may take (48-wide panels in two head blocks too).
+    (shared,) = shared_rows_panels(parts[2], 1472, rows_panels(parts[2]))
+    assert shared in rows_panels(parts[2])
     plan()
     grids = {(tuple(op.attributes[tl.PLAN_ATTR].get("grid")), tuple(op.attributes[tl.PLAN_ATTR].get("panel")))
              for op in parts}  # fmt: skip

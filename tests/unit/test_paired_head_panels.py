@@ -1,0 +1,137 @@
+"""q / k / v projections in panels wider than the head divisor they are stored in (`nn_split_k.head_multiples`,
+`tile_plan.panel_store_width`): with heads of 72, a 48-wide panel is one GEMM without N padding (24 alone pads
+to 32) and its result stays as two 24-wide head blocks on its tile, which the attention gathers as it gathers
+24-wide panels. q and k (f16 weights, row-major x) read their weights in place as F16 AMP panels (`ampw`).
+
+A SigLIP with heads of 72 (width 288, 4 heads, 64 tokens) on 128 tiles takes such panels; the package matches the
+device-precision reference (`ipu.tools.random_models.run_case`), and the lowering's bookkeeping of a tile's
+several blocks is checked on the plan (the blocks of a tile are adjacent columns of one chunk and row panel)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from xdsl.context import Context
+from xdsl.passes import PassPipeline
+
+from ipu.dialects import nn
+from ipu.dialects import tile as tl
+from ipu.frontend.siglip import SiglipVisionConfig, build_vision_model
+from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+from ipu.passes.nn_split_k import head_multiples
+from ipu.passes.registry import all_passes
+from ipu.passes.tile_plan import attention_head_dim, panel_store_width
+from ipu.tools.random_models import run_case
+
+CFG = SiglipVisionConfig(
+    hidden_size=288,
+    intermediate_size=576,
+    num_attention_heads=4,
+    num_hidden_layers=1,
+    image_size=112,
+    patch_size=14,
+)
+TILES = 128
+
+
+@pytest.fixture(scope="module")
+def planned():
+    """The nn passes of the default pipeline, then tile-plan alone (its relayouts still show which linears feed
+    the attention)."""
+    m = build_vision_model(CFG)
+    text = IpuCompilePipelinePass(tiles=TILES, sram_kib=624).resolved(m).pipeline_text()
+    nn_passes = text[: text.index("nn-to-exchange-pipeline")].rstrip(",")
+    spec = f"{nn_passes},tile-plan{{tiles={TILES} sram_kib=624}}"
+    PassPipeline.parse_spec(dict(all_passes()), spec).apply(Context(), m)
+    return m
+
+
+def test_head_multiples():
+    assert head_multiples(72) == (48,)
+    assert head_multiples(96) == (64,)  # 2 x 32 (32 | 96); 48 divides 96
+    assert head_multiples(24) == ()  # no divisor of 16 or more below the head
+    assert 48 not in head_multiples(16 * 6)  # a divisor of the head is not a multiple panel
+
+
+def test_attention_projections_in_paired_blocks(planned):
+    qkv = [
+        o
+        for o in planned.walk()
+        if isinstance(o, nn.LinearPartialsOp)
+        and attention_head_dim(o) == 72
+        and o.input.type.get_shape()[0] > 8
+    ]
+    assert len(qkv) == 3
+    paired = [o for o in qkv if o.attributes[tl.PLAN_ATTR].get("panel")[2] == 48]
+    assert paired, [o.attributes[tl.PLAN_ATTR].get("panel") for o in qkv]
+    for o in paired:
+        pm, _kc, pn = o.attributes[tl.PLAN_ATTR].get("panel")
+        lay = o.attributes[tl.LAYOUT_ATTR]
+        assert panel_store_width(o, pn) == 24 and lay.block_ == (1, pm, 24)
+        table, geo = lay.table()[:, 0], lay.geometry()
+        held: dict[int, list] = {}
+        for b in range(lay.num_blocks):
+            held.setdefault(int(table[b]), []).append(tuple(int(v) for v in geo.block_origin[b]))
+        for t, origins in held.items():  # two adjacent 24-column blocks of one chunk and row panel per tile
+            origins.sort()
+            assert len(origins) == 2 and origins[0][:2] == origins[1][:2], (t, origins)
+            assert origins[1][2] == origins[0][2] + 24 and origins[0][2] % 48 == 0
+        # the sum keeps the head blocks: 24 columns, each tile's two blocks side by side
+        (use,) = [u.operation for u in o.results[0].uses]
+        while not isinstance(use, nn.ReduceSumOp):
+            (use,) = [u.operation for u in use.results[0].uses]
+        assert use.attributes[tl.LAYOUT_ATTR].block_[1] == 24
+    f16 = [o for o in paired if tl.element_bytes(o.weight.type.element_type) == 2]
+    assert f16 and all(tl.layout_of(o.weight).order.data == "ampw" for o in f16)
+
+
+def run(seed: int):
+    from ipu.backend.lower.lowering import compile_model
+    from ipu.backend.target import Target
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime.host import Session
+
+    w = random_weights(CFG, seed)
+    x = (
+        np.random.default_rng(seed + 1)
+        .uniform(-1, 1, (1, 3, CFG.image_size, CFG.image_size))
+        .astype(np.float32)
+    )
+    session = Session(compile_model(CFG, Target.small(tiles=TILES, sram_kib=624), weights=w))
+    session.upload_parameters(w)
+    return session.run({"pixel_values": x}).outputs
+
+
+def test_paired_blocks_match_the_reference():
+    outcome, detail = run_case(CFG, TILES, 624, seed=5)
+    assert outcome == "ok", detail
+
+
+def test_paired_blocks_give_the_bits_of_one_block(monkeypatch):
+    """The same plan with each 48-wide panel's result stored as one row-major block (the attention then gathers
+    a piece per row: slower, the same values): the two head blocks per tile change where the results lie, not
+    what they are, bit for bit."""
+    from ipu.passes import tile_plan
+
+    got = run(7)
+    monkeypatch.setattr(tile_plan, "panel_store_width", lambda op, pn: pn)
+    want = run(7)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def test_other_splits_keep_one_block_per_panel(planned):
+    """Linears that do not feed the attention (the MLP's, out_proj, the patch embedding) store each panel as one
+    block, as before."""
+    others = [
+        o
+        for o in planned.walk()
+        if isinstance(o, nn.LinearPartialsOp)
+        and not attention_head_dim(o)
+        and len(o.attributes[tl.PLAN_ATTR].get("grid")) == 3
+    ]
+    assert others
+    for o in others:
+        pn = o.attributes[tl.PLAN_ATTR].get("panel")[2]
+        assert panel_store_width(o, pn) == pn
+        assert o.attributes[tl.LAYOUT_ATTR].block_[2] == min(pn, o.result.type.get_shape()[2])
