@@ -135,3 +135,28 @@ def test_other_splits_keep_one_block_per_panel(planned):
         pn = o.attributes[tl.PLAN_ATTR].get("panel")[2]
         assert panel_store_width(o, pn) == pn
         assert o.attributes[tl.LAYOUT_ATTR].block_[2] == min(pn, o.result.type.get_shape()[2])
+
+
+def test_received_f16_panels_load_two_slots_per_load():
+    """kernel-select: q / k's f16 AMP panels that their exchange phase delivers take coef = ld128 (memory-plan
+    then puts them in interleaved memory); panels read where they are resident keep ld64."""
+    from ipu.dialects import exchange as ex
+    from ipu.passes.kernel_select import choices
+
+    m = build_vision_model(CFG)
+    IpuCompilePipelinePass(tiles=TILES, sram_kib=624, stop_after="nn-to-exchange-pipeline").apply(
+        Context(), m
+    )
+    ampw = [
+        o
+        for o in m.walk()
+        if isinstance(o, nn.LinearPartialsOp)
+        and tl.layout_of(o.weight).order.data == "ampw"
+        and tl.element_bytes(o.weight.type.element_type) == 2
+        and o.input.type.get_shape()[0] > 8
+    ]
+    assert ampw
+    for o in ampw:
+        want = "ld128" if isinstance(o.weight.owner, ex.PhaseOp) else "ld64"
+        assert choices(o)["coef"] == want
+    assert any(isinstance(o.weight.owner, ex.PhaseOp) for o in ampw)
