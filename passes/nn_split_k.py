@@ -197,7 +197,7 @@ def x_rounds(pm: int, kc: int, k: int, source: str = "rows", width: int = PRODUC
 def rows_grid(
     m: int, k: int, n: int, kc: int, wbytes: int, wdt: str, tiles: int, one_chunk: bool = True,
     panels: tuple[int, ...] = ROWS_SPLIT_PANELS, source: str = "rows", width: int = PRODUCER_PANEL,
-    fp8_x: bool = False,
+    fp8_x: bool = False, a_gathered: bool = False,
 ):  # fmt: skip
     """The cheapest (cycles, gm, pm, pn) of a many-row split into chunks of kc (fp8_x: FP8 x and weights, the
     FP8 AMP GEMM, the weight block only rearranged into FP8 panels, x's bytes halved): G = ceil(k / kc) chunks x gm row
@@ -206,7 +206,8 @@ def rows_grid(
     (`cost_model.gemm_kernel_cycles`), weight preparation, the receipt of its x and weight blocks at the
     exchange's rate plus ROUND_CYCLES per round of the x gather (`x_rounds` from `source`), and the sum's share (G - 1 f16 pieces
     of pm / G rows, one round each, f16 adds, ROWS_SPLIT_FIXED_CYCLES). None when nothing fits. one_chunk: a chunk must be
-    one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it."""
+    one weight chunk of the kernels (`cost_model.gemm_k_chunks`), as `nn.linear_partials`' lowering runs it.
+    a_gathered (or source "heads"): x's [pm, kc] block is gathered into the A scratch, so it must fit one element."""
     g = -(-k // kc)
     best = None
     for pn in panels:
@@ -228,7 +229,7 @@ def rows_grid(
             continue
         if pm * npad * 6 > IPU21.region1_element_bytes:
             continue  # the lowering's C scratch (f16 + f32 staging)
-        if source == "heads" and pm * kc * 2 > IPU21.region1_element_bytes:
+        if (source == "heads" or a_gathered) and pm * kc * (1 if fp8_x else 2) > IPU21.region1_element_bytes:
             continue  # x's rows gathered from the head panels into the A scratch
         gemm = cm.fp8_gemm_cycles(pm, kc, pn) if fp8_x else cm.gemm_kernel_cycles(pm, kc, pn, wbytes)
         prep = cm.fp8_panel_cycles(pn, kc) if fp8_x else cm.weight_prep_cycles(pn, kc, wdt, IPU21)
@@ -307,9 +308,22 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     wt = parts.weight.type.element_type
     panels = shared_rows_panels(parts, tiles, rows_panels(parts))
     fp8_x = tl.element_bytes(parts.input.type.element_type) == 1
+    # x from column blocks the GEMM cannot step through (attention's heads of 72, a producer's panels that are not
+    # whole K blocks): the lowering gathers each tile's rows into the A scratch, which bounds pm x kc whatever the
+    # costs (they are taken as for a layer norm's rows here, as tile-plan always has).
+    src = x_source(parts)
+    kb = 32 if fp8_x else 16
+    gathered = src is not None and (src[0] == "heads" or (src[0] == "panels" and src[1] % kb != 0))
+    have = tl.layout_of(
+        parts.input
+    )  # in tile-plan: the producer's layout is known (relayouts may hide its op)
+    if have is not None and not have.stack.data and len(have.shape_) == 2 and have.order.data == "row_major":
+        p = have.block_[1]
+        gathered = gathered or (p < min(k, parts.chunk) and p % kb != 0)
     return rows_grid(
-        m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels, fp8_x=fp8_x
-    )
+        m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels, fp8_x=fp8_x,
+        a_gathered=gathered,
+    )  # fmt: skip
 
 
 def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:

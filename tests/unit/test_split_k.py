@@ -643,3 +643,19 @@ def test_chunked_x_with_fp8_weights_matches_reference():
     want = evaluate(ref, {"x": x}, params, mode="device").outputs["y"]
     tol = 4 * np.abs(want).max() * 2.0**-11 * 2
     np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+
+
+def test_gathered_x_blocks_fit_the_a_scratch(monkeypatch):
+    """x gathered row by row into the A scratch (attention's 72-wide head blocks, a producer's panels that are not
+    whole K blocks): `rows_grid` keeps pm x kc within one scratch element whatever the costs favour. With cheap
+    exchange rounds the cheapest out_proj-shaped grid ([729, 1152] x [1152, 1152] in chunks of 144, FP8 weights)
+    has 152-row blocks, 43.8 KB of f16 x: the lowering could not gather them (it did, once the rounds' cost was
+    lowered)."""
+    from ipu.passes import nn_split_k
+    from ipu.passes.nn_split_k import rows_grid
+
+    monkeypatch.setattr(nn_split_k, "ROUND_CYCLES", 40)
+    free = rows_grid(729, 1152, 1152, 144, 1, "f8", 1472, panels=(32, 64))
+    bound = rows_grid(729, 1152, 1152, 144, 1, "f8", 1472, panels=(32, 64), a_gathered=True)
+    assert free[2] * 144 * 2 > 32768  # the unconstrained choice would not fit
+    assert bound is not None and bound[2] * 144 * 2 <= 32768
