@@ -987,6 +987,16 @@ MIN_WIDE_PANEL = 32
 # in column panels, `gathered_rows_layout`: 168 rounds at 32, and fc1's own plan is 76k instead of 135k cycles.)
 
 
+def whole_atom_panel(n: int, pn: int, gn: int) -> int:
+    """pn rounded up to whole 4-element atoms when the panel count gn stays: the kernel pads N to 16 either way,
+    but a 75-column f16 panel (150-byte rows) puts every other row of the result and of the next op's gather at a
+    half word, copied half by half (`xch_half`: a 600-wide fc1 on 8 tiles needed 36 KB of copy table per tile and
+    did not fit region 0) or staged (an fc2 x on 12 tiles overflowed its staging area)."""
+    if pn % 4 and math.ceil(n / (pn + 4 - pn % 4)) == gn:
+        return pn + 4 - pn % 4
+    return pn
+
+
 def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, worder: str) -> tl.GemmPlanAttr:
     """The cheapest gm x gn grid: the busiest tile's work as the lowering does it (device cast + pack of its
     weight block, `cm.weight_prep_cycles`; the F16 GEMM kernel's own estimate per K chunk on the padded block,
@@ -1037,12 +1047,7 @@ def choose_gemm(op: nn.LinearOp | nn.MatmulOp, target: Target, budget: int, word
         for gn0 in gns:
             pn = math.ceil(n / gn0)
             gn = math.ceil(n / pn)
-            # Panel rows of whole 4-element atoms where the panel count stays: the kernel pads N to 16 either
-            # way, but a 75-column f16 panel (150-byte rows) puts every other row of the result and of the
-            # next op's gather at a half word, copied half by half (`xch_half`: a 600-wide fc1 on 8 tiles
-            # needed 36 KB of copy table per tile and did not fit region 0).
-            if pn % 4 and math.ceil(n / (pn + 4 - pn % 4)) == gn:
-                pn += 4 - pn % 4
+            pn = whole_atom_panel(n, pn, gn)
             divides_head = align and pn in head_divisors(align) and n % pn == 0
             if n >= WIDE_N and m >= WIDE_M and pn < MIN_WIDE_PANEL and not divides_head:
                 continue  # narrow panels: consumers needing whole rows get one receive row per panel per row
