@@ -482,7 +482,7 @@ class Lowering(NnOps):
         n, what = self.n, rep["what"]
         base = delta = None
         for i, calls, segs in rep["runs"]:
-            w = _Words(calls, segs, labels, n)
+            w = _Words(calls, segs, labels, n, virtual=self.measure)
             if base is None:
                 base = w
                 continue
@@ -1488,25 +1488,46 @@ class _Words:
     address: the last write wins) the uint32 value on every tile; unaligned / per-tile-row segments (`skip`) are
     compared bytewise (`raw`)."""
 
-    def __init__(self, calls: list[KernelCall], segs: list[Segment], labels: dict[str, int], n: int):
+    def __init__(
+        self,
+        calls: list[KernelCall],
+        segs: list[Segment],
+        labels: dict[str, int],
+        n: int,
+        virtual: bool = False,
+    ):
+        """virtual (a measuring lowering, whose addresses past its provisional plan's reservations wrap onto each
+        other): every frame and segment at an address of its own, one after the other, so that no word hides
+        another and the patch tables it sizes are at least the real lowering's."""
         addrs, vals, skips, self.names, self.raw = [], [], [], [], {}
+        at = 0
+
+        def where(address: int, nbytes: int) -> int:
+            nonlocal at
+            if not virtual:
+                return address
+            at = -(-at // 8) * 8
+            out, at = at, at + max(nbytes, 4)
+            return out
+
         for c in calls:
             d = c.data(labels, n)
-            addrs.append(c.addr + 4 * np.arange(d.shape[1], dtype=np.int64))
+            addrs.append(where(c.addr, 4 * d.shape[1]) + 4 * np.arange(d.shape[1], dtype=np.int64))
             vals.append(d)
             skips.append(np.zeros(d.shape[1], bool))
             self.names.append(f"frame of {c.entry}" + (f": {c.what}" if c.what else ""))
         for sg in segs:
             d = np.asarray(sg.data, np.uint8)
             self.names.append(f"{sg.name!r}")
+            base = where(sg.address, d.shape[1])
             if d.shape[1] % 4 or sg.address % 4 or sg.tiles is not None:
-                addrs.append(np.array([sg.address], np.int64))
+                addrs.append(np.array([base], np.int64))
                 vals.append(np.zeros((n, 1), np.uint32))
                 skips.append(np.ones(1, bool))
-                self.raw[sg.address] = d
+                self.raw[base] = d
                 continue
             d32 = np.broadcast_to(d.view("<u4"), (n, d.shape[1] // 4))
-            addrs.append(sg.address + 4 * np.arange(d32.shape[1], dtype=np.int64))
+            addrs.append(base + 4 * np.arange(d32.shape[1], dtype=np.int64))
             vals.append(d32)
             skips.append(np.zeros(d32.shape[1], bool))
         if not addrs:
