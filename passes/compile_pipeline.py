@@ -105,7 +105,7 @@ def pipeline_spec(
         xopts = f"{xopts[:-1]} weights_order={weights_order}}}"
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
-        f"nn-fold-probe-attention,nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
+        f"nn-fold-probe-attention{{tiles={target.num_tiles}}},nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
         f"nn-to-exchange-pipeline{xopts},{mem}"
     )
 

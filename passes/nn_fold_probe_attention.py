@@ -31,6 +31,8 @@ Options:
       K, is a multiple of this: nn-split-k's grouped K split takes whole 16-deep K blocks of the GEMM kernel, so
       a head of another width (e.g. hidden 56 or 72) stays an ordinary attention, which the device runs at any
       width. 1: fold at any width (the IR-level rewrite alone).
+  tiles (default 0: any): the target's tiles; with fewer tiles than heads the attention stays unfolded (the
+      grouped value linear needs a tile per head's panel).
 """
 
 from __future__ import annotations
@@ -82,10 +84,15 @@ class NNFoldProbeAttentionPass(ModulePass):
 
     operands_f16: bool = True
     k_multiple: int = GROUPED_K_MULTIPLE
+    tiles: int = 0
+    """The target's tiles (0: any): fold only when there are at least as many tiles as heads (the grouped value
+    linear's K split puts each head's panel on a tile of its own, `tile-plan`)."""
 
     def __post_init__(self) -> None:
         if self.k_multiple < 1:
             raise ValueError(f"{self.name}: option 'k_multiple' must be >= 1, got {self.k_multiple}")
+        if self.tiles < 0:
+            raise ValueError(f"{self.name}: option 'tiles' must be >= 0, got {self.tiles}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         taken = {o.param_name for o in op.walk() if isinstance(o, nn.ParamOp)}
@@ -110,6 +117,8 @@ class NNFoldProbeAttentionPass(ModulePass):
         width = att.query.type.get_shape()[1]
         if k.weight.type.get_shape() != (width, d) or v.weight.type.get_shape() != (width, d):
             return False
+        if self.tiles and heads > self.tiles:
+            return False  # one tile per head's panel at least: unfolded, the attention runs on any tile count
         if d % self.k_multiple:
             # The grouped value linear's K = d: nn-split-k's grouped K split takes whole 16-deep K blocks only
             # (no K padding). Unfolded, the head runs as an ordinary attention (its linears pad K).

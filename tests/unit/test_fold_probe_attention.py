@@ -235,3 +235,18 @@ def test_two_recipes_under_one_name_are_refused():
         derived_specs(m)
     one = ModuleOp([func.FuncOp("g", ((), ()), Region(Block([block.first_op.clone(), func.ReturnOp()])))])
     assert list(derived_specs(one)) == ["u"]
+
+
+def test_more_heads_than_tiles_stay_unfolded():
+    """A MAP head of 5 heads on 4 tiles: the folded form's grouped value linear needs a tile per head, so the
+    pipeline (`nn-fold-probe-attention{tiles}`) leaves the attention unfolded; the model compiles and matches the
+    device reference (before: tile-plan refused 10 column panels on 4 tiles)."""
+    from ipu.frontend.siglip import SiglipVisionConfig
+    from ipu.tools.random_models import run_case
+
+    cfg = SiglipVisionConfig(
+        hidden_size=160, intermediate_size=28, num_attention_heads=5, num_hidden_layers=2, image_size=16,
+        patch_size=8,
+    )  # fmt: skip
+    outcome, detail = run_case(cfg, 4, 624, seed=112010)
+    assert outcome == "ok", detail

@@ -4,7 +4,7 @@
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 sram_kib=256}' | filecheck %s --check-prefix=SMALL
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 stop_after=nn-to-exchange-pipeline}' | filecheck %s --check-prefix=STOP
 // The named pass is the pipeline it spells out (`pipeline_spec`; update this line when that changes): the same IR.
-// RUN: ipu-opt %s -p 'nn-fold-probe-attention,nn-split-mlp,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16 keep_f16=patch_embedding,q_proj,k_proj,head attention_f16=true},nn-split-attention-keys{tiles=4},nn-hoist-stacked,nn-split-k{tiles=4},nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4 sram_kib=624},memory-plan{tiles=4 sram_kib=624}' -o %t.spelled.mlir
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{tiles=4},nn-split-mlp,nn-outline-repeat,nn-quantize-weights{format=f143 scale=-4 activations=f16 keep_f16=patch_embedding,q_proj,k_proj,head attention_f16=true},nn-split-attention-keys{tiles=4},nn-hoist-stacked,nn-split-k{tiles=4},nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4 sram_kib=624},memory-plan{tiles=4 sram_kib=624}' -o %t.spelled.mlir
 // RUN: diff %t.named.mlir %t.spelled.mlir
 
 // nn IR -> placed IR in one pass: the default precision policy (FP8 weights), tile plans, one exchange phase

@@ -5,6 +5,9 @@
 // 16-deep K blocks, which the device's grouped K split needs (the pass's default k_multiple=16 leaves such a head
 // unfolded: the KMULT run), so the runs fold with k_multiple=1.
 // RUN: ipu-opt %s -p 'nn-fold-probe-attention' | filecheck %s --check-prefix=KMULT
+// With fewer tiles than heads (the grouped value linear needs a tile per head) the head stays unfolded too:
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{k_multiple=1 tiles=1}' | filecheck %s --check-prefix=KMULT
+// RUN: ipu-opt %s -p 'nn-fold-probe-attention{k_multiple=1 tiles=4}' | filecheck %s
 
 // RUN: ipu-opt %s -p 'nn-fold-probe-attention{k_multiple=1}' | filecheck %s
 // RUN: ipu-opt %s -p 'nn-fold-probe-attention{operands_f16=false k_multiple=1}' | filecheck %s --check-prefix=F32
