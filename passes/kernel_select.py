@@ -40,6 +40,7 @@ from xdsl.utils.exceptions import PassFailedException
 from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.target import Target
+from ipu.dialects import exchange as ex
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
 
@@ -157,8 +158,6 @@ def gemm_coef(target: Target, op: Operation | None = None) -> str:
         # A many-row split's f16 panels received by its exchange phase (q / k: 18 KB per tile, live from that
         # phase to their GEMM) are small enough to take interleaved memory: ld128 saves 32 cycles per weight
         # block. (Panels read where they are resident keep ld64: their homes may lie in region 0.)
-        from ipu.dialects import exchange as ex
-
         rows_f16 = (
             wl is not None
             and isinstance(plan, tl.GemmPlanAttr)

@@ -314,9 +314,8 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     src = x_source(parts)
     kb = 32 if fp8_x else 16
     gathered = src is not None and (src[0] == "heads" or (src[0] == "panels" and src[1] % kb != 0))
-    have = tl.layout_of(
-        parts.input
-    )  # in tile-plan: the producer's layout is known (relayouts may hide its op)
+    # In tile-plan the producer's layout is known (relayouts between may hide its op from `x_source`).
+    have = tl.layout_of(parts.input)
     if have is not None and not have.stack.data and len(have.shape_) == 2 and have.order.data == "row_major":
         p = have.block_[1]
         gathered = gathered or (p < min(k, parts.chunk) and p % kb != 0)

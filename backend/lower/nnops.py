@@ -1269,8 +1269,8 @@ class NnOps:
         or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there). A tile
         with several result blocks (`subs`, from `_partials_jobs`): each block from its columns of C, one call per
         block. c_at: per tile, where its C rows start (default the C scratch)."""
-        c_at = c_at or {}
-        for i in range(max((len(v) for v in (subs or {}).values()), default=0)):
+        c_at, subs = c_at or {}, subs or {}
+        for i in range(max((len(v) for v in subs.values()), default=0)):
             part = {t: v[i] for t, v in subs.items() if i < len(v)}
             self._rows_results(
                 f"{what} (block {i})",
@@ -1278,7 +1278,7 @@ class NnOps:
                 npad, c_area, set(), rdt,
                 c_at={t: c_area + c0 * 2 for t, (c0, _nc, _addr) in part.items()},
             )  # fmt: skip
-        jobs = {t: j for t, j in jobs.items() if t not in (subs or {})}
+        jobs = {t: j for t, j in jobs.items() if t not in subs}
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():
@@ -1465,12 +1465,8 @@ class NnOps:
                         "partials)"
                     )
             return
-        blocks = {
-            t: q[1] for t, q in slots[0].items()
-        }  # tile -> (partials, result block, elements per block)
-        cols = {
-            t: q[0] for t, q in slots[0].items()
-        }  # tile -> (first column, columns) of its block: the bias's
+        # tile -> (partials, result block, elements per block); tile -> (first column, columns): the bias's part
+        blocks, cols = {t: q[1] for t, q in slots[0].items()}, {t: q[0] for t, q in slots[0].items()}
         if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
             return
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
