@@ -14,7 +14,11 @@ in n chunks, a head's tiles form (query block, key chunk) pairs: each receives 1
 query rows, the same score count; the merge exchanges a few rows of o, m and l per tile.
 
 The chunk count: `chunks` if given, else the largest n <= `max_chunks` whose query blocks stay within `max_rows`
-rows (the attention lowering's transposed-score path) on `tiles` tiles, with at least `min_keys` keys per chunk.
+rows on `tiles` tiles, with at least `min_keys` keys per chunk. The lowering's transposed-score path takes blocks
+of up to 32 rows and the merge up to 4 chunks, but the defaults stay at 16 rows and 3 chunks (So400m: 2 chunks of
+16-row blocks): 3 chunks of 27-row blocks on 1296 tiles measured 559,446 cycles at one layer against 541,121, and
+4 chunks of 32-row blocks 528,138 with NaN outputs from the attention's out_proj on (an open bug, BENCHMARKS.md
+"Attention blocks of 32 query rows").
 Attentions over fewer than `min_rows` query rows (the MAP head's probe) are left alone, as are those n = 1 gives.
 """
 
@@ -29,7 +33,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from ipu.dialects import nn
 
-MAX_CHUNKS = 3  # `attn_merge2` / `attn_merge3` (three pairs of merge weights in registers)
+MAX_CHUNKS = 4  # `attn_merge2` .. `attn_merge4` (the chunks' merge weights in register pairs)
 
 
 def partial_grid(tokens: int, heads: int, chunks: int, tiles: int) -> tuple[int, int]:

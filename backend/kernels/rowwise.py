@@ -19,7 +19,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
 | `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
-| `attn_merge2`, `attn_merge3` | x: 2 / 3 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
+| `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
@@ -201,6 +201,7 @@ OPS = (
     "sms_stats",
     "attn_merge2",
     "attn_merge3",
+    "attn_merge4",
 )
 PADDED = (
     "softmax",
@@ -231,8 +232,9 @@ ESIZES = {
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
     "attn_merge3": (4, 4),
+    "attn_merge4": (4, 4),
 }
-MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3}
+MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3, "attn_merge4": 4}
 
 
 def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
@@ -554,8 +556,12 @@ def _row_kernel(op: str) -> Code:
 
 def _merge_row(c: Code, nc: int) -> None:
     """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte 4 n =
-    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in the pair $a(8+2j):(9+2j);
-    out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1 loads, $a2:3 products, $a4:5 the sum)."""
+    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M) in $a(8+2j); c_j = w_j * (1 / sum w) in both halves of a
+    pair ($a8:9, $a10:11, $a12:13; the fourth chunk's in $a6:7, free once M and 1 / sum are used: $a15 is the
+    zero register); out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1 loads, $a2:3 products,
+    $a4:5 the sum)."""
+    w = [f"$a{8 + 2 * j}" for j in range(nc)]
+    coef = [f"$a{8 + 2 * j}:{9 + 2 * j}" for j in range(min(nc, 3))] + ["$a6:7"] * (nc > 3)
     c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
     c.one("add $m3, $m1, 0")
@@ -570,27 +576,29 @@ def _merge_row(c: Code, nc: int) -> None:
         c.one("ld32 $a1, $m3, $m0, 1")
         c.bundle("nop", "f32sub $a0, $a0, $a6")
         c.bundle("nop", "f32exp $a0, $a0")
-        c.bundle("add $m3, $m3, $m9" if j < nc - 1 else "nop", f"f32mul $a{8 + 2 * j}, $a1, $a0")
-    c.bundle("nop", "f32add $a7, $a8, $a10")
+        c.bundle("add $m3, $m3, $m9" if j < nc - 1 else "nop", f"f32mul {w[j]}, $a1, $a0")
+    c.bundle("nop", f"f32add $a7, {w[0]}, {w[1]}")
     for j in range(2, nc):
-        c.bundle("nop", f"f32add $a7, $a7, $a{8 + 2 * j}")
+        c.bundle("nop", f"f32add $a7, $a7, {w[j]}")
     c.bundle("nop", "f32oox $a7, $a7")
-    for j in range(nc):
-        c.bundle("nop", f"f32mul $a{9 + 2 * j}, $a{8 + 2 * j}, $a7")
-        c.bundle("nop", f"f32mul $a{8 + 2 * j}, $a{8 + 2 * j}, $a7")
-    ptrs = ["$m3", "$m8", "$m10"][:nc]
+    for j in range(nc):  # w_j's register last (pairs 0-2: the low half; the fourth pair: $a7 = 1 / sum)
+        lo, hi = coef[j].split(":")
+        hi = lo[:2] + hi
+        c.bundle("nop", f"f32mul {hi if j < 3 else lo}, {w[j]}, $a7")
+        c.bundle("nop", f"f32mul {lo if j < 3 else hi}, {w[j]}, $a7")
+    ptrs = ["$m3", "$m8", "$m10", "$m11"][:nc]
     c.one("add $m3, $m1, 0")
     for j in range(1, nc):
         c.one(f"add {ptrs[j]}, {ptrs[j - 1]}, $m9")
     c.one("add $m7, $m2, 0")
     pair = [
         _b(f"ld64step $a0:1, $mzero, {ptrs[0]}+=, 1"),
-        _b(f"ld64step $a0:1, $mzero, {ptrs[1]}+=, 1", "f32v2mul $a4:5, $a0:1, $a8:9"),
+        _b(f"ld64step $a0:1, $mzero, {ptrs[1]}+=, 1", f"f32v2mul $a4:5, $a0:1, {coef[0]}"),
     ]
     for j in range(1, nc):
         nxt = f"ld64step $a0:1, $mzero, {ptrs[j + 1]}+=, 1" if j + 1 < nc else "nop"
         pair += [
-            _b(nxt, f"f32v2mul $a2:3, $a0:1, $a{8 + 2 * j}:{9 + 2 * j}"),
+            _b(nxt, f"f32v2mul $a2:3, $a0:1, {coef[j]}"),
             _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
         ]
     pair.append(_b("st64step $a4:5, $mzero, $m7+=, 1"))

@@ -24,18 +24,19 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     `panels_f16` / `pad_f16` call, then `scale_f16` in place; GEMM rows padded to 3, left over);
     per key chunk: K rows -> f16 rows of dpad, zero columns (`Rows("cast_f16")` from f32, `Rows("pad_f16")` from
     f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
-    * (blocks of <= 16 rows, S^T [spad, 16] fits C: the default) transposed: Q rows padded to 16 with zero rows
-      -> Q^T weight panels (`weights_from_bt`, N = 16) once; per chunk S^T[chunk] = K Q^T (F16 GEMM with the K
-      rows as A: M = the chunk's keys keeps all six workers busy, no K^T packing); then S's 16 rows row-major
-      from S^T in one transpose (`TransposeF16`, K = spad, N = 16; rows m..16 zero);
+    * (blocks of <= 32 rows, S^T [spad, qn] fits C: the default) transposed: Q rows padded to qn (16 or 32: one
+      or two weight blocks) with zero rows -> Q^T weight panels (`weights_from_bt`, N = qn) once; per chunk
+      S^T[chunk] = K Q^T (F16 GEMM with the K rows as A: M = the chunk's keys keeps all six workers busy, no
+      K^T packing); then S's qn rows row-major from S^T in one transpose (`TransposeF16`, K = spad, N = qn;
+      rows m..qn zero);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
     seq..spad (a padded key's logit is Q . 0 = 0, masked to -inf: it does not contribute);
     then the output, per key chunk (V rows: f16, zero columns, zero rows: 0 * 0 adds nothing), either
-    * (S^T path: the default, kernel-select's `pv`) transposed: O^T [dpad, 16] (=|+=) V^T[:, chunk] P^T[chunk] (F16
-      GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as one column block of
-      weight panels, `weights_from_bt` from P's m rows, query rows m..16 zero once); V^T's rows by `TransposeF16`
+    * (S^T path: the default, kernel-select's `pv`) transposed: O^T [dpad, qn] (=|+=) V^T[:, chunk] P^T[chunk] (F16
+      GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as qn / 16 column blocks
+      of weight panels, `weights_from_bt` from P's qn rows, rows m..qn zero); V^T's rows by `TransposeF16`
       straight from f16 V's column panels (whole K blocks of keys, all panels in one call; zero rows d..dpad once
       per chunk size) or from
       the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
@@ -43,7 +44,7 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       blocks: each panel straight into its column groups), the GEMM over the block's mpad rows;
     the same f16 rounding per 16-key inner block either way (and as one GEMM over all keys); O's first d columns
     -> the result rows (`Rows("to_f32")`, or `pad_f16` for f16).
-  Scratch: C holds S [mpad, spad] (or S^T [spad, 16]) f16, then O (or O^T) and a chunk's V rows; A holds Q and a
+  Scratch: C holds S [mpad, spad] (or S^T [spad, qn]) f16, then O (or O^T) and a chunk's V rows; A holds Q and a
   chunk's K rows, then P (and P^T's panels after it; O's rows at the end); aux a chunk's weight panels or V^T
   rows (or Q^T's and S's panels). Chunks are as large as the elements allow (`attention_sizes`: So400m's 8 x 72
   blocks over 729 keys take 176 keys per chunk, S^T path); blocks that do not fit raise a LoweringError naming the
@@ -1878,8 +1879,16 @@ class AttentionSizes:
     transposed: bool = False  # S^T = K Q^T (K rows as the GEMM's A), else S = Q K^T (K^T weight panels)
 
     @property
+    def qn(self) -> int:
+        """S^T's and O^T's columns (transposed path): the query rows padded to whole 16-column weight blocks."""
+        return -(-self.mpad // 16) * 16
+
+    @property
     def chunks(self) -> list[tuple[int, int]]:
         return [(k0, min(self.chunk, self.seq - k0)) for k0 in range(0, self.seq, self.chunk)]
+
+
+MAX_T_ROWS = 32  # query rows of the transposed path's blocks: S^T, Q^T and P^T of two 16-column weight blocks
 
 
 def attention_sizes(
@@ -1888,26 +1897,29 @@ def attention_sizes(
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
     rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels).
-    transposed (default: when it fits; True: required): S^T [spad, 16] in C, Q^T and S's panels in aux; a
-    chunk's P^T weight panels (32 B per key) in A after P's rows, its V^T rows (the O^T GEMM's A, row stride
-    2 * chunk <= 4112 B) in aux. max_chunk: keys per chunk at most (kernel-select's `key_chunk`)."""
+    transposed (default: when it fits; True: required): S^T [spad, qn] in C (qn: the query rows padded to 16 or
+    32, one or two weight blocks), Q^T and S's panels in aux; a chunk's P^T weight panels (2 qn B per key) in A
+    after P's qn rows, its V^T rows (the O^T GEMM's A, row stride 2 * chunk <= 4112 B) in aux. max_chunk: keys
+    per chunk at most (kernel-select's `key_chunk`)."""
     e = element_bytes
     if d % 4:
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
     mpad, dpad, spad = max(m, gm.MIN_ROWS), -(-d // 16) * 16, -(-seq // 16) * 16
-    # S^T has 16 columns (one weight block of queries): blocks of at most 16 query rows.
-    fits_t = mpad <= 16 and spad * 32 <= e and dpad * 32 + spad * 32 <= e
+    # S^T has qn columns (one or two weight blocks of queries): blocks of at most MAX_T_ROWS query rows.
+    qn = -(-mpad // 16) * 16
+    fits_t = mpad <= MAX_T_ROWS and spad * 2 * qn <= e and (dpad + spad) * 2 * qn <= e
     if transposed is None:
         transposed = fits_t
     elif transposed and not fits_t:
         raise ValueError(
-            f"transposed scores S^T [{spad}, 16] need blocks of <= 16 query rows (got {mpad}) and S^T with Q^T's "
+            f"transposed scores S^T [{spad}, {qn}] need blocks of <= {MAX_T_ROWS} query rows (got {mpad}) and S^T with Q^T's "
             f"panels within a {e}-byte scratch element"
         )
-    qo = -(-(16 if transposed else mpad) * dpad * 2 // 64) * 64
+    qo = -(-(qn if transposed else mpad) * dpad * 2 // 64) * 64
     kc = min((e - qo) // (2 * dpad), e // (2 * dpad))
-    if transposed:  # O^T = V^T P^T: P^T's weight panels after P in A; V^T rows (the GEMM's A) of <= 4112 B
-        kc = min(kc, (e - -(-mpad * spad * 2 // 64) * 64) // 32, 8 * 514 // 2)
+    # O^T = V^T P^T: P^T's weight panels after P's qn rows in A; V^T rows (the GEMM's A) of <= 4112 B
+    if transposed:
+        kc = min(kc, (e - p_rows_bytes(qn, spad)) // (2 * qn), 8 * 514 // 2)
     kc = kc // 16 * 16
     if max_chunk is not None:
         kc = min(kc, max_chunk)
@@ -1924,26 +1936,31 @@ def attention_sizes(
     return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed)
 
 
+def p_rows_bytes(rows: int, spad: int) -> int:
+    """Bytes of P's f16 rows in A, to a 64-byte boundary (P^T's weight panels follow them)."""
+    return -(-rows * spad * 2 // 64) * 64
+
+
 def attention_scratch(sz: AttentionSizes, dv: int, pv_transposed: bool) -> tuple[int, int, int]:
     """Bytes of the C, A and aux elements that `attention_program` uses for blocks of these sizes (an upper
     bound over its steps, plus a 256-B margin each for the row kernels' padded units): C holds S (or S^T), Q as
     f32, the V rows at qo and O (or O^T); A holds Q, the K rows at qo, then P, and P^T's panels after P; aux the
     weight panels (Q^T and S's, K^T's, V's or V^T's rows) and the split softmax's partials."""
-    kc, dpad, spad, mpad = sz.chunk, sz.dpad, sz.spad, sz.mpad
+    kc, dpad, spad, mpad, qn = sz.chunk, sz.dpad, sz.spad, sz.mpad, sz.qn
     dvpad = -(-dv // 16) * 16
     wide = max(dpad, dvpad)
-    p_bytes = -(-mpad * spad * 2 // 64) * 64
+    p_bytes = p_rows_bytes(qn if sz.transposed else mpad, spad)
     c = max(
         mpad * spad * 2,
-        spad * 32,
-        16 * sz.d * 4,
+        spad * 2 * qn,
+        qn * sz.d * 4,
         mpad * sz.d * 4,
         sz.qo + kc * wide * 2,
-        16 * dvpad * 2,
+        qn * dvpad * 2,
         mpad * dvpad * 2,
     )
-    a = max(sz.qo + kc * dpad * 2, p_bytes + (kc * 32 if pv_transposed else 0), 16 * dvpad * 2)
-    aux = max(dpad * 32 + spad * 32 if sz.transposed else 0, kc * wide * 2, rw.SMS_PART * mpad)
+    a = max(sz.qo + kc * dpad * 2, p_bytes + (kc * 2 * qn if pv_transposed else 0), qn * dvpad * 2)
+    aux = max((dpad + spad) * 2 * qn if sz.transposed else 0, kc * wide * 2, rw.SMS_PART * mpad)
     return tuple(x + 256 for x in (c, a, aux))
 
 
@@ -2060,7 +2077,8 @@ def attention_program(
             "Q * scale to f16", "to_f16", m, qp, qa, m, 0, 4, a_area, 2, dpad * 2, valid=qp, scale=scale
         )
         zero_columns("Q zero columns", m, a_area)
-    qrows = 16 if sz.transposed else mpad
+    qn = sz.qn
+    qrows = qn if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
     def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad):
@@ -2100,19 +2118,19 @@ def attention_program(
         return pre, nkp
 
     if sz.transposed:
-        # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from 16 Q
-        # rows (rows m..16 zero); S^T [spad, 16] in C -> S's 16 rows row-major in A in one transpose
-        # (`TransposeF16`: S^T's columns as rows; rows m..16 are zeros from Q's zero rows, and A is free past them
-        # until P^T's panels).
-        prog.append(("Q^T panels", pk.weights_from_bt(16, dpad, "f16", a_area, panels)))
+        # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from qn Q
+        # rows (rows m..qn zero); S^T [spad, qn] in C -> S's qn rows row-major in A in one transpose
+        # (`TransposeF16`: S^T's columns as rows; rows m..qn are zeros from Q's zero rows; P^T's panels follow
+        # them).
+        prog.append(("Q^T panels", pk.weights_from_bt(qn, dpad, "f16", a_area, panels)))
         for k0, nk in sz.chunks:
             pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
-                nkp, dpad, 16, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
-                c=c_area + k0 * 32,
+                nkp, dpad, qn, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
+                c=c_area + k0 * 2 * qn,
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
-        prog.append(("S rows from S^T", pk.TransposeF16(spad, 16, c_area, a_area)))
+        prog.append(("S rows from S^T", pk.TransposeF16(spad, qn, c_area, a_area)))
         s_rows = a_area
     else:
         for k0, nk in sz.chunks:
@@ -2155,17 +2173,13 @@ def attention_program(
         prog.append(("softmax (m, l)", call))
     vp = panels_of[2]
     if pv_t:
-        # O^T [dpad, 16] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M = dpad:
-        # all six workers busy), P^T [keys, 16 queries] its weights (one column block), accumulated in C (row
-        # stride 32); per 16 keys the same products into the same f16 partials as O = P V.
-        pt = a_area + -(-mpad * spad * 2 // 64) * 64  # P^T's weight panels, after P's rows
+        # O^T [dpad, qn] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M =
+        # dpad: all six workers busy), P^T [keys, qn queries] its weights (one or two column blocks), accumulated
+        # in C (row stride 2 qn); per 16 keys the same products into the same f16 partials as O = P V. P^T's
+        # panels are packed from P's qn rows: rows m..qn are S's zero rows (the softmax runs over m rows only), so
+        # the weights' query columns m..qn (O^T's dropped columns) come out zero on every tile alike.
+        pt = a_area + p_rows_bytes(qn, spad)  # P^T's weight panels, after P's rows
         coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
-        kb0 = -(-sz.chunks[0][1] // 16)  # the first (largest) chunk's K blocks
-        # The weights' query rows m..16 (O^T's dropped columns), zero once for every chunk; a call without rows
-        # when m = 16, so that blocks of every height have the same steps (one call site per step).
-        zero_rows = rw.Rows("pad_f16", kb0 if m < 16 else 0, max(16 - m, 1) * 16, out=pt + m * 32, out_stride=512,
-                            valid=0)  # fmt: skip
-        prog.append(("P^T zero rows", zero_rows))
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
         vt = vp if vp is not None else dv  # V's panel width for the direct V^T rows
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
@@ -2195,15 +2209,20 @@ def attention_program(
                 prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dvpad, vrows, panels)))
                 zeroed, v_rows_copied = None, True
             prog.append(
-                (f"{pre}P^T panels", pk.weights_from_bt(m, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2))
+                (
+                    f"{pre}P^T panels",
+                    pk.weights_from_bt(qn, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2),
+                )
             )
             o_gemm = gm.Gemm(
-                dvpad, nkp, 16, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
+                dvpad, nkp, qn, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
                 a_row_stride=nkp * 2, weights=pt, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
         # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below.
-        prog.append(("O rows from O^T", pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=32)))
+        prog.append(
+            ("O rows from O^T", pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=2 * qn))
+        )
         o_rows = a_area
     else:
         zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)

@@ -1,5 +1,5 @@
 """The key-split attention's kernels on the simulator, bit-exact against their numpy semantics and estimates:
-`sms_stats` ((m, l) per row from `softmax_split`'s partials) and `attn_merge2/3` (the chunks' weighted sum); and
+`sms_stats` ((m, l) per row from `softmax_split`'s partials) and `attn_merge2/3/4` (the chunks' weighted sum); and
 the merge of chunk softmaxes equals one softmax over all keys (float64)."""
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ def _chunks(nc, rows, n, seed):
     return parts, full
 
 
-@pytest.mark.parametrize("nc,rows,n", [(2, 8, 72), (2, 1, 72), (3, 7, 24), (2, 13, 4)])
+@pytest.mark.parametrize(
+    "nc,rows,n", [(2, 8, 72), (2, 1, 72), (3, 7, 24), (2, 13, 4), (4, 8, 72), (4, 3, 12)]
+)
 def test_attn_merge(nc, rows, n):
     parts, full = _chunks(nc, rows, n, nc * 100 + rows + n)
     k = R.Rows(f"attn_merge{nc}", rows, n, in0=X, out=OUT, in_stride=4 * (n + 2), st0=4 * (n + 2) * rows)

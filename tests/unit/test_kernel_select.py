@@ -219,14 +219,14 @@ def test_bad_choices_are_named_errors():
 
 
 def test_transposed_scores_that_do_not_fit_are_refused():
-    """Query blocks of 24 rows: S^T has 16 columns, so scores = "transposed" is refused, naming the sizes."""
+    """Query blocks of 40 rows: S^T has at most 32 columns, so scores = "transposed" is refused, naming the sizes."""
     module = _planned(
         _parse("""
 builtin.module {
   func.func @att() {
-    %x = nn.input "x" : tensor<96x64xf32>
-    %a = nn.attention %x, %x, %x heads=4 scale=0.125 : tensor<96x64xf32>, tensor<96x64xf32>, tensor<96x64xf32> -> tensor<96x64xf32>
-    nn.output "y" %a : tensor<96x64xf32>
+    %x = nn.input "x" : tensor<160x64xf32>
+    %a = nn.attention %x, %x, %x heads=4 scale=0.125 : tensor<160x64xf32>, tensor<160x64xf32>, tensor<160x64xf32> -> tensor<160x64xf32>
+    nn.output "y" %a : tensor<160x64xf32>
     func.return
   }
 }""")
@@ -234,7 +234,7 @@ builtin.module {
     att = _op(module, nn.AttentionOp)
     assert ks.choices(att)["scores"] == "direct"
     ks.record(att, {"scores": "transposed", "pv": "direct"}, overwrite=True)
-    with pytest.raises(BAD, match=r"nn.attention \(a\): tile \d+: transposed scores .* 16 query rows"):
+    with pytest.raises(BAD, match=r"nn.attention \(a\): tile \d+: transposed scores .* 32 query rows"):
         _placed(module)
         compile_model(module, TARGET)
 

@@ -34,7 +34,7 @@ def _config(image: int) -> SiglipVisionConfig:
     )
 
 
-@pytest.mark.parametrize("chunks", [2, 3])
+@pytest.mark.parametrize("chunks", [2, 3, 4])
 def test_split_is_exact_in_float64(chunks):
     cfg = PRESETS["siglip-tiny"]
     w = random_weights(cfg, seed=3)
@@ -49,19 +49,22 @@ def test_split_is_exact_in_float64(chunks):
 
 
 def test_chunk_choice():
-    # So400m on 1472 tiles: 92 tiles per head; two chunks give 46 query blocks of 16 rows (the transposed-score
-    # path's limit), three would need blocks of 25.
+    # So400m on 1472 tiles: 92 tiles per head; two chunks give 46 query blocks of 16 rows, three blocks of 27,
+    # four 23 blocks of 32 (the transposed-score path's limit: two 16-column weight blocks of queries).
     assert partial_grid(729, 16, 2, 1472) == (46, 16)
+    assert partial_grid(729, 16, 4, 1472) == (23, 32)
     assert auto_chunks(729, 729, 16, 1472, 3, 16, 64) == 2
     assert auto_chunks(729, 729, 16, 1472, 3, 32, 64) == 3
+    assert auto_chunks(729, 729, 16, 1472, 4, 32, 64) == 4
+    assert auto_chunks(729, 729, 16, 1472, 4, 24, 64) == 2
     assert auto_chunks(16, 16, 2, 16, 3, 16, 64) == 1  # siglip-tiny: 8 keys per chunk
     # Blocks are a multiple of the chunks (the merge splits them evenly).
     assert partial_grid(81, 2, 3, 64) == (9, 9)
 
 
 def test_options_are_checked():
-    with pytest.raises(ValueError, match="must be at most 3"):
-        NNSplitAttentionKeysPass(chunks=4)
+    with pytest.raises(ValueError, match="must be at most 4"):
+        NNSplitAttentionKeysPass(chunks=5)
     with pytest.raises(ValueError, match="'tiles' must be positive"):
         NNSplitAttentionKeysPass(tiles=0)
 
@@ -81,10 +84,12 @@ def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-@pytest.mark.parametrize("chunks,tiles,image", [(2, 16, 64), (3, 64, 72)])
+@pytest.mark.parametrize("chunks,tiles,image", [(2, 16, 64), (3, 64, 72), (2, 32, 96)])
 def test_key_split_runs_on_the_simulator(chunks, tiles, image):
     """64 tokens on 16 tiles: 2 chunks of 32 keys, blocks of 16 query rows (S^T path); 81 tokens on 64 tiles:
-    3 chunks of 27 keys, blocks of 9 rows. Against the device reference as close as the unsplit program."""
+    3 chunks of 27 keys, blocks of 9 rows; 144 tokens on 32 tiles: 2 chunks of 72 keys, blocks of 18 rows (S^T
+    and P^T in two 16-column weight blocks, query columns 18..32 zero). Against the device reference as close as
+    the unsplit program."""
     cfg = _config(image)
     split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
     assert sum(isinstance(op, nn.AttentionPartialOp) for op in split.walk()) == 1
