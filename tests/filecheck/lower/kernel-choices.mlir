@@ -2,18 +2,19 @@
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/coef = "ld128"/coef = "ld64"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=LD64
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/k_chunks = array<i64: 64>/k_chunks = array<i64: 32, 32>/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=CHUNKS
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/a_operand = "in_place"/a_operand = "padded"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=PADDED
-// RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/key_chunk = 96 : i64, pv = "direct", scores = "direct", softmax = "softmax_split"/key_chunk = 32 : i64, pv = "direct", scores = "direct", softmax = "softmax"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=KEYS
+// RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/key_chunk = 96 : i64, pv = "transposed", scores = "transposed", softmax = "softmax_split"/key_chunk = 32 : i64, pv = "direct", scores = "direct", softmax = "softmax"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=KEYS
 
 // The asm lowering does what the `kernel` attributes say (kernel-select wrote them; here sed edits them as a
 // person would) and nothing else.
 
 // As selected: one GEMM over K = 64 with ld128 coefficient loads, A read in place; the attention's keys in one
-// chunk.
+// chunk, blocks of 24 query rows on the transposed path (S^T with two 16-column blocks of queries).
 // CHECK-NOT:  A padding
 // CHECK:      // nn.linear (y): GEMM
 // CHECK:      call $lr, gemm_f16_sup_ld128
 // CHECK:      // nn.attention (a): K to f16
 // CHECK-NOT:  keys 32..
+// CHECK:      // nn.attention (a): S^T = K Q^T
 // CHECK:      // nn.attention (a): softmax
 
 // coef = "ld64": the GEMM's other supervisor.
@@ -31,7 +32,7 @@
 // PADDED:     // nn.linear (y): A padding
 // PADDED:     // nn.linear (y): GEMM
 
-// key_chunk = 32 (with the softmax that fits it): K and V packed in three chunks.
+// key_chunk = 32, scores and output direct (with the softmax that fits it): K and V packed in three chunks.
 // KEYS:       // nn.attention (a): keys 0..32: K to f16
 // KEYS:       // nn.attention (a): keys 32..64: K to f16
 // KEYS:       // nn.attention (a): keys 64..96: K to f16
