@@ -19,7 +19,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ipu.backend.isa import FORMS_BY_KEY, Ctx, Instr, Kind, OperandError, Slot, check_instr
+from ipu.backend.isa import (
+    AP_ALIASES,
+    FORMS_BY_KEY,
+    REG_KINDS,
+    Ctx,
+    Instr,
+    Kind,
+    OperandError,
+    Slot,
+    check_instr,
+)
+
+AZEROS_LOW = AP_ALIASES["azeros"]  # $a14
 
 NOP = Instr(FORMS_BY_KEY["nop"], ())
 FNOP = Instr(FORMS_BY_KEY["fnop"], ())
@@ -72,6 +84,19 @@ class Kernel:
                 (it.main, it.aux) if isinstance(it, Bundle) else (it,) if isinstance(it, Instr) else ()
             ):
                 check_instr(ins.form, ins.ops, self.supervisor)
+                if not self.supervisor:
+                    _check_azeros(self.name, ins)
+
+
+def _check_azeros(kernel: str, ins: Instr) -> None:
+    """Worker code never writes $a14: it is the low half of $azeros ($a14:15, the zero pair that `st64 $azeros`
+    stores), zero only while no kernel writes it (a worker's registers persist from one kernel to the next)."""
+    for op, v in zip(ins.form.operands, ins.ops):
+        if op.is_def and op.kind in REG_KINDS and REG_KINDS[op.kind][0] == "a":
+            if v <= AZEROS_LOW < v + REG_KINDS[op.kind][1]:
+                raise OperandError(
+                    f"{kernel}: {ins.mnemonic} writes $a{AZEROS_LOW}, the low half of $azeros (kept zero)"
+                )
 
 
 @dataclass(frozen=True)

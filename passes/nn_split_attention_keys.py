@@ -13,13 +13,13 @@ tiles receives the head's whole K and V (So400m: 1472 / 16 = 92 tiles per head, 
 in n chunks, a head's tiles form (query block, key chunk) pairs: each receives 1/n of K and V and n times the
 query rows, the same score count; the merge exchanges a few rows of o, m and l per tile.
 
-The chunk count: `chunks` if given, else the largest n <= `max_chunks` whose query blocks stay within `max_rows`
-rows on `tiles` tiles, with at least `min_keys` keys per chunk. The lowering's transposed-score path takes blocks
-of up to 32 rows and the merge up to 4 chunks, but the defaults stay at 16 rows and 3 chunks (So400m: 2 chunks of
-16-row blocks): 3 chunks of 27-row blocks on 1296 tiles measured 559,446 cycles at one layer against 541,121, and
-4 chunks of 32-row blocks 528,138 with NaN outputs from the attention's out_proj on (an open bug, BENCHMARKS.md
-"Attention blocks of 32 query rows").
-Attentions over fewer than `min_rows` query rows (the MAP head's probe) are left alone, as are those n = 1 gives.
+The chunk count: `chunks` if given, else the cheapest n <= `max_chunks` (`chunk_cost`: a tile's padded scores and
+its K / V bytes) whose query blocks stay within `max_rows` rows (the lowering's transposed-score path takes up to
+32: one or two 16-column weight blocks of queries) on `tiles` tiles, with at least `min_keys` keys per chunk.
+So400m takes 4 chunks of blocks of 32 rows, 23 x 16 x 4 = 1472 tiles (BENCHMARKS.md "Attention blocks of 32
+query rows"): 528,138 cycles at one layer against 541,121 with 2 chunks of 16-row blocks and 559,446 with 3 of
+27-row blocks on 1296 tiles. Attentions over fewer than `min_rows` query rows (the MAP head's probe) are left
+alone, as are those n = 1 gives.
 """
 
 from __future__ import annotations
@@ -45,15 +45,43 @@ def partial_grid(tokens: int, heads: int, chunks: int, tiles: int) -> tuple[int,
     return -(-tokens // qb), qb
 
 
+# Cycles per score of a tile's attention block (the padded S^T area qn x spad: packing, both GEMMs, softmax),
+# an estimate calibrated on So400m's partial attention (77.6 k cycles for 16 x 368 scores, 78 k for 32 x 192).
+SCORE_CYCLES = 13
+
+
+def chunk_cost(tokens: int, keys: int, heads: int, tiles: int, chunks: int, head_dim: int) -> int:
+    """The busiest tile's estimate of a split in `chunks`: its block's padded scores (query rows padded to the
+    16-column weight blocks of the transposed path, keys to 16) at SCORE_CYCLES, plus receiving its chunk of K and
+    V (f16, 4 bytes per cycle)."""
+    _, qb = partial_grid(tokens, heads, chunks, tiles)
+    qn = -(-max(qb, 3) // 16) * 16
+    kc = -(-keys // chunks)
+    return SCORE_CYCLES * qn * (-(-kc // 16) * 16) + kc * head_dim
+
+
 def auto_chunks(
-    tokens: int, keys: int, heads: int, tiles: int, max_chunks: int, max_rows: int, min_keys: int
+    tokens: int,
+    keys: int,
+    heads: int,
+    tiles: int,
+    max_chunks: int,
+    max_rows: int,
+    min_keys: int,
+    head_dim: int,
 ) -> int:
-    best = 1
-    for n in range(2, max_chunks + 1):
-        nq, qb = partial_grid(tokens, heads, n, tiles)
-        if qb <= max_rows and keys // n >= min_keys and nq * heads * n <= tiles:
-            best = n
-    return best
+    """The cheapest split (`chunk_cost`, the larger on a tie) of 2..max_chunks chunks whose query blocks stay within
+    max_rows rows with at least min_keys keys per chunk on the tiles; 1 when none does."""
+    fits = [
+        n
+        for n in range(2, max_chunks + 1)
+        if partial_grid(tokens, heads, n, tiles)[1] <= max_rows
+        and keys // n >= min_keys
+        and partial_grid(tokens, heads, n, tiles)[0] * heads * n <= tiles
+    ]
+    if not fits:
+        return 1
+    return min(fits, key=lambda n: (chunk_cost(tokens, keys, heads, tiles, n, head_dim), -n))
 
 
 @dataclass(frozen=True)
@@ -66,8 +94,8 @@ class NNSplitAttentionKeysPass(ModulePass):
     sram_kib: int = 624  # accepted with `tiles` like the other target-sized passes; unused
     chunks: int = 0
     """Key chunks (0: chosen from the target, see the module docstring)."""
-    max_chunks: int = 3
-    max_rows: int = 16
+    max_chunks: int = 4
+    max_rows: int = 32
     min_keys: int = 64
     min_rows: int = 16
 
@@ -89,7 +117,10 @@ class NNSplitAttentionKeysPass(ModulePass):
             if t < self.min_rows or len(att.operands) != 3:
                 continue
             h = att.num_heads
-            n = self.chunks or auto_chunks(t, s, h, self.tiles, self.max_chunks, self.max_rows, self.min_keys)
+            d = att.query.type.get_shape()[1] // h
+            n = self.chunks or auto_chunks(
+                t, s, h, self.tiles, self.max_chunks, self.max_rows, self.min_keys, d
+            )
             if n < 2:
                 continue
             if (n - 1) * -(-s // n) >= s:

@@ -556,11 +556,12 @@ def _row_kernel(op: str) -> Code:
 
 def _merge_row(c: Code, nc: int) -> None:
     """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte 4 n =
-    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M) in $a(8+2j); c_j = w_j * (1 / sum w) in both halves of a
-    pair ($a8:9, $a10:11, $a12:13; the fourth chunk's in $a6:7, free once M and 1 / sum are used: $a15 is the
-    zero register); out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1 loads, $a2:3 products,
-    $a4:5 the sum)."""
-    w = [f"$a{8 + 2 * j}" for j in range(nc)]
+    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in both halves of a pair ($a8:9,
+    $a10:11, $a12:13; the fourth chunk's in $a6:7, free once M and 1 / sum are used: $a14 is half of $azeros and
+    $a15 the zero register, neither is written); out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1
+    loads, $a2:3 products, $a4:5 the sum)."""
+    # w_j in the low half of its pair; the fourth w in $a6 (M's register: M is dead once the last w is computed).
+    w = [f"$a{8 + 2 * j}" for j in range(min(nc, 3))] + ["$a6"] * (nc > 3)
     coef = [f"$a{8 + 2 * j}:{9 + 2 * j}" for j in range(min(nc, 3))] + ["$a6:7"] * (nc > 3)
     c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
@@ -581,11 +582,12 @@ def _merge_row(c: Code, nc: int) -> None:
     for j in range(2, nc):
         c.bundle("nop", f"f32add $a7, $a7, {w[j]}")
     c.bundle("nop", "f32oox $a7, $a7")
-    for j in range(nc):  # w_j's register last (pairs 0-2: the low half; the fourth pair: $a7 = 1 / sum)
-        lo, hi = coef[j].split(":")
-        hi = lo[:2] + hi
-        c.bundle("nop", f"f32mul {hi if j < 3 else lo}, {w[j]}, $a7")
-        c.bundle("nop", f"f32mul {lo if j < 3 else hi}, {w[j]}, $a7")
+    for j in range(min(nc, 3)):  # the high half first: the low one is w_j's register
+        c.bundle("nop", f"f32mul $a{9 + 2 * j}, {w[j]}, $a7")
+        c.bundle("nop", f"f32mul {w[j]}, {w[j]}, $a7")
+    if nc > 3:  # $a6 = w_3 / sum, then $a7 = $a6 + 0 (1 / sum is no longer needed)
+        c.bundle("nop", "f32mul $a6, $a6, $a7")
+        c.bundle("nop", "f32add $a7, $a6, $a15")
     ptrs = ["$m3", "$m8", "$m10", "$m11"][:nc]
     c.one("add $m3, $m1, 0")
     for j in range(1, nc):

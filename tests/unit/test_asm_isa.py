@@ -182,6 +182,23 @@ def test_context_checks():
         Bundle(make("nop"), make("nop"))
 
 
+def test_worker_code_keeps_azeros_zero():
+    """$a14 is the low half of $azeros: a worker kernel writing it (attn_merge4 once kept a merge weight there)
+    made later `st64 $azeros` store garbage into zero padding. Every kernel library passes the check."""
+    from ipu.backend.kernels import copy, elementwise, gemm, ksum, pack, rowwise
+
+    for ins in (make("f32mul", "$a14", "$a1", "$a0"), make("ld32", "$a14", "$m0", "$mzero", 0)):
+        with pytest.raises(OperandError, match=r"writes \$a14, the low half of \$azeros"):
+            Kernel("k", False, [ins]).verify()
+    Kernel("k", False, [make("f32mul", "$a13", "$a14", "$a0")]).verify()  # reading it is fine
+    for lib in (
+        rowwise.library_asm(), pack.library_asm(), elementwise.library_asm(), gemm.library_asm(BASE),
+        copy.library_asm(), ksum.library_asm(),
+    ):  # fmt: skip
+        for k in parse_kernels(lib):
+            k.verify()
+
+
 def test_layout_aligns_bundles_and_rpt_bodies():
     k = Kernel(
         "w",
