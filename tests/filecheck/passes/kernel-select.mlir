@@ -9,16 +9,16 @@
 // CHECK: %n = nn.layer_norm {{.*}}kernel = {rows = "layernorm"}
 // One K chunk of the 64 columns; the weight panels in interleaved memory; A read where the exchange puts it.
 // CHECK: %y = nn.linear {{.*}}kernel = {a_operand = "in_place", coef = "ld128", k_chunks = array<i64: 64>}
-// Query blocks of more than 16 rows: S = Q K^T and O = P V; all 96 keys in one chunk; the few rows per tile of a
-// block's scores: every row split across the six workers.
-// CHECK: %a = nn.attention {{.*}}kernel = {key_chunk = 96 : i64, pv = "direct", scores = "direct", softmax = "softmax_split"}
+// Query blocks of 24 rows: S^T = K Q^T and O^T = V^T P^T with 32 query columns (two weight blocks); all 96 keys
+// in one chunk; the few rows per tile of a block's scores: every row split across the six workers.
+// CHECK: %a = nn.attention {{.*}}kernel = {key_chunk = 96 : i64, pv = "transposed", scores = "transposed", softmax = "softmax_split"}
 // CHECK: %s = nn.softmax {{.*}}kernel = {rows = "softmax"}
 // Four rows of 512 on 16 tiles: one row per tile, split across the workers.
 // CHECK: %p = nn.softmax {{.*}}kernel = {rows = "softmax_split"}
 
 // A second run with options replaces the recorded choices (overwrite=true): keys in chunks of 48, and the softmax
 // that fits them (the split form's partials live where one chunk's K^T panels do).
-// CHUNK: %a = nn.attention {{.*}}kernel = {key_chunk = 48 : i64, pv = "direct", scores = "direct", softmax = "softmax"}
+// CHUNK: %a = nn.attention {{.*}}kernel = {key_chunk = 48 : i64, pv = "transposed", scores = "transposed", softmax = "softmax"}
 
 // Without overwrite a second run keeps what a person wrote into the IR.
 // KEPT: %n = nn.layer_norm {{.*}}kernel = {rows = "layernorm_split"}
