@@ -87,7 +87,9 @@ def _rel(a, b) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
-@pytest.mark.parametrize("chunks,tiles,image", [(2, 16, 64), (3, 64, 72), (2, 32, 96), (4, 80, 96), (4, 40, 96)])
+@pytest.mark.parametrize(
+    "chunks,tiles,image", [(2, 16, 64), (3, 64, 72), (2, 32, 96), (4, 80, 96), (4, 40, 96)]
+)
 def test_key_split_runs_on_the_simulator(chunks, tiles, image):
     """64 tokens on 16 tiles: 2 chunks of 32 keys, blocks of 16 query rows (S^T path); 81 tokens on 64 tiles:
     3 chunks of 27 keys, blocks of 9 rows; 144 tokens on 32 tiles: 2 chunks of 72 keys, blocks of 18 rows (S^T
