@@ -154,19 +154,19 @@ def gemm_coef(target: Target, op: Operation | None = None) -> str:
     panels in region 1."""
     if op is not None and len(op.operands) > 1:
         wl = tl.layout_of(op.operands[1])
-        plan = op.attributes.get(tl.PLAN_ATTR)
-        # A many-row split's f16 panels received by its exchange phase (q / k: 18 KB per tile, live from that
-        # phase to their GEMM) are small enough to take interleaved memory: ld128 saves 32 cycles per weight
-        # block. (Panels read where they are resident keep ld64: their homes may lie in region 0.)
-        rows_f16 = (
-            wl is not None
-            and isinstance(plan, tl.GemmPlanAttr)
-            and len(plan.get("grid")) == 3
-            and tl.element_bytes(wl.dtype) == 2
-            and isinstance(op.operands[1].owner, ex.PhaseOp)
-        )
-        if wl is not None and wl.order.data == "ampw" and not rows_f16:
-            return "ld64"
+        if wl is not None and wl.order.data == "ampw":
+            # A many-row split's f16 panels received by its exchange phase (q / k: 18 KB per tile, live from that
+            # phase to their GEMM) are small enough to take interleaved memory: ld128 saves 32 cycles per weight
+            # block. (Panels read where they are resident keep ld64: their homes may lie in region 0.)
+            plan = op.attributes.get(tl.PLAN_ATTR)
+            rows_f16 = (
+                isinstance(plan, tl.GemmPlanAttr)
+                and len(plan.get("grid")) == 3
+                and tl.element_bytes(wl.dtype) == 2
+                and isinstance(op.operands[1].owner, ex.PhaseOp)
+            )
+            if not rows_f16:
+                return "ld64"
     return "ld128" if target.region1[1] > target.region1[0] else "ld64"
 
 

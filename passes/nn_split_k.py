@@ -312,7 +312,7 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     # whole K blocks): the lowering gathers each tile's rows into the A scratch, which bounds pm x kc whatever the
     # costs (they are taken as for a layer norm's rows here, as tile-plan always has).
     src = x_source(parts)
-    kb = 32 if fp8_x else 16
+    kb = tl.ampw_kblock(parts.input.type.element_type)  # the AMP's K block: 16 f16, 32 FP8
     gathered = src is not None and (src[0] == "heads" or (src[0] == "panels" and src[1] % kb != 0))
     # In tile-plan the producer's layout is known (relayouts between may hide its op from `x_source`).
     have = tl.layout_of(parts.input)

@@ -1881,7 +1881,7 @@ class AttentionSizes:
     @property
     def qn(self) -> int:
         """S^T's and O^T's columns (transposed path): the query rows padded to whole 16-column weight blocks."""
-        return -(-self.mpad // 16) * 16
+        return query_columns(self.mpad)
 
     @property
     def chunks(self) -> list[tuple[int, int]]:
@@ -1889,6 +1889,11 @@ class AttentionSizes:
 
 
 MAX_T_ROWS = 32  # query rows of the transposed path's blocks: S^T, Q^T and P^T of two 16-column weight blocks
+
+
+def query_columns(mpad: int) -> int:
+    """S^T's, Q^T's and P^T's query columns for blocks of mpad rows: whole 16-column weight blocks."""
+    return -(-mpad // 16) * 16
 
 
 def attention_sizes(
@@ -1906,7 +1911,7 @@ def attention_sizes(
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
     mpad, dpad, spad = max(m, gm.MIN_ROWS), -(-d // 16) * 16, -(-seq // 16) * 16
     # S^T has qn columns (one or two weight blocks of queries): blocks of at most MAX_T_ROWS query rows.
-    qn = -(-mpad // 16) * 16
+    qn = query_columns(mpad)
     fits_t = mpad <= MAX_T_ROWS and spad * 2 * qn <= e and (dpad + spad) * 2 * qn <= e
     if transposed is None:
         transposed = fits_t
