@@ -20,7 +20,7 @@ filled), so overrides survive a second run of the pass.
 | `nn.attention`, `nn.attention_partial` (`materialized`) | `key_chunk` | keys per K/V packing step at most (a multiple of 16) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
-| | `softmax` | `"softmax"` or `"softmax_split"` (the key-split partial attention needs the split form) |
+| | `softmax` | `"softmax"`, `"softmax_split"` or `"softmax_e"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores) |
 
 The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
 ends with it. Options override a choice for every op that has it (tests reach the other paths at small sizes).
@@ -322,7 +322,7 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("a_operand", A_OPERANDS)
     one_of("scores", SCORES)
     one_of("pv", SCORES)
-    one_of("softmax", ("softmax", "softmax_split"))
+    one_of("softmax", ("softmax", "softmax_split", "softmax_e"))
     if "key_chunk" in values:
         kc = values["key_chunk"]
         if not isinstance(kc, int) or kc < 16 or kc % 16:

@@ -18,6 +18,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_stats` | s: R rows of n f16 (scores); m, l: R f32 running max / sum | p = f16(e^(s - m_new)) (may alias s); m, l updated; alpha: R f32 = e^(m_old - m_new) |
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
+| `softmax_e` | x: R rows of n f16, the first `valid` (default n) meaningful (valid >= 1); st0: R (m, l) f32 pairs, st1 (default 8) bytes apart (4-byte aligned) | y: R rows of n f16 (may alias x): e = exp(x - m) unnormalized, zeros after the valid columns; (m, l) = the row max and sum of e at st0 |
 | `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
 | `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
@@ -60,6 +61,15 @@ atoms after va are not read. Partials: per row 96 bytes at st0 + 96 * row, the m
 48 + 8 * w. Inner loops: the max 1 bundle per atom (the next atom loads beside it), exp 5.5 (11 per pair; the
 loads and the stores in AUX bundles' MAIN slots), scale 2 (the next atom loads beside the product); thread cycles
 per atom 1 + 5.5 + 2 (`softmax`, in f32: 2 + 14 + 8). Nothing outside the slices' atoms is read.
+
+`softmax_e` (the key-split attention's scores with several rows per worker: whole rows per worker, where
+`softmax_split_e` pays a three-pass row split, six partials and a slice's imbalance on every row) runs
+`softmax_split`'s f16 arithmetic on whole rows: the row max (one bundle per atom, the next atom loaded beside the
+max of the current one, the last atom min-masked), stored as m; then e = exp(x - m) stored to y as f16 with the
+sum of e in f32 (`softmax_split`'s pass 2 bodies: atom pairs 11 bundles, an odd one out and the masked last atom
+7 each) stored as l; then the row's zero atoms. Thread cycles per atom 1 + 5.5, against `softmax_split_e`'s
+same 1 + 5.5 on a sixth of each row plus ~60 per row for the passes' heads, partials and `sms_stats`. Numerics:
+`softmax_split`'s with one slice, the whole row (the pair sums over atoms (0, 1), (2, 3), .. of the row).
 
 `panels_f16` (the attention's K / V / Q column panels [d / P][seq][P] into the GEMM's dpad-wide f16 rows) gathers
 row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
@@ -197,6 +207,7 @@ OPS = (
     "layernorm_split32",
     "softmax_split",
     "softmax_split_e",
+    "softmax_e",
     "panels_f16",
     "sms_stats",
     "attn_merge2",
@@ -227,6 +238,7 @@ ESIZES = {
     "layernorm_split32": (4, 2),
     "softmax_split": (2, 2),
     "softmax_split_e": (2, 2),
+    "softmax_e": (2, 2),
     "to_f32_scaled": (2, 4),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
@@ -380,6 +392,16 @@ def _row_kernel(op: str) -> Code:
         c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
     if op == "softmax":
         c.one("add $m8, $m4, 1")
+    if op == "softmax_e":
+        # $m4 = valid atoms - 1 (the max loop), $m9 / $m11 = the exp pass's atom pairs before the masked last
+        # atom and one more if odd, $m0 = zero atoms, $m8 = the first row's (m, l), $m10 = their stride.
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
+        c.one("shr $m9, $m4, 1")
+        c.one("and $m11, $m4, 1")
+        c.one(f"ld32 $m10, $mvertex_base, $mzero, {ST1}")
+        c.one("mul $m8, $m10, $m6")
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {ST0}")
+        c.one("add $m8, $m8, $m3")
     if op == "to_f16":
         c.one(f"ld64 $a6:7, $mvertex_base, $mzero, {K1}")  # the scale, twice
     if op == "flash_stats":
@@ -409,6 +431,8 @@ def _row_kernel(op: str) -> Code:
         c.bundle("nop", "f32oox $a7, $a4")
         _scale_pass(c, "atom2", "$m8")
         _zero_pass(c)
+    elif op == "softmax_e":
+        _softmax_e_row(c)
     elif op == "to_f16":
         c.one("add $m3, $m1, 0")
         c.one("add $m7, $m2, 0")
@@ -552,6 +576,39 @@ def _row_kernel(op: str) -> Code:
         _merge_row(c, MERGE_CHUNKS[op])
     _row_end(c)
     return c
+
+
+def _softmax_e_row(c: Code) -> None:
+    """softmax_e: one row at $m1 -> e at $m2, (m, l) at $m8 (then advanced by $m10)."""
+    c.one("add $m3, $m1, 0")
+    c.one(f"ld64 $a4:5, $mvertex_base, $mzero, {CONST // 2}")  # 4 x -inf
+    c.bundle(SMS_LOAD)
+    c.rpt("$m4", [_b(SMS_LOAD, "f16v4max $a4:5, $a4:5, $a0:1")], "atom0")  # atom i's max, atom i + 1 loads
+    c.one(f"ld64 $a10:11, $mvertex_base, $mzero, {K1}")  # the tail mask
+    c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
+    c.bundle("nop", "f16v4max $a4:5, $a4:5, $a0:1")
+    c.bundle("nop", "f16v2tof32 $a0:1, $a4")
+    c.bundle("add $m3, $m1, 0", "f16v2tof32 $a2:3, $a5")
+    c.bundle("add $m7, $m2, 0", "f32v2max $a0:1, $a0:1, $a2:3")
+    c.bundle("nop", "f32max $a6, $a0, $a1")
+    c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")  # atom 0 again, for the exponentials
+    c.bundle("st32 $a6, $m8, $mzero, 0", "f32v2tof16 $a8, $a6:7")  # m; as four halves (exact: an f16 value)
+    c.bundle("nop", "f32v2tof16 $a9, $a6:7")
+    _zero_acc(c)
+    c.rpt("$m9", SMS_EXP_PAIR, "pair")
+    c.one(f"brz $m11, .L{c.name}_even")
+    c.tag = "single"  # (with the alignment nop after the branch)
+    for i, (m, a) in enumerate(SMS_EXP_BODY):
+        c.bundle(SMS_LOAD if i == 1 else m, a)
+    c.tag = "row"
+    c.label(f".L{c.name}_even")
+    c.bundle(f"ld64 $a10:11, $mvertex_base, $mzero, {K1}")
+    c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
+    _sms_epilogue(c, SMS_EXP_BODY, {}, {})
+    _sum_tail(c, "$a4")
+    c.one("st32 $a4, $m8, $mzero, 1")  # l
+    c.one("add $m8, $m8, $m10")
+    _zero_pass(c)
 
 
 def _merge_row(c: Code, nc: int) -> None:
@@ -1270,11 +1327,16 @@ class Rows:
                 raise ValueError("softmax_split needs rows >= 1")
             if self.st0 % 8:
                 raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
+        if self.op == "softmax_e" and (self.st0 % 4 or self.ml_stride % 4 or self.ml_stride < 8):
+            raise ValueError(
+                f"softmax_e: the (m, l) pairs (st0 = {self.st0:#x}, stride {self.ml_stride}) need 4-byte alignment "
+                "and a stride of at least 8 bytes"
+            )
         if self.valid is not None:
-            softmaxes = ("softmax", "softmax_split", "softmax_split_e")
+            softmaxes = ("softmax", "softmax_split", "softmax_split_e", "softmax_e")
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
-            lo = {"softmax": 1, "softmax_split": 1, "softmax_split_e": 1, "cast_f16": 4}.get(self.op, 0)
+            lo = {"softmax": 1, "softmax_split": 1, "softmax_split_e": 1, "softmax_e": 1, "cast_f16": 4}.get(self.op, 0)
             if not lo <= self.valid <= self.n or (self.op not in softmaxes and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"
@@ -1329,6 +1391,11 @@ class Rows:
         )
 
     @property
+    def ml_stride(self) -> int:
+        """softmax_e: bytes between the rows' (m, l) pairs (st1; 0: contiguous pairs)."""
+        return self.st1 or 8
+
+    @property
     def nvalid(self) -> int:
         return self.n if self.valid is None else self.valid
 
@@ -1338,6 +1405,9 @@ class Rows:
         if self.op == "softmax":
             va = -(-self.nvalid // 4)  # atoms holding valid elements; the last one is masked
             return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
+        if self.op == "softmax_e":
+            va = -(-self.nvalid // 4)
+            return {"atom0": va - 1, "pair": (va - 1) // 2, "single": (va - 1) % 2, "zero": atoms - va}
         if self.op in ("to_f16", "pad_f16"):
             return {"atom0": self.nvalid // 4, "zero": atoms - self.nvalid // 4}
         if self.op == "cast_f16":  # the first atom's loads and the last atom's conversion are per row
@@ -1388,8 +1458,11 @@ class Rows:
         else:
             consts = [-np.inf, 0, 0, 0]
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
-        if self.op == "softmax":
+        if self.op in ("softmax", "softmax_e"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
+        if self.op == "softmax_e":
+            reps = self.reps()
+            f[ATOMS], f[ZATOMS], f[ST1] = reps["atom0"], reps["zero"], self.ml_stride
         if self.op == "to_f16":
             f[2 * K1 : 2 * K1 + 2] = np.float32(self.scale).view(np.uint32)
         return f
@@ -1589,6 +1662,15 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             out = np.zeros((k.rows, k.n), np.float16)
             out[:, :va] = (e16.astype(np.float32) * inv[:, None]).astype(np.float16)
             return {"out": out}
+        if k.op == "softmax_e":  # softmax_split's arithmetic with one slice: the whole row
+            va = -(-k.nvalid // 4)
+            xs = x[:, : 4 * va].astype(np.float16)  # a copy
+            xs[:, -4:] = np.minimum(xs[:, -4:], k.tail_mask())
+            m = _row_max(xs)
+            e = exp_f16(xs - m.astype(np.float16)[:, None])  # f16 arithmetic (the max is an f16 value)
+            out = np.zeros((k.rows, k.n), np.float16)
+            out[:, : 4 * va] = e
+            return {"out": out, "ml": np.stack([m, _acc_sum(_sms_exp_terms(e))], 1)}
         if k.op in ("to_f16", "cast_f16"):
             out = np.zeros((k.rows, k.n), np.float16)
             xv = x.reshape(k.rows, -1)[:, : k.nvalid].astype(np.float32)

@@ -1976,8 +1976,17 @@ def softmax_split_fits(sz: AttentionSizes) -> bool:
 
 def softmax_kernel(sz: AttentionSizes, stats: bool = False) -> str:
     """The row kernel of a block's scores: `softmax_split` when it fits and its estimate for the block's mpad rows
-    is lower (mpad, not m: the same choice on every tile of a call site), always for the key-split partials
-    (stats: they need its row max and sum), else `softmax`."""
+    is lower (mpad, not m: the same choice on every tile of a call site), else `softmax`. The key-split partials
+    (stats: they need the row max and sum) on the S^T path take `softmax_e` (whole rows per worker, (m, l)
+    written by the kernel) where its estimate is below `softmax_split_e` + `sms_stats`'s, else `softmax_split`."""
+    if stats and sz.transposed:
+        kw = dict(in0=0, out=0, valid=sz.seq)
+        rows_e = rw.cycles(rw.Rows("softmax_e", sz.mpad, sz.spad, st0=0, **kw))
+        if not softmax_split_fits(sz):
+            return "softmax_e"
+        split = rw.cycles(rw.Rows("softmax_split_e", sz.mpad, sz.spad, st0=0, **kw))
+        split += rw.cycles(rw.Rows("sms_stats", sz.mpad, 4, in_stride=rw.SMS_PART))
+        return "softmax_e" if rows_e < split else "softmax_split"
     if not softmax_split_fits(sz):
         if stats:
             raise ValueError(
@@ -2156,7 +2165,20 @@ def attention_program(
     # consumed by the S GEMMs before it; the first V panels or V^T rows are written after it),
     # and the softmax itself touches only S (A or C) and P (A).
     softmax_op = softmax_kernel(sz, stats) if softmax is None else softmax
-    if softmax_op == "softmax_split":
+    if softmax_op == "softmax_e":
+        # Whole rows per worker; (m, l) written by the kernel after each result row's dv columns (no partials, no
+        # `sms_stats`). Only for the key-split partials (P stays unnormalized) on m rows: the S^T path.
+        if not (stats and sz.transposed):
+            raise ValueError(
+                "kernel choice softmax = 'softmax_e' is for the key-split partial attention on the transposed "
+                "scores (P unnormalized, the (m, l) of the block's rows)"
+            )
+        o_step = o_stride if o_stride is not None else dv * esizes[3]
+        call = rw.Rows(
+            "softmax_e", rows, spad, in0=s_rows, out=a_area, valid=sz.seq, st0=out + dv * 4, st1=o_step
+        )
+        prog.append(("softmax", call))
+    elif softmax_op == "softmax_split":
         if not (softmax_split_fits(sz) and panels % 8 == 0):
             raise ValueError(
                 f"kernel choice softmax = 'softmax_split' needs >= {rw.SMS_MIN_VALID} keys ({sz.seq}) and its partials of {mpad} rows within "
@@ -2164,13 +2186,14 @@ def attention_program(
             )
         kw = dict(kw, st0=panels)
     elif stats:
-        raise ValueError("the key-split attention needs softmax_split (its row max and sum)")
-    if stats:
+        raise ValueError("the key-split attention needs softmax_split or softmax_e (its row max and sum)")
+    if stats and softmax_op == "softmax_split":
         # The key-split attention's P stays unnormalized (`softmax_split_e`: no scale pass over P): O's rows are
         # divided by the row sum l at the end ("O / l to f32"), dv columns per row instead of spad.
         softmax_op = "softmax_split_e"
-    prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
-    if stats:  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
+    if softmax_op != "softmax_e":
+        prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
+    if softmax_op == "softmax_split_e":  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
         o_step = o_stride if o_stride is not None else dv * esizes[3]
         call = rw.Rows(
             "sms_stats", m, 4, in0=panels, out=out + dv * 4, in_stride=rw.SMS_PART, out_stride=o_step
@@ -2258,7 +2281,7 @@ def attention_program(
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
     step = dict(in_stride=dvpad * 2, out_stride=o_stride)
-    if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)"
+    if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)" (or `softmax_e` itself)
         call = rw.Rows("to_f32_scaled", m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)
         prog.append(("O / l to f32", call))
     elif esizes[3] == 4:

@@ -108,6 +108,26 @@ def test_key_split_runs_on_the_simulator(chunks, tiles, image):
         assert not np.array_equal(out[k], plain[k])  # the split program is another computation
 
 
+@pytest.mark.parametrize("chunks,tiles,image", [(2, 16, 64), (4, 40, 96)])
+def test_key_split_with_the_split_softmax(chunks, tiles, image, monkeypatch):
+    """The cells' other softmax (kernel-select's `softmax = "softmax_split"`: rows split across the workers, then
+    `sms_stats`; the default there is `softmax_e`, whole rows per worker): as close to the device reference, and
+    another computation (the row sums' order differs)."""
+    from ipu.backend.lower import nnops
+
+    cfg = _config(image)
+    split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
+    default, ref = _run(split, cfg, tiles)
+    real = nnops.softmax_kernel
+    monkeypatch.setattr(nnops, "softmax_kernel", lambda sz, stats=False: "softmax_split" if stats else real(sz))
+    split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
+    out, _ = _run(split, cfg, tiles)
+    for k in ("last_hidden_state", "pooler_output"):
+        assert _rel(out[k], ref[k]) <= 0.005, k
+        assert _rel(out[k], default[k]) <= 0.002, k
+    assert not np.array_equal(out["last_hidden_state"], default["last_hidden_state"])
+
+
 def test_plan_places_cells_and_merges():
     cfg = _config(64)
     m = _apply(
