@@ -1336,7 +1336,7 @@ class Rows:
             softmaxes = ("softmax", "softmax_split", "softmax_split_e", "softmax_e")
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
-            lo = {"softmax": 1, "softmax_split": 1, "softmax_split_e": 1, "softmax_e": 1, "cast_f16": 4}.get(self.op, 0)
+            lo = 4 if self.op == "cast_f16" else 1 if self.op in softmaxes else 0
             if not lo <= self.valid <= self.n or (self.op not in softmaxes and self.valid % 4):
                 raise ValueError(
                     f"{self.op}: valid length {self.valid} must be in [{lo}, n={self.n}]"

@@ -2193,7 +2193,9 @@ def attention_program(
         softmax_op = "softmax_split_e"
     if softmax_op != "softmax_e":
         prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
-    if softmax_op == "softmax_split_e":  # (m, l) of the block's m rows from the partials, before V's rows overwrite them
+    if (
+        softmax_op == "softmax_split_e"
+    ):  # the block's (m, l) from the partials, before V's rows overwrite them
         o_step = o_stride if o_stride is not None else dv * esizes[3]
         call = rw.Rows(
             "sms_stats", m, 4, in0=panels, out=out + dv * 4, in_stride=rw.SMS_PART, out_stride=o_step

@@ -119,7 +119,9 @@ def test_key_split_with_the_split_softmax(chunks, tiles, image, monkeypatch):
     split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
     default, ref = _run(split, cfg, tiles)
     real = nnops.softmax_kernel
-    monkeypatch.setattr(nnops, "softmax_kernel", lambda sz, stats=False: "softmax_split" if stats else real(sz))
+    monkeypatch.setattr(
+        nnops, "softmax_kernel", lambda sz, stats=False: "softmax_split" if stats else real(sz)
+    )
     split = _apply(build_vision_model(cfg), f"nn-split-attention-keys{{chunks={chunks}}}")
     out, _ = _run(split, cfg, tiles)
     for k in ("last_hidden_state", "pooler_output"):
