@@ -18,6 +18,7 @@ filled), so overrides survive a second run of the pass.
 | | `a_operand` | `"in_place"` (A read where the exchange put it), `"padded"` (copied into the A scratch with zero padding), `"panels"` (rows too long for the kernel: K-block panels per chunk), `"f32_rows"` (an f32 A cast to padded f16 rows), `"cols_in_place"` / `"cols_gather"` (column-panel A: chunks read in place where they can be / every chunk's rows gathered) |
 | `nn.linear_partials`, `nn.matmul_partials` (`gemm`) | `coef` | as above |
 | `nn.attention`, `nn.attention_partial` (`materialized`) | `key_chunk` | keys per K/V packing step at most (a multiple of 16) |
+| | `score_chunk` | keys per S^T = K Q^T step at most, transposed scores only (a multiple of 16; the K rows take A's whole element, so it may exceed `key_chunk`; absent: `key_chunk`) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
 | | `softmax` | `"softmax"`, `"softmax_split"` or `"softmax_e"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores) |
@@ -242,6 +243,7 @@ def attention_choices(
     max_key_chunk: int = 0,
     scores: str = "",
     pv: str = "",
+    max_score_chunk: int = 0,
 ) -> dict[str, object]:
     """Chunks as large as the scratch elements allow, S^T where its blocks fit, O^T on the S^T path, the split
     softmax where its estimate is lower (always for the key-split partials: they need its row statistics)."""
@@ -264,7 +266,16 @@ def attention_choices(
     want_t = {"": None, "transposed": True, "direct": False}[scores]
     try:
         sizes = [
-            attention_sizes(mmax, s, d, e, max_chunk=max_key_chunk or None, transposed=want_t) for s in seqs
+            attention_sizes(
+                mmax,
+                s,
+                d,
+                e,
+                max_chunk=max_key_chunk or None,
+                transposed=want_t,
+                max_score_chunk=max_score_chunk or max_key_chunk or None,
+            )
+            for s in seqs
         ]
     except ValueError as exc:
         raise KernelChoiceError(f"{op.name}: {exc}") from None
@@ -275,12 +286,15 @@ def attention_choices(
         kind = softmax_kernel(sz, stats=partial)
         if kind != "softmax_split":
             softmax = kind
-    return {
+    out = {
         "key_chunk": max(sz.chunk for sz in sizes),
         "scores": "transposed" if transposed else "direct",
         "pv": "transposed" if pv_t else "direct",
         "softmax": softmax,
     }
+    if transposed:
+        out["score_chunk"] = max(sz.score_chunk for sz in sizes)
+    return out
 
 
 def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) -> dict[str, object] | None:
@@ -301,7 +315,7 @@ def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) 
         and plan.get("kind") == "materialized"
     ):
         o = opts or KernelSelectPass()
-        return attention_choices(op, target, o.max_key_chunk, o.scores, o.pv)
+        return attention_choices(op, target, o.max_key_chunk, o.scores, o.pv, o.max_score_chunk)
     return None
 
 
@@ -323,10 +337,10 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("scores", SCORES)
     one_of("pv", SCORES)
     one_of("softmax", ("softmax", "softmax_split", "softmax_e"))
-    if "key_chunk" in values:
-        kc = values["key_chunk"]
-        if not isinstance(kc, int) or kc < 16 or kc % 16:
-            raise KernelChoiceError(f"{what}: kernel choice key_chunk = {kc!r}: a positive multiple of 16")
+    for key in ("key_chunk", "score_chunk"):
+        kc = values.get(key)
+        if key in values and (not isinstance(kc, int) or kc < 16 or kc % 16):
+            raise KernelChoiceError(f"{what}: kernel choice {key} = {kc!r}: a positive multiple of 16")
     if values.get("pv") == "transposed" and values.get("scores") == "direct":
         raise KernelChoiceError(f'{what}: pv = "transposed" needs scores = "transposed"')
     if "k_chunks" in values:
@@ -351,6 +365,8 @@ class KernelSelectPass(ModulePass):
     """SRAM per tile of the target, KiB."""
     max_key_chunk: int = 0
     """Attention: keys per K/V packing step at most (0: as many as the scratch holds)."""
+    max_score_chunk: int = 0
+    """Attention on the transposed path: keys per S^T step at most (0: max_key_chunk's bound)."""
     scores: str = ""
     """Attention scores: "transposed" (where it fits), "direct", or "" (the faster that fits: transposed)."""
     pv: str = ""
@@ -371,10 +387,11 @@ class KernelSelectPass(ModulePass):
             raise PassFailedException(f"kernel-select: {e}") from None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        if self.max_key_chunk < 0 or self.max_key_chunk % 16:
-            raise PassFailedException(
-                f"kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got {self.max_key_chunk}"
-            )
+        for key in ("max_key_chunk", "max_score_chunk"):
+            if getattr(self, key) < 0 or getattr(self, key) % 16:
+                raise PassFailedException(
+                    f"kernel-select: {key} must be 0 or a positive multiple of 16, got {getattr(self, key)}"
+                )
         for key, allowed in (("scores", SCORES), ("pv", SCORES)):
             if getattr(self, key) not in ("", *allowed):
                 raise PassFailedException(

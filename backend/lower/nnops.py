@@ -1707,6 +1707,9 @@ class NnOps:
         )
         key_chunk, scores = self.choice(op, "key_chunk"), self.choice(op, "scores")
         pv, softmax = self.choice(op, "pv"), self.choice(op, "softmax")
+        from ipu.passes.kernel_select import choices
+
+        score_chunk = choices(op).get("score_chunk")  # absent (IR from before it): key_chunk bounds both
         sizes = {}
         for s in seqs:
             try:
@@ -1717,10 +1720,12 @@ class NnOps:
                     self.target.region1_element_bytes,
                     max_chunk=key_chunk,
                     transposed=scores == "transposed",
+                    max_score_chunk=score_chunk,
                 )
             except ValueError as exc:
                 raise self.error(
-                    f"{what}: tile {tile}: {exc} (kernel choices key_chunk = {key_chunk}, scores = {scores!r})"
+                    f"{what}: tile {tile}: {exc} (kernel choices key_chunk = {key_chunk}, score_chunk = "
+                    f"{score_chunk}, scores = {scores!r})"
                 ) from None
         return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax)
 
@@ -1875,8 +1880,15 @@ class AttentionSizes:
     seq: int
     spad: int  # keys padded to 16 (S's columns, O's inner dimension)
     chunk: int  # keys per K/V packing step (a multiple of 16)
-    qo: int  # offset of the K rows in A and of the V rows in C (after Q / O)
+    qo: int  # offset of the V rows in C (after O) and, on the direct path, of the K rows in A (after Q)
     transposed: bool = False  # S^T = K Q^T (K rows as the GEMM's A), else S = Q K^T (K^T weight panels)
+    score_chunk: int = 0  # keys per S^T = K Q^T step (transposed path; 0: `chunk`): K rows at A's start
+
+    @property
+    def score_chunks(self) -> list[tuple[int, int]]:
+        """(first key, keys) of the score steps: S^T's K chunks on the transposed path, else `chunks`."""
+        kc = self.score_chunk or self.chunk
+        return [(k0, min(kc, self.seq - k0)) for k0 in range(0, self.seq, kc)]
 
     @property
     def qn(self) -> int:
@@ -1897,15 +1909,18 @@ def query_columns(mpad: int) -> int:
 
 
 def attention_sizes(
-    m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None, transposed: bool | None = None
-) -> AttentionSizes:
+    m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None, transposed: bool | None = None,
+    max_score_chunk: int | None = None,
+) -> AttentionSizes:  # fmt: skip
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
     rows; A: Q [mpad, dpad] and a chunk's K rows, then P [mpad, spad]; aux: a chunk's weight panels).
     transposed (default: when it fits; True: required): S^T [spad, qn] in C (qn: the query rows padded to 16 or
     32, one or two weight blocks), Q^T and S's panels in aux; a chunk's P^T weight panels (2 qn B per key) in A
-    after P's qn rows, its V^T rows (the O^T GEMM's A, row stride 2 * chunk <= 4112 B) in aux. max_chunk: keys
-    per chunk at most (kernel-select's `key_chunk`)."""
+    after P's qn rows, its V^T rows (the O^T GEMM's A, row stride 2 * chunk <= 4112 B) in aux; the S^T steps'
+    K rows from A's start (Q's rows are dead once Q^T's panels are made), so their chunks (`score_chunk`) may be
+    longer than the V steps' (V rows after O^T in C). max_chunk: keys per chunk at most (kernel-select's
+    `key_chunk`); max_score_chunk: keys per S^T step at most (kernel-select's `score_chunk`; default max_chunk)."""
     e = element_bytes
     if d % 4:
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
@@ -1938,7 +1953,13 @@ def attention_sizes(
         raise ValueError(f"the block does not fit: {sizes}")
     if spad * 2 > 8 * 514:
         raise ValueError(f"S rows of {spad * 2} B exceed the GEMM's 4112-byte row stride: {sizes}")
-    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed)
+    sc = 0
+    if transposed:
+        limit = max_score_chunk if max_score_chunk is not None else max_chunk
+        sc = min(e // (2 * dpad) // 16 * 16, spad, *(() if limit is None else (limit,)))
+        if sc < 16:
+            raise ValueError(f"the block does not fit: {sizes} (score chunk {sc})")
+    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed, sc)
 
 
 def p_rows_bytes(rows: int, spad: int) -> int:
@@ -1964,7 +1985,8 @@ def attention_scratch(sz: AttentionSizes, dv: int, pv_transposed: bool) -> tuple
         qn * dvpad * 2,
         mpad * dvpad * 2,
     )
-    a = max(sz.qo + kc * dpad * 2, p_bytes + (kc * 2 * qn if pv_transposed else 0), qn * dvpad * 2)
+    k_rows = sz.score_chunk * dpad * 2 if sz.transposed else sz.qo + kc * dpad * 2
+    a = max(qn * dpad * 2, k_rows, p_bytes + (kc * 2 * qn if pv_transposed else 0), qn * dvpad * 2)
     aux = max((dpad + spad) * 2 * qn if sz.transposed else 0, kc * wide * 2, rw.SMS_PART * mpad)
     return tuple(x + 256 for x in (c, a, aux))
 
@@ -2025,7 +2047,7 @@ def attention_program(
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
     dvpad = -(-dv // 16) * 16
-    krows, vrows = a_area + sz.qo, c_area + sz.qo
+    krows, vrows = a_area + (0 if sz.transposed else sz.qo), c_area + sz.qo
     if pv_transposed and not sz.transposed:
         raise ValueError("O^T = V^T P^T (pv = 'transposed') needs the transposed scores")
     pv_t = sz.transposed if pv_transposed is None else pv_transposed  # O^T = V^T P^T (else O = P V)
@@ -2098,7 +2120,7 @@ def attention_program(
     def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad):
         # f16 rows of wpad (zero columns w..wpad; w = d, or V's dv), then zero rows up to the chunk's multiple of
         # 16 (zero keys: finite logits, masked by the softmax; zero values: no contribution).
-        pre = f"keys {k0}..{k0 + nk}: " if several else ""
+        pre = f"keys {k0}..{k0 + nk}: " if nk < sz.seq else ""
         kind, verb = ("cast_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
         if p is None:
             prog.append(
@@ -2137,7 +2159,7 @@ def attention_program(
         # (`TransposeF16`: S^T's columns as rows; rows m..qn are zeros from Q's zero rows; P^T's panels follow
         # them).
         prog.append(("Q^T panels", pk.weights_from_bt(qn, dpad, "f16", a_area, panels)))
-        for k0, nk in sz.chunks:
+        for k0, nk in sz.score_chunks:  # K rows over Q's (dead once Q^T's panels are made)
             pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
                 nkp, dpad, qn, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,

@@ -125,6 +125,31 @@ def test_key_chunks_give_the_same_bits(model):
         np.testing.assert_array_equal(got[name], outs[0][name])
 
 
+def test_score_chunk_longer_than_key_chunk_gives_the_same_bits(model):
+    """kernel-select's `score_chunk` apart from `key_chunk`: S^T = K Q^T over all 81 keys in one step (the K rows
+    from A's start, over Q's) while V is packed in chunks of 32; and the other way round, S^T in chunks of 32 with
+    V in one: the same outputs bit for bit (each score is one dot product whatever the chunking)."""
+    x, pkg, outs, _, _ = model
+    e = TARGET.region1_element_bytes
+    sz = nnops.attention_sizes(11, 81, 24, e, max_chunk=32, max_score_chunk=96)
+    assert sz.score_chunks == [(0, 81)] and len(sz.chunks) == 3
+    sz = nnops.attention_sizes(11, 81, 24, e, max_score_chunk=32)
+    assert len(sz.score_chunks) == 3 and sz.chunks == [(0, 81)]
+    for opts in (dict(max_key_chunk=32, max_score_chunk=96), dict(max_score_chunk=32)):
+        got = _run(compile_choosing(CFG, TARGET, **opts), x, runs=1)[0]
+        for name in OUTPUTS:
+            np.testing.assert_array_equal(got[name], outs[0][name])
+
+
+def test_score_chunk_choice_is_checked():
+    from ipu.passes.kernel_select import KernelChoiceError, check
+
+    op = build_vision_model(CFG)
+    att = next(o for o in op.walk() if isinstance(o, nn.AttentionOp))
+    with pytest.raises(KernelChoiceError, match="score_chunk = 40: a positive multiple of 16"):
+        check(att, {"score_chunk": 40})
+
+
 @pytest.mark.parametrize("f16_operands", [True, False])
 def test_attention_operand_precision(model, f16_operands):
     """nn-quantize-weights{attention_f16=true|false}: q, k, v cast to f16 before every attention (the lowering
