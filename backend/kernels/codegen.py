@@ -51,6 +51,7 @@ class WorkerCode:
         self.one("exitz $mzero")
         self.label(f".L{self.name}_idle")
         self.lines.append("    exitz $mzero")
+        self.words += 1  # (code after it, e.g. a branch target, keeps the alignment rule)
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

@@ -480,20 +480,7 @@ def _row_kernel(op: str) -> Code:
         ]
         c.rpt("$m4", body, "atom0")
     elif op == "to_f32_scaled":
-        # y = f32(x) * (1 / l), l the f32 at byte st0 of the output row (the attention's [o | m | l] rows).
-        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
-        c.one("ld32 $a6, $m2, $m0, 0")
-        c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
-        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
-        body = [
-            _b("ld64step $a0:1, $mzero, $m3+=, 1"),
-            _b("nop", "f16v2tof32 $a2:3, $a0"),
-            _b("nop", "f16v2tof32 $a4:5, $a1"),
-            _b("nop", "f32v2mul $a2:3, $a2:3, $a6:7"),
-            _b("st64step $a2:3, $mzero, $m7+=, 1", "f32v2mul $a4:5, $a4:5, $a6:7"),
-            _b("st64step $a4:5, $mzero, $m7+=, 1"),
-        ]
-        c.rpt("$m4", body, "atom0")
+        _to_f32_scaled_row(c)
     elif op == "layernorm":
         _pass_sum(c, "atom0", centered=False)
         c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")  # f32(1/n)
@@ -575,7 +562,51 @@ def _row_kernel(op: str) -> Code:
     elif op in MERGE_CHUNKS:
         _merge_row(c, MERGE_CHUNKS[op])
     _row_end(c)
+    if op == "to_f32_scaled":  # rows of one atom (not pipelined), then back to the row's end
+        c.tag = "single"
+        c.label(f".L{c.name}_one")
+        c.bundle("nop", "f16v2tof32 $a2:3, $a0")
+        c.bundle("nop", "f16v2tof32 $a8:9, $a1")
+        c.bundle("nop", "f32v2mul $a2:3, $a2:3, $a6:7")
+        c.bundle("st64step $a2:3, $mzero, $m7+=, 1", "f32v2mul $a8:9, $a8:9, $a6:7")
+        c.bundle("st64step $a8:9, $mzero, $m7+=, 1")
+        c.one(f"bri .L{c.name}_next")
     return c
+
+
+def _to_f32_scaled_row(c: Code) -> None:
+    """to_f32_scaled: y = f32(x) * (1 / l), l the f32 at byte st0 of the output row (the attention's [o | m | l]
+    rows). Software-pipelined, 4 bundles per atom: atom i's conversions and products beside atom i - 1's two
+    stores, atom i + 1's load beside atom i's low conversion (which reads $a0 first); atoms 0 (no stores before it)
+    and n - 1 (no load after it) outside the rpt. Rows of one atom branch to `.L<name>_one` ($m4 = atoms - 2 is
+    then unused; F1 = 1)."""
+    load = "ld64step $a0:1, $mzero, $m3+=, 1"
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
+    c.one("ld32 $a6, $m2, $m0, 0")
+    c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
+    c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
+    c.bundle(load)
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {F1}")
+    c.one(f"brnz $m0, .L{c.name}_one")
+    c.tag = "pipe"
+    c.bundle("nop", "f16v2tof32 $a8:9, $a1")
+    c.bundle(load, "f16v2tof32 $a2:3, $a0")
+    c.bundle("nop", "f32v2mul $a2:3, $a2:3, $a6:7")
+    c.bundle("nop", "f32v2mul $a10:11, $a8:9, $a6:7")
+    body = [
+        _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v2tof32 $a8:9, $a1"),
+        _b(load, "f16v2tof32 $a2:3, $a0"),
+        _b("st64step $a10:11, $mzero, $m7+=, 1", "f32v2mul $a2:3, $a2:3, $a6:7"),
+        _b("nop", "f32v2mul $a10:11, $a8:9, $a6:7"),
+    ]
+    c.rpt("$m4", body, "atom0")
+    c.bundle("st64step $a2:3, $mzero, $m7+=, 1", "f16v2tof32 $a8:9, $a1")
+    c.bundle("nop", "f16v2tof32 $a2:3, $a0")
+    c.bundle("st64step $a10:11, $mzero, $m7+=, 1", "f32v2mul $a2:3, $a2:3, $a6:7")
+    c.bundle("st64step $a2:3, $mzero, $m7+=, 1", "f32v2mul $a10:11, $a8:9, $a6:7")
+    c.bundle("st64step $a10:11, $mzero, $m7+=, 1")
+    c.tag = "row"
+    c.label(f".L{c.name}_next")
 
 
 def _softmax_e_row(c: Code) -> None:
@@ -1405,6 +1436,8 @@ class Rows:
         if self.op == "softmax":
             va = -(-self.nvalid // 4)  # atoms holding valid elements; the last one is masked
             return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
+        if self.op == "to_f32_scaled":  # pipelined from two atoms on; one atom: the `single` path
+            return {"atom0": max(atoms - 2, 0), "pipe": int(atoms > 1), "single": int(atoms == 1)}
         if self.op == "softmax_e":
             va = -(-self.nvalid // 4)
             return {"atom0": va - 1, "pair": (va - 1) // 2, "single": (va - 1) % 2, "zero": atoms - va}
@@ -1460,6 +1493,8 @@ class Rows:
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
         if self.op in ("softmax", "softmax_e"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
+        if self.op == "to_f32_scaled":
+            f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
         if self.op == "softmax_e":
             reps = self.reps()
             f[ATOMS], f[ZATOMS], f[ST1] = reps["atom0"], reps["zero"], self.ml_stride

@@ -265,7 +265,7 @@ def test_softmax_split_e(rows, n, valid):
         assert R.cycles(full) - cyc > 4000, (R.cycles(full), cyc)
 
 
-@pytest.mark.parametrize("rows,n", [(16, 72), (1, 8), (7, 40)])
+@pytest.mark.parametrize("rows,n", [(16, 72), (1, 8), (7, 40), (3, 4), (2, 12), (32, 72)])
 def test_to_f32_scaled(rows, n):
     """`to_f32_scaled`: y = f32(x) * (1 / l) with l the f32 at byte st0 of each output row ([o | m | l] rows of
     n + 2 f32); m and l untouched; bit-exact, estimate exact."""
