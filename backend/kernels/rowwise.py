@@ -837,7 +837,6 @@ def _pf_kernel() -> Code:
     c.one(f"brnzdec $m0, .L{n}_zcol")
     c.label(f".L{n}_done")
     c.exit_and_idle()
-    c.words += 1  # the idle exit (not counted) still takes a word: keeps the bundles' alignment in step
     # Safe path (a load and a store in one bundle would share a bank): ld64step + st64step per atom.
     c.tag = "shead"
     c.label(f".L{n}_safe")
