@@ -21,7 +21,7 @@ filled), so overrides survive a second run of the pass.
 | | `score_chunk` | keys per S^T = K Q^T step at most, transposed scores only (a multiple of 16; the K rows take A's whole element, so it may exceed `key_chunk`; absent: `key_chunk`) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
-| | `softmax` | `"softmax"`, `"softmax_split"` or `"softmax_e"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores) |
+| | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T) |
 
 The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
 ends with it. Options override a choice for every op that has it (tests reach the other paths at small sizes).
@@ -283,7 +283,7 @@ def attention_choices(
     pv_t = transposed and pv != "direct"
     softmax = "softmax_split"
     for sz in sizes:
-        kind = softmax_kernel(sz, stats=partial)
+        kind = softmax_kernel(sz, stats=partial, ones_row=pv_t and d % 16 != 0)
         if kind != "softmax_split":
             softmax = kind
     out = {
@@ -336,7 +336,7 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("a_operand", A_OPERANDS)
     one_of("scores", SCORES)
     one_of("pv", SCORES)
-    one_of("softmax", ("softmax", "softmax_split", "softmax_e"))
+    one_of("softmax", ("softmax", "softmax_split", "softmax_e", "softmax_m"))
     for key in ("key_chunk", "score_chunk"):
         kc = values.get(key)
         if key in values and (not isinstance(kc, int) or kc < 16 or kc % 16):

@@ -118,7 +118,7 @@ Numerics (the numpy `semantics` below follow the instruction sequence exactly; t
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -201,6 +201,7 @@ OPS = (
     "to_f16",
     "to_f32",
     "to_f32_scaled",
+    "to_f32_scaled_l",
     "pad_f16",
     "cast_f16",
     "layernorm_split",
@@ -208,6 +209,8 @@ OPS = (
     "softmax_split",
     "softmax_split_e",
     "softmax_e",
+    "softmax_m",
+    "fill_f16",
     "panels_f16",
     "sms_stats",
     "attn_merge2",
@@ -239,7 +242,10 @@ ESIZES = {
     "softmax_split": (2, 2),
     "softmax_split_e": (2, 2),
     "softmax_e": (2, 2),
+    "softmax_m": (2, 2),
+    "fill_f16": (2, 2),
     "to_f32_scaled": (2, 4),
+    "to_f32_scaled_l": (2, 4),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
@@ -392,7 +398,7 @@ def _row_kernel(op: str) -> Code:
         c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
     if op == "softmax":
         c.one("add $m8, $m4, 1")
-    if op == "softmax_e":
+    if op in ("softmax_e", "softmax_m"):
         # $m4 = valid atoms - 1 (the max loop), $m9 / $m11 = the exp pass's atom pairs before the masked last
         # atom and one more if odd, $m0 = zero atoms, $m8 = the first row's (m, l), $m10 = their stride.
         c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
@@ -402,8 +408,12 @@ def _row_kernel(op: str) -> Code:
         c.one("mul $m8, $m10, $m6")
         c.one(f"ld32 $m3, $mvertex_base, $mzero, {ST0}")
         c.one("add $m8, $m8, $m3")
+        if op == "softmax_m":
+            c.one("sub $m6, $m9, 1")  # the pairs after the first (unused without pairs)
     if op == "to_f16":
         c.one(f"ld64 $a6:7, $mvertex_base, $mzero, {K1}")  # the scale, twice
+    if op == "fill_f16":
+        c.one(f"ld64 $a0:1, $mvertex_base, $mzero, {CONST // 2}")  # the value, four times
     if op == "flash_stats":
         _state_ptr(c, "$m0", ST0)  # m
         _state_ptr(c, "$m8", ST1)  # l
@@ -433,6 +443,8 @@ def _row_kernel(op: str) -> Code:
         _zero_pass(c)
     elif op == "softmax_e":
         _softmax_e_row(c)
+    elif op == "softmax_m":
+        _softmax_m_row(c)
     elif op == "to_f16":
         c.one("add $m3, $m1, 0")
         c.one("add $m7, $m2, 0")
@@ -479,8 +491,11 @@ def _row_kernel(op: str) -> Code:
             _b("st64step $a4:5, $mzero, $m7+=, 1"),
         ]
         c.rpt("$m4", body, "atom0")
-    elif op == "to_f32_scaled":
-        _to_f32_scaled_row(c)
+    elif op in ("to_f32_scaled", "to_f32_scaled_l"):
+        _to_f32_scaled_row(c, l_in_row=op == "to_f32_scaled_l")
+    elif op == "fill_f16":
+        c.one("add $m7, $m2, 0")
+        c.rpt("$m4", [_b("st64step $a0:1, $mzero, $m7+=, 1")], "atom0")
     elif op == "layernorm":
         _pass_sum(c, "atom0", centered=False)
         c.one(f"ld32 $a0, $mvertex_base, $mzero, {F0}")  # f32(1/n)
@@ -562,7 +577,10 @@ def _row_kernel(op: str) -> Code:
     elif op in MERGE_CHUNKS:
         _merge_row(c, MERGE_CHUNKS[op])
     _row_end(c)
-    if op == "to_f32_scaled":  # rows of one atom (not pipelined), then back to the row's end
+    if op in (
+        "to_f32_scaled",
+        "to_f32_scaled_l",
+    ):  # rows of one atom (not pipelined), then back to the row's end
         c.tag = "single"
         c.label(f".L{c.name}_one")
         c.bundle("nop", "f16v2tof32 $a2:3, $a0")
@@ -574,17 +592,26 @@ def _row_kernel(op: str) -> Code:
     return c
 
 
-def _to_f32_scaled_row(c: Code) -> None:
+def _to_f32_scaled_row(c: Code, l_in_row: bool = False) -> None:
     """to_f32_scaled: y = f32(x) * (1 / l), l the f32 at byte st0 of the output row (the attention's [o | m | l]
     rows). Software-pipelined, 4 bundles per atom: atom i's conversions and products beside atom i - 1's two
     stores, atom i + 1's load beside atom i's low conversion (which reads $a0 first); atoms 0 (no stores before it)
     and n - 1 (no load after it) outside the rpt. Rows of one atom branch to `.L<name>_one` ($m4 = atoms - 2 is
-    then unused; F1 = 1)."""
+    then unused; F1 = 1). l_in_row (`to_f32_scaled_l`): l is the f16 at byte ST1 (2n) of the input row, stored as
+    f32 at byte st0 of the output row first."""
     load = "ld64step $a0:1, $mzero, $m3+=, 1"
-    c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
-    c.one("ld32 $a6, $m2, $m0, 0")
-    c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
-    c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
+    if l_in_row:
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST1}")
+        c.one("ld32 $a6, $m1, $m0, 0")  # (l, the next half)
+        c.bundle(f"ld32 $m0, $mvertex_base, $mzero, {ST0}", "f16v2tof32 $a8:9, $a6")
+        c.bundle("st32 $a8, $m2, $m0, 0", "f32oox $a7, $a8")
+        c.bundle("add $m3, $m1, 0", "f32oox $a6, $a8")
+        c.one("add $m7, $m2, 0")
+    else:
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
+        c.one("ld32 $a6, $m2, $m0, 0")
+        c.bundle("add $m3, $m1, 0", "f32oox $a7, $a6")
+        c.bundle("add $m7, $m2, 0", "f32oox $a6, $a6")
     c.bundle(load)
     c.one(f"ld32 $m0, $mvertex_base, $mzero, {F1}")
     c.one(f"brnz $m0, .L{c.name}_one")
@@ -609,8 +636,9 @@ def _to_f32_scaled_row(c: Code) -> None:
     c.label(f".L{c.name}_next")
 
 
-def _softmax_e_row(c: Code) -> None:
-    """softmax_e: one row at $m1 -> e at $m2, (m, l) at $m8 (then advanced by $m10)."""
+def _row_max_f16(c: Code) -> None:
+    """softmax_e / softmax_m, one row at $m1: its max m over the valid atoms (the last min-masked), stored at $m8,
+    as four halves in $a8:9; $m3 = atom 1 of the row (atom 0 in $a0:1), $m7 = the row's e ($m2)."""
     c.one("add $m3, $m1, 0")
     c.one(f"ld64 $a4:5, $mvertex_base, $mzero, {CONST // 2}")  # 4 x -inf
     c.bundle(SMS_LOAD)
@@ -625,6 +653,11 @@ def _softmax_e_row(c: Code) -> None:
     c.bundle(SMS_LOAD, "f32max $a7, $a0, $a1")  # atom 0 again, for the exponentials
     c.bundle("st32 $a6, $m8, $mzero, 0", "f32v2tof16 $a8, $a6:7")  # m; as four halves (exact: an f16 value)
     c.bundle("nop", "f32v2tof16 $a9, $a6:7")
+
+
+def _softmax_e_row(c: Code) -> None:
+    """softmax_e: one row at $m1 -> e at $m2, (m, l) at $m8 (then advanced by $m10)."""
+    _row_max_f16(c)
     _zero_acc(c)
     c.rpt("$m9", SMS_EXP_PAIR, "pair")
     c.one(f"brz $m11, .L{c.name}_even")
@@ -638,6 +671,51 @@ def _softmax_e_row(c: Code) -> None:
     _sms_epilogue(c, SMS_EXP_BODY, {}, {})
     _sum_tail(c, "$a4")
     c.one("st32 $a4, $m8, $mzero, 1")  # l
+    c.one("add $m8, $m8, $m10")
+    _zero_pass(c)
+
+
+SMS_LOAD = "ld64step $a0:1, $mzero, $m3+=, 1"  # the next atom of the row at $m3
+
+# softmax_m's exponentials of an atom pair (x_2j in $a0:1, the max as four halves in $a8:9): e_2j in $a2:3, stored
+# in bundle 4; e_2j+1 in $a6:7, stored in the next pair's bundle 1 (the rpt's first pair is peeled: nothing to
+# store before it); the loads of x_2j+1 and x_2j+2 beside the subtractions, which read $a0:1 first.
+SMM_PAIR = [
+    _b(SMS_LOAD, "f16v4sub $a2:3, $a0:1, $a8:9"),
+    _b("st64step $a6:7, $mzero, $m7+=, 1", "f16v2exp $a2, $a2"),
+    _b("nop", "f16v2exp $a3, $a3"),
+    _b(SMS_LOAD, "f16v4sub $a6:7, $a0:1, $a8:9"),
+    _b("st64step $a2:3, $mzero, $m7+=, 1", "f16v2exp $a6, $a6"),
+    _b("nop", "f16v2exp $a7, $a7"),
+]
+
+
+def _softmax_m_row(c: Code) -> None:
+    """softmax_m: one row at $m1 -> e at $m2, m at $m8 (then advanced by $m10); no sum (the attention's O^T GEMM
+    forms it). $m9 = atom pairs before the masked last atom, $m6 = pairs - 1, $m11 = one more if odd."""
+    _row_max_f16(c)
+    c.one(f"brz $m9, .L{c.name}_pairs")
+    c.tag = "pair1"  # the first pair (with the alignment nop after the branch), then the rest, then its last store
+    for i, (m, a) in enumerate(SMM_PAIR):
+        c.bundle("nop" if i == 1 else m, a)
+    c.rpt("$m6", SMM_PAIR, "pair")
+    c.bundle("st64step $a6:7, $mzero, $m7+=, 1")
+    c.tag = "row"
+    c.label(f".L{c.name}_pairs")
+    c.one(f"brz $m11, .L{c.name}_even")
+    c.tag = "single"
+    c.bundle(SMS_LOAD, "f16v4sub $a2:3, $a0:1, $a8:9")
+    c.bundle("nop", "f16v2exp $a2, $a2")
+    c.bundle("nop", "f16v2exp $a3, $a3")
+    c.bundle("st64step $a2:3, $mzero, $m7+=, 1")
+    c.tag = "row"
+    c.label(f".L{c.name}_even")
+    c.bundle(f"ld64 $a10:11, $mvertex_base, $mzero, {K1}")
+    c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
+    c.bundle("nop", "f16v4sub $a2:3, $a0:1, $a8:9")
+    c.bundle("nop", "f16v2exp $a2, $a2")
+    c.bundle("nop", "f16v2exp $a3, $a3")
+    c.bundle("st64step $a2:3, $mzero, $m7+=, 1")
     c.one("add $m8, $m8, $m10")
     _zero_pass(c)
 
@@ -1100,7 +1178,6 @@ SMS_SCALE_BODY = [
     _b("nop", "f16v4mul $a2:3, $a0:1, $a8:9"),
     _b("st64step $a2:3, $mzero, $m7+=, 1"),
 ]
-SMS_LOAD = "ld64step $a0:1, $mzero, $m3+=, 1"
 
 
 def _sms_epilogue(c: Code, body: list[tuple[str, str]], mains: dict[int, str], aux: dict[int, str]) -> None:
@@ -1357,13 +1434,20 @@ class Rows:
                 raise ValueError("softmax_split needs rows >= 1")
             if self.st0 % 8:
                 raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
-        if self.op == "softmax_e" and (self.st0 % 4 or self.ml_stride % 4 or self.ml_stride < 8):
+        if self.op in ("softmax_e", "softmax_m") and (
+            self.st0 % 4 or self.ml_stride % 4 or self.ml_stride < 8
+        ):
             raise ValueError(
-                f"softmax_e: the (m, l) pairs (st0 = {self.st0:#x}, stride {self.ml_stride}) need 4-byte alignment "
+                f"{self.op}: the (m, l) pairs (st0 = {self.st0:#x}, stride {self.ml_stride}) need 4-byte alignment "
                 "and a stride of at least 8 bytes"
             )
+        if self.op == "to_f32_scaled_l" and self.istride < 2 * self.n + 4:
+            raise ValueError(
+                f"to_f32_scaled_l: l is read as the f16 pair after an input row's {self.n} columns: the input "
+                f"rows need a stride of at least {2 * self.n + 4} bytes, got {self.istride}"
+            )
         if self.valid is not None:
-            softmaxes = ("softmax", "softmax_split", "softmax_split_e", "softmax_e")
+            softmaxes = ("softmax", "softmax_split", "softmax_split_e", "softmax_e", "softmax_m")
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
             lo = 4 if self.op == "cast_f16" else 1 if self.op in softmaxes else 0
@@ -1435,7 +1519,14 @@ class Rows:
         if self.op == "softmax":
             va = -(-self.nvalid // 4)  # atoms holding valid elements; the last one is masked
             return {"atom0": va - 1, "atom1": va - 1, "atom2": va, "zero": atoms - va}
-        if self.op == "to_f32_scaled":  # pipelined from two atoms on; one atom: the `single` path
+        if self.op == "softmax_m":
+            va = -(-self.nvalid // 4)
+            p = (va - 1) // 2
+            return {"atom0": va - 1, "pair1": int(p > 0), "pair": max(p - 1, 0), "single": (va - 1) % 2,
+                    "zero": atoms - va}  # fmt: skip
+        if self.op == "fill_f16":
+            return {"atom0": atoms}
+        if self.op in ("to_f32_scaled", "to_f32_scaled_l"):  # pipelined from two atoms on; one atom: `single`
             return {"atom0": max(atoms - 2, 0), "pipe": int(atoms > 1), "single": int(atoms == 1)}
         if self.op == "softmax_e":
             va = -(-self.nvalid // 4)
@@ -1490,11 +1581,15 @@ class Rows:
         else:
             consts = [-np.inf, 0, 0, 0]
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
-        if self.op in ("softmax", "softmax_e"):
+        if self.op in ("softmax", "softmax_e", "softmax_m"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
-        if self.op == "to_f32_scaled":
+        if self.op in ("to_f32_scaled", "to_f32_scaled_l"):
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
-        if self.op == "softmax_e":
+        if self.op == "to_f32_scaled_l":
+            f[ST1] = 2 * self.n  # l's byte in an input row
+        if self.op == "fill_f16":
+            f[CONST : CONST + 2] = np.full(4, self.scale, np.float16).view(np.uint32)
+        if self.op in ("softmax_e", "softmax_m"):
             reps = self.reps()
             f[ATOMS], f[ZATOMS], f[ST1] = reps["atom0"], reps["zero"], self.ml_stride
         if self.op == "to_f16":
@@ -1680,6 +1775,12 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
                 m = np.maximum(m, p[:, 2 * w])
                 lsum = lsum + p[:, SMS_PART // 8 + 2 * w]
             return {"out": np.stack([m, lsum], 1)}
+        if k.op == "fill_f16":
+            return {"out": np.full((k.rows, k.n), k.scale, np.float16)}
+        if k.op == "to_f32_scaled_l":  # l: the f16 at column n of each input row, also stored (f32) at st0
+            rows = x.reshape(k.rows, -1).astype(np.float16)
+            lsum = rows[:, k.n].astype(np.float32)
+            return {"out": rows[:, : k.n].astype(np.float32) * recip_f32(lsum)[:, None], "l": lsum}
         if k.op in MERGE_CHUNKS:
             return {"out": _merge_semantics(np.asarray(x, np.float32), k.n)}
         x = x.reshape(k.rows, k.nvalid if k.op in PADDED[1:] else k.n)
@@ -1696,6 +1797,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             out = np.zeros((k.rows, k.n), np.float16)
             out[:, :va] = (e16.astype(np.float32) * inv[:, None]).astype(np.float16)
             return {"out": out}
+        if k.op == "softmax_m":  # softmax_e without the sum
+            got = semantics(replace(k, op="softmax_e"), x)
+            return {"out": got["out"], "m": got["ml"][:, 0]}
         if k.op == "softmax_e":  # softmax_split's arithmetic with one slice: the whole row
             va = -(-k.nvalid // 4)
             xs = x[:, : 4 * va].astype(np.float16)  # a copy

@@ -1996,14 +1996,20 @@ def softmax_split_fits(sz: AttentionSizes) -> bool:
     return sz.seq >= rw.SMS_MIN_VALID and rw.SMS_PART * sz.mpad <= sz.chunk * sz.dpad * 2
 
 
-def softmax_kernel(sz: AttentionSizes, stats: bool = False) -> str:
+def softmax_kernel(sz: AttentionSizes, stats: bool = False, ones_row: bool = False) -> str:
     """The row kernel of a block's scores: `softmax_split` when it fits and its estimate for the block's mpad rows
     is lower (mpad, not m: the same choice on every tile of a call site), else `softmax`. The key-split partials
     (stats: they need the row max and sum) on the S^T path take `softmax_e` (whole rows per worker, (m, l)
-    written by the kernel) where its estimate is below `softmax_split_e` + `sms_stats`'s, else `softmax_split`."""
+    written by the kernel) where its estimate is below `softmax_split_e` + `sms_stats`'s, else `softmax_split`;
+    ones_row (O^T = V^T P^T with a spare V^T row: dv % 16 != 0) lets the O^T GEMM form the row sums l from a ones
+    row of V^T, and the sum-free `softmax_m` is taken where it is cheaper than `softmax_e`."""
     if stats and sz.transposed:
         kw = dict(in0=0, out=0, valid=sz.seq)
         rows_e = rw.cycles(rw.Rows("softmax_e", sz.mpad, sz.spad, st0=0, **kw))
+        if ones_row:
+            fill = rw.cycles(rw.Rows("fill_f16", sz.spad // 16, 16, out=0))  # at most once per key chunk
+            if rw.cycles(rw.Rows("softmax_m", sz.mpad, sz.spad, st0=0, **kw)) + fill < rows_e:
+                return "softmax_m"
         if not softmax_split_fits(sz):
             return "softmax_e"
         split = rw.cycles(rw.Rows("softmax_split_e", sz.mpad, sz.spad, st0=0, **kw))
@@ -2186,18 +2192,26 @@ def attention_program(
     # nothing there is live during the softmax (Q^T's panels, or the last chunk's K^T panels, were
     # consumed by the S GEMMs before it; the first V panels or V^T rows are written after it),
     # and the softmax itself touches only S (A or C) and P (A).
-    softmax_op = softmax_kernel(sz, stats) if softmax is None else softmax
-    if softmax_op == "softmax_e":
-        # Whole rows per worker; (m, l) written by the kernel after each result row's dv columns (no partials, no
-        # `sms_stats`). Only for the key-split partials (P stays unnormalized) on m rows: the S^T path.
+    ones_row = pv_t and dvpad > dv  # O^T's row dv can be the row sums l (V^T's row dv all ones)
+    softmax_op = softmax_kernel(sz, stats, ones_row) if softmax is None else softmax
+    l_row = softmax_op == "softmax_m"  # O^T's row dv gives l
+    if softmax_op in ("softmax_e", "softmax_m"):
+        # Whole rows per worker; m (and l: softmax_e) written by the kernel after each result row's dv columns (no
+        # partials, no `sms_stats`). Only for the key-split partials (P stays unnormalized) on m rows: the S^T
+        # path. softmax_m leaves l to the O^T GEMM: V^T's row dv is ones, so O^T's row dv is sum_k P^T[k, q].
         if not (stats and sz.transposed):
             raise ValueError(
-                "kernel choice softmax = 'softmax_e' is for the key-split partial attention on the transposed "
+                f"kernel choice softmax = {softmax_op!r} is for the key-split partial attention on the transposed "
                 "scores (P unnormalized, the (m, l) of the block's rows)"
+            )
+        if softmax_op == "softmax_m" and not ones_row:
+            raise ValueError(
+                "kernel choice softmax = 'softmax_m' needs O^T = V^T P^T (pv = 'transposed') and value columns "
+                f"that leave a spare V^T row for the row sums (dv % 16 != 0), got dv = {dv}"
             )
         o_step = o_stride if o_stride is not None else dv * esizes[3]
         call = rw.Rows(
-            "softmax_e", rows, spad, in0=s_rows, out=a_area, valid=sz.seq, st0=out + dv * 4, st1=o_step
+            softmax_op, rows, spad, in0=s_rows, out=a_area, valid=sz.seq, st0=out + dv * 4, st1=o_step
         )
         prog.append(("softmax", call))
     elif softmax_op == "softmax_split":
@@ -2213,7 +2227,7 @@ def attention_program(
         # The key-split attention's P stays unnormalized (`softmax_split_e`: no scale pass over P): O's rows are
         # divided by the row sum l at the end ("O / l to f32"), dv columns per row instead of spad.
         softmax_op = "softmax_split_e"
-    if softmax_op != "softmax_e":
+    if softmax_op not in ("softmax_e", "softmax_m"):
         prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     if (
         softmax_op == "softmax_split_e"
@@ -2233,6 +2247,10 @@ def attention_program(
         pt = a_area + p_rows_bytes(qn, spad)  # P^T's weight panels, after P's rows
         coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
+
+        def ones(nk):  # V^T's row dv (nk keys, a multiple of 16) set to 1.0, as rows of 16 over the workers
+            return rw.Rows("fill_f16", nk // 16, 16, out=panels + dv * nk * 2, scale=1.0)
+
         vt = vp if vp is not None else dv  # V's panel width for the direct V^T rows
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
         for c, (k0, nk) in enumerate(sz.chunks):
@@ -2253,12 +2271,19 @@ def attention_program(
                     call = pk.TransposeF16(nk, vt, src, panels, src_row=vt * 2, group0=j * vt // 4)
                     prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
                 if dvpad > dv and zeroed != nk:
-                    call = rw.Rows("pad_f16", dvpad - dv, nk, out=panels + dv * nk * 2, valid=0)
-                    prog.append((f"{pre}V^T zero rows", call))
+                    if l_row:
+                        prog.append((f"{pre}V^T ones row", ones(nk)))
+                    if dvpad > dv + l_row:
+                        call = rw.Rows(
+                            "pad_f16", dvpad - dv - l_row, nk, out=panels + (dv + l_row) * nk * 2, valid=0
+                        )
+                        prog.append((f"{pre}V^T zero rows", call))
                     zeroed = nk
             else:
                 pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, not v_rows_copied, dv, dvpad)
                 prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dvpad, vrows, panels)))
+                if l_row:  # over the transposed zero column
+                    prog.append((f"{pre}V^T ones row", ones(nkp)))
                 zeroed, v_rows_copied = None, True
             prog.append(
                 (
@@ -2306,8 +2331,9 @@ def attention_program(
         o_rows = c_area
     step = dict(in_stride=dvpad * 2, out_stride=o_stride)
     if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)" (or `softmax_e` itself)
-        call = rw.Rows("to_f32_scaled", m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)
-        prog.append(("O / l to f32", call))
+        # softmax_m: l is O's column dv (the ones row's products), written beside the row here.
+        kind = "to_f32_scaled_l" if l_row else "to_f32_scaled"
+        prog.append(("O / l to f32", rw.Rows(kind, m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)))
     elif esizes[3] == 4:
         prog.append(("O to f32", rw.Rows("to_f32", m, dv, in0=o_rows, out=out, **step)))
     else:  # f16 result: O's first dv columns

@@ -134,8 +134,9 @@ def test_softmax_e_rejects_misaligned_pairs():
 
 
 def test_key_split_attention_takes_softmax_e():
-    """So400m's key-split cells (32 query rows over 183 keys): `softmax_e` is the cheaper choice (estimates), and
-    the cell's program runs it in place of `softmax_split_e` + `sms_stats` when chosen."""
+    """So400m's key-split cells (32 query rows over 183 keys): `softmax_e` is the cheaper choice (estimates) where
+    the O GEMM cannot form the row sums (O = P V here), and the cell's program runs it in place of
+    `softmax_split_e` + `sms_stats` when chosen."""
     sz = nnops.attention_sizes(32, 183, 72, IPU21.region1_element_bytes)
     assert nnops.softmax_kernel(sz, stats=True) == "softmax_e"
     split = R.cycles(R.Rows("softmax_split_e", 32, sz.spad, st0=0, valid=183)) + R.cycles(
@@ -143,7 +144,7 @@ def test_key_split_attention_takes_softmax_e():
     )
     assert R.cycles(R.Rows("softmax_e", 32, sz.spad, st0=0, st1=296, valid=183)) < 0.7 * split
     kw = dict(qa=0, ka=0x1000, va=0x2000, m=25, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
-              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4)  # fmt: skip
+              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=False)  # fmt: skip
     labels = [label for label, _ in nnops.attention_program(sz, **kw)]
     calls = dict(nnops.attention_program(sz, **kw))
     assert "softmax (m, l)" not in labels and calls["softmax"].op == "softmax_e"

@@ -1,0 +1,96 @@
+"""The attention's sum-free softmax (`softmax_m`: e and m only, the row sum formed by the O^T GEMM from a ones row
+of V^T), the ones row (`fill_f16`) and O's division by that sum (`to_f32_scaled_l`: l read as the f16 after each
+O row's columns) on the simulator: bit-exact against their numpy semantics, the same e and m as `softmax_e`, the
+estimates exact (even and odd atom counts, one atom, idle workers)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_kernel_softmax_e import CASES, _scores  # noqa: E402  (pytest puts tests/unit on sys.path)
+
+from ipu.backend.kernels import rowwise as R
+from ipu.backend.kernels.harness import run_call
+from ipu.backend.target import Target
+from ipu.runtime.semantics import recip_f32
+from ipu.runtime.simulator import Simulator
+
+TARGET = Target.small(tiles=1, sram_kib=624)
+LIB = R.library_asm(TARGET.sram_base)
+X, OUT, ML, FRAME = 0x60000, 0x70000, 0x7C000, 0x5C000
+
+
+def _run(k: R.Rows, mem: dict) -> tuple[Simulator, int]:
+    sim = Simulator(TARGET)
+    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    assert R.cycles(k) == cyc, (R.cycles(k), cyc)
+    return sim, cyc
+
+
+@pytest.mark.parametrize("rows,n,valid", CASES + [(6, 24, 21), (2, 20, 17)])
+def test_softmax_m(rows, n, valid):
+    """e and m bit-identical to `softmax_e`'s; the words beside each m (where `softmax_e` puts l) untouched."""
+    x = _scores(rows, n, valid, rows * 7 + n + valid)
+    k = R.Rows("softmax_m", rows, n, in0=X, out=OUT, st0=ML, valid=valid)
+    mem = {X: x, OUT: np.full(rows * n, np.nan, np.float16), ML: np.full(2 * rows, np.nan, np.float32)}
+    sim, cyc = _run(k, mem)
+    got = sim.read(OUT, rows * n * 2, np.float16, tiles=[0]).reshape(rows, n)
+    ml = sim.read(ML, rows * 8, np.float32, tiles=[0]).reshape(rows, 2)
+    want = R.semantics(k, x)
+    ref = R.semantics(R.Rows("softmax_e", rows, n, valid=valid), x)
+    np.testing.assert_array_equal(got.view(np.uint16), want["out"].view(np.uint16))
+    np.testing.assert_array_equal(want["out"].view(np.uint16), ref["out"].view(np.uint16))
+    np.testing.assert_array_equal(ml[:, 0], ref["ml"][:, 0])
+    assert np.isnan(ml[:, 1]).all()
+    if -(-valid // 4) >= 8:  # the sum's passes gone: well below softmax_e
+        assert cyc < 0.8 * R.cycles(R.Rows("softmax_e", rows, n, valid=valid, st0=0))
+
+
+@pytest.mark.parametrize("rows,n,value", [(3, 16, 1.0), (46, 16, 1.0), (1, 4, -2.5), (7, 40, 0.5)])
+def test_fill_f16(rows, n, value):
+    """Every row's n halves set to the value; the bytes after the rows untouched."""
+    k = R.Rows("fill_f16", rows, n, out=OUT, scale=value)
+    sim, _ = _run(k, {OUT: np.full(rows * n + 4, np.nan, np.float16)})
+    got = sim.read(OUT, (rows * n + 4) * 2, np.float16, tiles=[0]).reshape(-1)
+    np.testing.assert_array_equal(got[: rows * n], R.semantics(k, None)["out"].reshape(-1))
+    assert (got[: rows * n] == np.float16(value)).all() and np.isnan(got[rows * n :]).all()
+
+
+@pytest.mark.parametrize(
+    "rows,n,pad", [(16, 72, 8), (1, 8, 8), (7, 40, 8), (3, 4, 12), (2, 12, 4), (32, 36, 12)]
+)
+def test_to_f32_scaled_l(rows, n, pad):
+    """O rows of n + pad halves with l at column n (O^T's ones row, transposed): y = f32(x) * (1 / f32(l)) and
+    l stored as f32 at byte st0 of each output row ([o | m | l] rows); m untouched."""
+    rng = np.random.default_rng(rows * n + pad)
+    x = (rng.standard_normal((rows, n + pad)) * 30).astype(np.float16)
+    x[:, n] = rng.uniform(1, 700, rows).astype(np.float16)
+    x[:, n + 1 :] = rng.standard_normal((rows, pad - 1))  # anything: not read but the half after l
+    out = np.full((rows, n + 2), np.nan, np.float32)
+    out[:, n] = rng.standard_normal(rows)
+    k = R.Rows(
+        "to_f32_scaled_l",
+        rows,
+        n,
+        in0=X,
+        out=OUT,
+        in_stride=(n + pad) * 2,
+        out_stride=(n + 2) * 4,
+        st0=n * 4 + 4,
+    )
+    sim, _ = _run(k, {X: x, OUT: out})
+    got = sim.read(OUT, out.size * 4, np.float32, tiles=[0]).reshape(rows, n + 2)
+    want = R.semantics(k, x)
+    lsum = x[:, n].astype(np.float32)
+    np.testing.assert_array_equal(want["l"], lsum)
+    np.testing.assert_array_equal(got[:, :n].view(np.uint32), want["out"].view(np.uint32))
+    np.testing.assert_array_equal(got[:, n + 1], lsum)
+    np.testing.assert_array_equal(got[:, n], out[:, n])
+    want2 = x[:, :n].astype(np.float32) * recip_f32(lsum)[:, None]
+    np.testing.assert_array_equal(got[:, :n], want2)
+    np.testing.assert_allclose(got[:, :n], x[:, :n].astype(np.float64) / lsum[:, None], rtol=1e-6)
+
+
+def test_to_f32_scaled_l_needs_room_for_l():
+    with pytest.raises(ValueError, match="to_f32_scaled_l: l is read"):
+        R.Rows("to_f32_scaled_l", 2, 16, in_stride=32)
