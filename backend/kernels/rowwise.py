@@ -19,6 +19,10 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_merge` | o: R rows of n f32 (running output); pv: R rows of n f16 (P @ V); alpha: R f32 | o = o * alpha + pv |
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
 | `softmax_e` | x: R rows of n f16, the first `valid` (default n) meaningful (valid >= 1); st0: R (m, l) f32 pairs, st1 (default 8) bytes apart (4-byte aligned) | y: R rows of n f16 (may alias x): e = exp(x - m) unnormalized, zeros after the valid columns; (m, l) = the row max and sum of e at st0 |
+| `softmax_m` | as `softmax_e`; st0: R m f32, st1 bytes apart | y: as `softmax_e` (no sum: the attention's O^T GEMM forms l from a ones row of V^T); m at st0 |
+| `fill_f16` | (none) | y: R rows of n f16, every element `scale` |
+| `to_f32_scaled` | x: R rows of n f16; l: the f32 at byte st0 of each output row | y: R rows of n f32: f32(x) * (1 / l) (4 bundles per atom, pipelined) |
+| `to_f32_scaled_l` | x: R rows of n f16, l the f16 at column n of each row (in_stride >= 2n + 4) | y: as `to_f32_scaled`, l first stored as f32 at byte st0 of the output row |
 | `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
 | `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
