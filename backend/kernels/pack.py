@@ -45,7 +45,9 @@ Five kernels:
 - `transpose_f16` (`TransposeF16`): B^T rows from row-major B [K, N] f16 (e.g. V^T for O^T = V^T P^T): the
   same loads and sorts as `weights_f16`, the 4 columns of a group stored as 4 rows `dst_row` bytes apart (K
   halves contiguous), so the stores step by register-held strides (dst_row, back to the next 4 halves of the first
-  row); 32 thread cycles per 128 bytes (the same pipeline), 8 issues per column group beyond them.
+  row); 32 thread cycles per 128 bytes (the same pipeline), 8 issues per column group beyond them. Column groups
+  that do not share out evenly over the six workers are cut along K too (`k_parts`: each worker a run of groups of
+  one K part, its source and destination offsets frame words; the frame is T_FRAME_WORDS long).
 
 - `weights_fp8` (`WeightsFP8`): FP8 AMP weight panels from row-major B [K, N] bytes (e.g. V for P @ V in FP8), a
   byte transpose without byte copies: per 4-column group and 4 rows, 4 ld32 (one word per row), two passes of
@@ -86,6 +88,10 @@ PACE_FIELD = R.PACE_FIELD
 # `transpose_f16`: per-worker source offsets (bytes, mod 2^32), added to IN0 + FIRST * 8: a worker's column groups
 # lie in one column panel of the source (`TransposeF16.panel_width`), so its panel's step is one per-worker offset.
 T_SRC_OFF = R.CONST
+# ... and per-worker destination offsets (bytes, added to OUT + FIRST * OSTRIDE): a worker's K part (`TransposeF16`'s
+# `k_parts`) starts 2 * K / parts * part bytes into each B^T row. The frame is T_FRAME_WORDS long.
+T_DST_OFF = R.FRAME_WORDS
+T_FRAME_WORDS = R.FRAME_WORDS + 6
 # `fp8_f16` pace variants: the pace stride register, the source step from a row's primed position to the next row,
 # blocks - 1.
 FP8_PACE, FP8_PSTEP, FP8_PREPS = R.ST2, R.ZATOMS, R.CONST  # pace stride fields: signed 10-bit atom counts
@@ -479,8 +485,10 @@ def transpose_f16_code() -> R.Code:
     _common_head(c)  # $m9 = DST_BLK
     c.one(f"ld32 $m10, $mvertex_base, $mzero, {SHIFT}")
     c.one(f"ld32 $m11, $mvertex_base, $mzero, {DST_GROUP}")
-    c.one(f"ld32 $m3, $mvertex_base, $m7, {T_SRC_OFF}")  # this worker's source offset (its column panel)
+    c.one(f"ld32 $m3, $mvertex_base, $m7, {T_SRC_OFF}")  # this worker's source offset (its panel, its K part)
     c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $m7, {T_DST_OFF}")  # ... and destination offset (its K part)
+    c.one("add $m2, $m2, $m3")
     c.one("sub $m4, $m4, 1")
     c.one("add $m3, $m1, 0")
     if c.words % 2:
@@ -929,7 +937,13 @@ class TransposeF16:
     panel j's first row at src + j * panel_step (row stride src_row, default 2P), so one call transposes a block
     stored as column panels `colsP` (the attention's V: [d / P][seq][P]) where one call per panel left workers idle
     (9 groups of a 36-wide panel: 2, 2, 2, 1, 1, 1). The workers are shared out over the panels (`worker_split`:
-    no worker's groups cross a panel boundary; each worker's panel offset is a frame word)."""
+    no worker's groups cross a panel boundary; each worker's panel offset is a frame word).
+
+    K parts: when the column groups do not share out evenly over the six workers (So400m's S rows from S^T: 8
+    groups, two workers taking two while four take one), K is cut into `k_parts` equal parts of whole K blocks and
+    each worker takes groups of one part (its source and destination offsets are frame words): 8 groups x 3 parts
+    = 4 (group, part) units per worker. `k_parts` (default: the count with the lowest estimate, the fewest on a
+    tie) must divide K / 16 and leave at most six (part, panel) segments."""
 
     k: int
     n: int
@@ -940,9 +954,11 @@ class TransposeF16:
     dst_row: int | None = None
     panel_width: int | None = None
     panel_step: int = 0
+    k_parts: int | None = None
 
     kernel = "pack_transpose_f16"
     entry = "rows_sup"
+    words = T_FRAME_WORDS
 
     def __post_init__(self):
         if self.k % KBLOCK["f16"] or self.k <= 0 or self.n % 4 or self.n <= 0:
@@ -961,6 +977,12 @@ class TransposeF16:
                 f"column panels of {p} need a multiple of 4 dividing n = {self.n}, at most 6 panels and a panel step"
                 f" of whole atoms (got {self.panel_step})"
             )
+        kp = self.k_parts
+        if kp is not None and (kp <= 0 or (self.k // 16) % kp or kp * self.panels > 6):
+            raise ValueError(
+                f"k_parts = {kp} must divide the {self.k // 16} K blocks and leave at most 6 (part, panel) segments "
+                f"({self.panels} panels)"
+            )
 
     @property
     def srow(self) -> int:
@@ -968,40 +990,63 @@ class TransposeF16:
             return self.src_row
         return (self.panel_width or self.n) * 2
 
-    def worker_split(self) -> list[tuple[int, int, int]]:
-        """(first group, groups, source offset in bytes) per worker. Without panels `split` over the groups; with
-        them each panel gets workers (one each, then the rest one at a time to the panel whose largest share is
-        largest) and `split`s its groups among them."""
-        groups = self.n // 4
-        if self.panel_width is None:
-            return [(f, c, 0) for f, c in split(groups)]
-        gp, panels = self.panel_width // 4, self.n // self.panel_width
-        workers = [1] * panels
-        for _ in range(6 - panels):
-            j = max(range(panels), key=lambda j: (-(-gp // workers[j]), -j))
+    @property
+    def panels(self) -> int:
+        return self.n // self.panel_width if self.panel_width is not None else 1
+
+    @cached_property
+    def parts(self) -> int:
+        """The K parts: `k_parts`, or the count whose slowest worker is fastest (the fewest on a tie)."""
+        if self.k_parts is not None:
+            return self.k_parts
+        kb = self.k // 16
+        options = [q for q in range(1, kb + 1) if kb % q == 0 and q * self.panels <= 6]
+        return min(options, key=lambda q: (self._worker_cycles(q), q))
+
+    def _worker_cycles(self, parts: int) -> int:
+        cnt = _code(self.kernel).count
+        inner = self.k // 16 // parts - 1
+        return max(c for _, c, _, _ in self._split(parts)) * (cnt["row"] + inner * cnt["chunk"])
+
+    def _split(self, parts: int) -> list[tuple[int, int, int, int]]:
+        gp = (self.panel_width or self.n) // 4
+        segments = parts * self.panels  # (part, panel), part-major
+        workers = [1] * segments
+        for _ in range(6 - segments):
+            j = max(range(segments), key=lambda j: (-(-gp // workers[j]), -j))
             workers[j] += 1
+        kp = self.k // parts
         out = []
-        for j in range(panels):
-            off = j * self.panel_step - j * gp * 8
-            out += [(j * gp + f, c, off) for f, c in split(gp, workers[j])]
+        for i in range(segments):
+            part, j = divmod(i, self.panels)
+            src = j * self.panel_step - j * gp * 8 + part * kp * self.srow
+            out += [(j * gp + f, c, src, part * kp * 2) for f, c in split(gp, workers[i])]
         return out
+
+    def worker_split(self) -> list[tuple[int, int, int, int]]:
+        """(first group, groups, source offset, destination offset in bytes) per worker: the (K part, panel)
+        segments each get workers (one each, then the rest one at a time to the segment whose largest share is
+        largest), which `split` its groups among them."""
+        return self._split(self.parts)
 
     @property
     def drow(self) -> int:
         return self.k * 2 if self.dst_row is None else self.dst_row
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
-        f = np.zeros(R.FRAME_WORDS, np.uint32)
-        for w, (first, cnt, off) in enumerate(self.worker_split()):
+        f = np.zeros(T_FRAME_WORDS, np.uint32)
+        for w, (first, cnt, off, doff) in enumerate(self.worker_split()):
             f[R.CNT + w], f[R.FIRST + w], f[T_SRC_OFF + w] = cnt, first + self.group0, off & 0xFFFFFFFF
-        # A worker's source = IN0 + FIRST * 8 + its panel offset (IN0 moved back by group0 groups); its first row
-        # OUT + FIRST * OSTRIDE.
+            f[T_DST_OFF + w] = doff
+        # A worker's source = IN0 + FIRST * 8 + its panel and part offset (IN0 moved back by group0 groups); its
+        # first row OUT + FIRST * OSTRIDE + its part offset.
+        kp = self.k // self.parts
         f[R.IN0] = (self.src - 8 * self.group0) & 0xFFFFFFFF
-        f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.dst, labels[self.kernel], self.k // 16
+        f[R.OUT], f[R.ENTRY], f[R.ATOMS] = self.dst, labels[self.kernel], kp // 16
         f[R.ISTRIDE], f[R.OSTRIDE] = 8, 4 * self.drow
         s = self.drow // 8
         f[SRC_BLK], f[DST_BLK] = self.srow // 8, s
-        f[SHIFT], f[DST_GROUP] = (1 - 3 * s) & 0xFFFFFFFF, (4 * self.drow - 2 * self.k) & 0xFFFFFFFF
+        f[SHIFT], f[DST_GROUP] = (1 - 3 * s) & 0xFFFFFFFF, (4 * self.drow - 2 * kp) & 0xFFFFFFFF
         return f
 
     def semantics(self, mem: np.ndarray, src_base: int, out: np.ndarray, dst_base: int) -> np.ndarray:
@@ -1020,7 +1065,10 @@ class TransposeF16:
 
     def cycles(self) -> int:
         return _cycles(
-            _code(self.kernel), self.n // 4, self.k // 16 - 1, [c for _, c, _ in self.worker_split()]
+            _code(self.kernel),
+            self.n // 4,
+            self.k // 16 // self.parts - 1,
+            [c for _, c, _, _ in self.worker_split()],
         )
 
 

@@ -123,6 +123,7 @@ ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld6
 for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
 ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
+ENTRY[pk.TransposeF16] = ("rows_sup", pk.T_FRAME_WORDS)
 ENTRY[ks.KSum] = ("ew_sup", ks.FRAME_WORDS)
 
 

@@ -298,7 +298,7 @@ def test_transpose_f16_panels_in_one_call(k, p, d, dpad):
     one = P.TransposeF16(
         k, d, SRC + first * p * 2, DST, src_row=2 * p, panel_width=p, panel_step=rows * p * 2
     )
-    assert all(f // (p // 4) == (f + c - 1) // (p // 4) for f, c, _ in one.worker_split() if c)
+    assert all(f // (p // 4) == (f + c - 1) // (p // 4) for f, c, _, _ in one.worker_split() if c)
     want = b[first : first + k].T.copy().view(np.uint8).reshape(-1)
     got = _run_transposes([one], {SRC: src}, DST, want.size)
     np.testing.assert_array_equal(got, want)
@@ -310,6 +310,40 @@ def test_transpose_f16_panels_in_one_call(k, p, d, dpad):
     assert one.cycles() <= sum(c.cycles() for c in per_panel)
     if (k, p, d) == (176, 36, 72):
         assert one.cycles() < 0.8 * sum(c.cycles() for c in per_panel)
+
+
+@pytest.mark.parametrize(
+    "k,n,parts,panel",
+    [(192, 32, None, None), (192, 32, 2, None), (192, 32, 6, None), (80, 32, None, None), (48, 28, 3, None),
+     (32, 80, None, None), (64, 48, 2, 24), (160, 72, None, 24)],
+)  # fmt: skip
+def test_transpose_f16_k_parts(k, n, parts, panel):
+    """K cut into parts (each worker a run of groups of one part: its source and destination offsets): the same
+    B^T as numpy, estimate exact; the automatic count is never slower than one part, and the So400m S rows (K =
+    192 keys, 8 query groups) take three (4 units per worker instead of two workers taking two whole groups)."""
+    rows = k + 3 if panel else k
+    b = np.random.default_rng(k * n).standard_normal((rows, n)).astype(np.float16)
+    if panel:
+        src = np.concatenate([b[:, j : j + panel].reshape(-1) for j in range(0, n, panel)]).view(np.uint8)
+        kw = dict(src_row=2 * panel, panel_width=panel, panel_step=rows * panel * 2)
+    else:
+        src, kw = b.view(np.uint8).reshape(-1), {}
+    call = P.TransposeF16(k, n, SRC, DST, k_parts=parts, **kw)
+    want = b[:k].T.copy().view(np.uint8).reshape(-1)
+    np.testing.assert_array_equal(_run_transposes([call], {SRC: src}, DST, want.size), want)
+    np.testing.assert_array_equal(call.semantics(src, SRC, np.zeros(want.size, np.uint8), DST), want)
+    one = P.TransposeF16(k, n, SRC, DST, k_parts=1, **kw)
+    if parts is None:
+        assert call.cycles() <= one.cycles()
+    if (k, n, parts) == (192, 32, None):
+        assert call.parts == 3 and call.cycles() < 0.75 * one.cycles()
+
+
+def test_transpose_f16_k_parts_are_checked():
+    with pytest.raises(ValueError, match="must divide the 12 K blocks"):
+        P.TransposeF16(192, 32, SRC, DST, k_parts=5)
+    with pytest.raises(ValueError, match="at most 6"):
+        P.TransposeF16(64, 48, SRC, DST, src_row=48, panel_width=24, panel_step=4096, k_parts=4)
 
 
 @pytest.mark.parametrize("word", ["row step", "back step", "group step", "first group"])
