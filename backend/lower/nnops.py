@@ -2241,13 +2241,17 @@ def attention_program(
     vp = panels_of[2]
     if pv_t:
         # O^T [dpad, qn] = V^T P^T per key chunk: V^T's rows [dpad][nkp] (`panels`, aux) are the GEMM's A (M =
-        # dpad: all six workers busy), P^T [keys, qn queries] its weights (one or two column blocks), accumulated
+        # dv or dv + 1 of them, `ot_rows`: all six workers busy), P^T [keys, qn queries] its weights (one or two column blocks), accumulated
         # in C (row stride 2 qn); per 16 keys the same products into the same f16 partials as O = P V. P^T's
         # panels are packed from P's qn rows: rows m..qn are S's zero rows (the softmax runs over m rows only), so
         # the weights' query columns m..qn (O^T's dropped columns) come out zero on every tile alike.
         pt = a_area + p_rows_bytes(qn, spad)  # P^T's weight panels, after P's rows
         coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
+        # O^T's rows: dv (and the ones row), not dvpad: V^T's rows past them are neither read nor written (no zero
+        # rows call) and O^T's rows past them keep what C held (S^T's scores: finite, written by this program, as
+        # long as S^T covers them), which land in O's unused columns.
+        ot_rows = dv + l_row if dv + l_row >= gm.MIN_ROWS and spad >= dvpad else dvpad
 
         def ones(nk):  # V^T's row dv (nk keys, a multiple of 16) set to 1.0, as rows of 16 over the workers
             return rw.Rows("fill_f16", nk // 16, 16, out=panels + dv * nk * 2, scale=1.0)
@@ -2274,7 +2278,7 @@ def attention_program(
                 if dvpad > dv and zeroed != nk:
                     if l_row:
                         prog.append((f"{pre}V^T ones row", ones(nk)))
-                    if dvpad > dv + l_row:
+                    if ot_rows > dv + l_row:
                         call = rw.Rows(
                             "pad_f16", dvpad - dv - l_row, nk, out=panels + (dv + l_row) * nk * 2, valid=0
                         )
@@ -2293,7 +2297,7 @@ def attention_program(
                 )
             )
             o_gemm = gm.Gemm(
-                dvpad, nkp, qn, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
+                ot_rows, nkp, qn, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
                 a_row_stride=nkp * 2, weights=pt, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
