@@ -694,6 +694,15 @@ SMM_PAIR = [
 ]
 
 
+def _exp_atom(c: Code, main: str = "nop") -> None:
+    """softmax_m: e = exp(x - m) of the atom in $a0:1 (the max as four halves in $a8:9), stored at $m7; `main`
+    beside the subtraction (the next atom's load: it reads $a0:1 first)."""
+    c.bundle(main, "f16v4sub $a2:3, $a0:1, $a8:9")
+    c.bundle("nop", "f16v2exp $a2, $a2")
+    c.bundle("nop", "f16v2exp $a3, $a3")
+    c.bundle("st64step $a2:3, $mzero, $m7+=, 1")
+
+
 def _softmax_m_row(c: Code) -> None:
     """softmax_m: one row at $m1 -> e at $m2, m at $m8 (then advanced by $m10); no sum (the attention's O^T GEMM
     forms it). $m9 = atom pairs before the masked last atom, $m6 = pairs - 1, $m11 = one more if odd."""
@@ -708,18 +717,12 @@ def _softmax_m_row(c: Code) -> None:
     c.label(f".L{c.name}_pairs")
     c.one(f"brz $m11, .L{c.name}_even")
     c.tag = "single"
-    c.bundle(SMS_LOAD, "f16v4sub $a2:3, $a0:1, $a8:9")
-    c.bundle("nop", "f16v2exp $a2, $a2")
-    c.bundle("nop", "f16v2exp $a3, $a3")
-    c.bundle("st64step $a2:3, $mzero, $m7+=, 1")
+    _exp_atom(c, SMS_LOAD)
     c.tag = "row"
     c.label(f".L{c.name}_even")
     c.bundle(f"ld64 $a10:11, $mvertex_base, $mzero, {K1}")
     c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
-    c.bundle("nop", "f16v4sub $a2:3, $a0:1, $a8:9")
-    c.bundle("nop", "f16v2exp $a2, $a2")
-    c.bundle("nop", "f16v2exp $a3, $a3")
-    c.bundle("st64step $a2:3, $mzero, $m7+=, 1")
+    _exp_atom(c)  # the masked last atom
     c.one("add $m8, $m8, $m10")
     _zero_pass(c)
 
