@@ -94,3 +94,30 @@ def test_to_f32_scaled_l(rows, n, pad):
 def test_to_f32_scaled_l_needs_room_for_l():
     with pytest.raises(ValueError, match="to_f32_scaled_l: l is read"):
         R.Rows("to_f32_scaled_l", 2, 16, in_stride=32)
+
+
+@pytest.mark.parametrize(
+    "m,seq,d,softmax,rows",
+    [(32, 183, 72, None, 73), (32, 183, 72, "softmax_e", 72), (32, 183, 64, None, 64), (16, 16, 72, None, 80)],
+)
+def test_ot_gemm_rows(m, seq, d, softmax, rows):
+    """O^T = V^T P^T computes V^T's used rows only: d, plus the ones row of `softmax_m` (So400m: 73 of 80), with
+    no V^T zero rows call; where S^T's rows do not cover dpad rows of C (16 keys, d = 72) all dpad rows, the zero
+    rows written, as before (O^T's rows past the used ones become O's unread columns: they must hold what this
+    program wrote)."""
+    from ipu.backend.lower import nnops
+    from ipu.backend.target import IPU21
+
+    sz = nnops.attention_sizes(m, seq, d, IPU21.region1_element_bytes)
+    kw = dict(qa=0, ka=0x1000, va=0x2000, m=m, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
+              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=(d + 2) * 4, pv_transposed=True,
+              panels_of=(24, 24, 24) if d == 72 else (None, None, None))  # fmt: skip
+    prog = nnops.attention_program(sz, softmax=softmax, **kw)
+    from ipu.backend.kernels import gemm as gm
+
+    gemms = [call for label, call in prog if "O^T" in label and isinstance(call, gm.Gemm)]
+    assert gemms and all(g.m == rows for g in gemms)
+    ones = any(call.op == "softmax_m" for label, call in prog if label == "softmax")
+    assert ones == (softmax is None and d % 16 != 0)
+    zero_rows = any("V^T zero rows" in label for label, _ in prog)
+    assert zero_rows == (rows > d + ones)  # only where all dpad rows are computed
