@@ -98,7 +98,12 @@ def test_to_f32_scaled_l_needs_room_for_l():
 
 @pytest.mark.parametrize(
     "m,seq,d,softmax,rows",
-    [(32, 183, 72, None, 73), (32, 183, 72, "softmax_e", 72), (32, 183, 64, None, 64), (16, 16, 72, None, 80)],
+    [
+        (32, 183, 72, None, 73),
+        (32, 183, 72, "softmax_e", 72),
+        (32, 183, 64, None, 64),
+        (16, 16, 72, None, 80),
+    ],
 )
 def test_ot_gemm_rows(m, seq, d, softmax, rows):
     """O^T = V^T P^T computes V^T's used rows only: d, plus the ones row of `softmax_m` (So400m: 73 of 80), with
