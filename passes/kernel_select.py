@@ -21,6 +21,8 @@ filled), so overrides survive a second run of the pass.
 | | `score_chunk` | keys per S^T = K Q^T step at most, transposed scores only (a multiple of 16; the K rows take A's whole element, so it may exceed `key_chunk`; absent: `key_chunk`) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
+| | `q_scale` | `"sum"` (Q comes from a K-split sum that applies the scale: no "Q * scale" step) or `"program"` |
+| `nn.reduce_sum` (with `q_scale = "sum"` on its attention) | `scale` | the attention's scale: the f16 sum times f16(scale), in the fused sum's registers |
 | | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T) |
 
 The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
@@ -33,7 +35,16 @@ from dataclasses import dataclass
 
 import numpy as np
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseArrayBase, DictionaryAttr, IntegerAttr, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    DictionaryAttr,
+    FloatAttr,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    f64,
+    i64,
+)
 from xdsl.ir import Attribute, Operation
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
@@ -61,9 +72,11 @@ def _to_attr(value) -> Attribute:
     if isinstance(value, str):
         return StringAttr(value)
     if isinstance(value, bool | np.bool_):
-        raise TypeError("kernel choices are strings or integers")
+        raise TypeError("kernel choices are strings, integers or floats")
     if isinstance(value, int | np.integer):
         return IntegerAttr(int(value), i64)
+    if isinstance(value, float | np.floating):
+        return FloatAttr(float(value), f64)
     return DenseArrayBase.from_list(i64, [int(v) for v in value])
 
 
@@ -72,6 +85,8 @@ def _from_attr(attr: Attribute):
         return attr.data
     if isinstance(attr, IntegerAttr):
         return attr.value.data
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
     if isinstance(attr, DenseArrayBase):
         return tuple(int(v) for v in attr.get_values())
     raise KernelChoiceError(f"unsupported kernel choice value {attr}")
@@ -319,6 +334,47 @@ def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) 
     return None
 
 
+def q_scale_sum(op: Operation) -> nn.ReduceSumOp | None:
+    """The K-split sum that makes a materialized attention's f16 Q, when it can apply the attention's scale: Q is
+    its result through exchange phases only, read by nothing else, f16, and the attention's program would scale
+    f16 Q rows in place (row-major Q, or column panels `panels_f16` reads: not narrow panels through f32)."""
+    plan = op.attributes.get(tl.PLAN_ATTR)
+    if not (isinstance(plan, tl.AttentionPlanAttr) and plan.get("kind") == "materialized"):
+        return None
+    q = op.operands[0]
+    lay = tl.layout_of(q)
+    if lay is None or tl.dtype_name(lay.dtype) != "f16":
+        return None
+    qp = tl.col_panel_width(lay)
+    if qp is not None and (qp % 4 or qp < rw.PF_MIN_P):
+        return None
+    v = q
+    while isinstance(v.owner, ex.PhaseOp):
+        if len(list(v.uses)) != 1:
+            return None
+        v = v.owner.sources[v.index]
+    if not isinstance(v.owner, nn.ReduceSumOp) or len(list(v.uses)) != 1:
+        return None
+    rl = v.owner.attributes.get(tl.LAYOUT_ATTR)
+    return v.owner if isinstance(rl, tl.LayoutAttr) and tl.dtype_name(rl.dtype) == "f16" else None
+
+
+def fold_q_scales(module: ModuleOp, overwrite: bool = False) -> None:
+    """`q_scale` on every materialized attention (and `scale` on the sum that then applies it)."""
+    for op in module.walk():
+        if not isinstance(op, nn.AttentionOp | nn.AttentionPartialOp) or KERNEL_ATTR not in op.attributes:
+            continue
+        site = q_scale_sum(op)
+        record(op, {"q_scale": "sum" if site is not None else "program"}, overwrite)
+        if choices(op)["q_scale"] == "sum":
+            if site is None:
+                raise KernelChoiceError(
+                    f"{op.name}: kernel choice q_scale = 'sum' needs Q from an f16 K-split sum read by this "
+                    "attention only"
+                )
+            record(site, {"scale": float(op.scale.value.data)}, overwrite)
+
+
 def check(op: Operation, values: dict[str, object]) -> None:
     """Value checks of the choices a person may have edited (the lowering checks that they fit)."""
     what = f"{op.name} ({op.results[0].name_hint or 'unnamed'})" if op.results else op.name
@@ -337,6 +393,9 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("scores", SCORES)
     one_of("pv", SCORES)
     one_of("softmax", ("softmax", "softmax_split", "softmax_e", "softmax_m"))
+    one_of("q_scale", ("sum", "program"))
+    if "scale" in values and not isinstance(values["scale"], float):
+        raise KernelChoiceError(f"{what}: kernel choice scale = {values['scale']!r}: a float")
     for key in ("key_chunk", "score_chunk"):
         kc = values.get(key)
         if key in values and (not isinstance(kc, int) or kc < 16 or kc % 16):
@@ -415,3 +474,7 @@ class KernelSelectPass(ModulePass):
                 raise PassFailedException(
                     f"kernel-select: {o.name}{hint} (operands {shapes}): no kernel takes this shape: {e}"
                 ) from None
+        try:
+            fold_q_scales(op, self.overwrite)
+        except KernelChoiceError as e:
+            raise PassFailedException(f"kernel-select: {e}") from None

@@ -8,7 +8,10 @@ i + live - h added, h = live // 2, until one is left), adds the bias of its colu
 as f16 or (two f16v2tof32) f32. The outputs are bit-identical to the unfused calls.
 
 Calling convention and supervisor: the element-wise kernels' (`ew_sup`: `$m0` = frame, ENTRY in word 21).
-One worker body per (G, bias, output type) is generated (`KINDS`: the lowering's kinds).
+One worker body per (G, bias, output type) is generated (`KINDS`: the lowering's kinds), and per (G, bias) one
+`scaled` body whose f16 result is multiplied by f16(scale) before it is stored (`SCALED_KINDS`: the attention's Q
+scale applied by the K-split sum that makes Q, `f16v4mul` beside the adds; the scale's pair is left out of the
+register allocation).
 
 Work split: the block's n / 4 units, in row-major order, cut into six contiguous ranges (`split`). A worker walks
 its range in *segments* that end at a row end (with a bias: the bias pointer goes back to the row's first atom
@@ -48,11 +51,13 @@ from ipu.backend.kernels.codegen import WorkerCode
 
 CNT, IOFF, OOFF = 0, 6, 12
 IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
-FRAME_WORDS = 38  # 37 used, a whole number of 8-byte words
+SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
+FRAME_WORDS = 40  # 39 used, a whole number of 8-byte words
 MAX_PARTS = 8  # the largest G with a register allocation (7 ARF pairs) for every kind
 NO_ROW = 1 << 15  # units per row without a bias: one segment (a worker's units stay below it)
 
 PAIRS = [f"$a{2 * i}:{2 * i + 1}" for i in range(7)]  # $a14:15 is $azeros
+SCALE_PAIR = PAIRS[-1]  # `scaled` kinds: f16(scale) x 4, loaded in the head (the allocation takes the others)
 
 
 def tree(parts: int) -> list[tuple[int, int]]:
@@ -82,7 +87,7 @@ class Op:
     pair: bool = True  # the written value is a register pair
 
 
-def _ops(parts: int, bias: bool, out: str) -> list[Op]:
+def _ops(parts: int, bias: bool, out: str, scaled: bool = False) -> list[Op]:
     ops = []
     for i in range(parts):
         stride = "$m7" if i < parts - 1 else "$m3"
@@ -100,6 +105,9 @@ def _ops(parts: int, bias: bool, out: str) -> list[Op]:
     if bias:
         ops.append(Op("r", "aux", f"f16v4add {{r}}, {{{root}}}, {{b}}", (root, "b")))
         root = "r"
+    if scaled:  # the scale's pair stays out of the allocation (`SCALE_PAIR`)
+        ops.append(Op("q", "aux", f"f16v4mul {{q}}, {{{root}}}, {SCALE_PAIR}", (root,)))
+        root = "q"
     if out == "f16":
         ops.append(Op("", "main", f"st64step {{{root}}}, $mzero, $m4+=, 1", (root,)))
     else:
@@ -122,7 +130,7 @@ class Schedule:
         return max(self.times) // self.ii + 1
 
 
-def _schedule(ops: list[Op], ii: int) -> Schedule | None:
+def _schedule(ops: list[Op], ii: int, pairs: int = len(PAIRS)) -> Schedule | None:
     """Main-pipe ops in their order at consecutive slots (loads 0 .. G-1, the bias load; the stores in a later
     stage if their value is not ready), aux ops as soon as their operands are (one bundle's latency) in a free
     slot; then registers: a value holds its pair from the bundle after its write to its last read (a bundle
@@ -159,7 +167,7 @@ def _schedule(ops: list[Op], ii: int) -> Schedule | None:
             live[op.name] = {k % ii for k in range(t + 1, end + 1)}
     regs: dict[str, int] = {}
     for name in sorted(live, key=lambda v: times[[o.name for o in ops].index(v)]):
-        for reg in range(len(PAIRS)):
+        for reg in range(pairs):
             if all(regs[o] != reg or not (live[o] & live[name]) for o in regs):
                 regs[name] = reg
                 break
@@ -169,14 +177,14 @@ def _schedule(ops: list[Op], ii: int) -> Schedule | None:
 
 
 @cache
-def schedule(parts: int, bias: bool, out: str) -> Schedule:
-    ops = _ops(parts, bias, out)
+def schedule(parts: int, bias: bool, out: str, scaled: bool = False) -> Schedule:
+    ops = _ops(parts, bias, out, scaled)
     ii = max(sum(o.pipe == "main" for o in ops), sum(o.pipe == "aux" for o in ops))
     for extra in range(8):
-        s = _schedule(ops, ii + extra)
+        s = _schedule(ops, ii + extra, len(PAIRS) - scaled)
         if s is not None:
             return s
-    raise ValueError(f"no schedule for {parts} partials (bias {bias}, {out})")
+    raise ValueError(f"no schedule for {parts} partials (bias {bias}, {out}{', scaled' if scaled else ''})")
 
 
 def _text(op: Op, regs: dict) -> str:
@@ -260,22 +268,26 @@ def _valid(s: Schedule, times: list[int]) -> bool:
 # -- the worker bodies ---------------------------------------------------------------------------------------------
 
 
-def worker_name(parts: int, bias: bool, out: str) -> str:
-    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}"
+def worker_name(parts: int, bias: bool, out: str, scaled: bool = False) -> str:
+    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}"
 
 
 KINDS = [(g, b, o) for g in range(1, MAX_PARTS + 1) for b in (False, True) for o in ("f16", "f32")]
+# `scaled`: the f16 result times f16(scale) (the attention's Q scale, taken from the attention's program)
+SCALED_KINDS = [(g, b, "f16", True) for g in range(1, MAX_PARTS + 1) for b in (False, True)]
 
 
 @cache
-def worker(parts: int, bias: bool, out: str) -> WorkerCode:
-    s = schedule(parts, bias, out)
-    name = worker_name(parts, bias, out)
+def worker(parts: int, bias: bool, out: str, scaled: bool = False) -> WorkerCode:
+    s = schedule(parts, bias, out, scaled)
+    name = worker_name(parts, bias, out, scaled)
     c = WorkerCode(name)
     c.one("get $m0, $WSR")
     c.one("shl $m0, $m0, 2")  # the worker's table offset (bytes)
     c.one(f"ld32 $m5, $mvertex_base, $m0, {CNT}")
     c.one(f"brz $m5, .L{name}_idle")
+    if scaled:
+        c.one(f"ld64 {SCALE_PAIR}, $mvertex_base, $mzero, {SCALE // 2}")
     c.one(f"ld32 $m1, $mvertex_base, $m0, {IOFF}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m3")
@@ -328,8 +340,21 @@ class KSum:
     in1: int = 0
     row: int = 0
     out_type: str = "f16"
+    scale: float | None = None  # the f16 result times f16(scale) (None: not scaled)
 
     entry = "ew_sup"
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale is not None
+
+    @property
+    def kind(self) -> tuple:
+        return (
+            (self.parts, self.bias, self.out_type, True)
+            if self.scaled
+            else (self.parts, self.bias, self.out_type)
+        )
 
     @property
     def bias(self) -> bool:
@@ -337,7 +362,7 @@ class KSum:
 
     @property
     def name(self) -> str:
-        return worker_name(self.parts, self.bias, self.out_type)
+        return worker_name(*self.kind)
 
     def segments(self, first: int, count: int) -> list[int]:
         """The segment lengths of a worker's range."""
@@ -360,6 +385,8 @@ class KSum:
             raise ValueError(f"ksum: bias rows of whole atoms ({self.row} halves)")
         if self.bias and self.units % (self.row // 4):
             raise ValueError(f"ksum: {self.units} units are not whole rows of {self.row} halves")
+        if self.scaled and self.out_type != "f16":
+            raise ValueError("ksum: a scale is for f16 results only")
         f = np.zeros(FRAME_WORDS, np.uint32)
         ob = 8 if self.out_type == "f16" else 16
         atoms = self.row // 4 if self.bias else NO_ROW
@@ -371,6 +398,8 @@ class KSum:
         f[PSTRIDE] = self.units  # atoms between partial blocks
         f[BACK] = np.uint32((1 - (self.parts - 1) * self.units) & 0xFFFFFFFF)
         f[ROWLEN] = atoms
+        if self.scaled:
+            f[SCALE : SCALE + 2] = np.full(4, self.scale, np.float16).view(np.uint32)
         return f
 
 
@@ -383,6 +412,8 @@ def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndar
         s = p[0]
         if k.bias:
             s = (s.reshape(-1, k.row) + bias.astype(np.float16)).reshape(-1)
+        if k.scaled:  # f16v4mul: the exact product of two halves, rounded once
+            s = (s.astype(np.float32) * np.float32(np.float16(k.scale))).astype(np.float16)
     return s.astype(np.float32) if k.out_type == "f32" else s
 
 
@@ -393,8 +424,8 @@ IDLE = 5  # get, shl, ld32, brz, exitz
 def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     if count == 0:
         return IDLE
-    c = worker(k.parts, k.bias, k.out_type)
-    s = schedule(k.parts, k.bias, k.out_type)
+    c = worker(*k.kind)
+    s = schedule(*k.kind)
     n = c.count
     total = n["head"] + n["tail"]
     for seg in k.segments(first, count):

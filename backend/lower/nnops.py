@@ -233,6 +233,12 @@ class NnOps:
             )
         return lay
 
+    def optional_choice(self, op: Operation, key: str):
+        """kernel-select's choice `key` for op, or None when it made none (e.g. a sum that applies no scale)."""
+        from ipu.passes.kernel_select import choices
+
+        return choices(op).get(key)
+
     def choice(self, op: Operation, key: str):
         """kernel-select's choice `key` for op (its `kernel` attribute); a LoweringError when it is missing."""
         from ipu.passes.kernel_select import KernelChoiceError, check, choices
@@ -1542,6 +1548,17 @@ class NnOps:
                     for t, (_s, _d, n) in blocks.items()
                 },
             )
+        scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale (f16 sums only)
+        if scale is not None:
+            if rdt != "f16":
+                raise self.error(f"{what}: kernel choice scale is for f16 sums only (got {rdt})")
+            self.kcall(
+                f"{what}: * scale",
+                {
+                    t: ew.Elementwise("scale_f16", -(-n // 4), in0=final[t], out=final[t], scalar=scale)
+                    for t, (_s, _d, n) in blocks.items()
+                },
+            )
         if ragged:
             self.copy_call({t: [(work, d, n * xs)] for t, (d, n) in result_of.items()}, f"{what}: result")
         if rdt != xdt:
@@ -1561,6 +1578,7 @@ class NnOps:
         if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
             return False
         bias = op.bias is not None
+        scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
         rs = 2 if rdt == "f16" else 4
         for t, (s, d, n) in blocks.items():
             if n % 4 or (bias and cols[t][1] % 4):
@@ -1577,11 +1595,15 @@ class NnOps:
         self.__dict__.setdefault("ksum_kinds", set())
         calls = {}
         for t, (s, d, n) in blocks.items():
-            k = self.kernel(ks.KSum, count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt)
-            self.ksum_kinds.add((k.parts, k.bias, k.out_type))
+            k = self.kernel(ks.KSum, count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt, scale)
+            self.ksum_kinds.add(k.kind)
             calls[t] = k
         self.kcall(
-            f"{what}: sum {count}" + (" + bias" if bias else "") + (" -> f32" if rdt != xdt else ""), calls
+            f"{what}: sum {count}"
+            + (" + bias" if bias else "")
+            + (" -> f32" if rdt != xdt else "")
+            + (" * scale" if scale is not None else ""),
+            calls,
         )
         return True
 
@@ -1728,7 +1750,8 @@ class NnOps:
                     f"{what}: tile {tile}: {exc} (kernel choices key_chunk = {key_chunk}, score_chunk = "
                     f"{score_chunk}, scores = {scores!r})"
                 ) from None
-        return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax)
+        q_scaled = choices(op).get("q_scale") == "sum"  # Q's K-split sum applied the scale
+        return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax, q_scaled=q_scaled)
 
     def _attention_operands(self, op, what: str):
         """(Q's, K's and V's column panel widths or None, element sizes of Q, K, V and the result), checking that
@@ -2036,7 +2059,7 @@ def attention_program(
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
     region1: int = IPU21.region1[0], dv: int | None = None, o_stride: int | None = None, stats: bool = False,
-    pv_transposed: bool | None = None, softmax: str | None = None,
+    pv_transposed: bool | None = None, softmax: str | None = None, q_scaled: bool = False,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
@@ -2050,7 +2073,8 @@ def attention_program(
     row max and sum of e (f32) after each result row's dv columns (`softmax_split_e`: P = e unnormalized, no scale
     pass; then `sms_stats`); O's rows are divided by the sum on the way to f32 (`to_f32_scaled`).
     pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
-    `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores."""
+    `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores. q_scaled (kernel-select's
+    `q_scale = "sum"`): f16 Q arrives scaled (its K-split sum applied the scale), so no "Q * scale" step."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
     dvpad = -(-dv // 16) * 16
@@ -2100,13 +2124,19 @@ def attention_program(
         else:  # narrow panels: through f32 rows in C, as f32 Q
             panel_rows("Q to f32", "to_f32", m, qp, qa, m, 0, 2, c_area, 4, d * 4)
             qa, qp, q_via_c = c_area, None, True
-        if not q_via_c:
+        if not (q_via_c or q_scaled):
             prog.append(
                 (
                     "Q * scale",
                     ew.Elementwise("scale_f16", m * dpad // 4, in0=a_area, out=a_area, scalar=scale),
                 )
             )
+    if q_scaled and (esizes[0] != 2 or q_via_c):
+        raise ValueError(
+            "kernel choice q_scale = 'sum' needs f16 Q scaled in place (row-major, or column panels of a multiple of "
+            f"4 >= {rw.PF_MIN_P}); got {esizes[0]}-byte elements"
+            + (f" in narrow panels of {panels_of[0]}" if panels_of[0] is not None else "")
+        )
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
     if esizes[0] == 2 and not q_via_c:

@@ -14,7 +14,7 @@ from ipu.backend.target import Target
 from ipu.runtime.simulator import Simulator
 
 TARGET = Target.small(tiles=1, sram_kib=624)
-LIB = E.library_asm(TARGET.sram_base) + "\n" + K.library_asm()
+LIB = E.library_asm(TARGET.sram_base) + "\n" + K.library_asm(K.KINDS + K.SCALED_KINDS)
 X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
 
 
@@ -43,6 +43,32 @@ def test_ksum_kinds(kind, rows, row):
     units = rows * row // 4
     x, b = _inputs(parts, units, row, rng)
     _run(K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out), x, b)
+
+
+@pytest.mark.parametrize("kind", K.SCALED_KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize("rows,row", [(1, 4), (7, 24)])
+def test_ksum_scaled_kinds(kind, rows, row):
+    """The scaled bodies (the attention's Q scale applied by Q's K-split sum): bit-exact and the estimate exact,
+    and the same bits as the unscaled sum followed by the attention program's `scale_f16` call (f16(q * f16(s)))
+    that they replace."""
+    parts, bias, out, _ = kind
+    rng = np.random.default_rng(parts * 100 + rows + 7)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng)
+    scale = 72**-0.5
+    k = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out, scale=scale)
+    plain = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out)
+    # The multiply shares the adds' bundles (II unchanged); the scale's load and a longer epilogue per segment.
+    assert K.schedule(*k.kind).ii == K.schedule(*plain.kind).ii
+    assert K.cycles(plain) < K.cycles(k) <= K.cycles(plain) + 6 * (1 + 2 * 3)
+    _run(k, x, b)
+    then = E.semantics(E.Elementwise("scale_f16", units, scalar=scale), K.semantics(plain, x, b))
+    np.testing.assert_array_equal(K.semantics(k, x, b).view(np.uint16), then.view(np.uint16))
+
+
+def test_ksum_scale_is_f16_only():
+    with pytest.raises(ValueError, match="f16 results only"):
+        K.KSum(2, 4, X, OUT, out_type="f32", scale=0.5).frame({"ksum2_f16_f32_scaled": 0})
 
 
 # The blocks the lowering gives So400m's K-split linears (rows x columns per tile, their G and result type) and

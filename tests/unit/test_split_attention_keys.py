@@ -183,3 +183,33 @@ def test_key_split_sums_from_the_ones_row(chunks, tiles, image, hidden, heads, m
         assert _rel(out[k], ref[k]) <= 0.005, k
         assert _rel(out[k], forced[k]) <= 0.004, k  # (measured 0.0007 / 0.0027 on 64 tokens, d = 24)
     assert not np.array_equal(out["last_hidden_state"], forced["last_hidden_state"])
+
+
+@pytest.mark.parametrize("tiles,image,hidden,heads", [(64, 96, 192, 4), (40, 96, 144, 2)])
+def test_q_scale_applied_by_the_sum(tiles, image, hidden, heads, monkeypatch):
+    """kernel-select's `q_scale = "sum"` (q_proj split over K by `nn-split-k`, its f16 sum read by the attention
+    only): Q's K-split sum applies the attention's scale (`ksum`'s scaled body, the multiply beside its adds) and
+    the attention's program has no "Q * scale" step. The same bits as the program's step (`q_scale = "program"`,
+    forced): both compute f16(q * f16(scale)) of the same f16 q."""
+    from ipu.passes import kernel_select
+
+    cfg = SiglipVisionConfig(
+        **{**_config(image).to_dict(), "hidden_size": hidden, "num_attention_heads": heads}
+    )
+    target = Target.small(tiles=tiles, sram_kib=624)
+
+    def sites(pkg):
+        return [s["what"] for s in pkg.metadata["profile_sites"]]
+
+    pkg = compile_model(build_vision_model(cfg), target, repeat=False)
+    assert sum("nn.reduce_sum" in w and w.endswith("* scale") for w in sites(pkg)) == 1
+    assert not any(w.startswith("nn.attention ") and "Q * scale" in w for w in sites(pkg))
+    out, ref = _run(build_vision_model(cfg), cfg, tiles)
+    monkeypatch.setattr(kernel_select, "q_scale_sum", lambda op: None)
+    assert any("Q * scale" in w for w in sites(compile_model(build_vision_model(cfg), target, repeat=False)))
+    forced, _ = _run(build_vision_model(cfg), cfg, tiles)
+    for k in ("last_hidden_state", "pooler_output"):
+        np.testing.assert_array_equal(out[k], forced[k])
+        assert _rel(out[k], ref[k]) <= 0.03, (
+            k
+        )  # (width 144: FP8 casts, see test_key_split_sums_from_the_ones_row)

@@ -4,6 +4,7 @@
 // RUN: not ipu-opt %s -p 'kernel-select{tiles=4 sram_kib=100}' 2>&1 | filecheck %s --check-prefix=SRAM
 // RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/rows = "softmax[a-z_]*"/rows = "softmax_fast"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=VALUE
 // RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/kernel = {rows = "softmax[a-z_]*"}/kernel = "softmax"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=DICT
+// RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/q_scale = "program"/q_scale = "sum"/' | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=QSCALE
 
 // OPT: ipu-opt: error: kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got 40
 // SCORES: ipu-opt: error: kernel-select: scores must be one of ['transposed', 'direct'], got 'sideways'
@@ -11,6 +12,8 @@
 // SRAM: ipu-opt: error: kernel-select: sram_kib must be a multiple of 16
 // An edited choice that names no kernel, or a `kernel` attribute that is not a dictionary:
 // VALUE: ipu-opt: error: kernel-select: nn.softmax (s): kernel choice rows = 'softmax_fast': expected one of ['softmax', 'softmax_split']
+// Q's scale left to a sum where Q comes from none (here a linear that is not split over K):
+// QSCALE: ipu-opt: error: kernel-select: nn.attention: kernel choice q_scale = 'sum' needs Q from an f16 K-split sum read by this attention only
 // DICT: ipu-opt: error: kernel-select: nn.softmax: the 'kernel' attribute must be a dictionary, got "softmax"
 
 builtin.module {
