@@ -21,9 +21,9 @@ filled), so overrides survive a second run of the pass.
 | | `score_chunk` | keys per S^T = K Q^T step at most, transposed scores only (a multiple of 16; the K rows take A's whole element, so it may exceed `key_chunk`; absent: `key_chunk`) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
+| | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T) |
 | | `q_scale` | `"sum"` (Q comes from a K-split sum that applies the scale: no "Q * scale" step) or `"program"` |
 | `nn.reduce_sum` (with `q_scale = "sum"` on its attention) | `scale` | the attention's scale: the f16 sum times f16(scale), in the fused sum's registers |
-| | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T) |
 
 The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
 ends with it. Options override a choice for every op that has it (tests reach the other paths at small sizes).

@@ -256,6 +256,10 @@ ESIZES = {
     "attn_merge3": (4, 4),
     "attn_merge4": (4, 4),
 }
+TO_F32_SCALED = (
+    "to_f32_scaled",
+    "to_f32_scaled_l",
+)  # the same pipelined body; `_l` reads l from the input row
 MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3, "attn_merge4": 4}
 
 
@@ -495,7 +499,7 @@ def _row_kernel(op: str) -> Code:
             _b("st64step $a4:5, $mzero, $m7+=, 1"),
         ]
         c.rpt("$m4", body, "atom0")
-    elif op in ("to_f32_scaled", "to_f32_scaled_l"):
+    elif op in TO_F32_SCALED:
         _to_f32_scaled_row(c, l_in_row=op == "to_f32_scaled_l")
     elif op == "fill_f16":
         c.one("add $m7, $m2, 0")
@@ -581,10 +585,7 @@ def _row_kernel(op: str) -> Code:
     elif op in MERGE_CHUNKS:
         _merge_row(c, MERGE_CHUNKS[op])
     _row_end(c)
-    if op in (
-        "to_f32_scaled",
-        "to_f32_scaled_l",
-    ):  # rows of one atom (not pipelined), then back to the row's end
+    if op in TO_F32_SCALED:  # rows of one atom (not pipelined), then back to the row's end
         c.tag = "single"
         c.label(f".L{c.name}_one")
         c.bundle("nop", "f16v2tof32 $a2:3, $a0")
@@ -1533,7 +1534,7 @@ class Rows:
                     "zero": atoms - va}  # fmt: skip
         if self.op == "fill_f16":
             return {"atom0": atoms}
-        if self.op in ("to_f32_scaled", "to_f32_scaled_l"):  # pipelined from two atoms on; one atom: `single`
+        if self.op in TO_F32_SCALED:  # pipelined from two atoms on; one atom: `single`
             return {"atom0": max(atoms - 2, 0), "pipe": int(atoms > 1), "single": int(atoms == 1)}
         if self.op == "softmax_e":
             va = -(-self.nvalid // 4)
@@ -1590,7 +1591,7 @@ class Rows:
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
         if self.op in ("softmax", "softmax_e", "softmax_m"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
-        if self.op in ("to_f32_scaled", "to_f32_scaled_l"):
+        if self.op in TO_F32_SCALED:
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
         if self.op == "to_f32_scaled_l":
             f[ST1] = 2 * self.n  # l's byte in an input row

@@ -120,7 +120,7 @@ def _padded_rows(rows: int, width: int, src: int, in_stride: int, dst: int, out_
 
 
 ENTRY = {ew.Elementwise: ("ew_sup", ew.FRAME_WORDS), gm.Gemm: ("gemm_f16_sup_ld64", gm.FRAME_WORDS)}
-for _k in (rw.Rows, pk.Chunks, pk.WeightsF16, pk.TransposeF16):
+for _k in (rw.Rows, pk.Chunks, pk.WeightsF16):
     ENTRY[_k] = ("rows_sup", rw.FRAME_WORDS)
 ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
 ENTRY[pk.TransposeF16] = ("rows_sup", pk.T_FRAME_WORDS)
