@@ -47,8 +47,9 @@ combines both and normalizes its slice. Partials: per row 96 bytes at st0 + 96 *
 sums of squares at 48 + 8 * w (one per 64-bit word: the simulator's poison tracking loses one of two 32-bit
 stores into one 64-bit word in the same SIMT step). Inner loops load the next atom in the bundle after the
 current one's conversions; the slice's last atom runs in an epilogue, so nothing outside the operands is read.
-Pass 3 works in f16 (f16v4: the mean as hi + lo halves, rstd as a half, see Numerics): thread cycles per atom
-4 + 8 + 6 (`layernorm`: 5 + 9 + 12); cost `LNS_SUP` + 6 * (the three passes' slowest worker). eps >= 2^-30 (the
+Pass 3 works in f16 (f16v4: the mean as hi + lo halves, rstd as a half, see Numerics), software-pipelined in two
+stages (atom i's subtractions and * rstd beside atom i - 1's * w, + b and store): thread cycles per atom
+4 + 8 + 5 (`layernorm`: 5 + 9 + 12; `layernorm_split32`, x f32 rows: 2 + 6 + 7); cost `LNS_SUP` + 6 * (the three passes' slowest worker). eps >= 2^-30 (the
 f16 rstd <= 2^15).
 
 `softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
@@ -426,6 +427,11 @@ def _row_kernel(op: str) -> Code:
         _state_ptr(c, "$m0", ST0)  # m
         _state_ptr(c, "$m8", ST1)  # l
         _state_ptr(c, "$m9", ST2)  # alpha
+    if op in MERGE_CHUNKS:
+        c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row (4 n)
+        c.one("shl $m4, $m4, 1")  # pairs of columns less the peeled first
+        c.one("sub $m4, $m4, 1")
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
     if op in ("flash_merge", "flash_final"):
         _state_ptr(c, "$m0", ST0)  # alpha (merge) / l (final)
         c.one(f"ld32 $m8, $mvertex_base, $mzero, {IN1}")  # pv rows (merge)
@@ -728,17 +734,46 @@ def _softmax_m_row(c: Code) -> None:
     _zero_pass(c)
 
 
+def _merge_pair_body(nc: int, ptrs: list[str], coef: list[str]) -> list[tuple[str, str]]:
+    """attn_merge's software-pipelined pair of f32 columns: 2 nc - 1 bundles, AUX-bound (nc products, nc - 1
+    sums). Chunk j's pair is loaded into $a0:1 (j even) or $a2:3 (j odd) and multiplied in place (chunk 0's
+    product straight into the sum $a4:5); bundle 0 stores the previous pair's sum (a bundle reads the old
+    registers, so its product may overwrite $a4:5 beside the store). Each load sits beside or after the last
+    reader of its register's previous value and before its own product: chunks 2.. of this pair, then chunks 0
+    and 1 of the next (they read the row's (m, l) pair after its last columns: inside the operand)."""
+    reg = ["$a0:1", "$a2:3"]
+    aux = [f"f32v2mul $a4:5, $a0:1, {coef[0]}"]
+    for j in range(1, nc):
+        aux += [f"f32v2mul {reg[j % 2]}, {reg[j % 2]}, {coef[j]}", f"f32v2add $a4:5, $a4:5, {reg[j % 2]}"]
+    last_read = {0: 0}  # chunk -> bundle of its value's last reader (its product, or the sum that adds it)
+    for j in range(1, nc):
+        last_read[j] = 2 * j
+    mains = ["st64step $a4:5, $mzero, $m7+=, 1"] + ["nop"] * (len(aux) - 1)
+
+    def place(load: str, after: int, before: int) -> None:
+        slot = next(b for b in range(max(after, 1), before) if mains[b] == "nop")
+        mains[slot] = load
+
+    def load(j: int) -> str:
+        return f"ld64step {reg[j % 2]}, $mzero, {ptrs[j]}+=, 1"
+
+    for j in range(2, nc):  # before its product at bundle 2 j - 1
+        place(load(j), last_read[j - 2], 2 * j - 1)
+    for j in (0, 1):  # the next pair's: after the last reader of its register, before the body ends
+        last = max(i for i in range(nc) if i % 2 == j)
+        place(load(j), last_read[last], len(aux))
+    return list(zip(mains, aux))
+
+
 def _merge_row(c: Code, nc: int) -> None:
-    """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte 4 n =
-    16 * atoms). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in both halves of a pair ($a8:9,
+    """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte $m0 =
+    4 n). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in both halves of a pair ($a8:9,
     $a10:11, $a12:13; the fourth chunk's in $a6:7, free once M and 1 / sum are used: $a14 is half of $azeros and
-    $a15 the zero register, neither is written); out = (c_0 o_0 + c_1 o_1) + ..., two f32 pairs per atom ($a0:1
-    loads, $a2:3 products, $a4:5 the sum)."""
+    $a15 the zero register, neither is written); out = (c_0 o_0 + c_1 o_1) + ..., a pair of columns per
+    `_merge_pair_body` ($m4 = pairs - 1 repetitions after the first pair, peeled: no sum before it to store)."""
     # w_j in the low half of its pair; the fourth w in $a6 (M's register: M is dead once the last w is computed).
     w = [f"$a{8 + 2 * j}" for j in range(min(nc, 3))] + ["$a6"] * (nc > 3)
     coef = [f"$a{8 + 2 * j}:{9 + 2 * j}" for j in range(min(nc, 3))] + ["$a6:7"] * (nc > 3)
-    c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row
-    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
     c.one("add $m3, $m1, 0")
     c.one("ld32 $a6, $m3, $m0, 0")
     for _ in range(1, nc):
@@ -767,18 +802,14 @@ def _merge_row(c: Code, nc: int) -> None:
     for j in range(1, nc):
         c.one(f"add {ptrs[j]}, {ptrs[j - 1]}, $m9")
     c.one("add $m7, $m2, 0")
-    pair = [
-        _b(f"ld64step $a0:1, $mzero, {ptrs[0]}+=, 1"),
-        _b(f"ld64step $a0:1, $mzero, {ptrs[1]}+=, 1", f"f32v2mul $a4:5, $a0:1, {coef[0]}"),
-    ]
-    for j in range(1, nc):
-        nxt = f"ld64step $a0:1, $mzero, {ptrs[j + 1]}+=, 1" if j + 1 < nc else "nop"
-        pair += [
-            _b(nxt, f"f32v2mul $a2:3, $a0:1, {coef[j]}"),
-            _b("nop", "f32v2add $a4:5, $a4:5, $a2:3"),
-        ]
-    pair.append(_b("st64step $a4:5, $mzero, $m7+=, 1"))
-    c.rpt("$m4", pair + pair, "atom0")
+    c.bundle(f"ld64step $a0:1, $mzero, {ptrs[0]}+=, 1")
+    c.bundle(f"ld64step $a2:3, $mzero, {ptrs[1]}+=, 1")
+    body = _merge_pair_body(nc, ptrs, coef)
+    c.bundle("nop", body[0][1])  # the first pair: no sum to store before it
+    for m, a in body[1:]:
+        c.bundle(m, a)
+    c.rpt("$m4", body, "pair")
+    c.bundle("st64step $a4:5, $mzero, $m7+=, 1")
 
 
 def _pass_exp_keep(c: Code, tag: str) -> None:
@@ -1057,6 +1088,7 @@ def _lns_kernel(phase: str, x32: bool = False) -> Code:
         for reg, word in (("$m10", IN1), ("$m11", IN2)):  # the weight / bias slices
             c.one(f"ld32 {reg}, $mvertex_base, $mzero, {word}")
             c.one(f"add {reg}, {reg}, $m6")
+        c.one("sub $m11, $m11, 8")  # the bias one atom back (see the norm loop)
         c.one(f"ld32 $m6, $mvertex_base, $mzero, {OSTRIDE}")
     c.tag = "row"
     c.label(f".L{c.name}_row")
@@ -1095,25 +1127,50 @@ def _lns_kernel(phase: str, x32: bool = False) -> Code:
         c.bundle("nop", "f32v2sub $a2:3, $a6:7, $a2:3")
         c.bundle("nop", "f32v2tof16 $a8, $a2:3")
         c.bundle("nop", "f32v2tof16 $a9, $a2:3")
-        # One atom in f16: y = ((((x - hi) - lo) * r) * w) + b.
-        body = [
-            _b("ld64 $a4:5, $m11, $m0, 0", "f16v4sub $a2:3, $a0:1, $a10:11"),  # bias
-            _b("ld64step $a6:7, $m10, $m0+=, 1", "f16v4sub $a2:3, $a2:3, $a8:9"),  # weight
-            _b("nop", "f16v4mul $a2:3, $a2:3, $a12:13"),
-            _b("nop", "f16v4mul $a2:3, $a2:3, $a6:7"),
-            _b("nop", "f16v4add $a2:3, $a2:3, $a4:5"),
-            _b("st64step $a2:3, $mzero, $m7+=, 1"),
-        ]
-        if x32:  # the atom's f32 pairs ($a0:1 loaded before, $a2:3 beside the first conversion) to f16 first
+        # One atom in f16: y = ((((x - hi) - lo) * r) * w) + b, software-pipelined in two stages: stage 0 of
+        # atom i (x -> f16 for x32, the subtractions, * r into $a4:5, the load of w(i)) beside stage 1 of atom
+        # i - 1 (* w, the load of b into w's register, + b, the store): `rpt $m4` over atoms 1.., stage 0 of atom
+        # 0 before it, stage 1 of the last after it (nothing past the slice is read). The bias pointer $m11 is
+        # one atom back: the offset $m0 has already stepped past atom i - 1 when its bias loads.
+        load_x = "ld64step $a0:1, $mzero, $m3+=, 1"
+        stage1 = {  # bundle -> (MAIN, AUX) of atom i - 1's stage 1 in the loop body
+            "mul_w": "f16v4mul $a4:5, $a4:5, $a6:7",
+            "load_b": "ld64 $a6:7, $m11, $m0, 0",
+            "add_b": "f16v4add $a4:5, $a4:5, $a6:7",
+            "store": "st64step $a4:5, $mzero, $m7+=, 1",
+        }
+        load_w = "ld64step $a6:7, $m10, $m0+=, 1"
+        sub_hi, sub_lo = "f16v4sub $a2:3, $a0:1, $a10:11", "f16v4sub $a2:3, $a2:3, $a8:9"
+        mul_r = "f16v4mul $a4:5, $a2:3, $a12:13"
+        if x32:  # the atom's f32 pairs: $a0:1 (loaded first), $a2:3
+            load_hi = "ld64step $a2:3, $mzero, $m3+=, 1"
+            lo16, hi16 = "f32v2tof16 $a0, $a0:1", "f32v2tof16 $a1, $a2:3"
+            prologue = [_b(load_hi, lo16), _b(load_w, hi16), _b("nop", sub_hi), _b("nop", sub_lo)]
             body = [
-                _b("ld64step $a2:3, $mzero, $m3+=, 1", "f32v2tof16 $a0, $a0:1"),
-                _b("nop", "f32v2tof16 $a1, $a2:3"),
-                *body,
+                _b(load_x, stage1["mul_w"]),
+                _b(stage1["load_b"], lo16),
+                _b(load_hi, stage1["add_b"]),
+                _b(stage1["store"], hi16),
+                _b(load_w, sub_hi),
+                _b("nop", sub_lo),
+                _b("nop", mul_r),
             ]
-            body[4] = _b("ld64step $a0:1, $mzero, $m3+=, 1", body[4][1])
-            _lns_loop32(c, body, (4,))
         else:
-            _lns_loop(c, body, 2)
+            prologue = [_b(load_w, sub_hi), _b("nop", sub_lo)]
+            body = [
+                _b(load_x, stage1["mul_w"]),
+                _b(stage1["load_b"], sub_hi),
+                _b("nop", stage1["add_b"]),
+                _b(stage1["store"], sub_lo),
+                _b(load_w, mul_r),
+            ]
+        for m, a in prologue + [_b("nop", mul_r)]:  # stage 0 of atom 0 (x loaded above)
+            c.bundle(m, a)
+        c.rpt("$m4", body, "atom")
+        c.bundle("nop", stage1["mul_w"])  # stage 1 of the last atom
+        c.bundle(stage1["load_b"])
+        c.bundle("nop", stage1["add_b"])
+        c.bundle(stage1["store"])
         c.one("add $m2, $m2, $m6")
     c.one("add $m1, $m1, $m9")
     if phase != "sum":
@@ -1534,6 +1591,8 @@ class Rows:
                     "zero": atoms - va}  # fmt: skip
         if self.op == "fill_f16":
             return {"atom0": atoms}
+        if self.op in MERGE_CHUNKS:  # the first pair of columns is peeled
+            return {"pair": 2 * atoms - 1}
         if self.op in TO_F32_SCALED:  # pipelined from two atoms on; one atom: `single`
             return {"atom0": max(atoms - 2, 0), "pipe": int(atoms > 1), "single": int(atoms == 1)}
         if self.op == "softmax_e":
