@@ -39,6 +39,8 @@ class NNToExchangePipelinePass(ModulePass):
     """Compact mode: words per stream wave."""
     balance_homes: bool = True
     """tile-balance-homes: spread the resident parameters' homes evenly over the tiles."""
+    off_readers: bool = True
+    """tile-balance-homes: keep each home block off the tiles that receive it."""
     resident_budget_kib: int = 0
     """tile-balance-homes: per-tile limit of resident parameter bytes, KiB (0: none)."""
     weights_order: str = "auto"
@@ -58,6 +60,7 @@ class NNToExchangePipelinePass(ModulePass):
                 sram_kib=self.sram_kib,
                 resident_budget_kib=self.resident_budget_kib,
                 enable=self.balance_homes,
+                off_readers=self.off_readers,
             ),
             ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
             ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),

@@ -11,7 +11,9 @@ A home block is only ever read by the exchange (every use of the value is a `til
 weight, every use of the loop body's argument is), so its tile is free to choose. This pass reassigns them: the
 homes are visited from the largest block to the smallest (a block's bytes count every member of a stacked
 sequence) and each one's blocks go to the currently least-loaded tiles, distinct tiles for the blocks of one value
-while there are enough (its pieces are then sent in parallel, one per tile); a local search then moves or swaps
+while there are enough (its pieces are then sent in parallel, one per tile), and none on a tile that receives it
+(`off_readers`: a block homed on one of its readers is copied on that tile after the exchange, a compute step all
+tiles wait for; off them, it arrives with the phase's other receives); a local search then moves or swaps
 blocks off the fullest tile while that lowers it. The load balanced is resident bytes plus each tile's working
 set (`transient_peak`), so tiles that hold more activations at their busiest point get fewer homes. What cannot move (a parameter read
 in place by its consumer, an input) counts as the starting load. The result stays a one-replica dense-table layout
@@ -55,6 +57,7 @@ class _Home:
     layout: tl.LayoutAttr
     block_bytes: np.ndarray  # [blocks], every member of a stacked sequence counted
     slots: list[tuple[tl.RepeatOp, int]]  # repeat arg_layouts entries holding the unstacked member layout
+    readers: list[frozenset[int]] | None = None  # per block: the tiles its relayouts deliver that block to
 
 
 def _is_resident(op: Operation) -> bool:
@@ -83,6 +86,29 @@ def _read_by_exchange_only(v: SSAValue) -> list[tuple[tl.RepeatOp, int]] | None:
             continue
         return None
     return slots
+
+
+def _block_readers(v: SSAValue, layout: tl.LayoutAttr, slots) -> list[frozenset[int]]:
+    """Per home block, the tiles that receive it: the replicas of the block containing it in the layouts v's
+    relayouts (or those of the loop arguments it feeds) deliver v to, where those blocks are whole multiples of
+    the home's (tile-plan cuts a home into pieces of its consumer's blocks)."""
+    uses = [u.operation for u in v.uses]
+    for rep, index in slots:
+        uses += [u.operation for u in rep.body.block.args[index].uses]
+    home = layout.unstacked()
+    origin = home.geometry().block_origin
+    readers: list[set[int]] = [set() for _ in range(home.num_blocks)]
+    for u in uses:
+        if not isinstance(u, tl.RelayoutOp) or u.layout.shape_ != home.shape_:
+            continue
+        cblock = np.array(u.layout.block_, np.int64)
+        if (cblock % np.array(home.block_, np.int64)).any():
+            continue
+        cidx = np.ravel_multi_index(tuple((origin // cblock).T), u.layout.grid)
+        table = u.layout.table()
+        for b, c in enumerate(cidx.tolist()):
+            readers[b].update(table[c].tolist())
+    return [frozenset(r) for r in readers]
 
 
 def _name(v: SSAValue) -> str:
@@ -128,7 +154,7 @@ def collect(block: Block, num_tiles: int) -> tuple[list[_Home], np.ndarray, dict
         if slots is None:
             fixed += _tile_bytes(layout, num_tiles)
         else:
-            homes.append(_Home(v, layout, _bytes(layout), slots))
+            homes.append(_Home(v, layout, _bytes(layout), slots, _block_readers(v, layout, slots)))
     return homes, fixed, per_value
 
 
@@ -147,11 +173,11 @@ def transient_peak(f: func.FuncOp, target) -> np.ndarray:
     return np.cumsum(delta, axis=0).max(axis=0)
 
 
-def balance(homes: list[_Home], load: np.ndarray) -> list[np.ndarray]:
+def balance(homes: list[_Home], load: np.ndarray, off_readers: bool = True) -> list[np.ndarray]:
     """New tiles per home block (same order as `homes`); `load` is updated in place.
 
     Two steps: greedy, largest blocks first (ties: program order), each value's blocks on the least-loaded
-    distinct tiles; then `improve` moves or swaps blocks off the fullest tile while that lowers it. The greedy
+    distinct tiles (with `off_readers`, for each block the least-loaded one that does not receive it); then `improve` moves or swaps blocks off the fullest tile while that lowers it. The greedy
     alone is limited by the blocks' size: So400m's 27-layer homes are 62 and 83 KB sequences, and it left the
     fullest tile 44 KB above the median; the local search halves that."""
     n = len(load)
@@ -159,15 +185,34 @@ def balance(homes: list[_Home], load: np.ndarray) -> list[np.ndarray]:
     order = sorted(range(len(homes)), key=lambda i: (-int(homes[i].block_bytes.max()), i))
     for i in order:
         b = homes[i].block_bytes
+        readers = homes[i].readers if off_readers else None
         by_size = np.argsort(-b, kind="stable")
         for start in range(0, len(b), n):
             chunk = by_size[start : start + n]
-            free = np.argsort(load, kind="stable")[: len(chunk)]  # one block each; ties: lower tile id
+            ranked = np.argsort(load, kind="stable").tolist()  # ties: lower tile id
+            if readers is None:
+                free = np.array(ranked[: len(chunk)], np.int64)  # one block each
+            else:  # one block each, off the tiles that read that block (else the least-loaded free one)
+                taken: set[int] = set()
+                free = np.empty(len(chunk), np.int64)
+                first = 0  # ranked[:first] are taken
+                for k, blk in enumerate(chunk.tolist()):
+                    at = first
+                    while at < n and (ranked[at] in taken or ranked[at] in readers[blk]):
+                        at += 1
+                    t = ranked[at] if at < n else ranked[first]
+                    taken.add(t)
+                    free[k] = t
+                    while first < n and ranked[first] in taken:
+                        first += 1
             new[i][chunk] = free
             np.add.at(load, free, b[chunk])
     sizes = np.concatenate([h.block_bytes for h in homes]) if homes else np.zeros(0, np.int64)
     tiles = np.concatenate(new) if homes else np.zeros(0, np.int64)
-    improve(sizes.astype(np.int64), tiles, load)
+    barred = (
+        [r for h in homes for r in (h.readers or [frozenset()] * len(h.block_bytes))] if off_readers else None
+    )
+    improve(sizes.astype(np.int64), tiles, load, barred)
     out, at = [], 0
     for h in homes:
         out.append(tiles[at : at + len(h.block_bytes)].astype(np.int32))
@@ -179,11 +224,15 @@ IMPROVE_CANDIDATES = 32  # least-loaded tiles tried as the other side of a move 
 IMPROVE_STEPS = 20000  # bound on the local search (it stops earlier when no step lowers the fullest tile)
 
 
-def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
+def improve(
+    sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray, barred: list[frozenset[int]] | None = None
+) -> None:
     """Local search on an assignment of items (`sizes`, `tile_of`) to tiles (`load`, both updated in place):
     while some move of an item from the fullest tile to one of the least-loaded tiles, or swap with a smaller
-    item there, leaves both below the fullest tile's load, do the best one."""
+    item there, leaves both below the fullest tile's load, do the best one. `barred` (per item): tiles an item
+    must not move to (the tiles that read that home block: its copy there would be an on-tile copy)."""
     n = len(load)
+    barred = barred or [frozenset()] * len(sizes)
     on: list[list[int]] = [[] for _ in range(n)]
     for i, t in enumerate(tile_of.tolist()):
         on[t].append(i)
@@ -196,14 +245,14 @@ def improve(sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray) -> None:
         for i in on[t]:
             bi = int(sizes[i])
             for u in cands:
-                if u == t:
+                if u == t or u in barred[i]:
                     continue
                 lu = int(load[u])
                 if max(top - bi, lu + bi) < best:
                     best, step = max(top - bi, lu + bi), (i, u, -1)
                 for j in on[u]:
                     d = bi - int(sizes[j])
-                    if d > 0 and max(top - d, lu + d) < best:
+                    if d > 0 and max(top - d, lu + d) < best and t not in barred[j]:
                         best, step = max(top - d, lu + d), (i, u, j)
         if step is None:
             return
@@ -254,6 +303,9 @@ class TileBalanceHomesPass(ModulePass):
     """Per-tile limit of resident parameter bytes after balancing, KiB (0: none)."""
     enable: bool = True
     """false: keep tile-plan's homes (the per-tile figures are still recorded and the budget checked)."""
+    off_readers: bool = True
+    """Keep each home block off the tiles that receive it (while other tiles are free): a block homed on one of
+    its readers becomes an on-tile copy after the exchange, a compute step that every tile waits for."""
 
     def __post_init__(self) -> None:
         target_for(self.tiles, self.sram_kib)
@@ -278,7 +330,7 @@ class TileBalanceHomesPass(ModulePass):
             # homes, so that the per-tile peak (what memory-plan must fit) is even, not only the resident bytes.
             working = transient_peak(f, target_for(self.tiles, self.sram_kib))
             total = load + working
-            for h, tiles in zip(homes, balance(homes, total)):
+            for h, tiles in zip(homes, balance(homes, total, self.off_readers)):
                 lay = _with_tiles(h.layout, tiles)
                 _set_layout(h.value, lay)
                 for rep, index in h.slots:
