@@ -80,9 +80,11 @@ same 1 + 5.5 on a sixth of each row plus ~60 per row for the passes' heads, part
 row i of every panel into one output row and zero-fills columns panels * P .. n, in one call (P % 4 == 0, P >= 8,
 n >= panels * P). Each worker walks its rows panel by panel: a panel's rows are one software-pipelined stream of
 `ldst64pace` (each bundle stores atom t and loads atom t + 1: one thread cycle per 8 bytes), the jumps from one row
-to the next folded into the pace increments (the stride register's fields 0 / 1: load / store jump in atoms), so a
-row of a panel costs P / 4 + 2 thread cycles (an `rpt` of P / 4 - 2 atoms, the two jump bundles, the loop branch);
-the priming load and the last row's final store (alone: nothing past the worker's rows is read) are per panel.
+to the next folded into the pace increments (the stride register's fields 0 / 1: load / store jump in atoms). For
+the panel widths of `PF_FAST_ATOMS` (P = 8 .. 48) the rows but the last are one `rpt` whose body is a whole row
+(P / 4 - 2 plain bundles and the two jump bundles): P / 4 thread cycles per row; other widths loop over the rows
+around an `rpt` of the plain bundles, P / 4 + 2 per row (the loop branch and the `rpt`). The frame's PF_LOOP
+names the loop. The priming load and the last row's final store (alone: nothing past the worker's rows is read) are per panel.
 Then the zero columns, column by column: an `rpt` over the worker's rows of `st64step` with the row stride (one
 cycle per zero atom, 4 per zero column). When a load and the store in one bundle would hit one memory bank (checked
 on the host over the call's address streams: the simulator's bank rule) or a jump does not fit the 10-bit fields,
@@ -188,6 +190,10 @@ SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 # the safe path, PF_OATOMS = the output row stride in atoms (the zero columns' st64step stride).
 PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
 PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
+PF_LOOP = (
+    CONST + 1
+)  # the pace path's rows loop: `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else generic
+PF_FAST_ATOMS = (2, 3, 4, 6, 8, 12)  # panel widths 8 .. 48 with a loop body of their own
 PF_MIN_P = 8  # two atoms per panel row at least: the row's load jump and store jump are in different bundles
 PACE_FIELD = 1 << 9  # pace stride fields: signed 10-bit atom counts
 
@@ -918,6 +924,21 @@ def _pf_kernel() -> Code:
     c.one("ld64 $a0:1, $m1, $mzero, 0")
     c.one("add $m3, $m1, 8")
     c.one("tapack $m10:11, $m3, $mzero, $m2")
+    c.one(
+        f"ld32 $m3, $mvertex_base, $mzero, {PF_LOOP}"
+    )  # the rows' loop: one for the panel width, or generic
+    c.one("br $m3")
+    for a in PF_FAST_ATOMS:  # every row but the last as one rpt body of a bundles: no per-row loop overhead
+        c.tag = f"fast{a}"
+        c.label(f".L{n}_rows{a}")
+        c.rpt(
+            "$m5",
+            [_b(pace.format(0))] * (a - 2) + [_b(pace.format(0b0001)), _b(pace.format(0b1000))],
+            f"frow{a}",
+        )
+        c.one(f"bri .L{n}_last")
+    c.tag = "generic"
+    c.label(f".L{n}_rows")
     c.one("add $m0, $m5, 0")
     c.one(f"brz $m0, .L{n}_last")
     c.tag = "multi"
@@ -1711,6 +1732,8 @@ class Rows:
         f[PF_IJUMP] = np.int64(self.istride - 8 * a).astype(np.uint32)
         f[PF_OJUMP] = np.int64(self.ostride - 8 * a).astype(np.uint32)
         f[PF_OATOMS] = self.ostride // 8
+        n = ".Lrows_panels_f16"
+        f[PF_LOOP] = labels[f"{n}_rows{a}" if a in PF_FAST_ATOMS else f"{n}_rows"]
         return f
 
     @property
@@ -1955,8 +1978,12 @@ def pf_thread_cycles(k: Rows, rows: int) -> int:
     if z:
         t += cnt["zhead"] + z * (cnt["zcol"] + rows * cnt["zatom"])
     if k.pf_pace:
-        per_panel = cnt["panel"] + cnt["plast"] + cnt["pnext"] + (rows > 1) * cnt["multi"]
-        per_panel += (rows - 1) * (cnt["prow"] + (a - 2) * cnt["patom"]) + (a - 2) * cnt["latom"]
+        per_panel = cnt["panel"] + cnt["plast"] + cnt["pnext"] + (a - 2) * cnt["latom"]
+        if a in PF_FAST_ATOMS:
+            per_panel += cnt[f"fast{a}"] + (rows - 1) * cnt[f"frow{a}"]
+        else:
+            per_panel += cnt["generic"] + (rows > 1) * cnt["multi"]
+            per_panel += (rows - 1) * (cnt["prow"] + (a - 2) * cnt["patom"])
         return t + cnt["phead"] + k.panels * per_panel
     per_panel = cnt["spanel"] + cnt["snext"] + rows * (cnt["srow"] + a * cnt["satom"])
     return t + cnt["shead"] + cnt["sdone"] + k.panels * per_panel
