@@ -81,7 +81,7 @@ row i of every panel into one output row and zero-fills columns panels * P .. n,
 n >= panels * P). Each worker walks its rows panel by panel: a panel's rows are one software-pipelined stream of
 `ldst64pace` (each bundle stores atom t and loads atom t + 1: one thread cycle per 8 bytes), the jumps from one row
 to the next folded into the pace increments (the stride register's fields 0 / 1: load / store jump in atoms). For
-the panel widths of `PF_FAST_ATOMS` (P = 8 .. 48) the rows but the last are one `rpt` whose body is a whole row
+the panel widths of `PF_FAST_ATOMS` (P = 8 .. 48, 72) the rows but the last are one `rpt` whose body is a whole row
 (P / 4 - 2 plain bundles and the two jump bundles): P / 4 thread cycles per row; other widths loop over the rows
 around an `rpt` of the plain bundles, P / 4 + 2 per row (the loop branch and the `rpt`). The frame's PF_LOOP
 names the loop. The priming load and the last row's final store (alone: nothing past the worker's rows is read) are per panel.
@@ -193,7 +193,15 @@ PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
 PF_LOOP = (
     CONST + 1
 )  # the pace path's rows loop: `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else generic
-PF_FAST_ATOMS = (2, 3, 4, 6, 8, 12)  # panel widths 8 .. 48 with a loop body of their own
+PF_FAST_ATOMS = (
+    2,
+    3,
+    4,
+    6,
+    8,
+    12,
+    18,
+)  # panel widths 8 .. 48 and 72 (a head of 72) with a loop body of their own
 PF_MIN_P = 8  # two atoms per panel row at least: the row's load jump and store jump are in different bundles
 PACE_FIELD = 1 << 9  # pace stride fields: signed 10-bit atom counts
 

@@ -48,7 +48,15 @@ def _run(k: R.Rows, gap: bool = False) -> int:
 
 # (rows, panels, P, n): the attention's K (72 = 3 x 24 of 80), rows with a remainder, fewer rows than workers (1, 4),
 # two wide panels, no zero columns (72 of 72), many zero columns.
-SHAPES = [(176, 3, 24, 80), (25, 3, 24, 80), (7, 2, 36, 80), (1, 3, 24, 72), (4, 3, 24, 80), (13, 1, 8, 48)]
+SHAPES = [
+    (176, 3, 24, 80),
+    (25, 3, 24, 80),
+    (7, 2, 36, 80),
+    (1, 3, 24, 72),
+    (4, 3, 24, 80),
+    (13, 1, 8, 48),
+    (9, 2, 72, 160),
+]
 
 
 @pytest.mark.parametrize("rows,panels,p,n", SHAPES)
