@@ -479,6 +479,14 @@ def tables(
         row, off, inner = cut(base[:, None] + ((total + extra)[:, None] * k) // WORKERS - before)
         if np.array_equal(was, inner):
             break
+    # Two inner cuts of one copy at least MIN_PIECE_BYTES apart (each cut keeps that from the copy's ends only): a
+    # cut too close to the one kept before it moves onto it (the worker between them then has no rows).
+    kept_row, kept_off = np.full(len(row), -1), np.zeros(len(row), np.int64)
+    for j in range(row.shape[1]):
+        close = inner[:, j] & (row[:, j] == kept_row) & (off[:, j] - kept_off < MIN_PIECE_BYTES)
+        off[:, j] = np.where(close, kept_off, off[:, j])
+        kept_row = np.where(inner[:, j], row[:, j], kept_row)
+        kept_off = np.where(inner[:, j], off[:, j], kept_off)
     nrow = n[row]
     after = ~inner & (2 * off >= nrow)  # snapped to the copy's end = the next copy's start
     row = np.where(after, row + 1, row)

@@ -99,6 +99,20 @@ def test_large_copy_is_spread_over_the_workers():
     assert spread < copies[0][2] / 8 * 1.1
 
 
+@pytest.mark.parametrize("nbytes", [192, 384, 520, 624, 1120])
+def test_split_pieces_are_never_short(nbytes):
+    """A copy of a few hundred bytes is cut into pieces of MIN_PIECE_BYTES at least, at most one per worker (a
+    384-byte copy once became pieces of 64, 32 and 32 B on one worker: three rows' overhead, 701 cycles)."""
+    copies = [(0x62400, 0x64000, nbytes)]
+    tab = C.table(copies)
+    rows = C.worker_rows(tab)
+    pieces = [r[2] for w in rows for r in w]
+    assert sum(pieces) == nbytes
+    assert min(pieces) >= min(nbytes, C.MIN_PIECE_BYTES), pieces
+    assert all(len(w) <= 1 for w in rows), rows
+    _run(copies, tab)
+
+
 def test_many_small_copies():
     """Random small copies of every alignment, both regions: grouped (each worker a contiguous range of whole
     copies, no split) and balanced."""
