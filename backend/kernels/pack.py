@@ -571,9 +571,10 @@ def _code(name: str) -> R.Code:
     return CODES[name]()
 
 
-def library_asm(sram_base: int = 0x4C000) -> str:
-    """The pack workers plus rowwise's supervisor and workers (the supervisor is shared)."""
-    return R.library_asm(sram_base) + "\n" + "\n".join(fn().text() for fn in CODES.values())
+def library_asm(sram_base: int = 0x4C000, pf_atoms: tuple[int, ...] = R.PF_FAST_ATOMS) -> str:
+    """The pack workers plus rowwise's supervisor and workers (the supervisor is shared; `pf_atoms`: rowwise's)."""
+    rows = R.library_asm(sram_base, pf_atoms=pf_atoms)
+    return rows + "\n" + "\n".join(fn().text() for fn in CODES.values())
 
 
 def _pace_lag(

@@ -909,7 +909,14 @@ def _gelu_kernel() -> Code:
 # --- column panels into padded rows (`panels_f16`) -------------------------------------------------------------------
 
 
-def _pf_kernel() -> Code:
+def _pf_pad(c: Code) -> None:
+    """A `nop` after an unconditional branch up to the next 8-byte boundary (never executed: not counted)."""
+    if c.words % 2:
+        c.lines.append("    nop")
+        c.words += 1
+
+
+def _pf_kernel(fast: tuple[int, ...] = PF_FAST_ATOMS) -> Code:
     """`panels_f16`. $m1 / $m2 = the worker's first row in the current panel / its columns in the output, $m4 = rpt
     count (ATOMS), $m5 = rows - 1, $m6 = rows, $m8 = the pace stride register, $m9 = panels left - 1, $m10:11 = the
     pace address pair (safe path: the row jumps); $m0 = the row counter, $m3 / $m7 scratch. Tags: once per worker
@@ -932,19 +939,16 @@ def _pf_kernel() -> Code:
     c.one("ld64 $a0:1, $m1, $mzero, 0")
     c.one("add $m3, $m1, 8")
     c.one("tapack $m10:11, $m3, $mzero, $m2")
-    c.one(
-        f"ld32 $m3, $mvertex_base, $mzero, {PF_LOOP}"
-    )  # the rows' loop: one for the panel width, or generic
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_LOOP}")  # the rows' loop: the panel width's, or generic
     c.one("br $m3")
-    for a in PF_FAST_ATOMS:  # every row but the last as one rpt body of a bundles: no per-row loop overhead
+    for a in fast:  # every row but the last as one rpt body of a bundles: no per-row loop overhead
+        _pf_pad(c)  # each loop starts 8-byte aligned: its counts do not depend on the loops before it
         c.tag = f"fast{a}"
         c.label(f".L{n}_rows{a}")
-        c.rpt(
-            "$m5",
-            [_b(pace.format(0))] * (a - 2) + [_b(pace.format(0b0001)), _b(pace.format(0b1000))],
-            f"frow{a}",
-        )
+        row = [_b(pace.format(0))] * (a - 2) + [_b(pace.format(0b0001)), _b(pace.format(0b1000))]
+        c.rpt("$m5", row, f"frow{a}")
         c.one(f"bri .L{n}_last")
+    _pf_pad(c)
     c.tag = "generic"
     c.label(f".L{n}_rows")
     c.one("add $m0, $m5, 0")
@@ -1445,7 +1449,9 @@ def worker_code(op: str, phase: str = "norm") -> Code:
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
-def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
+def library_asm(sram_base: int = 0x4C000, ops=OPS, pf_atoms: tuple[int, ...] = PF_FAST_ATOMS) -> str:
+    """The supervisors and worker bodies of `ops`; `panels_f16` with the rows loops of the panel widths `pf_atoms`
+    (atoms, from PF_FAST_ATOMS: the ones a program's calls use, `Rows.pf_fast`) only: code on every tile."""
     parts = [SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)]
     lns_sup = False
     for op in ops:
@@ -1459,6 +1465,8 @@ def library_asm(sram_base: int = 0x4C000, ops=OPS) -> str:
             parts += [_sms_kernel(phase).text() for phase in SMS]
         elif op == "softmax_split_e":  # its passes max and exp are softmax_split's (listed before it)
             parts.append(_sms_kernel("zero").text())
+        elif op == "panels_f16":
+            parts.append(_pf_kernel(tuple(a for a in PF_FAST_ATOMS if a in pf_atoms)).text())
         else:
             parts.append(worker_code(op).text())
     return "\n".join(parts)
@@ -1580,6 +1588,11 @@ class Rows:
         same for the store address."""
         a = self.panel_width // 4
         return self.istride // 8 - a + 1, self.ostride // 8 - a + 1
+
+    @property
+    def pf_fast(self) -> bool:
+        """panels_f16 on the pace path with a rows loop of its own for its panel width (PF_FAST_ATOMS)."""
+        return self.op == "panels_f16" and self.pf_pace and self.panel_width // 4 in PF_FAST_ATOMS
 
     @property
     def pf_pace(self) -> bool:
@@ -1741,7 +1754,12 @@ class Rows:
         f[PF_OJUMP] = np.int64(self.ostride - 8 * a).astype(np.uint32)
         f[PF_OATOMS] = self.ostride // 8
         n = ".Lrows_panels_f16"
-        f[PF_LOOP] = labels[f"{n}_rows{a}" if a in PF_FAST_ATOMS else f"{n}_rows"]
+        try:
+            f[PF_LOOP] = labels[f"{n}_rows{a}" if self.pf_fast else f"{n}_rows"]
+        except KeyError:
+            raise ValueError(
+                f"panels_f16: the library has no rows loop for panels of {a} atoms (`pf_atoms`)"
+            ) from None
         return f
 
     @property
@@ -1987,7 +2005,7 @@ def pf_thread_cycles(k: Rows, rows: int) -> int:
         t += cnt["zhead"] + z * (cnt["zcol"] + rows * cnt["zatom"])
     if k.pf_pace:
         per_panel = cnt["panel"] + cnt["plast"] + cnt["pnext"] + (a - 2) * cnt["latom"]
-        if a in PF_FAST_ATOMS:
+        if k.pf_fast:
             per_panel += cnt[f"fast{a}"] + (rows - 1) * cnt[f"frow{a}"]
         else:
             per_panel += cnt["generic"] + (rows > 1) * cnt["multi"]

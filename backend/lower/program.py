@@ -43,6 +43,7 @@ from ipu.backend.kernels import elementwise as ew
 from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
+from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
 from ipu.backend.lower.sites import (
     OP_MARKER,
@@ -336,6 +337,7 @@ def build_program(low, patch_tables, extra_metadata: dict) -> asm.ProgramOp:
     library = {
         "gemm": [gm.F16, gm.FP8] if low.__dict__.get("fp8_gemms") else [gm.F16],
         "ksum": [list(k) for k in sorted(low.__dict__.get("ksum_kinds", ()))],
+        "panels_f16": sorted(low.__dict__.get("pf_atoms", ())),
     }
     program = asm.ProgramOp(
         "main",
@@ -543,7 +545,7 @@ def library_text(target: Target, library: dict) -> str:
         + "\n"
         + ks.library_asm([tuple(k) for k in library.get("ksum", [])])
         + "\n"
-        + pk.library_asm(target.sram_base)
+        + pk.library_asm(target.sram_base, tuple(library.get("panels_f16", rw.PF_FAST_ATOMS)))
         + "\n"
         + cp.library_asm(target.sram_base, target.region1_base, target.region0_element_bytes)
     )

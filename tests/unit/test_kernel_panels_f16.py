@@ -132,3 +132,21 @@ def test_invalid(kw, msg):
         R.Rows("panels_f16", 4, 80, **kw)
     with pytest.raises(ValueError, match="panels_f16 only"):
         R.Rows("pad_f16", 4, 80, panels=3)
+
+
+def test_library_holds_the_rows_loops_asked_for():
+    """The library carries a rows loop only for the panel widths a program uses (`pf_atoms`: code on every tile);
+    a call whose width has a loop of its own but is not in the library is refused, naming it; one with the loop
+    runs against that smaller library with the same cycles."""
+    lib = R.library_asm(TARGET.sram_base, pf_atoms=(6,))
+    assert ".Lrows_panels_f16_rows6:" in lib and ".Lrows_panels_f16_rows4:" not in lib
+    assert len(lib) < len(LIB)
+    k6 = R.Rows("panels_f16", 25, 80, in0=X, out=OUT, panels=3, panel_width=24)
+    k4 = R.Rows("panels_f16", 25, 64, in0=X, out=OUT, panels=4, panel_width=16)
+    assert k6.pf_fast and k4.pf_fast
+    sim = Simulator(TARGET)
+    x = np.zeros(3 * 25 * 24, np.float16)
+    cyc, _ = run_call(sim, lib, FRAME, k6.frame, k6.entry, {X: x, OUT: np.zeros(25 * 80, np.float16)})
+    assert cyc == R.cycles(k6)
+    with pytest.raises(ValueError, match="no rows loop for panels of 4 atoms"):
+        run_call(Simulator(TARGET), lib, FRAME, k4.frame, k4.entry, {X: x, OUT: np.zeros(25 * 64, np.float16)})
