@@ -149,4 +149,6 @@ def test_library_holds_the_rows_loops_asked_for():
     cyc, _ = run_call(sim, lib, FRAME, k6.frame, k6.entry, {X: x, OUT: np.zeros(25 * 80, np.float16)})
     assert cyc == R.cycles(k6)
     with pytest.raises(ValueError, match="no rows loop for panels of 4 atoms"):
-        run_call(Simulator(TARGET), lib, FRAME, k4.frame, k4.entry, {X: x, OUT: np.zeros(25 * 64, np.float16)})
+        run_call(
+            Simulator(TARGET), lib, FRAME, k4.frame, k4.entry, {X: x, OUT: np.zeros(25 * 64, np.float16)}
+        )
