@@ -177,8 +177,9 @@ def balance(homes: list[_Home], load: np.ndarray, off_readers: bool = True) -> l
     """New tiles per home block (same order as `homes`); `load` is updated in place.
 
     Two steps: greedy, largest blocks first (ties: program order), each value's blocks on the least-loaded
-    distinct tiles (with `off_readers`, for each block the least-loaded one that does not receive it); then `improve` moves or swaps blocks off the fullest tile while that lowers it. The greedy
-    alone is limited by the blocks' size: So400m's 27-layer homes are 62 and 83 KB sequences, and it left the
+    distinct tiles (with `off_readers`, for each block the least-loaded one that does not receive it); then
+    `improve` moves or swaps blocks off the fullest tile while that lowers it (never onto a block's readers). The
+    greedy alone is limited by the blocks' size: So400m's 27-layer homes are 62 and 83 KB sequences, and it left the
     fullest tile 44 KB above the median; the local search halves that."""
     n = len(load)
     new: list[np.ndarray] = [np.empty(len(h.block_bytes), np.int64) for h in homes]

@@ -166,8 +166,9 @@ class NnOps:
         kinds = {type(k) for k in per_tile.values()}
         if len(kinds) != 1:
             raise ValueError(f"{what}: one kernel per call site, got {kinds}")
-        for k in per_tile.values():  # the panel widths whose rows loops the library must hold
-            if isinstance(k, rw.Rows) and k.pf_fast:
+        for k in per_tile.values():  # the panel widths whose rows loops the library must hold: by width alone
+            # (not `pf_fast`, whose pace test reads the addresses), so a measuring lowering sizes the same code
+            if isinstance(k, rw.Rows) and k.op == "panels_f16" and k.panel_width // 4 in rw.PF_FAST_ATOMS:
                 self.__dict__.setdefault("pf_atoms", set()).add(k.panel_width // 4)
         entry, words = ENTRY[kinds.pop()]
         entries = {getattr(k, "entry", entry) for k in per_tile.values()}  # a GEMM's supervisor: by its coef
