@@ -5,6 +5,10 @@
 // RUN: not ipu-opt %s -p 'tile-balance-homes{resident_budget_kib=-1}' 2>&1 | filecheck %s --check-prefix=NEG
 // NEG: ipu-opt: error: bad pass pipeline: tile-balance-homes: option 'resident_budget_kib' must be 0 (none) or positive, got -1
 
+// RUN: not ipu-opt %s -p 'tile-balance-homes{off_readers=maybe}' 2>&1 | filecheck %s --check-prefix=BOOL
+// BOOL: ipu-opt: error: bad pass pipeline: tile-balance-homes: option 'off_readers' = 'maybe' has the wrong type
+// BOOL-NOT: Traceback
+
 builtin.module {
   func.func @lin() {
     %0 = nn.input "x" : tensor<24x64xf32>
