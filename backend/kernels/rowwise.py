@@ -49,8 +49,8 @@ stores into one 64-bit word in the same SIMT step). Inner loops load the next at
 current one's conversions; the slice's last atom runs in an epilogue, so nothing outside the operands is read.
 Pass 3 works in f16 (f16v4: the mean as hi + lo halves, rstd as a half, see Numerics), software-pipelined in two
 stages (atom i's subtractions and * rstd beside atom i - 1's * w, + b and store): thread cycles per atom
-4 + 8 + 5 (`layernorm`: 5 + 9 + 12; `layernorm_split32`, x f32 rows: 2 + 6 + 7); cost `LNS_SUP` + 6 * (the three passes' slowest worker). eps >= 2^-30 (the
-f16 rstd <= 2^15).
+4 + 8 + 5 (`layernorm`: 5 + 9 + 12; `layernorm_split32`, x f32 rows: 2 + 6 + 7); cost `LNS_SUP` + 6 * (the
+three passes' slowest worker). eps >= 2^-30 (the f16 rstd <= 2^15).
 
 `softmax_split` (few rows: with one row per tile `softmax` runs on one worker while five idle) splits every row
 the same way, over the va = ceil(valid / 4) atoms holding valid elements (valid >= 21: an atom per worker), under
@@ -84,7 +84,8 @@ to the next folded into the pace increments (the stride register's fields 0 / 1:
 the panel widths of `PF_FAST_ATOMS` (P = 8 .. 48, 72) the rows but the last are one `rpt` whose body is a whole row
 (P / 4 - 2 plain bundles and the two jump bundles): P / 4 thread cycles per row; other widths loop over the rows
 around an `rpt` of the plain bundles, P / 4 + 2 per row (the loop branch and the `rpt`). The frame's PF_LOOP
-names the loop. The priming load and the last row's final store (alone: nothing past the worker's rows is read) are per panel.
+names the loop. The priming load and the last row's final store (alone: nothing past the worker's rows is read)
+are per panel.
 Then the zero columns, column by column: an `rpt` over the worker's rows of `st64step` with the row stride (one
 cycle per zero atom, 4 per zero column). When a load and the store in one bundle would hit one memory bank (checked
 on the host over the call's address streams: the simulator's bank rule) or a jump does not fit the 10-bit fields,
@@ -190,18 +191,10 @@ SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 # the safe path, PF_OATOMS = the output row stride in atoms (the zero columns' st64step stride).
 PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
 PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
-PF_LOOP = (
-    CONST + 1
-)  # the pace path's rows loop: `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else generic
-PF_FAST_ATOMS = (
-    2,
-    3,
-    4,
-    6,
-    8,
-    12,
-    18,
-)  # panel widths 8 .. 48 and 72 (a head of 72) with a loop body of their own
+# PF_LOOP: the pace path's rows loop, `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else the generic one.
+# PF_FAST_ATOMS: the panel widths (atoms) with a loop body of their own, P = 8 .. 48 and 72 (a head of 72).
+PF_LOOP = CONST + 1
+PF_FAST_ATOMS = (2, 3, 4, 6, 8, 12, 18)
 PF_MIN_P = 8  # two atoms per panel row at least: the row's load jump and store jump are in different bundles
 PACE_FIELD = 1 << 9  # pace stride fields: signed 10-bit atom counts
 
@@ -271,10 +264,8 @@ ESIZES = {
     "attn_merge3": (4, 4),
     "attn_merge4": (4, 4),
 }
-TO_F32_SCALED = (
-    "to_f32_scaled",
-    "to_f32_scaled_l",
-)  # the same pipelined body; `_l` reads l from the input row
+# The same pipelined body; `_l` reads l from the input row.
+TO_F32_SCALED = ("to_f32_scaled", "to_f32_scaled_l")
 MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3, "attn_merge4": 4}
 
 
@@ -759,9 +750,7 @@ def _merge_pair_body(nc: int, ptrs: list[str], coef: list[str]) -> list[tuple[st
     aux = [f"f32v2mul $a4:5, $a0:1, {coef[0]}"]
     for j in range(1, nc):
         aux += [f"f32v2mul {reg[j % 2]}, {reg[j % 2]}, {coef[j]}", f"f32v2add $a4:5, $a4:5, {reg[j % 2]}"]
-    last_read = {0: 0}  # chunk -> bundle of its value's last reader (its product, or the sum that adds it)
-    for j in range(1, nc):
-        last_read[j] = 2 * j
+    last_read = {j: 2 * j for j in range(nc)}  # chunk -> bundle of its last reader (its product, or its sum)
     mains = ["st64step $a4:5, $mzero, $m7+=, 1"] + ["nop"] * (len(aux) - 1)
 
     def place(load: str, after: int, before: int) -> None:
