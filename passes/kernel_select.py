@@ -346,7 +346,7 @@ def q_scale_sum(op: Operation) -> nn.ReduceSumOp | None:
     if lay is None or tl.dtype_name(lay.dtype) != "f16":
         return None
     qp = tl.col_panel_width(lay)
-    if qp is not None and (qp % 4 or qp < rw.PF_MIN_P):
+    if qp is not None and not rw.pf_width_ok(qp):
         return None
     v = q
     while isinstance(v.owner, ex.PhaseOp):

@@ -198,6 +198,18 @@ PF_FAST_ATOMS = (2, 3, 4, 6, 8, 12, 18)
 PF_MIN_P = 8  # two atoms per panel row at least: the row's load jump and store jump are in different bundles
 PACE_FIELD = 1 << 9  # pace stride fields: signed 10-bit atom counts
 
+
+def pf_width_ok(p: int) -> bool:
+    """`panels_f16` takes column panels of p halves: whole atoms, at least PF_MIN_P."""
+    return p % 4 == 0 and p >= PF_MIN_P
+
+
+def pf_own_loop(p: int) -> bool:
+    """Panels of p halves have a rows loop of their own (PF_FAST_ATOMS) on the pace path: the library must hold it
+    for every `panels_f16` call of that width (by width alone: the pace test reads the addresses)."""
+    return p // 4 in PF_FAST_ATOMS
+
+
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
 
@@ -1555,7 +1567,7 @@ class Rows:
         p, k = self.panel_width, self.panels
         if k < 1:
             raise ValueError(f"panels_f16 needs panels >= 1, got {k}")
-        if p % 4 or p < PF_MIN_P:
+        if not pf_width_ok(p):
             raise ValueError(f"panels_f16 needs panel_width % 4 == 0 and >= {PF_MIN_P}, got {p}")
         if self.n % 4 or self.n < k * p:
             raise ValueError(f"panels_f16 needs n % 4 == 0 and n >= panels * P = {k * p}, got {self.n}")
@@ -1581,7 +1593,7 @@ class Rows:
     @property
     def pf_fast(self) -> bool:
         """panels_f16 on the pace path with a rows loop of its own for its panel width (PF_FAST_ATOMS)."""
-        return self.op == "panels_f16" and self.pf_pace and self.panel_width // 4 in PF_FAST_ATOMS
+        return self.op == "panels_f16" and pf_own_loop(self.panel_width) and self.pf_pace
 
     @property
     def pf_pace(self) -> bool:

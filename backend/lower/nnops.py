@@ -166,9 +166,8 @@ class NnOps:
         kinds = {type(k) for k in per_tile.values()}
         if len(kinds) != 1:
             raise ValueError(f"{what}: one kernel per call site, got {kinds}")
-        for k in per_tile.values():  # the panel widths whose rows loops the library must hold: by width alone
-            # (not `pf_fast`, whose pace test reads the addresses), so a measuring lowering sizes the same code
-            if isinstance(k, rw.Rows) and k.op == "panels_f16" and k.panel_width // 4 in rw.PF_FAST_ATOMS:
+        for k in per_tile.values():  # the rows loops the library must hold (a measuring lowering: the same)
+            if isinstance(k, rw.Rows) and k.op == "panels_f16" and rw.pf_own_loop(k.panel_width):
                 self.__dict__.setdefault("pf_atoms", set()).add(k.panel_width // 4)
         entry, words = ENTRY[kinds.pop()]
         entries = {getattr(k, "entry", entry) for k in per_tile.values()}  # a GEMM's supervisor: by its coef
@@ -1299,7 +1298,7 @@ class NnOps:
                 c = c_at.get(t, c_area)
                 if npad[t] == j[4]:
                     whole[t] = [(c, j[7], j[3] * j[4] * 2)]
-                elif j[4] >= rw.PF_MIN_P and j[4] % 4 == 0 and j[7] % 8 == 0 and c % 8 == 0:
+                elif rw.pf_width_ok(j[4]) and j[7] % 8 == 0 and c % 8 == 0:
                     strided[t] = rw.Rows("panels_f16", j[3], j[4], in0=c, out=j[7], panels=1, panel_width=j[4],
                                          panel_step=j[3] * npad[t] * 2, in_stride=npad[t] * 2)  # fmt: skip
                 else:  # narrow or unaligned rows: copied one by one
@@ -2119,7 +2118,7 @@ def attention_program(
     if esizes[0] == 2:
         # f16 Q: its rows of dpad in A in one pass (`panels_f16` from column panels, `pad_f16` from rows; zero
         # columns d..dpad), then scaled in place in f16 (`scale_f16`: f16(q * f16(scale)), zeros stay zeros).
-        if qp is not None and qp % 4 == 0 and qp >= rw.PF_MIN_P:
+        if qp is not None and rw.pf_width_ok(qp):
             call = rw.Rows("panels_f16", m, dpad, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
                            panel_step=m * qp * 2, out_stride=dpad * 2)  # fmt: skip
             prog.append(("Q rows from column panels", call))
