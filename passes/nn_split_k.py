@@ -338,7 +338,7 @@ def rows_panels(lin: nn.LinearOp | nn.LinearPartialsOp) -> tuple[int, ...]:
 def head_multiples(d: int) -> tuple[int, ...]:
     """Panel widths of whole 16-column blocks that are a multiple of a head divisor P (P | d) but do not divide
     the head (So400m's 48 = 2 x 24 for heads of 72): a tile computes such a panel in one GEMM (no N padding: 24
-    alone pads to 32) and keeps its result as blocks of P (`tile_plan.panel_store_width`), which the attention
+    alone pads to 32) and its sum is stored as blocks of P (`tile_plan.panel_store_width`), which the attention
     gathers as it gathers P-wide panels."""
     from ipu.passes.tile_plan import head_divisors
 

@@ -744,9 +744,8 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     """`nn.linear_partials` of many rows: grid [G K chunks, gm row panels, gn column panels], panel [pm, kc, pn];
     tile base + (j * G + c) * gm + i (panel-major) computes partial c of output block (i, j) from x's [pm, kc]
     block (i, c) (replicated over the tiles of (c, i): `x_replicas` column panels) and the weight's [pn, kc] block
-    (j, c) (replicated over the gm tiles of (c, j)); its result is one [1, pm, pn] block, or pn / P adjacent
-    [1, pm, P] blocks on the same tile for an attention operand's panel wider than the head divisor P it is
-    stored in (`panel_store_width`)."""
+    (j, c) (replicated over the gm tiles of (c, j)); its result is one [1, pm, pn] block (an attention operand's
+    panel wider than the head divisor P it is stored in too: its sum splits it, `panel_store_width`)."""
     g, gm, gn = plan.get("grid")
     pm, kc, pn = plan.get("panel")
     base = plan.get("base")
@@ -764,22 +763,20 @@ def partials_rows_layouts(op: nn.LinearPartialsOp, plan: tl.GemmPlanAttr, num_ti
     x = tl.make_layout((m, k), (pm, kc), np.ascontiguousarray(x_tab), op.input.type.element_type)
     w = tl.make_layout((n, k), (pn, kc), np.ascontiguousarray(w_tab), op.weight.type.element_type,
                        order=plan.get("worder"))  # fmt: skip
-    sw = panel_store_width(op, pn)
-    # A panel wider than the head divisor it is stored in: its result blocks of sw columns, all on its tile.
-    t = t[:, :, np.arange(-(-n // sw)) * sw // pn] if sw != pn else t
     res = tl.make_layout(
-        (g, m, n), (1, pm, sw), np.ascontiguousarray(t).reshape(-1, 1), op.result.type.element_type
+        (g, m, n), (1, pm, pn), np.ascontiguousarray(t).reshape(-1, 1), op.result.type.element_type
     )
     return [x, w], res
 
 
 def panel_store_width(op: nn.LinearPartialsOp, pn: int) -> int:
-    """The column blocks a many-row split's result is stored in for panels of pn: pn, or for an attention
-    operand whose panel is a multiple of a head divisor P but does not divide the head (`nn_split_k.head_multiples`:
-    48 for heads of 72) the largest such P, so that the attention gathers whole P-wide blocks, as it gathers the
-    panels of P (a 48-wide row-major block would cut every row of a head into a piece of its own). Each tile then
-    holds pn / P adjacent result blocks, computed by one GEMM (`nnops.linear_partials_rows`) and summed block by
-    block (`nnops.reduce_sum`)."""
+    """The column blocks a many-row split's sum is stored in for panels of pn: pn, or for an attention operand
+    whose panel is a multiple of a head divisor P but does not divide the head (`nn_split_k.head_multiples`: 48
+    for heads of 72) the largest such P, so that the attention gathers whole P-wide blocks, as it gathers the
+    panels of P (a 48-wide row-major block would cut every row of a head into a piece of its own). The partials
+    stay whole [pm, pn] blocks (one GEMM writes them, the exchange moves [pm / G, pn] row ranges of them); each
+    sum tile holds pn / P adjacent result blocks, which `ksum` writes from every P columns of the pn-wide partial
+    rows (`nnops.reduce_sum`)."""
     d = attention_head_dim(op)
     if not d or d % pn == 0:
         return pn
@@ -787,28 +784,68 @@ def panel_store_width(op: nn.LinearPartialsOp, pn: int) -> int:
     return max(fits) if fits else pn
 
 
-def reduce_layouts(result: tl.LayoutAttr, count: int) -> tl.LayoutAttr:
+def partials_of(op: nn.ReduceSumOp) -> Operation:
+    """The op whose partials `op` sums (through the relayouts tile-plan put between them)."""
+    v = op.operands[0]
+    while isinstance(v.owner, tl.RelayoutOp):
+        v = v.owner.operands[0]
+    return v.owner
+
+
+def partials_store_panel(op: nn.ReduceSumOp) -> int:
+    """pn when `op` sums a planned many-row `nn.linear_partials` whose [pm, pn] blocks its result stores in
+    narrower column blocks (`panel_store_width`: its operand then keeps pn-wide rows, `reduce_layouts`); else 0."""
+    parts = partials_of(op)
+    plan = parts.attributes.get(tl.PLAN_ATTR) if isinstance(parts, nn.LinearPartialsOp) else None
+    if not isinstance(plan, tl.GemmPlanAttr) or len(plan.get("grid")) != 3:
+        return 0
+    pn = plan.get("panel")[2]
+    return pn if panel_store_width(parts, pn) != pn else 0
+
+
+def reduce_layouts(result: tl.LayoutAttr, count: int, width: int = 0) -> tl.LayoutAttr:
     """The operand layout `nn.reduce_sum` needs for `result`: each result block's `count` partial blocks
-    stacked on its tile."""
+    stacked on its tile. width (a multiple of the result's column blocks, 2-D results): the partials in blocks
+    of that many columns, each holding width / w adjacent result blocks of one tile (`panel_store_width`)."""
+    w = result.block_[-1]
+    if width and width != w and len(result.shape_) == 2 and width % w == 0:
+        gr, gc = result.grid
+        table = result.table()[:, 0].reshape(gr, gc)
+        k = width // w
+        merged = table[:, ::k]
+        for j in range(1, k):  # every result block of a partial block on that block's tile
+            part = table[:, j::k]
+            if (part != merged[:, : part.shape[1]]).any():
+                raise PassFailedException(
+                    f"tile-plan: a sum's result blocks of {w} columns are not grouped by {width} on one tile"
+                )
+        return tl.LayoutAttr(
+            (count, *result.shape_), (count, result.block_[0], width),
+            np.ascontiguousarray(merged.reshape(-1, 1)), result.dtype, "row_major", 0, 0,
+        )  # fmt: skip
     return tl.LayoutAttr(
         (count, *result.shape_), (count, *result.block_), result.table(), result.dtype, "row_major", 0, 0
     )
 
 
-def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute) -> tl.LayoutAttr:
+def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute, width: int = 0) -> tl.LayoutAttr:
     """`nn.reduce_sum`'s result from its operand's layout: the blocks of the first leading index, on their tiles
     (there one of the partial blocks is already local). Partials of a 2-D result whose blocks' rows are a
     multiple of G (a many-row `nn.linear_partials`): each block's rows are scattered over its G tiles instead,
-    pm / G rows each, so that every tile receives G - 1 small pieces rather than one tile G - 1 whole blocks."""
+    pm / G rows each, so that every tile receives G - 1 small pieces rather than one tile G - 1 whole blocks;
+    width (a divisor of the partials' block columns, `panel_store_width`): each such piece stored as blocks of
+    that many columns, side by side on its tile."""
     count = have.shape_[0]
     if len(have.shape_) == 3 and have.block_[0] == 1 and have.block_[1] > 1 and have.block_[1] % count == 0:
         _, gm, gn = have.grid
         pr = have.block_[1] // count
-        m = have.shape_[1]
+        m, n, pn = have.shape_[1], have.shape_[2], have.block_[2]
+        sw = width if width and pn % width == 0 else pn
         t = have.table()[:, 0].reshape(count, gm, gn)
         r = np.arange(-(-m // pr))
-        table = t[r % count, r // count, :].reshape(-1, 1)
-        return tl.LayoutAttr(have.shape_[1:], (pr, have.block_[2]), np.ascontiguousarray(table), dtype,
+        cols = np.arange(-(-n // sw)) * sw // pn  # each result column block's partial block
+        table = t[r % count, r // count, :][:, cols].reshape(-1, 1)
+        return tl.LayoutAttr(have.shape_[1:], (pr, sw), np.ascontiguousarray(table), dtype,
                              "row_major", 0, 0)  # fmt: skip
     rest = math.prod(have.grid[1:])
     table = np.ascontiguousarray(have.table()[:rest, :1])
@@ -910,7 +947,8 @@ def required_layouts(op: Operation, plan: Attribute, result: tl.LayoutAttr, num_
         if plan.get("kind") == "view":
             return [view_layout(result, op.operands[0].type.get_shape())]
         if plan.get("kind") == "reduce":
-            stacked = with_dtype(reduce_layouts(result, op.operands[0].type.get_shape()[0]),
+            count = op.operands[0].type.get_shape()[0]
+            stacked = with_dtype(reduce_layouts(result, count, partials_store_panel(op)),
                                  op.operands[0].type.element_type)  # fmt: skip
             return [stacked] + [
                 broadcast_to(result, v.type.get_shape(), v.type.element_type) for v in op.operands[1:]
@@ -1583,7 +1621,9 @@ class _Planner:
             have = tl.layout_of(op.input)
             if have is None or have.stack.data:
                 raise PassFailedException(f"tile-plan: {label(op)}: its operand has no (unstacked) layout")
-            res = reduce_result_layout(have, op.result.type.element_type)
+            pn = partials_store_panel(op)
+            width = panel_store_width(partials_of(op), pn) if pn else 0
+            res = reduce_result_layout(have, op.result.type.element_type, width)
             if isinstance(op.input.owner, nn.MatmulPartialsOp):
                 res = matmul_partials_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             elif isinstance(op.input.owner, nn.LinearPartialsOp) and device_weight_partials(op.input.owner):

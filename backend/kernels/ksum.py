@@ -38,6 +38,11 @@ Frame (uint32 words; ENTRY where `ew_sup` reads it):
 | 24 | units per row (atoms of the bias row; without a bias: a large number) |
 | 25 + w | worker w's bias offset (bytes) |
 | 31 + w | worker w's first segment (units) |
+| 37 | strided kinds: bytes from a partial row's last read unit to the next row's first |
+
+Strided kinds (`_rs`): the partials' rows are wider than the result's (`in_row` halves; the result block is
+`out_row` of their columns, e.g. one 24-wide head block of a 48-wide q / k / v panel's partial rows), so the
+segments are the result's rows and each ends by stepping the partial pointer over the columns it does not read.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from ipu.backend.kernels.codegen import WorkerCode
 
 CNT, IOFF, OOFF = 0, 6, 12
 IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
+SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
 SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
 FRAME_WORDS = 40  # 39 used, a whole number of 8-byte words
 MAX_PARTS = 8  # the largest G with a register allocation (7 ARF pairs) for every kind
@@ -268,8 +274,8 @@ def _valid(s: Schedule, times: list[int]) -> bool:
 # -- the worker bodies ---------------------------------------------------------------------------------------------
 
 
-def worker_name(parts: int, bias: bool, out: str, scaled: bool = False) -> str:
-    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}"
+def worker_name(parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False) -> str:
+    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}{'_rs' if strided else ''}"
 
 
 KINDS = [(g, b, o) for g in range(1, MAX_PARTS + 1) for b in (False, True) for o in ("f16", "f32")]
@@ -278,9 +284,9 @@ SCALED_KINDS = [(g, b, "f16", True) for g in range(1, MAX_PARTS + 1) for b in (F
 
 
 @cache
-def worker(parts: int, bias: bool, out: str, scaled: bool = False) -> WorkerCode:
+def worker(parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False) -> WorkerCode:
     s = schedule(parts, bias, out, scaled)
-    name = worker_name(parts, bias, out, scaled)
+    name = worker_name(parts, bias, out, scaled, strided)
     c = WorkerCode(name)
     c.one("get $m0, $WSR")
     c.one("shl $m0, $m0, 2")  # the worker's table offset (bytes)
@@ -301,6 +307,8 @@ def worker(parts: int, bias: bool, out: str, scaled: bool = False) -> WorkerCode
     c.one(f"ld32 $m7, $mvertex_base, $mzero, {PSTRIDE}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {BACK}")
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ROWLEN}")
+    if strided:  # $m0 (the table offset) is free from here
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {SKIP}")
     c.tag = "seg"
     c.label(f".L{name}_seg")
     c.one("sub $m5, $m5, $m6")  # units after this segment
@@ -310,8 +318,10 @@ def worker(parts: int, bias: bool, out: str, scaled: bool = False) -> WorkerCode
     c.tag = "body"
     c.rpt("$m10", _bundles(s, set(range(s.stages))), "unit")
     c.tag = "epilogue"
-    # the bias row again, the next segment (a row, or what is left), in free main slots of the epilogue
-    for m, a in _fill(_epilogue(s), ["add $m2, $m8, 0", "min $m6, $m9, $m5"]):
+    # the bias row again, the next segment (a row, or what is left), in free main slots of the epilogue; strided:
+    # the partial pointer to the next row (every load of the segment is issued before the epilogue)
+    ends = ["add $m2, $m8, 0", "min $m6, $m9, $m5"] + (["add $m1, $m1, $m0"] if strided else [])
+    for m, a in _fill(_epilogue(s), ends):
         c.bundle(m, a)
     c.tag = "seg_end"
     c.one(f"brnz $m5, .L{name}_seg")
@@ -331,7 +341,9 @@ def library_asm(kinds=KINDS) -> str:
 class KSum:
     """One call: `units` output units (4 elements) of G = `parts` stacked f16 partial blocks at `in0` (block i at
     in0 + i * units * 8), summed, + the bias row at `in1` (`row` halves, a divisor of the block's columns... the
-    block is row-major with rows of `row` halves; row = 0: no bias), written as `out_type` at `out`."""
+    block is row-major with rows of `row` halves; row = 0: no bias), written as `out_type` at `out`.
+    Strided (in_row > 0): the result's rows are `out_row` halves (the bias row's, with a bias) and each partial
+    row `in_row` halves, of which the call reads the first out_row (block i at in0 + i * rows * in_row * 2)."""
 
     parts: int
     units: int
@@ -341,8 +353,14 @@ class KSum:
     row: int = 0
     out_type: str = "f16"
     scale: float | None = None  # the f16 result times f16(scale) (None: not scaled)
+    in_row: int = 0  # strided: halves per partial row (0: the partials are contiguous result blocks)
+    out_row: int = 0  # strided: halves per result row
 
     entry = "ew_sup"
+
+    @property
+    def strided(self) -> bool:
+        return self.in_row > 0
 
     @property
     def scaled(self) -> bool:
@@ -350,6 +368,8 @@ class KSum:
 
     @property
     def kind(self) -> tuple:
+        if self.strided:
+            return (self.parts, self.bias, self.out_type, self.scaled, True)
         return (
             (self.parts, self.bias, self.out_type, True)
             if self.scaled
@@ -368,15 +388,22 @@ class KSum:
         """The segment lengths of a worker's range."""
         if count == 0:
             return []
-        if not self.bias:
+        if not self.bias and not self.strided:
             return [count]
-        atoms = self.row // 4
+        atoms = self.row_atoms
         segs, u, left = [], first, count
         while left:
             seg = min(atoms - u % atoms, left)
             segs.append(seg)
             u, left = u + seg, left - seg
         return segs
+
+    @property
+    def row_atoms(self) -> int:
+        """Units per segment row: the bias row's (strided: the result row's), else unbounded (NO_ROW)."""
+        if self.strided:
+            return self.out_row // 4
+        return self.row // 4 if self.bias else NO_ROW
 
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         if not 1 <= self.parts <= MAX_PARTS:
@@ -387,25 +414,60 @@ class KSum:
             raise ValueError(f"ksum: {self.units} units are not whole rows of {self.row} halves")
         if self.scaled and self.out_type != "f16":
             raise ValueError("ksum: a scale is for f16 results only")
+        if self.strided and (
+            self.out_row <= 0 or self.out_row % 4 or self.in_row % 4 or self.in_row < self.out_row
+            or (self.bias and self.row != self.out_row) or self.units % (self.out_row // 4)
+        ):  # fmt: skip
+            raise ValueError(
+                f"ksum: strided partial rows of {self.in_row} halves for result rows of {self.out_row} (whole "
+                f"atoms, no wider than the partial rows, the bias row's ({self.row}), {self.units} units of whole rows)"
+            )
         f = np.zeros(FRAME_WORDS, np.uint32)
         ob = 8 if self.out_type == "f16" else 16
-        atoms = self.row // 4 if self.bias else NO_ROW
+        atoms = self.row_atoms
         for w, (first, cnt) in enumerate(split(self.units)):
-            f[CNT + w], f[IOFF + w], f[OOFF + w] = cnt, first * 8, first * ob
+            f[CNT + w], f[IOFF + w], f[OOFF + w] = cnt, self.partial_offset(first), first * ob
             f[BOFF + w] = (first % atoms) * 8 if self.bias else 0
             f[SEG0 + w] = self.segments(first, cnt)[0] if cnt else 0
         f[IN0], f[IN1], f[OUT], f[ENTRY] = self.in0, self.in1, self.out, labels[self.name]
-        f[PSTRIDE] = self.units  # atoms between partial blocks
-        f[BACK] = np.uint32((1 - (self.parts - 1) * self.units) & 0xFFFFFFFF)
+        f[PSTRIDE] = self.block_atoms  # atoms between partial blocks
+        f[BACK] = np.uint32((1 - (self.parts - 1) * self.block_atoms) & 0xFFFFFFFF)
         f[ROWLEN] = atoms
+        if self.strided:
+            f[SKIP] = (self.in_row - self.out_row) * 2
         if self.scaled:
             f[SCALE : SCALE + 2] = np.full(4, self.scale, np.float16).view(np.uint32)
         return f
 
+    @property
+    def block_atoms(self) -> int:
+        """Atoms from one partial block to the next."""
+        if self.strided:
+            return self.units // self.row_atoms * self.in_row // 4
+        return self.units
+
+    def partial_offset(self, unit: int) -> int:
+        """Bytes from in0 to the partial (block 0) of output unit `unit`."""
+        if self.strided:
+            return unit // self.row_atoms * self.in_row * 2 + unit % self.row_atoms * 8
+        return unit * 8
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes from in0 past the last partial element read."""
+        if self.strided:
+            return (self.parts - 1) * self.block_atoms * 8 + self.partial_offset(self.units - 1) + 8
+        return self.parts * self.units * 8
+
 
 def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """x: [G * units * 4] f16 (the stacked partials); bias: [row] f16. The unfused calls' result."""
-    p = [blk.copy() for blk in x.astype(np.float16).reshape(k.parts, k.units * 4)]
+    """x: [G * units * 4] f16 (the stacked partials; strided: G blocks of rows of in_row halves, of which the
+    first out_row are read); bias: [row] f16. The unfused calls' result."""
+    x = x.astype(np.float16)
+    if k.strided:
+        rows = k.units // k.row_atoms
+        x = x[: k.parts * rows * k.in_row].reshape(k.parts, rows, k.in_row)[:, :, : k.out_row]
+    p = [blk.copy() for blk in x.reshape(k.parts, k.units * 4)]
     with np.errstate(all="ignore"):
         for i, j in tree(k.parts):
             p[i] = p[i] + p[j]
@@ -425,7 +487,7 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     if count == 0:
         return IDLE
     c = worker(*k.kind)
-    s = schedule(*k.kind)
+    s = schedule(*k.kind[:4])
     n = c.count
     total = n["head"] + n["tail"]
     for seg in k.segments(first, count):

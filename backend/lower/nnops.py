@@ -805,7 +805,7 @@ class NnOps:
         c_area, a_area, zeros = self.scratch(mark=False)  # marked below, by the bytes used
         panels = self.aux(mark=False)
         e = self.target.region1_element_bytes
-        jobs, subs = self._partials_jobs(op, x, w, k, kc, rsize, what)
+        jobs = self._partials_jobs(op, x, w, k, kc, rsize, what)
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}  # the kernel's N: whole 16-column blocks
         if (
             max(j[2] * npad[t] * 2 for t, j in jobs.items()) > e
@@ -903,7 +903,7 @@ class NnOps:
                 0 if ampw else max(kp[t] * npad[t] * 2 for t in jobs),
             )
         )
-        direct = self._direct_results(jobs, npad, parts, rdt, 2, subs)
+        direct = self._direct_results(jobs, npad, parts, rdt, 2)
         fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
@@ -951,7 +951,7 @@ class NnOps:
                 calls[t] = self.kernel(gm.Gemm, j[3], w, npad[t], prec=gm.F16, mode="init" if p == 0 else "acc",
                                        coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **panel)  # fmt: skip
             self.kcall(f"{what}: GEMM" + (" (last panel)" if p else ""), calls)
-        self._rows_results(what, jobs, npad, c_area, direct, rdt, subs)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt)
 
     def _linear_partials_rows_fp8(self, op: nn.LinearPartialsOp, what: str, xl, wl, a_cols) -> None:
         """`linear_partials_rows` with FP8 x and weights (`nn-quantize-activations`): the FP8 AMP. Per tile, its
@@ -984,7 +984,7 @@ class NnOps:
         panels = self.aux(mark=False)
         e = self.target.region1_element_bytes
         rsize = 4 if rdt == "f32" else 2
-        jobs, subs = self._partials_jobs(op, x, w, k, kc, rsize, what)
+        jobs = self._partials_jobs(op, x, w, k, kc, rsize, what)
         npad = {t: -(-j[4] // 16) * 16 for t, j in jobs.items()}
         kp = {t: -(-j[2] // kb) * kb for t, j in jobs.items()}
         # Per tile, the GEMM's K parts: (first column, K, A address, A row stride, weight panels, panel arguments,
@@ -1084,9 +1084,7 @@ class NnOps:
                 ),
             )
         )
-        direct = self._direct_results(
-            jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1, subs
-        )
+        direct = self._direct_results(jobs, npad, {t: [q[:5] for q in v] for t, v in parts.items()}, rdt, 1)
         self.kcall(f"{what}: FP8 x rows with zero K padding", x_rows)
         self.copy_call(x_copies, f"{what}: FP8 x rows with zero K padding (copies)")
         self.kcall(f"{what}: FP8 weight rows with zero K padding", w_rows)
@@ -1129,7 +1127,7 @@ class NnOps:
                     calls[t] = self.kernel(gm.Gemm, jobs[t][3], kk, npad[t], prec=gm.FP8, mode="acc" if p else "init",
                                            coef=coef, a=a, weights=area, c=c_at, a_row_stride=row, **pkw, **fmt)  # fmt: skip
             self.kcall(f"{what}: FP8 GEMM" + (" (last panel)" if p else ""), calls)
-        self._rows_results(what, jobs, npad, c_area, direct, rdt, subs)
+        self._rows_results(what, jobs, npad, c_area, direct, rdt)
 
     def _few_rows_ampw(self, wl, what: str) -> bool:
         """A few-row split's weight stored as F16 AMP panels (`ampw` f16: the F16 GEMM reads its blocks in place);
@@ -1212,13 +1210,11 @@ class NnOps:
 
     def _partials_jobs(self, op, x, w, k: int, kc: int, rsize: int, what: str):
         """A many-row split's GEMM per tile: {tile: (chunk, first K column, chunk width, rows, panel columns, x
-        block, weight block, result block)}, and {tile: [(first column in the panel, columns, result block)]} for
-        the tiles that keep their panel's result as several adjacent blocks (`tile_plan.panel_store_width`: a
-        48-wide panel of q / k / v stored as two 24-wide head blocks); one GEMM computes all of them."""
+        block, weight block, result block)}, one result block per tile (`tile_plan.partials_rows_layouts`)."""
         lay = op.attributes[tl.LAYOUT_ATTR]
         g, table = lay.geometry(), lay.table()
         res = self.addrs.of(op.results[0]).addr
-        held: dict[int, list[tuple[int, ...]]] = {}
+        jobs = {}
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             (c, r0, n0), (_, mr, nc) = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
@@ -1227,30 +1223,16 @@ class NnOps:
                     f"{what}: tile {t}: a {mr} x {nc} block (the kernel needs >= {gm.MIN_ROWS} rows; result rows "
                     "of whole 4-element atoms)"
                 )
-            held.setdefault(t, []).append((c, r0, n0, mr, nc, int(res[t]) + int(g.offset[b, 0]) * rsize))
-        jobs, subs = {}, {}
-        for t, blocks in held.items():
-            blocks.sort(key=lambda q: q[2])
-            c, r0, n0, mr = blocks[0][:4]
-            adjacent = all(q[:2] == (c, r0) and q[3] == mr for q in blocks) and all(
-                b2[2] == b1[2] + b1[4] for b1, b2 in zip(blocks, blocks[1:])
-            )
-            if not adjacent:
-                raise self.error(
-                    f"{what}: tile {t} holds {len(blocks)} result blocks that are not adjacent columns of one K chunk "
-                    "and row panel (one GEMM per tile is lowered)"
-                )
-            nc = sum(q[4] for q in blocks)
+            if t in jobs:
+                raise self.error(f"{what}: tile {t} holds two result blocks (one GEMM per tile is lowered)")
             k0 = c * kc
             kw = min(kc, k - k0)
             xa = self._panel_addr(x, t, (r0, k0), (mr, kw), what)
             wa = self._panel_addr(w, t, (n0, k0), (nc, kw), what)
-            jobs[t] = (c, k0, kw, mr, nc, xa, wa, blocks[0][5])
-            if len(blocks) > 1:
-                subs[t] = [(q[2] - n0, q[4], q[5]) for q in blocks]
-        return jobs, subs
+            jobs[t] = (c, k0, kw, mr, nc, xa, wa, int(res[t]) + int(g.offset[b, 0]) * rsize)
+        return jobs
 
-    def _direct_results(self, jobs, npad, parts, rdt: str, esize: int, subs=()) -> set[int]:
+    def _direct_results(self, jobs, npad, parts, rdt: str, esize: int) -> set[int]:
         """Tiles whose f16 results are C's rows (no N padding), in interleaved memory and in other elements than
         every A their GEMM calls read (parts: (k1, width, A address, row stride, panels); esize: A's element
         bytes): the GEMM writes them in place of the C scratch (no result-row copy). The C scratch stays
@@ -1263,7 +1245,7 @@ class NnOps:
         el = self.target.element_of
         for t, j in jobs.items():
             lo, hi = j[7], j[7] + j[3] * j[4] * 2
-            if t in subs or npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
+            if npad[t] != j[4] or lo < self.target.region1_base or lo % 8:
                 continue
             c_el = set(range(el(lo), el(hi - 1) + 1))
             a_el = set()
@@ -1273,29 +1255,15 @@ class NnOps:
                 direct.add(t)
         return direct
 
-    def _rows_results(
-        self, what: str, jobs, npad, c_area: int, direct: set[int], rdt: str, subs=None, c_at=None
-    ) -> None:
+    def _rows_results(self, what: str, jobs, npad, c_area: int, direct: set[int], rdt: str) -> None:
         """A many-row split's C [mr][npad] f16 -> each tile's [mr, nc] result block at jobs[t][7] (f16: copied,
-        or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there). A tile
-        with several result blocks (`subs`, from `_partials_jobs`): each block from its columns of C, one call per
-        block. c_at: per tile, where its C rows start (default the C scratch)."""
-        c_at, subs = c_at or {}, subs or {}
-        for i in range(max((len(v) for v in subs.values()), default=0)):
-            part = {t: v[i] for t, v in subs.items() if i < len(v)}
-            self._rows_results(
-                f"{what} (block {i})",
-                {t: (*jobs[t][:4], nc, *jobs[t][5:7], addr) for t, (_c0, nc, addr) in part.items()},
-                npad, c_area, set(), rdt,
-                c_at={t: c_area + c0 * 2 for t, (c0, _nc, _addr) in part.items()},
-            )  # fmt: skip
-        jobs = {t: j for t, j in jobs.items() if t not in subs}
+        or strided past the N padding; f32: cast), except the `direct` tiles (the GEMM wrote it there)."""
         if rdt == "f16":  # C's rows are the result's: one copy, or (past C's N padding) a strided row kernel
             whole, strided, narrow = {}, {}, {}
             for t, j in jobs.items():
                 if t in direct:
                     continue
-                c = c_at.get(t, c_area)
+                c = c_area
                 if npad[t] == j[4]:
                     whole[t] = [(c, j[7], j[3] * j[4] * 2)]
                 elif rw.pf_width_ok(j[4]) and j[7] % 8 == 0 and c % 8 == 0:
@@ -1312,14 +1280,14 @@ class NnOps:
         self.kcall(
             f"{what}: to f32",
             {
-                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_at.get(t, c_area), out=j[7])
+                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7])
                 for t, j in flat.items()
             },
         )
         self.kcall(
             f"{what}: to f32 rows",
             {
-                t: rw.Rows("to_f32", j[3], j[4], in0=c_at.get(t, c_area), out=j[7], in_stride=npad[t] * 2)
+                t: rw.Rows("to_f32", j[3], j[4], in0=c_area, out=j[7], in_stride=npad[t] * 2)
                 for t, j in jobs.items()
                 if t not in flat
             },
@@ -1450,11 +1418,23 @@ class NnOps:
         res = self.addrs.of(op.results[0]).addr
         work = self.aux(mark=False)  # marked below: the running sums' bytes
         held: dict[int, list] = {}  # tile -> [((first column, columns), (partials, result block, elements))]
+        # Partial blocks wider than the result's (`tile_plan.reduce_layouts` with a width: a 48-wide q / k / v
+        # panel's rows summed into two 24-wide head blocks): per result block, its columns of the partial rows.
+        pw = xl.block_[-1] if len(xl.shape_) == 3 and xl.block_[-1] > lay.block_[-1] else 0
+        in_rows: dict[int, int] = {}  # tile -> halves per partial row (strided tiles only)
         for b in range(lay.num_blocks):
             t = int(table[b, 0])
             n = int(g.block_dims[b].prod())
-            origin, dims = (int(v) for v in g.block_origin[b]), (int(v) for v in g.block_dims[b])
-            src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
+            origin, dims = [int(v) for v in g.block_origin[b]], [int(v) for v in g.block_dims[b]]
+            if pw:
+                c0 = origin[-1] - origin[-1] % pw
+                wide = min(pw, xl.shape_[-1] - c0)
+                src = self._panel_addr(x, t, (0, *origin[:-1], c0), (count, *dims[:-1], wide), what)
+                src += (origin[-1] - c0) * xs
+                if wide != dims[-1]:
+                    in_rows[t] = wide
+            else:
+                src = self._panel_addr(x, t, (0, *origin), (count, *dims), what)
             held.setdefault(t, []).append(
                 (
                     (int(g.block_origin[b][-1]), int(g.block_dims[b][-1])),
@@ -1469,7 +1449,9 @@ class NnOps:
             # Several result blocks on a tile (`tile_plan.panel_store_width`): the fused sum, block by block.
             for i, slot in enumerate(slots):
                 blocks, cols = {t: q[1] for t, q in slot.items()}, {t: q[0] for t, q in slot.items()}
-                if not self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, f"{what} (block {i})"):
+                if not self._reduce_sum_fused(
+                    op, blocks, cols, count, xdt, rdt, f"{what} (block {i})", in_rows
+                ):
                     raise self.error(
                         f"{what}: tiles holding {len(slots)} result blocks are lowered by the fused sum only (f16 "
                         f"partials, at most {ks.MAX_PARTS} of them, blocks of whole 4-half units apart from the "
@@ -1478,8 +1460,13 @@ class NnOps:
             return
         # tile -> (partials, result block, elements per block); tile -> (first column, columns): the bias's part
         blocks, cols = {t: q[1] for t, q in slots[0].items()}, {t: q[0] for t, q in slots[0].items()}
-        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
+        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what, in_rows):
             return
+        if in_rows:
+            raise self.error(
+                f"{what}: result blocks narrower than their partials' rows are lowered by the fused sum only (f16 "
+                f"partials, at most {ks.MAX_PARTS} of them, blocks of whole 4-half units apart from the partials)"
+            )
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
         nmax = max(-(-n // per_unit) * per_unit for _s, _d, n in blocks.values())
         self._use_bounded((0, 0, count * nmax * max(xs, rs)))
@@ -1573,20 +1560,28 @@ class NnOps:
                 },
             )
 
-    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what) -> bool:
+    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None) -> bool:
         """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
         written once; bit-identical to the pairwise calls below), when it applies: f16 partials, at most
         `ksum.MAX_PARTS` of them, blocks of whole 4-half units (and bias rows of whole atoms), the result apart from
-        the partials. No scratch: the sums stay in registers."""
+        the partials. No scratch: the sums stay in registers. in_rows: tile -> halves per partial row where they
+        are wider than the result block's rows (the strided `ksum`)."""
         if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
             return False
+        in_rows = in_rows or {}
         bias = op.bias is not None
         scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
         rs = 2 if rdt == "f16" else 4
+
+        def args(t, s, d, n, bp):
+            stride = dict(in_row=in_rows[t], out_row=cols[t][1]) if t in in_rows else {}
+            return (count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt, scale), stride
+
         for t, (s, d, n) in blocks.items():
-            if n % 4 or (bias and cols[t][1] % 4):
+            if n % 4 or (bias and cols[t][1] % 4) or (t in in_rows and (cols[t][1] % 4 or in_rows[t] % 4)):
                 return False
-            if d < s + count * n * 2 and s < d + n * rs:  # the result overlaps the partials
+            a, kw = args(t, s, d, n, 0)
+            if d < s + ks.KSum(*a, **kw).partial_bytes and s < d + n * rs:  # the result overlaps the partials
                 return False
         bp = 0
         if bias:
@@ -1598,7 +1593,8 @@ class NnOps:
         self.__dict__.setdefault("ksum_kinds", set())
         calls = {}
         for t, (s, d, n) in blocks.items():
-            k = self.kernel(ks.KSum, count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt, scale)
+            a, kw = args(t, s, d, n, bp)
+            k = self.kernel(ks.KSum, *a, **kw)
             self.ksum_kinds.add(k.kind)
             calls[t] = k
         self.kcall(

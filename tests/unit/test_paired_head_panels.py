@@ -1,11 +1,12 @@
 """q / k / v projections in panels wider than the head divisor they are stored in (`nn_split_k.head_multiples`,
 `tile_plan.panel_store_width`): with heads of 72, a 48-wide panel is one GEMM without N padding (24 alone pads
-to 32) and its result stays as two 24-wide head blocks on its tile, which the attention gathers as it gathers
-24-wide panels. q and k (f16 weights, row-major x) read their weights in place as F16 AMP panels (`ampw`).
+to 32); its partials stay one [pm, 48] block per tile and its sum is stored as two 24-wide head blocks per sum
+tile (a strided `ksum` each), which the attention gathers as it gathers 24-wide panels. q and k (f16 weights,
+row-major x) read their weights in place as F16 AMP panels (`ampw`).
 
 A SigLIP with heads of 72 (width 288, 4 heads, 64 tokens) on 128 tiles takes such panels; the package matches the
-device-precision reference (`ipu.tools.random_models.run_case`), and the lowering's bookkeeping of a tile's
-several blocks is checked on the plan (the blocks of a tile are adjacent columns of one chunk and row panel)."""
+device-precision reference (`ipu.tools.random_models.run_case`), and the plan is checked: one partial block per
+GEMM tile, two adjacent head blocks of one row range per sum tile."""
 
 from __future__ import annotations
 
@@ -67,20 +68,23 @@ def test_attention_projections_in_paired_blocks(planned):
     for o in paired:
         pm, _kc, pn = o.attributes[tl.PLAN_ATTR].get("panel")
         lay = o.attributes[tl.LAYOUT_ATTR]
-        assert panel_store_width(o, pn) == 24 and lay.block_ == (1, pm, 24)
-        table, geo = lay.table()[:, 0], lay.geometry()
-        held: dict[int, list] = {}
-        for b in range(lay.num_blocks):
-            held.setdefault(int(table[b]), []).append(tuple(int(v) for v in geo.block_origin[b]))
-        for t, origins in held.items():  # two adjacent 24-column blocks of one chunk and row panel per tile
-            origins.sort()
-            assert len(origins) == 2 and origins[0][:2] == origins[1][:2], (t, origins)
-            assert origins[1][2] == origins[0][2] + 24 and origins[0][2] % 48 == 0
-        # the sum keeps the head blocks: 24 columns, each tile's two blocks side by side
+        # the partials stay whole [pm, 48] blocks, one per tile (one GEMM writes them)
+        assert panel_store_width(o, pn) == 24 and lay.block_ == (1, pm, 48)
+        assert len(set(lay.table()[:, 0].tolist())) == lay.num_blocks
         (use,) = [u.operation for u in o.results[0].uses]
         while not isinstance(use, nn.ReduceSumOp):
             (use,) = [u.operation for u in use.results[0].uses]
-        assert use.attributes[tl.LAYOUT_ATTR].block_[1] == 24
+        # the sum reads 48-wide partial rows and keeps the head blocks: 24 columns, each tile's two side by side
+        res = use.attributes[tl.LAYOUT_ATTR]
+        assert tl.layout_of(use.input).block_[2] == 48 and res.block_[1] == 24
+        table, geo = res.table()[:, 0], res.geometry()
+        held: dict[int, list] = {}
+        for b in range(res.num_blocks):
+            held.setdefault(int(table[b]), []).append(tuple(int(v) for v in geo.block_origin[b]))
+        for t, origins in held.items():  # two adjacent 24-column blocks of one row range per tile
+            origins.sort()
+            assert len(origins) == 2 and origins[0][0] == origins[1][0], (t, origins)
+            assert origins[1][1] == origins[0][1] + 24 and origins[0][1] % 48 == 0
     f16 = [o for o in paired if tl.element_bytes(o.weight.type.element_type) == 2]
     assert f16 and all(tl.layout_of(o.weight).order.data == "ampw" for o in f16)
 
