@@ -278,6 +278,10 @@ def attention_choices(
         seqs = [seq]
         mmax = int(g.block_dims[:, 0].max())
     e = target.region1_element_bytes
+    v_lay = tl.layout_of(
+        op.operands[2]
+    )  # f16 V: O^T's V^T rows straight from it (`attention_sizes`' v_direct)
+    v_f16 = tl.element_bytes(v_lay.dtype if v_lay is not None else op.operands[2].type.element_type) == 2
     want_t = {"": None, "transposed": True, "direct": False}[scores]
     try:
         sizes = [
@@ -289,6 +293,7 @@ def attention_choices(
                 max_chunk=max_key_chunk or None,
                 transposed=want_t,
                 max_score_chunk=max_score_chunk or max_key_chunk or None,
+                v_direct=pv != "direct" and v_f16,
             )
             for s in seqs
         ]

@@ -38,8 +38,8 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       GEMM with V^T's dpad rows as A: all six workers busy however few query rows; P^T as qn / 16 column blocks
       of weight panels, `weights_from_bt` from P's qn rows, rows m..qn zero); V^T's rows by `TransposeF16`
       straight from f16 V's column panels (whole K blocks of keys, all panels in one call; zero rows d..dpad once
-      per chunk size) or from
-      the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
+      per chunk size; a chunk's keys past its whole blocks through at most 16 V rows in C, `AttentionSizes.v_direct`)
+      or from the V rows; at the end O's rows from O^T (`TransposeF16`) into A;
     * or O (=|+=) P[:, chunk] V[chunk] with V's weight panels (`WeightsF16`; f16 V in column panels and whole K
       blocks: each panel straight into its column groups), the GEMM over the block's mpad rows;
     the same f16 rounding per 16-key inner block either way (and as one GEMM over all keys); O's first d columns
@@ -1732,6 +1732,7 @@ class NnOps:
         from ipu.passes.kernel_select import choices
 
         score_chunk = choices(op).get("score_chunk")  # absent (IR from before it): key_chunk bounds both
+        v_f16 = tl.element_bytes(tl.layout_of(op.operands[2]).dtype) == 2
         sizes = {}
         for s in seqs:
             try:
@@ -1743,6 +1744,7 @@ class NnOps:
                     max_chunk=key_chunk,
                     transposed=scores == "transposed",
                     max_score_chunk=score_chunk,
+                    v_direct=pv == "transposed" and v_f16,
                 )
             except ValueError as exc:
                 raise self.error(
@@ -1906,6 +1908,9 @@ class AttentionSizes:
     qo: int  # offset of the V rows in C (after O) and, on the direct path, of the K rows in A (after Q)
     transposed: bool = False  # S^T = K Q^T (K rows as the GEMM's A), else S = Q K^T (K^T weight panels)
     score_chunk: int = 0  # keys per S^T = K Q^T step (transposed path; 0: `chunk`): K rows at A's start
+    # O^T = V^T P^T with f16 V (`attention_sizes`' v_direct): a chunk's V^T rows straight from V, only its last
+    # keys past a whole 16 through V rows in C (16 of them at most), so the chunk is not bounded by V rows in C
+    v_direct: bool = False
 
     @property
     def score_chunks(self) -> list[tuple[int, int]]:
@@ -1933,7 +1938,7 @@ def query_columns(mpad: int) -> int:
 
 def attention_sizes(
     m: int, seq: int, d: int, element_bytes: int, max_chunk: int | None = None, transposed: bool | None = None,
-    max_score_chunk: int | None = None,
+    max_score_chunk: int | None = None, v_direct: bool = False,
 ) -> AttentionSizes:  # fmt: skip
     """The padded sizes for blocks of at most m query rows x head size d over seq keys, or ValueError naming the
     sizes when they do not fit the scratch elements (C: S [mpad, spad] f16, then O [mpad, dpad] and a chunk's V
@@ -1943,7 +1948,10 @@ def attention_sizes(
     after P's qn rows, its V^T rows (the O^T GEMM's A, row stride 2 * chunk <= 4112 B) in aux; the S^T steps'
     K rows from A's start (Q's rows are dead once Q^T's panels are made), so their chunks (`score_chunk`) may be
     longer than the V steps' (V rows after O^T in C). max_chunk: keys per chunk at most (kernel-select's
-    `key_chunk`); max_score_chunk: keys per S^T step at most (kernel-select's `score_chunk`; default max_chunk)."""
+    `key_chunk`); max_score_chunk: keys per S^T step at most (kernel-select's `score_chunk`; default max_chunk).
+    v_direct (O^T = V^T P^T with f16 V, transposed path): a chunk's V^T rows come from V directly but for its last
+    keys past a whole 16 (V rows in C, 16 at most), so chunks are bounded by V^T's rows in aux and P^T's panels in
+    A only (So400m's key-split blocks: one chunk of 183 keys instead of 160 + 23)."""
     e = element_bytes
     if d % 4:
         raise ValueError(f"head size {d} is not a multiple of 4 (f32 rows are read in 4-element atoms)")
@@ -1959,7 +1967,8 @@ def attention_sizes(
             f"panels within a {e}-byte scratch element"
         )
     qo = -(-(qn if transposed else mpad) * dpad * 2 // 64) * 64
-    kc = min((e - qo) // (2 * dpad), e // (2 * dpad))
+    v_direct = v_direct and transposed and qo + 16 * dpad * 2 <= e
+    kc = e // (2 * dpad) if v_direct else min((e - qo) // (2 * dpad), e // (2 * dpad))
     # O^T = V^T P^T: P^T's weight panels after P's qn rows in A; V^T rows (the GEMM's A) of <= 4112 B
     if transposed:
         kc = min(kc, (e - p_rows_bytes(qn, spad)) // (2 * qn), 8 * 514 // 2)
@@ -1982,7 +1991,7 @@ def attention_sizes(
         sc = min(e // (2 * dpad) // 16 * 16, spad, *(() if limit is None else (limit,)))
         if sc < 16:
             raise ValueError(f"the block does not fit: {sizes} (score chunk {sc})")
-    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed, sc)
+    return AttentionSizes(mpad, d, dpad, seq, spad, kc, qo, transposed, sc, v_direct)
 
 
 def p_rows_bytes(rows: int, spad: int) -> int:
@@ -2004,7 +2013,7 @@ def attention_scratch(sz: AttentionSizes, dv: int, pv_transposed: bool) -> tuple
         spad * 2 * qn,
         qn * sz.d * 4,
         mpad * sz.d * 4,
-        sz.qo + kc * wide * 2,
+        sz.qo + (16 if sz.v_direct else kc) * wide * 2,
         qn * dvpad * 2,
         mpad * dvpad * 2,
     )
@@ -2288,31 +2297,42 @@ def attention_program(
         vt = vp if vp is not None else dv  # V's panel width for the direct V^T rows
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
         for c, (k0, nk) in enumerate(sz.chunks):
-            if vt is not None and esizes[2] == 2 and nk % 16 == 0:
+            # A chunk past whole K blocks (`AttentionSizes.v_direct`): its whole blocks direct, its last keys
+            # through V rows in C, all into one V^T of nkp columns (one P^T and one O^T GEMM for the chunk).
+            ragged = sz.v_direct and vt is not None and esizes[2] == 2 and nk % 16 != 0 and nk > 16
+            if vt is not None and esizes[2] == 2 and (nk % 16 == 0 or ragged):
                 # f16 V in column panels (a row-major block: one panel of dv), whole K blocks: each panel's rows
                 # straight into its V^T rows; the zero rows dv..dvpad once per chunk size (nothing else writes
                 # them between such chunks).
                 pre = f"keys {k0}..{k0 + nk}: " if several else ""
-                nkp = nk
+                nkp, nkd = -(-nk // 16) * 16, nk // 16 * 16
+                drow = dict(dst_row=nkp * 2) if ragged else {}
                 if 1 < dv // vt <= 6:
                     # One call over every panel: the workers shared out over the panels (one call per panel left
                     # half of them idle for part of it: 9 groups of a 36-wide panel over six workers).
-                    call = pk.TransposeF16(nk, dv, va + k0 * vt * 2, panels, src_row=vt * 2, panel_width=vt,
-                                           panel_step=vt * sz.seq * 2)  # fmt: skip
+                    call = pk.TransposeF16(nkd, dv, va + k0 * vt * 2, panels, src_row=vt * 2, panel_width=vt,
+                                           panel_step=vt * sz.seq * 2, **drow)  # fmt: skip
                     prog.append((f"{pre}V^T rows from {dv // vt} V column panels", call))
                 for j in range(dv // vt if not 1 < dv // vt <= 6 else 0):
                     src = va + (j * vt * sz.seq + k0 * vt) * 2
-                    call = pk.TransposeF16(nk, vt, src, panels, src_row=vt * 2, group0=j * vt // 4)
+                    call = pk.TransposeF16(nkd, vt, src, panels, src_row=vt * 2, group0=j * vt // 4, **drow)
                     prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
-                if dvpad > dv and zeroed != nk:
+                if (
+                    ragged
+                ):  # the last nk - nkd keys: V rows (zero rows to 16, zero columns) -> V^T's last block
+                    tail, _ = rows_of("V", va, 2, k0 + nkd, nk - nkd, vrows, vp, True, dv, dvpad)
+                    call = pk.TransposeF16(16, dvpad, vrows, panels + nkd * 2, dst_row=nkp * 2)
+                    prog.append((f"{tail}V^T rows", call))
+                    zeroed = None  # its rows dv..dvpad took V's zero columns: the ones row again
+                if dvpad > dv and zeroed != nkp:
                     if l_row:
-                        prog.append((f"{pre}V^T ones row", ones(nk)))
+                        prog.append((f"{pre}V^T ones row", ones(nkp)))
                     if ot_rows > dv + l_row:
                         call = rw.Rows(
-                            "pad_f16", dvpad - dv - l_row, nk, out=panels + (dv + l_row) * nk * 2, valid=0
+                            "pad_f16", dvpad - dv - l_row, nkp, out=panels + (dv + l_row) * nkp * 2, valid=0
                         )
                         prog.append((f"{pre}V^T zero rows", call))
-                    zeroed = nk
+                    zeroed = None if ragged else nkp
             else:
                 pre, nkp = rows_of("V", va, esizes[2], k0, nk, vrows, vp, not v_rows_copied, dv, dvpad)
                 prog.append((f"{pre}V^T rows", pk.TransposeF16(nkp, dvpad, vrows, panels)))

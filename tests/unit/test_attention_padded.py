@@ -422,3 +422,30 @@ def test_output_transposed_gives_the_same_bits(monkeypatch, t, m):
     q, k, v = (x[f"{n}1"].astype(np.float64) + x[f"{n}2"] for n in "qkv")
     for g, w in zip(outs[0].astype(np.float64), attention64(q, k, v, heads)):
         assert cosine(g, w) >= 0.9999, cosine(g, w)
+
+
+def test_v_direct_one_chunk_past_whole_key_blocks():
+    """O^T = V^T P^T with f16 V (`attention_sizes`' v_direct): So400m's key-split block (32 query rows, 183 keys,
+    head 72, V in 24-wide panels) is one chunk, not 160 + 23 keys: V^T's 176 keys of whole blocks straight from
+    the panels, the last 7 through 16 V rows, then one ones row, one P^T and one O^T GEMM over 192 keys; fewer
+    cycles, and the scratch bound still holds (the V rows in C are 16 at most)."""
+    from ipu.backend.kernels import gemm as gm
+
+    e = IPU21.region1_element_bytes
+    old = nnops.attention_sizes(32, 183, 72, e, transposed=True)
+    new = nnops.attention_sizes(32, 183, 72, e, transposed=True, v_direct=True)
+    assert [nk for _, nk in old.chunks] == [160, 23] and new.chunks == [(0, 183)] and new.v_direct
+    kw = dict(qa=0, ka=0x1000, va=0x2000, m=32, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
+              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
+              panels_of=(24, 24, 24), q_scaled=True)  # fmt: skip
+    progs = {v: nnops.attention_program(sz, **kw) for v, sz in ((False, old), (True, new))}
+    labels = [label for label, _ in progs[True]]
+    gemms = [c for label, c in progs[True] if "O^T" in label and isinstance(c, gm.Gemm)]
+    assert len(gemms) == 1 and gemms[0].k == 192
+    assert "keys 176..183: V^T rows" in labels and labels.count("V^T ones row") == 1
+    tail = next(c for label, c in progs[True] if label == "keys 176..183: V^T rows")
+    assert (tail.k, tail.dst, tail.drow) == (16, 0x90000 + 176 * 2, 192 * 2)
+    cycles = {v: sum(nnops.kernel_cycles(k) for _, k in p) for v, p in progs.items()}
+    assert cycles[True] < cycles[False] - 1000, cycles
+    c, a, aux = nnops.attention_scratch(new, 72, True)
+    assert max(c, a, aux) <= e
