@@ -2162,9 +2162,10 @@ def attention_program(
     qrows = qn if sz.transposed else mpad
     prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
 
-    def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad):
+    def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad, zero_rows=True):
         # f16 rows of wpad (zero columns w..wpad; w = d, or V's dv), then zero rows up to the chunk's multiple of
-        # 16 (zero keys: finite logits, masked by the softmax; zero values: no contribution).
+        # 16 (zero keys: finite logits, masked by the softmax; zero values: no contribution). zero_rows=False: the
+        # caller knows the rows past nk hold finite values this program wrote, which only meet zero weights.
         pre = f"keys {k0}..{k0 + nk}: " if nk < sz.seq else ""
         kind, verb = ("cast_f16", "to f16") if esize == 4 else ("pad_f16", "rows")
         if p is None:
@@ -2189,7 +2190,7 @@ def attention_program(
             if (k0 == 0) if first is None else first:
                 zero_columns(f"{pre}{name} zero columns", nk, dst, w, wpad)
         nkp = -(-nk // 16) * 16
-        if nkp > nk:
+        if nkp > nk and zero_rows:
             prog.append(
                 (
                     f"{pre}{name} zero rows",
@@ -2317,10 +2318,13 @@ def attention_program(
                     src = va + (j * vt * sz.seq + k0 * vt) * 2
                     call = pk.TransposeF16(nkd, vt, src, panels, src_row=vt * 2, group0=j * vt // 4, **drow)
                     prog.append((f"{pre}V^T rows from V columns {j * vt}..{j * vt + vt}", call))
-                if (
-                    ragged
-                ):  # the last nk - nkd keys: V rows (zero rows to 16, zero columns) -> V^T's last block
-                    tail, _ = rows_of("V", va, 2, k0 + nkd, nk - nkd, vrows, vp, True, dv, dvpad)
+                if ragged:
+                    # The last nk - nkd keys: V rows (zero columns) -> V^T's last block. Its rows past them need no
+                    # zeros where they lie in S^T's scores (written above, finite as the scores are): they become
+                    # V^T's columns of the padded keys, whose P^T rows are exact zeros (the softmax's mask and zero
+                    # atoms).
+                    in_st = vrows + 16 * dvpad * 2 <= c_area + spad * qn * 2
+                    tail, _ = rows_of("V", va, 2, k0 + nkd, nk - nkd, vrows, vp, True, dv, dvpad, not in_st)
                     call = pk.TransposeF16(16, dvpad, vrows, panels + nkd * 2, dst_row=nkp * 2)
                     prog.append((f"{tail}V^T rows", call))
                     zeroed = None  # its rows dv..dvpad took V's zero columns: the ones row again

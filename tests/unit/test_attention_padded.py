@@ -443,6 +443,8 @@ def test_v_direct_one_chunk_past_whole_key_blocks():
     gemms = [c for label, c in progs[True] if "O^T" in label and isinstance(c, gm.Gemm)]
     assert len(gemms) == 1 and gemms[0].k == 192
     assert "keys 176..183: V^T rows" in labels and labels.count("V^T ones row") == 1
+    # the tail's V rows past its 7 keys lie in S^T's scores (finite): no zero rows call
+    assert not any("zero rows" in label for label in labels if label.startswith("keys 176"))
     tail = next(c for label, c in progs[True] if label == "keys 176..183: V^T rows")
     assert (tail.k, tail.dst, tail.drow) == (16, 0x90000 + 176 * 2, 192 * 2)
     cycles = {v: sum(nnops.kernel_cycles(k) for _, k in p) for v, p in progs.items()}
