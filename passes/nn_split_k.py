@@ -319,9 +319,12 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     if have is not None and not have.stack.data and len(have.shape_) == 2 and have.order.data == "row_major":
         p = have.block_[1]
         gathered = gathered or (p < min(k, parts.chunk) and p % kb != 0)
+    # x's gather as `choose_rows_chunk` costed it when it chose the chunk (a GEMM's column blocks: fewer row panels
+    # of more rows mean more pieces per tile; So400m's fc2 on 64-column panels instead of 32)
+    source, width = src if src is not None and src[0] in ("panels", "heads") else ("rows", 0)
     return rows_grid(
         m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels, fp8_x=fp8_x,
-        a_gathered=gathered,
+        a_gathered=gathered, source=source, width=width or PRODUCER_PANEL,
     )  # fmt: skip
 
 
@@ -387,14 +390,20 @@ def x_source(lin: nn.LinearOp, tiles: int = 1472) -> tuple[str, int] | None:
     ("heads", d) for attention's output (head blocks of d columns, received as column panels whose rows the
     lowering gathers into the A scratch); else None (an unsplit GEMM's panel width is tile-plan's choice)."""
     v = lin.input
-    while isinstance(v.owner, nn.CastOp | nn.GeluOp):
+    while isinstance(v.owner, nn.CastOp | nn.GeluOp | tl.RelayoutOp):  # (tile-plan's relayouts: see through)
         v = v.owner.operands[0]
     owner = v.owner
     if isinstance(owner, nn.LayerNormOp):
         return "rows", 0
-    if isinstance(owner, nn.ReduceSumOp) and isinstance(parts := owner.input.owner, nn.LinearPartialsOp):
+    parts = owner.input.owner if isinstance(owner, nn.ReduceSumOp) else None
+    while isinstance(parts, tl.RelayoutOp):
+        parts = parts.operands[0].owner
+    if isinstance(parts, nn.LinearPartialsOp):
         if parts.input.type.get_shape()[0] <= FEW_ROWS:
             return None
+        planned = parts.attributes.get(tl.PLAN_ATTR)  # in tile-plan: the producer's own plan
+        if isinstance(planned, tl.GemmPlanAttr) and len(planned.get("grid")) == 3:
+            return "panels", planned.get("panel")[2]
         plan = rows_plan_grid(parts, tiles)
         return ("panels", plan[3]) if plan is not None else None
     if isinstance(owner, nn.AttentionOp):

@@ -659,3 +659,49 @@ def test_gathered_x_blocks_fit_the_a_scratch(monkeypatch):
     bound = rows_grid(729, 1152, 1152, 144, 1, "f8", 1472, panels=(32, 64), a_gathered=True)
     assert free[2] * 144 * 2 > 32768  # the unconstrained choice would not fit
     assert bound is not None and bound[2] * 144 * 2 <= 32768
+
+
+def test_tile_plan_costs_x_from_its_producer_through_the_relayouts():
+    """In tile-plan a split's x is a relayout of its producer's result: `x_source` sees through it (and through the
+    GELU and the cast) to the producer's planned column panels, so tile-plan's grid (`rows_plan_grid`) costs x's
+    gather as nn-split-k did when it chose the chunk (So400m's fc2: 64-column panels, x gathered from fc1's
+    32-column blocks, instead of 32-column panels costed as if x were a layer norm's rows)."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.frontend.siglip import SiglipVisionConfig, build_vision_model
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+    from ipu.passes.nn_split_k import rows_plan_grid, x_source
+    from ipu.passes.registry import all_passes
+
+    cfg = SiglipVisionConfig(hidden_size=288, intermediate_size=576, num_attention_heads=4, num_hidden_layers=1,
+                             image_size=112, patch_size=14)  # fmt: skip
+    m = build_vision_model(cfg)
+    text = IpuCompilePipelinePass(tiles=128, sram_kib=624).resolved(m).pipeline_text()
+    nn_passes = text[: text.index("nn-to-exchange-pipeline")].rstrip(",")
+    PassPipeline.parse_spec(dict(all_passes()), nn_passes).apply(Context(), m)
+    many = [o for o in m.walk() if isinstance(o, nn.LinearPartialsOp) and o.input.type.get_shape()[0] > 8]
+    before = [x_source(o, 128) for o in many]
+    assert ("rows", 0) in before and any(s is not None and s[0] == "panels" for s in before), before
+    PassPipeline.parse_spec(dict(all_passes()), "tile-plan{tiles=128 sram_kib=624}").apply(Context(), m)
+    for o, want in zip(many, before):
+        assert isinstance(o.input.owner, tl.RelayoutOp)
+        got = x_source(o, 128)
+        if want is not None and want[0] == "panels":  # the producer's recorded panel width
+            want = ("panels", x_source_panel(o))
+        assert got == want, (o.weight.type, got, want)
+        plan = o.attributes[tl.PLAN_ATTR]
+        if len(plan.get("grid")) == 3:
+            _, gm, pm, pn = rows_plan_grid(o, 128)
+            assert (plan.get("grid")[1], plan.get("panel")[0], plan.get("panel")[2]) == (gm, pm, pn)
+
+
+def x_source_panel(parts: nn.LinearPartialsOp) -> int:
+    """The planned panel width of the many-row split whose sum (through casts, a GELU, relayouts) is parts' x."""
+    v = parts.input
+    while not isinstance(v.owner, nn.ReduceSumOp):
+        v = v.owner.operands[0]
+    p = v.owner.input.owner
+    while isinstance(p, tl.RelayoutOp):
+        p = p.operands[0].owner
+    return p.attributes[tl.PLAN_ATTR].get("panel")[2]
