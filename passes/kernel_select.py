@@ -165,23 +165,24 @@ def gemm_coef(target: Target, op: Operation | None = None) -> str:
     """ld128 when the weight staging (the aux scratch, a region-1 element) is in interleaved memory; ld64 for
     weights read in place as AMP panels (`ampw`): memory-plan then places them anywhere, as row-major weight
     blocks (in interleaved memory, which ld128 needs, they crowd the GEMM results and scratch: So400m's 27
-    layers with FP8 activations did not plan), except a many-row split's f16 panels delivered by its exchange
-    phase (q / k in 48-wide panels, 18 KB per tile): ld128. An edited "ld128" makes memory-plan put in-place
-    panels in region 1."""
+    layers with FP8 activations did not plan), except a many-row split's panels delivered by its exchange phase
+    (q / k's f16 panels, 18 KB per tile; the MLP's FP8 panels, 12-18 KB; live from that phase to their GEMM):
+    ld128, 32 cycles less per weight block (So400m's 27 layers plan with them on the default policy). An edited
+    "ld128" makes memory-plan put in-place panels in region 1."""
     if op is not None and len(op.operands) > 1:
         wl = tl.layout_of(op.operands[1])
         if wl is not None and wl.order.data == "ampw":
-            # A many-row split's f16 panels received by its exchange phase (q / k: 18 KB per tile, live from that
-            # phase to their GEMM) are small enough to take interleaved memory: ld128 saves 32 cycles per weight
-            # block. (Panels read where they are resident keep ld64: their homes may lie in region 0.)
+            # A many-row split's panels received by its exchange phase (q / k's f16, the MLP's FP8: 12-18 KB per
+            # tile, live from that phase to their GEMM) are small enough to take interleaved memory: ld128 saves 32
+            # cycles per weight block. (Panels read where they are resident keep ld64: their homes may lie in
+            # region 0.)
             plan = op.attributes.get(tl.PLAN_ATTR)
-            rows_f16 = (
+            delivered = (
                 isinstance(plan, tl.GemmPlanAttr)
                 and len(plan.get("grid")) == 3
-                and tl.element_bytes(wl.dtype) == 2
                 and isinstance(op.operands[1].owner, ex.PhaseOp)
             )
-            if not rows_f16:
+            if not delivered:
                 return "ld64"
     return "ld128" if target.region1[1] > target.region1[0] else "ld64"
 
