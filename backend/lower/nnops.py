@@ -2202,6 +2202,9 @@ def attention_program(
             )
         return pre, nkp
 
+    def coef_of(weights: int) -> str:  # weight panels in interleaved memory load two slots per instruction
+        return "ld128" if weights >= region1 and weights % 16 == 0 else "ld64"
+
     if sz.transposed:
         # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from qn Q
         # rows (rows m..qn zero); S^T [spad, qn] in C -> S's qn rows row-major in A in one transpose
@@ -2211,7 +2214,7 @@ def attention_program(
         for k0, nk in sz.score_chunks:  # K rows over Q's (dead once Q^T's panels are made)
             pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
             st_gemm = gm.Gemm(
-                nkp, dpad, qn, prec=gm.F16, mode="init", coef="ld64", a=krows, weights=panels,
+                nkp, dpad, qn, prec=gm.F16, mode="init", coef=coef_of(panels), a=krows, weights=panels,
                 c=c_area + k0 * 2 * qn,
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
@@ -2288,7 +2291,7 @@ def attention_program(
         # panels are packed from P's qn rows: rows m..qn are S's zero rows (the softmax runs over m rows only), so
         # the weights' query columns m..qn (O^T's dropped columns) come out zero on every tile alike.
         pt = a_area + p_rows_bytes(qn, spad)  # P^T's weight panels, after P's rows
-        coef = "ld128" if pt >= region1 and pt % 16 == 0 else "ld64"
+        coef = coef_of(pt)
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
         # O^T's rows: dv (and the ones row), not dvpad: V^T's rows past them are neither read nor written (no zero
         # rows call) and O^T's rows past them keep what C held (S^T's scores: finite, written by this program, as
