@@ -1263,7 +1263,7 @@ class NnOps:
             for t, j in jobs.items():
                 if t in direct:
                     continue
-                c = c_area
+                c = c_area  # C's rows
                 if npad[t] == j[4]:
                     whole[t] = [(c, j[7], j[3] * j[4] * 2)]
                 elif rw.pf_width_ok(j[4]) and j[7] % 8 == 0 and c % 8 == 0:

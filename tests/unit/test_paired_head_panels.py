@@ -167,3 +167,24 @@ def test_received_panels_load_two_slots_per_load():
         tl.element_bytes(o.weight.type.element_type) for o in ampw if isinstance(o.weight.owner, ex.PhaseOp)
     }
     assert delivered == {1, 2}, delivered
+
+
+def test_reduce_layouts_group_head_blocks_by_the_panel():
+    """`tile_plan.reduce_layouts` with a width: the sum's operand in blocks of the partials' 48 columns, one per
+    pair of adjacent 24-wide result blocks of one tile; a result whose pairs lie on two tiles is refused by name."""
+    from xdsl.dialects.builtin import f16
+    from xdsl.utils.exceptions import PassFailedException
+
+    from ipu.passes.tile_plan import reduce_layouts
+
+    tiles = np.array([[0, 0, 1, 1], [2, 2, 3, 3]], np.int32)  # [row blocks, 24-wide column blocks]
+    result = tl.make_layout((26, 96), (13, 24), tiles.reshape(-1, 1), f16)
+    op = reduce_layouts(result, 6, 48)
+    assert op.shape_ == (6, 26, 96) and op.block_ == (6, 13, 48)
+    assert op.table()[:, 0].tolist() == [0, 1, 2, 3]
+    assert reduce_layouts(result, 6).block_ == (6, 13, 24)  # no width: the result's blocks
+    split = tl.make_layout(
+        (26, 96), (13, 24), np.array([0, 5, 1, 1, 2, 2, 3, 3], np.int32).reshape(-1, 1), f16
+    )
+    with pytest.raises(PassFailedException, match="not grouped by 48 on one tile"):
+        reduce_layouts(split, 6, 48)
