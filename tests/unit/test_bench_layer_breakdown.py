@@ -3,9 +3,13 @@ profile's `repeats` and `steps` (a synthetic profile with every kind of step).""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
-from bench.bench_layer_breakdown import breakdown
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the checkout's root: `bench` is not installed
+from bench.bench_layer_breakdown import breakdown  # noqa: E402
 
 
 def _step(kind, kernel, label, cycles, repeat=0, tiles=None):
