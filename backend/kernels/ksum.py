@@ -487,7 +487,7 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     if count == 0:
         return IDLE
     c = worker(*k.kind)
-    s = schedule(*k.kind[:4])
+    s = schedule(k.parts, k.bias, k.out_type, k.scaled)
     n = c.count
     total = n["head"] + n["tail"]
     for seg in k.segments(first, count):

@@ -262,7 +262,7 @@ class NnOps:
         """The GEMM's coefficient loads (kernel-select's `coef`): ld128 needs the weight panels in interleaved
         memory at a 16-byte boundary."""
         coef = self.choice(op, "coef")
-        if coef == "ld128" and not (panels >= self.target.region1[0] and panels % 16 == 0):
+        if coef == "ld128" and not ld128_fits(panels, self.target.region1[0]):
             raise self.error(
                 f"{op.name} ({op.results[0].name_hint or 'unnamed'}): kernel choice coef = 'ld128' needs the weight "
                 f"panels in interleaved memory (from {self.target.region1[0]:#x}) at 16 bytes; they are at {panels:#x}"
@@ -1445,28 +1445,23 @@ class NnOps:
             {t: v[i] for t, v in held.items() if i < len(v)}
             for i in range(max(len(v) for v in held.values()))
         ]
-        if len(slots) > 1:
-            # Several result blocks on a tile (`tile_plan.panel_store_width`): the fused sum, block by block.
+        if len(slots) > 1 or in_rows:
+            # Several result blocks on a tile (`tile_plan.panel_store_width`), or partial rows wider than the
+            # result's: the fused sum only, block by block.
             for i, slot in enumerate(slots):
                 blocks, cols = {t: q[1] for t, q in slot.items()}, {t: q[0] for t, q in slot.items()}
-                if not self._reduce_sum_fused(
-                    op, blocks, cols, count, xdt, rdt, f"{what} (block {i})", in_rows
-                ):
+                label = f"{what} (block {i})" if len(slots) > 1 else what
+                if not self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, label, in_rows):
                     raise self.error(
-                        f"{what}: tiles holding {len(slots)} result blocks are lowered by the fused sum only (f16 "
-                        f"partials, at most {ks.MAX_PARTS} of them, blocks of whole 4-half units apart from the "
-                        "partials)"
+                        f"{what}: tiles holding {len(slots)} result blocks, or result blocks narrower than their "
+                        f"partials' rows, are lowered by the fused sum only (f16 partials, at most {ks.MAX_PARTS} of "
+                        "them, blocks of whole 4-half units apart from the partials)"
                     )
             return
         # tile -> (partials, result block, elements per block); tile -> (first column, columns): the bias's part
         blocks, cols = {t: q[1] for t, q in slots[0].items()}, {t: q[0] for t, q in slots[0].items()}
-        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what, in_rows):
+        if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what):
             return
-        if in_rows:
-            raise self.error(
-                f"{what}: result blocks narrower than their partials' rows are lowered by the fused sum only (f16 "
-                f"partials, at most {ks.MAX_PARTS} of them, blocks of whole 4-half units apart from the partials)"
-            )
         # The work area holds at most every partial block (restrided to whole units) at the wider of the two types.
         nmax = max(-(-n // per_unit) * per_unit for _s, _d, n in blocks.values())
         self._use_bounded((0, 0, count * nmax * max(xs, rs)))
@@ -2202,8 +2197,8 @@ def attention_program(
             )
         return pre, nkp
 
-    def coef_of(weights: int) -> str:  # weight panels in interleaved memory load two slots per instruction
-        return "ld128" if weights >= region1 and weights % 16 == 0 else "ld64"
+    def coef_of(weights: int) -> str:
+        return "ld128" if ld128_fits(weights, region1) else "ld64"
 
     if sz.transposed:
         # S^T = K Q^T: the K rows are the GEMM's A (M = keys: all six workers busy), Q^T weight panels from qn Q
@@ -2403,6 +2398,12 @@ def attention_program(
     else:  # f16 result: O's first dv columns
         prog.append(("O rows", rw.Rows("pad_f16", m, dv, in0=o_rows, out=out, **step)))
     return prog
+
+
+def ld128_fits(panels: int, region1: int) -> bool:
+    """GEMM weight panels at `panels` can load with ld128 (two slots per instruction): in interleaved memory (from
+    `region1`) at a 16-byte boundary."""
+    return panels >= region1 and panels % 16 == 0
 
 
 def _no_rows(k) -> bool:
