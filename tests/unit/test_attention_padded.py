@@ -451,3 +451,24 @@ def test_v_direct_one_chunk_past_whole_key_blocks():
     assert cycles[True] < cycles[False] - 1000, cycles
     c, a, aux = nnops.attention_scratch(new, 72, True)
     assert max(c, a, aux) <= e
+
+
+def test_program_calls_skip_row_kernels_of_no_rows():
+    """`NnOps._program_calls`: one call site per step, and a tile whose row kernel of that step has no rows (Q's zero
+    rows on a full query block) is left out of it (it skips the call: no supervisor cycles for nothing)."""
+    from ipu.backend.kernels import rowwise as rw
+
+    class Recorder:
+        def __init__(self):
+            self.sites = []
+
+        def kcall(self, what, per_tile):
+            self.sites.append((what, sorted(per_tile)))
+
+    def prog(zero_rows):
+        return [("Q rows", rw.Rows("pad_f16", 8, 16, out=0x80000, valid=16)),
+                ("Q zero rows", rw.Rows("pad_f16", zero_rows, 16, out=0x81000, valid=0))]  # fmt: skip
+
+    rec = Recorder()
+    nnops.NnOps._program_calls(rec, "att", {3: prog(0), 5: prog(8), 7: prog(0)})
+    assert rec.sites == [("att: Q rows", [3, 5, 7]), ("att: Q zero rows", [5])]
