@@ -21,7 +21,7 @@ filled), so overrides survive a second run of the pass.
 | | `score_chunk` | keys per S^T = K Q^T step at most, transposed scores only (a multiple of 16; the K rows take A's whole element, so it may exceed `key_chunk`; absent: `key_chunk`) |
 | | `scores` | `"transposed"` (S^T = K Q^T: the K rows as the GEMM's A) or `"direct"` (S = Q K^T) |
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
-| | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T) |
+| | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T; `softmax_mt`: `softmax_m` writing P^T's weight panels itself, with one key chunk or at most 16 query rows) |
 | | `q_scale` | `"sum"` (Q comes from a K-split sum that applies the scale: no "Q * scale" step) or `"program"` |
 | `nn.reduce_sum` (with `q_scale = "sum"` on its attention) | `scale` | the attention's scale: the f16 sum times f16(scale), in the fused sum's registers |
 
@@ -398,7 +398,7 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("a_operand", A_OPERANDS)
     one_of("scores", SCORES)
     one_of("pv", SCORES)
-    one_of("softmax", ("softmax", "softmax_split", "softmax_e", "softmax_m"))
+    one_of("softmax", ("softmax", "softmax_split", "softmax_e", "softmax_m", "softmax_mt"))
     one_of("q_scale", ("sum", "program"))
     if "scale" in values and not isinstance(values["scale"], float):
         raise KernelChoiceError(f"{what}: kernel choice scale = {values['scale']!r}: a float")

@@ -20,6 +20,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `flash_final` | o: R rows of n f32; l: R f32 | y: R rows of n f16 = o / l |
 | `softmax_e` | x: R rows of n f16, the first `valid` (default n) meaningful (valid >= 1); st0: R (m, l) f32 pairs, st1 (default 8) bytes apart (4-byte aligned) | y: R rows of n f16 (may alias x): e = exp(x - m) unnormalized, zeros after the valid columns; (m, l) = the row max and sum of e at st0 |
 | `softmax_m` | as `softmax_e`; st0: R m f32, st1 bytes apart | y: as `softmax_e` (no sum: the attention's O^T GEMM forms l from a ones row of V^T); m at st0 |
+| `softmax_mt` | as `softmax_m` (R <= 32 rows, n a multiple of 16) | y: e as the O^T GEMM's weight panels P^T at out (`pt_offsets`: row r is engine r % 16 of column block r // 16, its 16-key blocks 512 bytes apart); the panels' other engines untouched; m at st0 |
 | `fill_f16` | (none) | y: R rows of n f16, every element `scale` |
 | `to_f32_scaled` | x: R rows of n f16; l: the f32 at byte st0 of each output row | y: R rows of n f32: f32(x) * (1 / l) (4 bundles per atom, pipelined) |
 | `to_f32_scaled_l` | x: R rows of n f16, l the f16 at column n of each row (in_stride >= 2n + 4) | y: as `to_f32_scaled`, l first stored as f32 at byte st0 of the output row |
@@ -189,6 +190,11 @@ SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 # panel step, PF_PANELS = panels - 1, PF_PACE = the pace stride register (field 0: load jump, field 1: store jump,
 # atoms), PF_IJUMP / PF_OJUMP = the safe path's row jumps (bytes), PF_WIDTH = 2P (a panel row's bytes), PF_SAFE = 1 on
 # the safe path, PF_OATOMS = the output row stride in atoms (the zero columns' st64step stride).
+# softmax_mt's frame (besides softmax_m's): PT_FQ = whole 16-key blocks before the one holding the last valid key,
+# PT_T = the valid atoms before the masked one in that block, PT_Z = 3 - PT_T (its zero atoms), PT_BLKM = bytes
+# from one 16-query column block of the panels to the next less 512 (the row pointer's fix every 16 rows);
+# ZATOMS = the 16-key blocks of zeros after it, OSTRIDE = 32 (one engine's 16 keys).
+PT_FQ, PT_T, PT_BLKM, PT_Z = IN1, IN2, F0, F1
 PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
 PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
 # PF_LOOP: the pace path's rows loop, `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else the generic one.
@@ -234,6 +240,7 @@ OPS = (
     "softmax_split_e",
     "softmax_e",
     "softmax_m",
+    "softmax_mt",
     "fill_f16",
     "panels_f16",
     "sms_stats",
@@ -267,6 +274,7 @@ ESIZES = {
     "softmax_split_e": (2, 2),
     "softmax_e": (2, 2),
     "softmax_m": (2, 2),
+    "softmax_mt": (2, 2),
     "fill_f16": (2, 2),
     "to_f32_scaled": (2, 4),
     "to_f32_scaled_l": (2, 4),
@@ -436,6 +444,25 @@ def _row_kernel(op: str) -> Code:
         c.one("add $m8, $m8, $m3")
         if op == "softmax_m":
             c.one("sub $m6, $m9, 1")  # the pairs after the first (unused without pairs)
+    if op == "softmax_mt":
+        # $m4 = valid atoms - 1 (the max loop), $m0 = zero key blocks, $m8 = the first row's m (the stride is
+        # reloaded per row); $m2 = the first row's panel slot: out + 32 r (the head) + (r >> 4) (PT_BLKM),
+        # $m10 = rows until the next 16-row crossing (15 - r % 16); $m9 = whole key blocks, $m6 = those after
+        # the first, $m11 = the valid atoms before the masked one in the last block.
+        c.one(f"ld32 $m0, $mvertex_base, $mzero, {ZATOMS}")
+        c.one(f"ld32 $m10, $mvertex_base, $mzero, {ST1}")
+        c.one("mul $m8, $m10, $m6")
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {ST0}")
+        c.one("add $m8, $m8, $m3")
+        c.one("shr $m3, $m6, 4")
+        c.one(f"ld32 $m7, $mvertex_base, $mzero, {PT_BLKM}")
+        c.one("mul $m3, $m3, $m7")
+        c.one("add $m2, $m2, $m3")
+        c.one("and $m10, $m6, 15")
+        c.one("xor $m10, $m10, 15")
+        c.one(f"ld32 $m9, $mvertex_base, $mzero, {PT_FQ}")
+        c.one("sub $m6, $m9, 1")
+        c.one(f"ld32 $m11, $mvertex_base, $mzero, {PT_T}")
     if op == "to_f16":
         c.one(f"ld64 $a6:7, $mvertex_base, $mzero, {K1}")  # the scale, twice
     if op == "fill_f16":
@@ -476,6 +503,8 @@ def _row_kernel(op: str) -> Code:
         _softmax_e_row(c)
     elif op == "softmax_m":
         _softmax_m_row(c)
+    elif op == "softmax_mt":
+        _softmax_mt_row(c)
     elif op == "to_f16":
         c.one("add $m3, $m1, 0")
         c.one("add $m7, $m2, 0")
@@ -607,7 +636,10 @@ def _row_kernel(op: str) -> Code:
         c.one("st64 $a6:7, $m2, $mzero, 0")
     elif op in MERGE_CHUNKS:
         _merge_row(c, MERGE_CHUNKS[op])
-    _row_end(c)
+    if op == "softmax_mt":
+        _pt_row_end(c)
+    else:
+        _row_end(c)
     if op in TO_F32_SCALED:  # rows of one atom (not pipelined), then back to the row's end
         c.tag = "single"
         c.label(f".L{c.name}_one")
@@ -749,6 +781,72 @@ def _softmax_m_row(c: Code) -> None:
     _exp_atom(c)  # the masked last atom
     c.one("add $m8, $m8, $m10")
     _zero_pass(c)
+
+
+def _pt_quad(first: bool) -> list[tuple[str, str]]:
+    """softmax_mt: two `SMM_PAIR`s over one 16-key block (atoms 4q .. 4q + 3). Their stores are the previous
+    block's last atom (then 61 atoms on: the next 512-byte block of the panels, the row's own 32 bytes of it)
+    and this block's first three (one atom on each); `first`: no previous block (its store a nop)."""
+    strides = iter(("61", "1", "1", "1"))
+    body = []
+    for _ in range(2):
+        for main, aux in SMM_PAIR:
+            if main.startswith("st64step"):
+                main = main[: main.rindex(",")] + f", {next(strides)}"
+            body.append((main, aux))
+    if first:
+        body[1] = ("nop", body[1][1])
+    return body
+
+
+PT_ZERO_BLOCK = [_b("st64step $azeros, $mzero, $m7+=, 1")] * 3 + [_b("st64step $azeros, $mzero, $m7+=, 61")]
+
+
+def _softmax_mt_row(c: Code) -> None:
+    """softmax_mt: one row at $m1 -> e into its 32 bytes of every 16-key block of the panels from $m2, m at $m8
+    (then advanced by ST1). `softmax_m`'s arithmetic, whole key blocks at a time: the blocks before the one
+    holding the masked last atom pipelined (`_pt_quad`), that block's valid atoms one by one, the masked atom,
+    its zero atoms, then the zero blocks."""
+    _row_max_f16(c)
+    c.one(f"brz $m9, .L{c.name}_blocks")
+    c.tag = (
+        "quad1"  # the first block (with the alignment nop after the branch), the rest, the last one's store
+    )
+    for m, a in _pt_quad(first=True):
+        c.bundle(m, a)
+    c.rpt("$m6", _pt_quad(first=False), "quad")
+    c.bundle("st64step $a6:7, $mzero, $m7+=, 61")
+    c.tag = "row"
+    c.label(f".L{c.name}_blocks")
+    c.rpt("$m11", [_b(SMS_LOAD, "f16v4sub $a2:3, $a0:1, $a8:9"), _b("nop", "f16v2exp $a2, $a2"),
+                   _b("nop", "f16v2exp $a3, $a3"), _b("st64step $a2:3, $mzero, $m7+=, 1")], "single")  # fmt: skip
+    c.bundle(f"ld64 $a10:11, $mvertex_base, $mzero, {K1}")
+    c.bundle("nop", "f16v4min $a0:1, $a0:1, $a10:11")
+    _exp_atom(c)  # the masked last atom
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PT_Z}")
+    c.rpt("$m3", [_b("st64step $azeros, $mzero, $m7+=, 1")], "zero")
+    c.one("add $m7, $m7, 480")
+    c.rpt("$m0", PT_ZERO_BLOCK, "zquad")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ST1}")
+    c.one("add $m8, $m8, $m3")
+
+
+def _pt_row_end(c: Code) -> None:
+    """softmax_mt: the next row's pointers (its panel slot 32 bytes on; after every 16th row the next column block
+    of the panels: PT_BLKM more), loop over rows, exit."""
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m10, .L{c.name}_slot")
+    c.tag = "fix"
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PT_BLKM}")
+    c.one("add $m2, $m2, $m3")
+    c.one("add $m10, $mzero, 15")
+    c.tag = "row"
+    c.label(f".L{c.name}_slot")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.exit_and_idle()
 
 
 def _merge_pair_body(nc: int, ptrs: list[str], coef: list[str]) -> list[tuple[str, str]]:
@@ -1537,7 +1635,12 @@ class Rows:
                 raise ValueError("softmax_split needs rows >= 1")
             if self.st0 % 8:
                 raise ValueError(f"softmax_split: the partials (st0 = {self.st0:#x}) must be 8-byte aligned")
-        if self.op in ("softmax_e", "softmax_m") and (
+        if self.op == "softmax_mt" and (self.n % 16 or self.out % 8):
+            raise ValueError(
+                f"softmax_mt writes whole 16-key weight blocks: n = {self.n} must be a multiple of 16 and the "
+                f"panels (out = {self.out:#x}) 8-byte aligned"
+            )
+        if self.op in ("softmax_e", "softmax_m", "softmax_mt") and (
             self.st0 % 4 or self.ml_stride % 4 or self.ml_stride < 8
         ):
             raise ValueError(
@@ -1550,7 +1653,14 @@ class Rows:
                 f"rows need a stride of at least {2 * self.n + 4} bytes, got {self.istride}"
             )
         if self.valid is not None:
-            softmaxes = ("softmax", "softmax_split", "softmax_split_e", "softmax_e", "softmax_m")
+            softmaxes = (
+                "softmax",
+                "softmax_split",
+                "softmax_split_e",
+                "softmax_e",
+                "softmax_m",
+                "softmax_mt",
+            )
             if self.op not in PADDED + softmaxes:
                 raise ValueError(f"{self.op}: a valid length is for {', '.join(PADDED + softmaxes[1:])} only")
             lo = 4 if self.op == "cast_f16" else 1 if self.op in softmaxes else 0
@@ -1632,6 +1742,11 @@ class Rows:
             p = (va - 1) // 2
             return {"atom0": va - 1, "pair1": int(p > 0), "pair": max(p - 1, 0), "single": (va - 1) % 2,
                     "zero": atoms - va}  # fmt: skip
+        if self.op == "softmax_mt":
+            va = -(-self.nvalid // 4)
+            fq, t = divmod(va - 1, 4)
+            return {"atom0": va - 1, "quad1": int(fq > 0), "quad": max(fq - 1, 0), "single": t, "zero": 3 - t,
+                    "zquad": self.n // 16 - fq - 1}  # fmt: skip
         if self.op == "fill_f16":
             return {"atom0": atoms}
         if self.op in MERGE_CHUNKS:  # the first pair of columns is peeled
@@ -1691,7 +1806,7 @@ class Rows:
         else:
             consts = [-np.inf, 0, 0, 0]
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
-        if self.op in ("softmax", "softmax_e", "softmax_m"):
+        if self.op in ("softmax", "softmax_e", "softmax_m", "softmax_mt"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
         if self.op in TO_F32_SCALED:
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
@@ -1702,6 +1817,11 @@ class Rows:
         if self.op in ("softmax_e", "softmax_m"):
             reps = self.reps()
             f[ATOMS], f[ZATOMS], f[ST1] = reps["atom0"], reps["zero"], self.ml_stride
+        if self.op == "softmax_mt":
+            reps = self.reps()
+            f[ATOMS], f[ZATOMS], f[ST1], f[OSTRIDE] = reps["atom0"], reps["zquad"], self.ml_stride, 32
+            f[PT_FQ], f[PT_T], f[PT_Z] = reps["quad1"] + reps["quad"], reps["single"], reps["zero"]
+            f[PT_BLKM] = 512 * (self.n // 16 - 1)
         if self.op == "to_f16":
             f[2 * K1 : 2 * K1 + 2] = np.float32(self.scale).view(np.uint32)
         return f
@@ -1914,6 +2034,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             out = np.zeros((k.rows, k.n), np.float16)
             out[:, :va] = (e16.astype(np.float32) * inv[:, None]).astype(np.float16)
             return {"out": out}
+        if k.op == "softmax_mt":  # softmax_m's rows, written as weight panels (`pt_offsets`)
+            got = semantics(replace(k, op="softmax_m"), x)
+            return {"out": got["out"], "m": got["m"]}
         if k.op == "softmax_m":  # softmax_e without the sum
             got = semantics(replace(k, op="softmax_e"), x)
             return {"out": got["out"], "m": got["ml"][:, 0]}
@@ -2054,4 +2177,19 @@ def cycles(k: Rows) -> int:
         return LNS_SUP + 6 * sum(
             sms_thread_cycles(k, phase) for phase in (SMS if k.op == "softmax_split" else SMS_E)
         )
+    if k.op == "softmax_mt":  # the row pointer's fix after every 16th row: per worker, by its rows
+        cnt = worker_code(k.op).count
+        return SUP + 6 * max(
+            worker_thread_cycles(k, c) + cnt["fix"] * ((first + c) // 16 - first // 16) if c else IDLE
+            for first, c in split(k.rows)
+        )
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))
+
+
+def pt_offsets(rows: int, n: int) -> np.ndarray:
+    """softmax_mt: the byte offset from `out` of every atom of its output rows ([rows, n / 4]): row r is engine
+    r % 16 of the panels' column block r // 16 (n / 16 blocks of 512 bytes each), its atom i in key block i // 4
+    at slot 4 (r % 16) + i % 4 (`gemm.pack_weights`' order for B = P^T)."""
+    r = np.arange(rows)[:, None]
+    i = np.arange(n // 4)[None, :]
+    return (r // 16) * (n // 16) * 512 + (i // 4) * 512 + (r % 16) * 32 + (i % 4) * 8

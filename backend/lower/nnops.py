@@ -2032,13 +2032,26 @@ def softmax_kernel(sz: AttentionSizes, stats: bool = False, ones_row: bool = Fal
     (stats: they need the row max and sum) on the S^T path take `softmax_e` (whole rows per worker, (m, l)
     written by the kernel) where its estimate is below `softmax_split_e` + `sms_stats`'s, else `softmax_split`;
     ones_row (O^T = V^T P^T with a spare V^T row: dv % 16 != 0) lets the O^T GEMM form the row sums l from a ones
-    row of V^T, and the sum-free `softmax_m` is taken where it is cheaper than `softmax_e`."""
+    row of V^T, and the sum-free `softmax_m` is taken where it is cheaper than `softmax_e`; as `softmax_mt`
+    (P^T's weight panels written by the softmax itself, `pt_direct`) where that is cheaper than `softmax_m` and
+    the P^T panels packed from its rows."""
     if stats and sz.transposed:
         kw = dict(in0=0, out=0, valid=sz.seq)
         rows_e = rw.cycles(rw.Rows("softmax_e", sz.mpad, sz.spad, st0=0, **kw))
         if ones_row:
             fill = rw.cycles(rw.Rows("fill_f16", sz.spad // 16, 16, out=0))  # at most once per key chunk
-            if rw.cycles(rw.Rows("softmax_m", sz.mpad, sz.spad, st0=0, **kw)) + fill < rows_e:
+            rows_m = rw.cycles(rw.Rows("softmax_m", sz.mpad, sz.spad, st0=0, **kw))
+            if rows_m + fill < rows_e:
+                if pt_direct(sz):
+                    packs = sum(
+                        pk.weights_from_bt(
+                            sz.qn, -(-nk // 16) * 16, "f16", 0, 0, src_row=sz.spad * 2
+                        ).cycles()
+                        for _, nk in sz.chunks
+                    )
+                    rows_mt = rw.cycles(rw.Rows("softmax_mt", sz.mpad, sz.spad, st0=0, **kw))
+                    if rows_mt + rw.cycles(pt_zero_columns(sz, sz.mpad, 0)) < rows_m + packs:
+                        return "softmax_mt"
                 return "softmax_m"
         if not softmax_split_fits(sz):
             return "softmax_e"
@@ -2058,6 +2071,21 @@ def softmax_kernel(sz: AttentionSizes, stats: bool = False, ones_row: bool = Fal
     whole = rw.cycles(rw.Rows("softmax", sz.mpad, sz.spad, **kw))
     split = rw.cycles(rw.Rows("softmax_split", sz.mpad, sz.spad, st0=0, **kw))
     return "softmax_split" if split < whole else "softmax"
+
+
+def pt_direct(sz: AttentionSizes) -> bool:
+    """`softmax_mt` can write P^T's weight panels for the O^T GEMMs: its layout (every 16-query column block over
+    all spad keys) is each key chunk's weights when there is one chunk, or one column block (qn = 16)."""
+    return sz.transposed and (len(sz.chunks) == 1 or sz.qn == 16)
+
+
+def pt_zero_columns(sz: AttentionSizes, m: int, pt: int) -> rw.Rows:
+    """Zeros for P^T's query columns m..qn (engines past the block's rows in its last column block), which
+    `softmax_mt` does not write: per 16-key block (512 bytes apart) their 32 bytes each; O^T's columns there are
+    dropped, but the GEMM reads them. A call of no rows when m fills the column blocks."""
+    lo = m % 16 if m < sz.qn else 16
+    return rw.Rows("pad_f16", sz.spad // 16 if lo < 16 else 0, max(16 * (16 - lo), 4),
+                   out=pt + (sz.qn // 16 - 1) * (sz.spad // 16) * 512 + lo % 16 * 32, out_stride=512, valid=0)  # fmt: skip
 
 
 def attention_program(
@@ -2235,8 +2263,14 @@ def attention_program(
     # and the softmax itself touches only S (A or C) and P (A).
     ones_row = pv_t and dvpad > dv  # O^T's row dv can be the row sums l (V^T's row dv all ones)
     softmax_op = softmax_kernel(sz, stats, ones_row) if softmax is None else softmax
-    l_row = softmax_op == "softmax_m"  # O^T's row dv gives l
-    if softmax_op in ("softmax_e", "softmax_m"):
+    l_row = softmax_op in ("softmax_m", "softmax_mt")  # O^T's row dv gives l
+    pt_written = softmax_op == "softmax_mt"  # the softmax writes P^T's weight panels itself
+    if pt_written and not pt_direct(sz):
+        raise ValueError(
+            f"kernel choice softmax = 'softmax_mt' writes P^T's panels over all {sz.spad} keys per 16-query column "
+            f"block: it needs one key chunk or one column block, got {len(sz.chunks)} chunks and {sz.qn} queries"
+        )
+    if softmax_op in ("softmax_e", "softmax_m", "softmax_mt"):
         # Whole rows per worker; m (and l: softmax_e) written by the kernel after each result row's dv columns (no
         # partials, no `sms_stats`). Only for the key-split partials (P stays unnormalized) on m rows: the S^T
         # path. softmax_m leaves l to the O^T GEMM: V^T's row dv is ones, so O^T's row dv is sum_k P^T[k, q].
@@ -2245,16 +2279,19 @@ def attention_program(
                 f"kernel choice softmax = {softmax_op!r} is for the key-split partial attention on the transposed "
                 "scores (P unnormalized, the (m, l) of the block's rows)"
             )
-        if softmax_op == "softmax_m" and not ones_row:
+        if l_row and not ones_row:
             raise ValueError(
-                "kernel choice softmax = 'softmax_m' needs O^T = V^T P^T (pv = 'transposed') and value columns "
+                f"kernel choice softmax = {softmax_op!r} needs O^T = V^T P^T (pv = 'transposed') and value columns "
                 f"that leave a spare V^T row for the row sums (dv % 16 != 0), got dv = {dv}"
             )
         o_step = o_stride if o_stride is not None else dv * esizes[3]
         call = rw.Rows(
-            softmax_op, rows, spad, in0=s_rows, out=a_area, valid=sz.seq, st0=out + dv * 4, st1=o_step
-        )
+            softmax_op, rows, spad, in0=s_rows, out=a_area + p_rows_bytes(qn, spad) if pt_written else a_area,
+            valid=sz.seq, st0=out + dv * 4, st1=o_step,
+        )  # fmt: skip
         prog.append(("softmax", call))
+        if pt_written:
+            prog.append(("P^T zero query columns", pt_zero_columns(sz, m, call.out)))
     elif softmax_op == "softmax_split":
         if not (softmax_split_fits(sz) and panels % 8 == 0):
             raise ValueError(
@@ -2268,7 +2305,7 @@ def attention_program(
         # The key-split attention's P stays unnormalized (`softmax_split_e`: no scale pass over P): O's rows are
         # divided by the row sum l at the end ("O / l to f32"), dv columns per row instead of spad.
         softmax_op = "softmax_split_e"
-    if softmax_op not in ("softmax_e", "softmax_m"):
+    if softmax_op not in ("softmax_e", "softmax_m", "softmax_mt"):
         prog.append(("softmax", rw.Rows(softmax_op, rows, spad, **kw)))
     if (
         softmax_op == "softmax_split_e"
@@ -2284,9 +2321,9 @@ def attention_program(
         # dv or dv + 1 of them, `ot_rows`: all six workers busy), P^T [keys, qn queries] its weights (one or two column blocks), accumulated
         # in C (row stride 2 qn); per 16 keys the same products into the same f16 partials as O = P V. P^T's
         # panels are packed from P's qn rows: rows m..qn are S's zero rows (the softmax runs over m rows only), so
-        # the weights' query columns m..qn (O^T's dropped columns) come out zero on every tile alike.
+        # the weights' query columns m..qn (O^T's dropped columns) come out zero on every tile alike
+        # (`softmax_mt` writes the panels itself and "P^T zero query columns" those columns).
         pt = a_area + p_rows_bytes(qn, spad)  # P^T's weight panels, after P's rows
-        coef = coef_of(pt)
         zeroed = None  # the chunk size whose V^T zero rows dv..dvpad are in place (direct chunks)
         # O^T's rows: dv (and the ones row), not dvpad: V^T's rows past them are neither read nor written (no zero
         # rows call) and O^T's rows past them keep what C held (S^T's scores: finite, written by this program, as
@@ -2344,15 +2381,18 @@ def attention_program(
                 if l_row:  # over the transposed zero column
                     prog.append((f"{pre}V^T ones row", ones(nkp)))
                 zeroed, v_rows_copied = None, True
-            prog.append(
-                (
-                    f"{pre}P^T panels",
-                    pk.weights_from_bt(qn, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2),
+            if not pt_written:
+                prog.append(
+                    (
+                        f"{pre}P^T panels",
+                        pk.weights_from_bt(qn, nkp, "f16", a_area + k0 * 2, pt, src_row=spad * 2),
+                    )
                 )
-            )
+            # softmax_mt's panels: one chunk, or one column block whose chunk starts k0 / 16 blocks in
+            w_at = pt + k0 // 16 * 512 if pt_written else pt
             o_gemm = gm.Gemm(
-                ot_rows, nkp, qn, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef, a=panels,
-                a_row_stride=nkp * 2, weights=pt, c=c_area,
+                ot_rows, nkp, qn, prec=gm.F16, mode="init" if c == 0 else "acc", coef=coef_of(w_at), a=panels,
+                a_row_stride=nkp * 2, weights=w_at, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
         # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below.

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from test_kernel_softmax_e import CASES, _scores  # noqa: E402  (pytest puts tests/unit on sys.path)
 
+from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.harness import run_call
 from ipu.backend.target import Target
@@ -122,7 +123,80 @@ def test_ot_gemm_rows(m, seq, d, softmax, rows):
 
     gemms = [call for label, call in prog if "O^T" in label and isinstance(call, gm.Gemm)]
     assert gemms and all(g.m == rows for g in gemms)
-    ones = any(call.op == "softmax_m" for label, call in prog if label == "softmax")
+    ones = any(call.op in ("softmax_m", "softmax_mt") for label, call in prog if label == "softmax")
     assert ones == (softmax is None and d % 16 != 0)
     zero_rows = any("V^T zero rows" in label for label, _ in prog)
     assert zero_rows == (rows > d + ones)  # only where all dpad rows are computed
+
+
+@pytest.mark.parametrize(
+    "rows,n,valid",
+    CASES
+    + [
+        (17, 32, 17),
+        (23, 192, 183),
+        (16, 48, 33),
+        (31, 64, 50),
+        (1, 16, 16),
+        (12, 32, 20),
+        (40, 48, 45),
+        (200, 32, 13),
+        (7, 64, 20),
+        (3, 48, 5),
+    ],
+)
+def test_softmax_mt(rows, n, valid):
+    """softmax_m's e and m, its rows written as the O^T GEMM's weight panels P^T (`pt_offsets`: what
+    `gemm.pack_weights` makes of P^T) with zeros for the padded keys; every other byte of the panels (engines past
+    the rows) untouched; the estimate exact (rows across 16-row column blocks, a worker's rows across two of them,
+    zero key blocks after the masked atom's,
+    every position of the masked atom in its key block, no whole blocks before it)."""
+    x = _scores(rows, n, valid, rows * 5 + n + valid)
+    k = R.Rows("softmax_mt", rows, n, in0=X, out=OUT, st0=ML, valid=valid)
+    nb = -(-rows // 16)
+    size = nb * 16 * n * 2
+    mem = {X: x, OUT: np.full(size // 2, np.nan, np.float16), ML: np.full(2 * rows, np.nan, np.float32)}
+    sim, _ = _run(k, mem)
+    got = sim.read(OUT, size, np.float16, tiles=[0]).reshape(-1)
+    want = R.semantics(k, x)
+    ref = R.semantics(R.Rows("softmax_m", rows, n, valid=valid), x)
+    np.testing.assert_array_equal(want["out"].view(np.uint16), ref["out"].view(np.uint16))
+    pt = np.zeros((nb * 16, n), np.float16)
+    pt[:rows] = want["out"]
+    panels = gm.pack_weights(pt.T.copy(), gm.F16).view(np.float16)
+    written = np.zeros(size // 2, bool)
+    offs = R.pt_offsets(rows, n)
+    for lane in range(4):
+        written[(offs // 2 + lane).reshape(-1)] = True
+    assert written.sum() == rows * n
+    np.testing.assert_array_equal(got[written].view(np.uint16), panels[written].view(np.uint16))
+    assert np.isnan(got[~written]).all()
+    ml = sim.read(ML, rows * 8, np.float32, tiles=[0]).reshape(rows, 2)
+    np.testing.assert_array_equal(ml[:, 0], ref["m"])
+    assert np.isnan(ml[:, 1]).all()
+
+
+def test_softmax_mt_needs_whole_key_blocks():
+    with pytest.raises(ValueError, match="softmax_mt writes whole 16-key weight blocks"):
+        R.Rows("softmax_mt", 4, 40, valid=33)
+
+
+@pytest.mark.parametrize("m,seq", [(25, 183), (18, 27), (2, 40), (16, 100), (32, 183), (7, 16)])
+def test_pt_zero_columns_cover_what_softmax_mt_leaves(m, seq):
+    """P^T's panels [qn / 16][spad / 16][16 engines][16 keys]: `softmax_mt` writes the block's m rows' slots,
+    "P^T zero query columns" every other slot (the engines past m in the last column block), each byte once."""
+    from ipu.backend.lower import nnops
+    from ipu.backend.target import IPU21
+
+    sz = nnops.attention_sizes(m, seq, 72, IPU21.region1_element_bytes, v_direct=True)
+    pt = 0x1000
+    fill = nnops.pt_zero_columns(sz, m, pt)
+    size = sz.qn * sz.spad * 2
+    hits = np.zeros(size // 8, np.int64)  # per atom
+    np.add.at(hits, (R.pt_offsets(m, sz.spad) // 8).reshape(-1), 1)
+    for r in range(fill.rows):
+        start = (fill.out - pt) // 8 + r * fill.ostride // 8
+        hits[start : start + fill.n // 4] += 1
+    assert fill.op == "pad_f16" and fill.nvalid == 0
+    assert (hits == 1).all()
+    assert (fill.rows == 0) == (m == sz.qn)

@@ -176,7 +176,7 @@ def test_key_split_sums_from_the_ones_row(chunks, tiles, image, hidden, heads, m
 
     monkeypatch.setattr(nnops, "softmax_kernel", spy)
     out, ref = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
-    assert "softmax_m" in chosen
+    assert {"softmax_m", "softmax_mt"} & set(chosen)
     monkeypatch.setattr(nnops, "softmax_kernel", lambda sz, stats=False, ones_row=False: real(sz, stats))
     forced, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
     for k in ("last_hidden_state", "pooler_output"):
@@ -213,3 +213,48 @@ def test_q_scale_applied_by_the_sum(tiles, image, hidden, heads, monkeypatch):
         assert _rel(out[k], ref[k]) <= 0.03, (
             k
         )  # (width 144: FP8 casts, see test_key_split_sums_from_the_ones_row)
+
+
+@pytest.mark.parametrize("key_chunk,image,tiles,chunks", [(0, 64, 16, 2), (16, 64, 32, 2), (0, 72, 64, 3)])
+def test_pt_panels_written_by_the_softmax_give_the_same_bits(key_chunk, image, tiles, chunks, monkeypatch):
+    """`softmax_mt` (the softmax writes P^T's weight panels itself; "P^T zero query columns" for the query columns
+    past the block's rows) gives the bits of `softmax_m` and the P^T panels packed from its rows (forced): one
+    key chunk (blocks of 32 rows); several chunks of 16 keys over one 16-query column block (each O^T GEMM reads its
+    chunk's key blocks of the one panel); and blocks of 18 rows (two column blocks, columns 18..32 zeroed)."""
+    from ipu.backend.lower import nnops
+
+    cfg = SiglipVisionConfig(**{**_config(image).to_dict(), "hidden_size": 96, "num_attention_heads": 4})
+    spec = f"nn-split-attention-keys{{chunks={chunks}}}"
+    sizes, real = nnops.attention_sizes, nnops.softmax_kernel
+    if key_chunk:
+        monkeypatch.setattr(
+            nnops, "attention_sizes", lambda *a, **kw: sizes(*a, **{**kw, "max_chunk": key_chunk})
+        )
+    seen = []
+    program = nnops.attention_program
+
+    def recording(sz, *a, **kw):
+        prog = program(sz, *a, **kw)
+        ops = [call.op for label, call in prog if label == "softmax"]
+        if kw.get("stats"):  # the key-split partials (not the MAP head's attention)
+            seen.append((ops, len(sz.chunks), sz.qn, sum(label.startswith("P^T zero") for label, _ in prog)))
+        return prog
+
+    monkeypatch.setattr(nnops, "attention_program", recording)
+    out, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
+    assert seen and all(ops == ["softmax_mt"] for ops, *_ in seen), seen[:3]
+    if key_chunk:
+        assert any(n > 1 and qn == 16 for _, n, qn, _ in seen)
+    if chunks == 3:
+        assert any(qn == 32 and zeros for *_, qn, zeros in seen)
+
+    def forced_m(*a, **kw):
+        kind = real(*a, **kw)
+        return "softmax_m" if kind == "softmax_mt" else kind
+
+    monkeypatch.setattr(nnops, "softmax_kernel", forced_m)
+    seen.clear()
+    forced, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
+    assert seen and all(ops == ["softmax_m"] for ops, *_ in seen)
+    for k in ("last_hidden_state", "pooler_output"):
+        np.testing.assert_array_equal(out[k], forced[k])
