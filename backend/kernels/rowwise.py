@@ -24,6 +24,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `fill_f16` | (none) | y: R rows of n f16, every element `scale` |
 | `to_f32_scaled` | x: R rows of n f16; l: the f32 at byte st0 of each output row | y: R rows of n f32: f32(x) * (1 / l) (4 bundles per atom, pipelined) |
 | `to_f32_scaled_l` | x: R rows of n f16, l the f16 at column n of each row (in_stride >= 2n + 4) | y: as `to_f32_scaled`, l first stored as f32 at byte st0 of the output row |
+| `to_f32_scaled_t` | x: the transposed rows, n + 1 rows of at least 4 ceil(R / 4) f16 columns (in_stride bytes apart, a multiple of 8): column q is row q's n values, row n its l | y: as `to_f32_scaled_l` for rows read as columns (R rows of n f32, l as f32 at byte st0 of each), the same bits (4 ceil(R / 4) columns read) |
 | `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
 | `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
@@ -195,6 +196,10 @@ SMS_MIN_VALID = 21  # six atoms holding valid elements: one per worker at least
 # from one 16-query column block of the panels to the next less 512 (the row pointer's fix every 16 rows);
 # ZATOMS = the 16-key blocks of zeros after it, OSTRIDE = 32 (one engine's 16 keys).
 PT_FQ, PT_T, PT_BLKM, PT_Z = IN1, IN2, F0, F1
+# to_f32_scaled_t's frame: CNT / FIRST = the worker's (group, column) items and its first item's column, OT_G0 + w
+# = that item's group of 4 rows; IN1 = the byte offset of the l row (n * in_stride), ST1 = in_stride in atoms,
+# F0 = rows - 1, ATOMS = n.
+OT_G0, OT_LROW, OT_STEP, OT_LAST = CONST, IN1, ST1, F0
 PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
 PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
 # PF_LOOP: the pace path's rows loop, `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else the generic one.
@@ -232,6 +237,7 @@ OPS = (
     "to_f32",
     "to_f32_scaled",
     "to_f32_scaled_l",
+    "to_f32_scaled_t",
     "pad_f16",
     "cast_f16",
     "layernorm_split",
@@ -278,6 +284,7 @@ ESIZES = {
     "fill_f16": (2, 2),
     "to_f32_scaled": (2, 4),
     "to_f32_scaled_l": (2, 4),
+    "to_f32_scaled_t": (2, 4),
     "panels_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
@@ -1537,6 +1544,99 @@ SMS_SUPERVISOR = LNS_SUPERVISOR.replace("rows_lns_sup", "rows_sms_sup")  # the s
 IDLE = 5  # get, shl, ld32, brz, exitz
 
 
+def _ot_kernel() -> Code:
+    """to_f32_scaled_t: y[q, d] = f32(x[d, q]) * (1 / f32(x[n, q])), l = f32(x[n, q]) at byte st0 of row q.
+
+    The work is R / 4 groups of four rows (one f16 atom of every input row) x n columns, cut into six contiguous
+    ranges in group-major order: a worker walks segments (one group, consecutive columns). Per segment: the four
+    output rows' pointers (rows past R point at the group's last row, and the four stores of a column go from the
+    highest row down, so that row's own value is the one left), the group's l atom as two f32 pairs (stored where a
+    segment starts the group's columns), their reciprocals (`f32oox`, as `to_f32_scaled_l`), then per column one
+    atom load, two conversions, two products and four `st32` (5 bundles, software pipelined)."""
+    c = Code("rows_to_f32_scaled_t")
+    c.one("get $m0, $WSR")
+    c.one("shl $m11, $m0, 2")
+    c.one(f"ld32 $m7, $mvertex_base, $m11, {CNT}")
+    c.one(f"brz $m7, .L{c.name}_idle")
+    c.one(f"ld32 $m9, $mvertex_base, $m11, {FIRST}")
+    c.one(f"ld32 $m8, $mvertex_base, $m11, {OT_G0}")
+    c.label(f".L{c.name}_seg")
+    c.tag = "seg"
+    c.one(f"ld32 $m10, $mvertex_base, $mzero, {ATOMS}")
+    c.one("sub $m10, $m10, $m9")
+    c.one("min $m10, $m10, $m7")  # the segment's columns
+    c.one("sub $m7, $m7, $m10")
+    c.one(f"ld32 $m11, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one("shl $m0, $m8, 2")
+    c.one("mul $m3, $m0, $m11")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {OUT}")
+    c.one("add $m3, $m3, $m1")  # row 4g
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {OT_LAST}")
+    c.one("sub $m0, $m1, $m0")  # the group's last row - 4g
+    for i, reg in ((1, "$m4"), (2, "$m5"), (3, "$m6")):
+        c.one(f"min {reg}, $m0, {i}")
+        c.one(f"mul {reg}, {reg}, $m11")
+        c.one(f"add {reg}, {reg}, $m3")
+    c.one("shl $m0, $m8, 3")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {IN0}")
+    c.one("add $m0, $m0, $m1")  # the group's first atom of row 0
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {OT_LROW}")
+    c.one("ld64 $a0:1, $m0, $m1, 0")  # the group's l atom
+    c.one(f"ld32 $m11, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("mul $m1, $m9, $m11")
+    c.one("add $m1, $m1, $m0")  # the segment's first atom
+    c.one("shl $m2, $m9, 2")  # its column's byte offset in the output rows
+    c.one(f"ld32 $m11, $mvertex_base, $mzero, {OT_STEP}")
+    c.bundle("nop", "f16v2tof32 $a4:5, $a0")
+    c.bundle("nop", "f16v2tof32 $a6:7, $a1")
+    c.one(f"brnz $m9, .L{c.name}_recip")
+    c.tag = "lstore"  # the segment that starts the group's columns stores its l (the highest row first)
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {ST0}")
+    for a, reg in (("$a7", "$m6"), ("$a6", "$m5"), ("$a5", "$m4"), ("$a4", "$m3")):
+        c.one(f"st32 {a}, {reg}, $m0, 0")
+    c.tag = "seg"
+    c.label(f".L{c.name}_recip")
+    for a in ("$a4", "$a5", "$a6", "$a7"):
+        c.bundle("nop", f"f32oox {a}, {a}")
+    c.one("sub $m10, $m10, 1")
+    c.bundle("ld64step $a0:1, $mzero, $m1+=, $m11")
+    c.bundle("nop", "f16v2tof32 $a12:13, $a1")
+    c.bundle("nop", "f32v2mul $a12:13, $a12:13, $a6:7")
+    c.bundle("nop", "f16v2tof32 $a10:11, $a0")
+    body = [  # column i's load and conversions beside column i - 1's stores (a bundle reads the old registers)
+        _b("ld64step $a0:1, $mzero, $m1+=, $m11", "f32v2mul $a10:11, $a10:11, $a4:5"),
+        _b("st32 $a13, $m6, $m2, 0"),
+        _b("st32 $a12, $m5, $m2, 0", "f16v2tof32 $a12:13, $a1"),
+        _b("st32 $a11, $m4, $m2, 0", "f32v2mul $a12:13, $a12:13, $a6:7"),
+        _b("st32step $a10, $m3, $m2+=, 1", "f16v2tof32 $a10:11, $a0"),
+    ]
+    c.rpt("$m10", body, "item")
+    c.bundle("nop", "f32v2mul $a10:11, $a10:11, $a4:5")
+    c.bundle("st32 $a13, $m6, $m2, 0")
+    c.bundle("st32 $a12, $m5, $m2, 0")
+    c.bundle("st32 $a11, $m4, $m2, 0")
+    c.bundle("st32 $a10, $m3, $m2, 0")
+    c.one(f"brz $m7, .L{c.name}_done")
+    c.tag = "next"
+    c.one("add $m8, $m8, 1")
+    c.one("add $m9, $mzero, 0")
+    c.one(f"bri .L{c.name}_seg")
+    c.label(f".L{c.name}_done")
+    c.exit_and_idle()
+    return c
+
+
+def ot_segments(k: Rows, first: int, count: int) -> list[tuple[int, int, int]]:
+    """to_f32_scaled_t: a worker's segments (group, first column, columns) for its items first .. first + count."""
+    out, n = [], k.n
+    while count:
+        g, d = divmod(first, n)
+        cols = min(n - d, count)
+        out.append((g, d, cols))
+        first, count = first + cols, count - cols
+    return out
+
+
 def worker_code(op: str, phase: str = "norm") -> Code:
     """The worker body of `op` (layernorm_split / softmax_split: the body of pass `phase`, one of LNS / SMS)."""
     if op in ("layernorm_split", "layernorm_split32"):
@@ -1545,6 +1645,8 @@ def worker_code(op: str, phase: str = "norm") -> Code:
         return _sms_kernel(phase if op == "softmax_split" or phase != "scale" else "zero")
     if op == "panels_f16":
         return _pf_kernel()
+    if op == "to_f32_scaled_t":
+        return _ot_kernel()
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
@@ -1646,6 +1748,14 @@ class Rows:
             raise ValueError(
                 f"{self.op}: the (m, l) pairs (st0 = {self.st0:#x}, stride {self.ml_stride}) need 4-byte alignment "
                 "and a stride of at least 8 bytes"
+            )
+        if self.op == "to_f32_scaled_t" and (
+            self.istride < 8 * -(-self.rows // 4) or self.st0 % 4 or self.ostride % 4 or self.rows < 1
+        ):
+            raise ValueError(
+                f"to_f32_scaled_t: the input rows ({self.istride} bytes apart) hold the output rows as columns: at "
+                f"least {8 * -(-self.rows // 4)} bytes for {self.rows} rows (whole atoms), l's offset st0 "
+                f"({self.st0}) and the output stride ({self.ostride}) whole words"
             )
         if self.op == "to_f32_scaled_l" and self.istride < 2 * self.n + 4:
             raise ValueError(
@@ -1770,6 +1880,8 @@ class Rows:
             return self.in_stride
         if self.op == "panels_f16":
             return 2 * self.panel_width
+        if self.op == "to_f32_scaled_t":  # the rows as columns: whole atoms of them
+            return 8 * -(-self.rows // 4)
         return (self.nvalid if self.op in PADDED[1:] else self.n) * ESIZES[self.op][0]
 
     @property
@@ -1789,6 +1901,8 @@ class Rows:
             return self._sms_frame(labels)
         if self.op == "panels_f16":
             return self._pf_frame(labels)
+        if self.op == "to_f32_scaled_t":
+            return self._ot_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[CNT + w], f[FIRST + w] = cnt, first
@@ -1857,6 +1971,15 @@ class Rows:
         f[CONST : CONST + 2] = np.full(4, -np.inf, np.float16).view(np.uint32)
         f[2 * K1 : 2 * K1 + 2] = np.full(4, np.inf, np.float16).view(np.uint32)
         f[2 * K1 + 2 : 2 * K1 + 4] = self.tail_mask().view(np.uint32)
+        return f
+
+    def _ot_frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(-(-self.rows // 4) * self.n)):
+            f[CNT + w], f[FIRST + w], f[OT_G0 + w] = cnt, first % self.n, first // self.n
+        f[IN0], f[OUT], f[ENTRY] = self.in0, self.out, labels["rows_to_f32_scaled_t"]
+        f[ATOMS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.n, self.istride, self.ostride, self.st0
+        f[OT_LROW], f[OT_STEP], f[OT_LAST] = self.n * self.istride, self.istride // 8, self.rows - 1
         return f
 
     def _pf_frame(self, labels: dict[str, int]) -> np.ndarray:
@@ -2014,6 +2137,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": np.stack([m, lsum], 1)}
         if k.op == "fill_f16":
             return {"out": np.full((k.rows, k.n), k.scale, np.float16)}
+        if k.op == "to_f32_scaled_t":  # to_f32_scaled_l of the columns: x = [n + 1, >= rows] f16, row n = l
+            cols = np.asarray(x, np.float16).reshape(k.n + 1, -1)[:, : k.rows].T
+            return semantics(replace(k, op="to_f32_scaled_l", in_stride=2 * k.n + 8), np.ascontiguousarray(cols))
         if k.op == "to_f32_scaled_l":  # l: the f16 at column n of each input row, also stored (f32) at st0
             rows = x.reshape(k.rows, -1).astype(np.float16)
             lsum = rows[:, k.n].astype(np.float32)
@@ -2177,6 +2303,17 @@ def cycles(k: Rows) -> int:
         return LNS_SUP + 6 * sum(
             sms_thread_cycles(k, phase) for phase in (SMS if k.op == "softmax_split" else SMS_E)
         )
+    if k.op == "to_f32_scaled_t":
+        cnt = worker_code(k.op).count
+
+        def worker(first, count):
+            if not count:
+                return IDLE
+            segs = ot_segments(k, first, count)
+            t = cnt["head"] + cnt["tail"] + (len(segs) - 1) * cnt["next"]
+            return t + sum(cnt["seg"] + (d == 0) * cnt["lstore"] + (c - 1) * cnt["item"] for _, d, c in segs)
+
+        return SUP + 6 * max(worker(first, c) for first, c in split(-(-k.rows // 4) * k.n))
     if k.op == "softmax_mt":  # the row pointer's fix after every 16th row: per worker, by its rows
         cnt = worker_code(k.op).count
         return SUP + 6 * max(

@@ -2073,6 +2073,9 @@ def softmax_kernel(sz: AttentionSizes, stats: bool = False, ones_row: bool = Fal
     return "softmax_split" if split < whole else "softmax"
 
 
+FUSED_OT = True  # the key-split partials' O / l to f32 rows straight from O^T (`to_f32_scaled_t`): no O rows
+
+
 def pt_direct(sz: AttentionSizes) -> bool:
     """`softmax_mt` can write P^T's weight panels for the O^T GEMMs: its layout (every 16-query column block over
     all spad keys) is each key chunk's weights when there is one chunk, or one column block (qn = 16)."""
@@ -2395,11 +2398,14 @@ def attention_program(
                 a_row_stride=nkp * 2, weights=w_at, c=c_area,
             )  # fmt: skip
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
-        # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below.
-        prog.append(
-            ("O rows from O^T", pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=2 * qn))
-        )
+        # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below; with l in O^T's row
+        # dv (the ones row) and the key-split partials, one pass reads O^T's columns as the f32 rows instead.
         o_rows = a_area
+        if stats and l_row and FUSED_OT:
+            o_rows = None
+        else:
+            call = pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=2 * qn)
+            prog.append(("O rows from O^T", call))
     else:
         zeroed_kblocks = None  # K blocks of the V panels whose zero columns are in place (direct chunks)
         v_rows_copied = False  # a chunk went through f16 V rows (whose zero columns are then in place)
@@ -2429,7 +2435,11 @@ def attention_program(
             prog.append((f"{pre}O {'=' if c == 0 else '+='} P V", o_gemm))
         o_rows = c_area
     step = dict(in_stride=dvpad * 2, out_stride=o_stride)
-    if stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)" (or `softmax_e` itself)
+    if o_rows is None:  # O = (e V) / l from O^T's columns, l its row dv, written beside the row as f32
+        call = rw.Rows("to_f32_scaled_t", m, dv, in0=c_area, out=out, in_stride=2 * qn, out_stride=o_stride,
+                       st0=dv * 4 + 4)  # fmt: skip
+        prog.append(("O / l to f32 from O^T", call))
+    elif stats:  # O = (e V) / l, l written beside the row by "softmax (m, l)" (or `softmax_e` itself)
         # softmax_m: l is O's column dv (the ones row's products), written beside the row here.
         kind = "to_f32_scaled_l" if l_row else "to_f32_scaled"
         prog.append(("O / l to f32", rw.Rows(kind, m, dv, in0=o_rows, out=out, st0=dv * 4 + 4, **step)))

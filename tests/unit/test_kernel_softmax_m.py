@@ -200,3 +200,47 @@ def test_pt_zero_columns_cover_what_softmax_mt_leaves(m, seq):
     assert fill.op == "pad_f16" and fill.nvalid == 0
     assert (hits == 1).all()
     assert (fill.rows == 0) == (m == sz.qn)
+
+
+@pytest.mark.parametrize(
+    "rows,n,qn",
+    [
+        (32, 72, 32),
+        (25, 72, 32),
+        (31, 40, 32),
+        (1, 72, 16),
+        (3, 24, 16),
+        (16, 72, 16),
+        (7, 4, 16),
+        (18, 8, 32),
+    ],
+)
+def test_to_f32_scaled_t(rows, n, qn):
+    """O^T [n + 1, qn] (the O^T GEMM's C: row n the ones row's sums l) -> `to_f32_scaled_l`'s rows bit for bit:
+    y[q] = f32(O^T[:n, q]) * (1 / f32(l_q)), l_q stored as f32 at byte st0 of row q; the word before it (m)
+    untouched, nothing past the rows written. The columns past the rows hold what the attention leaves there
+    (zeros, l = 0: their products are NaN, stored only where a valid row's store overwrites them)."""
+    rng = np.random.default_rng(rows * n + qn)
+    ot = (rng.standard_normal((n + 1, qn)) * 30).astype(np.float16)
+    ot[n] = rng.uniform(1, 700, qn).astype(np.float16)
+    ot[:, rows:] = 0
+    stride = (n + 2) * 4
+    out = np.full((rows + 1, n + 2), np.nan, np.float32)
+    out[:, n] = rng.standard_normal(rows + 1)  # m
+    k = R.Rows("to_f32_scaled_t", rows, n, in0=X, out=OUT, in_stride=qn * 2, out_stride=stride, st0=n * 4 + 4)
+    sim, _ = _run(k, {X: ot, OUT: out})
+    got = sim.read(OUT, out.size * 4, np.float32, tiles=[0]).reshape(rows + 1, n + 2)
+    rows_l = np.ascontiguousarray(
+        np.concatenate([ot[:n].T, ot[n][:, None], np.zeros((qn, 3), np.float16)], 1)
+    )
+    want = R.semantics(R.Rows("to_f32_scaled_l", rows, n, in_stride=(n + 4) * 2), rows_l[:rows])
+    np.testing.assert_array_equal(R.semantics(k, ot)["out"].view(np.uint32), want["out"].view(np.uint32))
+    np.testing.assert_array_equal(got[:rows, :n].view(np.uint32), want["out"].view(np.uint32))
+    np.testing.assert_array_equal(got[:rows, n + 1], want["l"])
+    np.testing.assert_array_equal(got[:, n], out[:, n])
+    assert np.isnan(got[rows]).sum() == n + 1  # the row after the block: only its m set
+
+
+def test_to_f32_scaled_t_checks_the_input_stride():
+    with pytest.raises(ValueError, match="to_f32_scaled_t: the input rows"):
+        R.Rows("to_f32_scaled_t", 20, 72, in_stride=32, out_stride=296, st0=292)

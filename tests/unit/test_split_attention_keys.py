@@ -218,7 +218,8 @@ def test_q_scale_applied_by_the_sum(tiles, image, hidden, heads, monkeypatch):
 @pytest.mark.parametrize("key_chunk,image,tiles,chunks", [(0, 64, 16, 2), (16, 64, 32, 2), (0, 72, 64, 3)])
 def test_pt_panels_written_by_the_softmax_give_the_same_bits(key_chunk, image, tiles, chunks, monkeypatch):
     """`softmax_mt` (the softmax writes P^T's weight panels itself; "P^T zero query columns" for the query columns
-    past the block's rows) gives the bits of `softmax_m` and the P^T panels packed from its rows (forced): one
+    past the block's rows) and O / l read from O^T's columns (`to_f32_scaled_t`) give the bits of `softmax_m`, the
+    P^T panels packed from its rows, O's rows transposed and `to_f32_scaled_l` (forced, `FUSED_OT` off): one
     key chunk (blocks of 32 rows); several chunks of 16 keys over one 16-query column block (each O^T GEMM reads its
     chunk's key blocks of the one panel); and blocks of 18 rows (two column blocks, columns 18..32 zeroed)."""
     from ipu.backend.lower import nnops
@@ -237,24 +238,28 @@ def test_pt_panels_written_by_the_softmax_give_the_same_bits(key_chunk, image, t
         prog = program(sz, *a, **kw)
         ops = [call.op for label, call in prog if label == "softmax"]
         if kw.get("stats"):  # the key-split partials (not the MAP head's attention)
-            seen.append((ops, len(sz.chunks), sz.qn, sum(label.startswith("P^T zero") for label, _ in prog)))
+            fused = any(label == "O / l to f32 from O^T" for label, _ in prog)
+            seen.append(
+                (ops, len(sz.chunks), sz.qn, sum(label.startswith("P^T zero") for label, _ in prog), fused)
+            )
         return prog
 
     monkeypatch.setattr(nnops, "attention_program", recording)
     out, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
-    assert seen and all(ops == ["softmax_mt"] for ops, *_ in seen), seen[:3]
+    assert seen and all(ops == ["softmax_mt"] and fused for ops, *_, fused in seen), seen[:3]
     if key_chunk:
-        assert any(n > 1 and qn == 16 for _, n, qn, _ in seen)
+        assert any(n > 1 and qn == 16 for _, n, qn, *_ in seen)
     if chunks == 3:
-        assert any(qn == 32 and zeros for *_, qn, zeros in seen)
+        assert any(qn == 32 and zeros for *_, qn, zeros, _ in seen)
 
     def forced_m(*a, **kw):
         kind = real(*a, **kw)
         return "softmax_m" if kind == "softmax_mt" else kind
 
     monkeypatch.setattr(nnops, "softmax_kernel", forced_m)
+    monkeypatch.setattr(nnops, "FUSED_OT", False)
     seen.clear()
     forced, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
-    assert seen and all(ops == ["softmax_m"] for ops, *_ in seen)
+    assert seen and all(ops == ["softmax_m"] and not fused for ops, *_, fused in seen)
     for k in ("last_hidden_state", "pooler_output"):
         np.testing.assert_array_equal(out[k], forced[k])
