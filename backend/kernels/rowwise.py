@@ -2139,7 +2139,9 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             return {"out": np.full((k.rows, k.n), k.scale, np.float16)}
         if k.op == "to_f32_scaled_t":  # to_f32_scaled_l of the columns: x = [n + 1, >= rows] f16, row n = l
             cols = np.asarray(x, np.float16).reshape(k.n + 1, -1)[:, : k.rows].T
-            return semantics(replace(k, op="to_f32_scaled_l", in_stride=2 * k.n + 8), np.ascontiguousarray(cols))
+            return semantics(
+                replace(k, op="to_f32_scaled_l", in_stride=2 * k.n + 8), np.ascontiguousarray(cols)
+            )
         if k.op == "to_f32_scaled_l":  # l: the f16 at column n of each input row, also stored (f32) at st0
             rows = x.reshape(k.rows, -1).astype(np.float16)
             lsum = rows[:, k.n].astype(np.float32)
