@@ -13,7 +13,9 @@ Reads exchange-level IR (tile layouts on values, `exchange.phase` supersteps, `t
    inside a repeat body but defined outside lives until the body's end (every iteration reads it). A "view" plan
    (unit-dim reshape) shares its operand's buffer. Values without a layout stay on the host (no buffer).
 3. Constraints: GEMM results go to interleaved memory (region 1, 16-byte aligned, when the target has one) and
-   must not share a memory element with the GEMM's operands (poplibs `elem(**in) != elem(**out)`).
+   must not share a memory element with the GEMM's operands (poplibs `elem(**in) != elem(**out)`); the two
+   operands of `nn.add` / `nn.mul` are kept in different elements (the element-wise kernel loads both in one
+   instruction there), as are an exchange phase's on-tile copy source and destination.
 4. Support reservations from the target model and the options: runtime state (stacks grow down inside it) and
    host descriptors at the bottom of region 0, kernel code and tile programs (`reserve-code-bytes`) and exchange
    tables (`exchange-table-bytes`, by default the largest per-tile sum of the phases' encoded rows) together in
@@ -30,7 +32,7 @@ yield operand a third unless it can be computed in place into the argument's buf
 lowering's code and the data no op owns are whole-program reservations sized by `lowering-storage`'s measurement
 (`lowering.storage`), each op's frames and kernel data are resident buffers of that op packed inside those spans
 (`lowering_data`: read at every inference, so resident; only the kernel scratch elements have per-op lifetimes);
-access tails are not requested; only the GEMM element constraint is declared.
+access tails are not requested; only the element constraints above are declared.
 """
 
 from __future__ import annotations
@@ -299,6 +301,12 @@ class _Builder:
                 for x in op.operands[:2]:
                     if x in self.value_buffer:
                         self.pairs.append((self.value_buffer[x], out))
+            if isinstance(op, (nn.AddOp, nn.MulOp)) and len(op.operands) == 2:
+                # The element-wise kernels load both operands with one instruction when they are in different
+                # memory elements (backend/kernels/elementwise.py `pace_ok`): 2 bundles per unit instead of 3.
+                x, y = op.operands
+                if x in self.value_buffer and y in self.value_buffer and x is not y:
+                    self.pairs.append((self.value_buffer[x], self.value_buffer[y]))
 
 
 def _top_level(op: Operation, block: Block) -> Operation:

@@ -10,12 +10,17 @@ so there is no bank constraint. Sizes are whole units; the tile level pads tails
 
 | op | unit (elements) | per unit | thread cycles / unit |
 |---|---|---|---:|
-| `add_f16`, `add_f32` | 4 f16 / 2 f32 | out = x + y | 3 |
-| `mul_f16`, `mul_f32` | 4 / 2 | out = x * y | 3 |
+| `add_f16`, `add_f32` | 4 f16 / 2 f32 | out = x + y | 3 (`pace`: 2) |
+| `mul_f16`, `mul_f32` | 4 / 2 | out = x * y | 3 (`pace`: 2) |
 | `scale_f16`, `scale_f32` | 4 / 2 | out = x * s (s in the frame) | 2 |
 | `bias_f16` | one row of n halves | out[r] = x[r] + bias | 3 per atom + 6 per row |
 | `cast_f32_f16`, `cast_f16_f32` | 4 | rounding to nearest even | 4 |
 | `cast_f16_fp8`, `cast_fp8_f16` | 8 | FP8 = f16 * 2^-scale / f16 = FP8 * 2^scale, saturating | 4 |
+
+The binary kernels load x and y with one `ld2x64pace` per unit where the caller says the two streams never touch
+one memory bank in the same instruction (`Elementwise.pace`, from `pace_ok`: x and y in different memory elements,
+which memory-plan arranges for `nn.add` / `nn.mul`, or in one interleaved element's two halves): 2 bundles per
+unit (the loads, then the store) instead of 3.
 
 Semantics are numpy's IEEE operations on the same types (f16 arithmetic is exact then rounded once, as the
 simulator's) and `ipu.runtime.fp8` for FP8.
@@ -31,7 +36,7 @@ from ipu.runtime import fp8
 
 # Frame words: per-worker tables (6 words each), then shared fields. SCALAR is 8-byte aligned (ld64).
 CNT, IOFF, OOFF = 0, 6, 12
-IN0, IN1, OUT, ENTRY, SCALAR, SCALAR_HI, FMT, SCL, ROWLEN = 18, 19, 20, 21, 22, 23, 24, 25, 26
+IN0, IN1, OUT, ENTRY, SCALAR, SCALAR_HI, FMT, SCL, ROWLEN, PACE = 18, 19, 20, 21, 22, 23, 24, 25, 26, 27
 FRAME_WORDS = 28
 
 # op -> (input bytes per unit, output bytes per unit, per-unit bundles, binary?)
@@ -93,7 +98,20 @@ def _worker(op: str) -> str:
         fn = {"add": "add", "mul": "mul"}[op.split("_")[0]]
         vec = "f16v4" if op.endswith("f16") else "f32v2"
         arith = f"{vec}{fn} $a4:5, $a0:1, $a2:3"
+        ld_xy = "ld2x64pace $a0:1, $a2:3, $m8:9+=, $mzero, 0"  # x and y in one bundle (`pace_ok`)
         s += [
+            f"    ld32 $m0, $mvertex_base, $mzero, {PACE}",
+            f"    brz $m0, .L{name}_3",
+            "    tapack $m8:9, $m1, $m2, $mzero",
+            f"    {ld_xy}",
+            "    sub $m5, $m5, 1",
+            "    { rpt $m5, 1 ; fnop }",
+            f"    {{ {ld_xy} ; {arith} }}",
+            f"    {{ {st} ; fnop }}",
+            f"    {{ nop ; {arith} }}",
+            f"    {st}",
+            "    exitz $mzero",
+            f".L{name}_3:",
             f"    {ld_x}",
             f"    {ld_y}",
             "    sub $m5, $m5, 1",
@@ -224,6 +242,11 @@ class Elementwise:
     fmt: int = fp8.F143
     scale: int = 0
     row: int = 0  # bias_f16: halves per row (multiple of 4)
+    pace: bool = False  # binary ops: x and y loaded by one ld2x64pace per unit (the caller checked `pace_ok`)
+
+    def __post_init__(self):
+        if self.pace and not OPS.get(self.op, (0, 0, 0, False))[3]:
+            raise ValueError(f"{self.op}: the paced loads are for the binary kernels")
 
     @property
     def io_bytes(self) -> tuple[int, int]:
@@ -242,6 +265,7 @@ class Elementwise:
         else:
             f[SCALAR : SCALAR + 2] = np.full(2, self.scalar, np.float32).view(np.uint32)
         f[FMT], f[SCL], f[ROWLEN] = self.fmt, self.scale & 0x3F, max(self.row // 4 - 1, 0)
+        f[PACE] = self.pace
         return f
 
     entry = "ew_sup"
@@ -278,8 +302,10 @@ def worker_thread_cycles(e: Elementwise, count: int) -> int:
         atoms = e.row // 4
         return HEAD + 3 + count * (1 + 2 + 1 + 3 * (atoms - 1) + 2 + 1) + 1
     ib, ob, per, binary = OPS[e.op]
-    if binary:
-        return HEAD + 3 + 2 + 1 + 1 + 3 * (count - 1) + 2 + 1
+    if binary and e.pace:  # y's head, the flag test, tapack, the first loads, sub, rpt, 2 per unit, exit
+        return HEAD + 3 + 2 + 1 + 1 + 1 + 1 + 2 * (count - 1) + 2 + 1
+    if binary:  # the same with 3 per unit, and the layout's alignment nop before its rpt
+        return HEAD + 3 + 2 + 2 + 1 + 1 + 1 + 3 * (count - 1) + 2 + 1
     if e.op.startswith("scale"):
         return HEAD + 1 + 1 + 1 + 1 + 1 + 2 * (count - 1) + 2 + 1  # (+1: the layout's alignment nop)
     fp8_setup = 4 if "fp8" in e.op else 0
@@ -288,3 +314,20 @@ def worker_thread_cycles(e: Elementwise, count: int) -> int:
 
 def cycles(e: Elementwise) -> int:
     return SUP + 6 * max(worker_thread_cycles(e, c) for _, c in split(e.units))
+
+
+def _bank(addr: np.ndarray, target) -> np.ndarray:
+    """The memory bank of each 8-byte access (the simulator's rule): a region-0 element, or a region-1 element's
+    half (address bit 3)."""
+    a = np.asarray(addr, np.int64)
+    r1 = a >= target.region1_base
+    e0 = (a - target.sram_base) // target.region0_element_bytes
+    e1 = (a - target.region1_base) // target.region1_element_bytes
+    return np.where(r1, (1 << 40) + 2 * e1 + ((a >> 3) & 1), e0)
+
+
+def pace_ok(x: int, y: int, units: int, target) -> bool:
+    """Binary kernels: unit i's loads of x and y (8 bytes each at x + 8 i, y + 8 i) never hit one bank, so one
+    `ld2x64pace` may load both."""
+    i = 8 * np.arange(max(units, 0), dtype=np.int64)
+    return bool(units > 0 and (_bank(x + i, target) != _bank(y + i, target)).all())

@@ -1304,16 +1304,23 @@ class Lowering(NnOps):
                 fmt=0 if "e4m3" in device_dtype(fp8_side.dtype) else 1, scale=fp8_side.scale.data
             )
 
+        binary = ew.OPS[kname][3]
+
         def build(labels):
             active = np.zeros(self.n, np.uint32)
             frames = np.zeros((self.n, ew.FRAME_WORDS), np.uint32)
             for t in tiles:
+                units = -(-int(shard[t]) // per_unit)
+                x, y = int(ins[0][t]), int(ins[1][t]) if len(ins) > 1 else 0
                 call = ew.Elementwise(
                     kname,
-                    -(-int(shard[t]) // per_unit),
-                    in0=int(ins[0][t]),
-                    in1=int(ins[1][t]) if len(ins) > 1 else 0,
+                    units,
+                    in0=x,
+                    in1=y,
                     out=int(out[t]),
+                    # x and y loaded together where they never share a bank (memory-plan keeps the operands
+                    # of nn.add / nn.mul in different elements)
+                    pace=binary and ew.pace_ok(x, y, units, self.target),
                     **fmt_scale,
                 )
                 frames[t] = call.frame(labels)

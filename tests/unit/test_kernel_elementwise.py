@@ -80,3 +80,43 @@ def test_bias(rows, row):
 def test_split():
     assert E.split(13) == [(0, 3), (3, 2), (5, 2), (7, 2), (9, 2), (11, 2)]
     assert [c for _, c in E.split(2)] == [1, 1, 0, 0, 0, 0]
+
+
+BINARY = sorted(op for op, (_, _, _, binary) in E.OPS.items() if binary)
+
+
+@pytest.mark.parametrize("op", BINARY)
+@pytest.mark.parametrize("units", [1, 5, 13, 40, 577])
+def test_binary_paced(op, units):
+    """x and y loaded by one `ld2x64pace` per unit (different memory elements): the same bits, 2 bundles per unit
+    instead of 3 (the estimate exact)."""
+    rng = np.random.default_rng(units + 7)
+    x, y = _inputs(op, units, rng)
+    assert E.pace_ok(X, Y, units, TARGET)
+    paced = _run(E.Elementwise(op, units, X, Y, OUT, pace=True), x, y)
+    plain = _run(E.Elementwise(op, units, X, Y, OUT), x, y)
+    if units >= 13:
+        assert paced < plain - 6 * (units // 6)
+
+
+def test_pace_ok_names_bank_clashes():
+    """Two streams in one region-0 element clash on every unit; in one interleaved element they clash where their
+    addresses agree in bit 3 (8 bytes apart: never); crossing into another element mid-stream counts unit by
+    unit. A paced call whose streams clash is a bank conflict on the simulator."""
+    r1 = TARGET.region1_base
+    assert not E.pace_ok(X, X + 4096, 8, TARGET)  # one 16 KiB region-0 element
+    assert E.pace_ok(X, X + 16384, 8, TARGET)
+    assert E.pace_ok(r1, r1 + 8, 100, TARGET) and not E.pace_ok(r1, r1 + 16, 100, TARGET)
+    assert not E.pace_ok(X + 16384 - 64, X + 16384 + 4096, 16, TARGET)  # x runs into y's element
+    assert not E.pace_ok(X, X + 16384, 0, TARGET)
+    rng = np.random.default_rng(3)
+    x, y = _inputs("add_f32", 8, rng)
+    sim = Simulator(TARGET)
+    with pytest.raises(Exception, match="bank"):
+        run_call(sim, LIB, FRAME, E.Elementwise("add_f32", 8, X, X + 4096, OUT, pace=True).frame, "ew_sup",
+                 {X: x, X + 4096: y})  # fmt: skip
+
+
+def test_pace_is_for_binary_ops():
+    with pytest.raises(ValueError, match="paced loads are for the binary kernels"):
+        E.Elementwise("scale_f32", 4, pace=True)
