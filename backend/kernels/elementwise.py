@@ -14,8 +14,8 @@ so there is no bank constraint. Sizes are whole units; the tile level pads tails
 | `mul_f16`, `mul_f32` | 4 / 2 | out = x * y | 3 (`pace`: 2) |
 | `scale_f16`, `scale_f32` | 4 / 2 | out = x * s (s in the frame) | 2 |
 | `bias_f16` | one row of n halves | out[r] = x[r] + bias | 3 per atom + 6 per row |
-| `cast_f32_f16`, `cast_f16_f32` | 4 | rounding to nearest even | 4 |
-| `cast_f16_fp8`, `cast_fp8_f16` | 8 | FP8 = f16 * 2^-scale / f16 = FP8 * 2^scale, saturating | 4 |
+| `cast_f32_f16`, `cast_f16_f32` | 4 | rounding to nearest even | 3 |
+| `cast_f16_fp8`, `cast_fp8_f16` | 8 | FP8 = f16 * 2^-scale / f16 = FP8 * 2^scale, saturating | 3 |
 
 The binary kernels load x and y with one `ld2x64pace` per unit where the caller says the two streams never touch
 one memory bank in the same instruction (`Elementwise.pace`, from `pace_ok`: x and y in different memory elements,
@@ -47,10 +47,10 @@ OPS = {
     "mul_f32": (8, 8, 3, True),
     "scale_f16": (8, 8, 2, False),
     "scale_f32": (8, 8, 2, False),
-    "cast_f32_f16": (16, 8, 4, False),
-    "cast_f16_f32": (8, 16, 4, False),
-    "cast_f16_fp8": (16, 8, 4, False),
-    "cast_fp8_f16": (8, 16, 4, False),
+    "cast_f32_f16": (16, 8, 3, False),
+    "cast_f16_f32": (8, 16, 3, False),
+    "cast_f16_fp8": (16, 8, 3, False),
+    "cast_fp8_f16": (8, 16, 3, False),
 }
 
 
@@ -143,33 +143,45 @@ def _worker(op: str) -> str:
                 f"    ld32 $a0, $mvertex_base, $mzero, {SCL}",
                 "    uput $FP_SCL, $a0",
             ]
-        body = {
-            "cast_f32_f16": [
-                _b(ld_x, "fnop"),
-                _b(ld_x, "f32v2tof16 $a4, $a0:1"),
-                "{ nop ; f32v2tof16 $a5, $a0:1 }",
-                _b(st, "fnop"),
-            ],
-            "cast_f16_f32": [
-                _b(ld_x, "fnop"),
-                "{ nop ; f16v2tof32 $a4:5, $a0 }",
-                _b(st, "f16v2tof32 $a4:5, $a1"),
-                _b(st, "fnop"),
-            ],
-            "cast_f16_fp8": [
-                _b(ld_x, "fnop"),
-                "{ ld64step $a2:3, $mzero, $m1+=, 1 ; fnop }",
-                "{ nop ; f16v8tof8 $a4:5, $a0:3 }",
-                _b(st, "fnop"),
-            ],
-            "cast_fp8_f16": [
-                _b(ld_x, "fnop"),
-                "{ nop ; f8v4tof16 $a4:5, $a0 }",
-                _b(st, "f8v4tof16 $a4:5, $a1"),
-                _b(st, "fnop"),
-            ],
+        # Software pipelined, 3 bundles per unit (its MAIN accesses): unit i's conversions beside unit i + 1's
+        # loads (a bundle's AUX reads its registers before the MAIN load writes them) and unit i's stores; unit
+        # 0's loads before the rpt, the last unit's conversions and stores after it.
+        ld_hi = "ld64step $a2:3, $mzero, $m1+=, 1"
+        prologue, body, epilogue = {
+            "cast_f32_f16": (  # two f32 pairs in, one atom out
+                [ld_x, ld_hi],
+                [_b(ld_x, "f32v2tof16 $a4, $a0:1"), _b(ld_hi, "f32v2tof16 $a5, $a2:3"), _b(st, "fnop")],
+                ["{ nop ; f32v2tof16 $a4, $a0:1 }", "{ nop ; f32v2tof16 $a5, $a2:3 }", st],
+            ),
+            "cast_f16_f32": (  # one atom in, two out: unit i's loads first, its conversions beside unit i - 1's stores
+                [ld_x, "{ nop ; f16v2tof32 $a4:5, $a0 }", "{ nop ; f16v2tof32 $a6:7, $a1 }"],
+                [
+                    _b(ld_x, "fnop"),
+                    _b(st, "f16v2tof32 $a4:5, $a0"),
+                    _b("st64step $a6:7, $mzero, $m4+=, 1", "f16v2tof32 $a6:7, $a1"),
+                ],
+                [st, "st64step $a6:7, $mzero, $m4+=, 1"],
+            ),
+            "cast_f16_fp8": (  # two atoms in, one out
+                [ld_x, ld_hi],
+                [_b(ld_x, "f16v8tof8 $a4:5, $a0:3"), _b(ld_hi, "fnop"), _b(st, "fnop")],
+                ["{ nop ; f16v8tof8 $a4:5, $a0:3 }", st],
+            ),
+            "cast_fp8_f16": (  # one atom in, two out: unit i's loads first, its conversions beside unit i - 1's stores
+                [ld_x, "{ nop ; f8v4tof16 $a4:5, $a0 }", "{ nop ; f8v4tof16 $a6:7, $a1 }"],
+                [
+                    _b(ld_x, "fnop"),
+                    _b(st, "f8v4tof16 $a4:5, $a0"),
+                    _b("st64step $a6:7, $mzero, $m4+=, 1", "f8v4tof16 $a6:7, $a1"),
+                ],
+                [st, "st64step $a6:7, $mzero, $m4+=, 1"],
+            ),
         }[op]
-        s += [f"    {{ rpt $m5, {len(body) - 1} ; fnop }}"] + [f"    {b}" for b in body]
+        s += [f"    {x}" for x in prologue] + [
+            "    sub $m5, $m5, 1",
+            f"    {{ rpt $m5, {len(body) - 1} ; fnop }}",
+        ]
+        s += [f"    {b}" for b in body] + [f"    {x}" for x in epilogue]
     del ib, ob, per
     return "\n".join(s + _tail(name)) + "\n"
 
@@ -295,6 +307,22 @@ HEAD = 10  # get, shl, ld32, brz, 6 address instructions
 SUP = 1 + 2 + 6 + 6  # ld32, setzi + sub, sync release, br (runall overlaps the workers)
 
 
+def _nop(op: str) -> int:
+    """The layout's alignment nops from a cast's entry to its rpt bundle (a bundle starts on an 8-byte boundary)."""
+    words = nops = 0
+    for x in _worker(op).split("\n")[3:]:
+        if not x.startswith("    "):
+            continue
+        if x.strip().startswith("{"):
+            nops += words % 2
+            words += words % 2 + 2
+            if x.strip().startswith("{ rpt"):
+                return nops
+        else:
+            words += 1
+    raise AssertionError(f"{op}: no rpt")
+
+
 def worker_thread_cycles(e: Elementwise, count: int) -> int:
     if count == 0:
         return 5
@@ -309,7 +337,14 @@ def worker_thread_cycles(e: Elementwise, count: int) -> int:
     if e.op.startswith("scale"):
         return HEAD + 1 + 1 + 1 + 1 + 1 + 2 * (count - 1) + 2 + 1  # (+1: the layout's alignment nop)
     fp8_setup = 4 if "fp8" in e.op else 0
-    return HEAD + fp8_setup + 1 + per * count + 1
+    # unit 0's loads (and, one atom in, its conversions) before the rpt, the last unit's work after it
+    head, tail = {
+        "cast_f32_f16": (2, 3),
+        "cast_f16_f32": (3, 2),
+        "cast_f16_fp8": (2, 2),
+        "cast_fp8_f16": (3, 2),
+    }[e.op]
+    return HEAD + fp8_setup + head + 1 + _nop(e.op) + 1 + per * (count - 1) + tail + 1
 
 
 def cycles(e: Elementwise) -> int:
