@@ -29,6 +29,7 @@ simulator's) and `ipu.runtime.fp8` for FP8.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -87,9 +88,10 @@ def _b(main: str, aux: str) -> str:
     return "{ " + main + " ; " + aux + " }"
 
 
-def _worker(op: str) -> str:
+def _worker(op: str, pipelined: bool = False) -> str:
+    """The worker body of `op` (casts: `ew_<op>` one unit at a time, or `ew_<op>_p` pipelined)."""
     ib, ob, per, binary = OPS[op]
-    name = f"ew_{op}"
+    name = f"ew_{op}" + ("_p" if pipelined else "")
     s = _head(name, binary)
     ld_x = "ld64step $a0:1, $mzero, $m1+=, 1"
     ld_y = "ld64step $a2:3, $mzero, $m2+=, 1"
@@ -177,11 +179,25 @@ def _worker(op: str) -> str:
                 [st, "st64step $a6:7, $mzero, $m4+=, 1"],
             ),
         }[op]
-        s += [f"    {x}" for x in prologue] + [
-            "    sub $m5, $m5, 1",
-            f"    {{ rpt $m5, {len(body) - 1} ; fnop }}",
-        ]
-        s += [f"    {b}" for b in body] + [f"    {x}" for x in epilogue]
+        # Few units per worker (the pipeline's prologue and epilogue cost more than they save): one unit at a time.
+        plain = {
+            "cast_f32_f16": [_b(ld_x, "fnop"), _b(ld_x, "f32v2tof16 $a4, $a0:1"), "{ nop ; f32v2tof16 $a5, $a0:1 }",
+                             _b(st, "fnop")],
+            "cast_f16_f32": [_b(ld_x, "fnop"), "{ nop ; f16v2tof32 $a4:5, $a0 }", _b(st, "f16v2tof32 $a4:5, $a1"),
+                             _b(st, "fnop")],
+            "cast_f16_fp8": [_b(ld_x, "fnop"), "{ ld64step $a2:3, $mzero, $m1+=, 1 ; fnop }",
+                             "{ nop ; f16v8tof8 $a4:5, $a0:3 }", _b(st, "fnop")],
+            "cast_fp8_f16": [_b(ld_x, "fnop"), "{ nop ; f8v4tof16 $a4:5, $a0 }", _b(st, "f8v4tof16 $a4:5, $a1"),
+                             _b(st, "fnop")],
+        }[op]  # fmt: skip
+        if pipelined:
+            s += [f"    {x}" for x in prologue] + [
+                "    sub $m5, $m5, 1",
+                f"    {{ rpt $m5, {len(body) - 1} ; fnop }}",
+            ]
+            s += [f"    {b}" for b in body] + [f"    {x}" for x in epilogue]
+        else:
+            s += [f"    {{ rpt $m5, {len(plain) - 1} ; fnop }}"] + [f"    {b}" for b in plain]
     del ib, ob, per
     return "\n".join(s + _tail(name)) + "\n"
 
@@ -228,7 +244,10 @@ ew_sup:
 
 def library_asm(sram_base: int = 0x4C000) -> str:
     return "\n".join(
-        [SUPERVISOR.replace("{sram_base}", str(sram_base))] + [_worker(op) for op in OPS] + [_bias_worker()]
+        [SUPERVISOR.replace("{sram_base}", str(sram_base))]
+        + [_worker(op) for op in OPS]
+        + [_worker(op, True) for op in OPS if op.startswith("cast")]
+        + [_bias_worker()]
     )
 
 
@@ -254,11 +273,15 @@ class Elementwise:
     fmt: int = fp8.F143
     scale: int = 0
     row: int = 0  # bias_f16: halves per row (multiple of 4)
-    pace: bool = False  # binary ops: x and y loaded by one ld2x64pace per unit (the caller checked `pace_ok`)
+    # binary ops: x and y loaded by one ld2x64pace per unit (the caller checked `pace_ok`); casts: the pipelined
+    # loop (`cast` chooses it where it is the faster)
+    pace: bool = False
 
     def __post_init__(self):
-        if self.pace and not OPS.get(self.op, (0, 0, 0, False))[3]:
-            raise ValueError(f"{self.op}: the paced loads are for the binary kernels")
+        if self.pace and not (OPS.get(self.op, (0, 0, 0, False))[3] or self.op.startswith("cast")):
+            raise ValueError(
+                f"{self.op}: the paced loads are for the binary kernels (pipelined loops: casts)"
+            )
 
     @property
     def io_bytes(self) -> tuple[int, int]:
@@ -271,7 +294,8 @@ class Elementwise:
         ib, ob = self.io_bytes
         for w, (first, cnt) in enumerate(split(self.units)):
             f[CNT + w], f[IOFF + w], f[OOFF + w] = cnt, first * ib, first * ob
-        f[IN0], f[IN1], f[OUT], f[ENTRY] = self.in0, self.in1, self.out, labels[f"ew_{self.op}"]
+        body = f"ew_{self.op}" + ("_p" if self.pace and self.op.startswith("cast") else "")
+        f[IN0], f[IN1], f[OUT], f[ENTRY] = self.in0, self.in1, self.out, labels[body]
         if self.op.endswith("f16"):
             f[SCALAR : SCALAR + 2] = np.full(4, self.scalar, np.float16).view(np.uint32)
         else:
@@ -307,20 +331,32 @@ HEAD = 10  # get, shl, ld32, brz, 6 address instructions
 SUP = 1 + 2 + 6 + 6  # ld32, setzi + sub, sync release, br (runall overlaps the workers)
 
 
-def _nop(op: str) -> int:
-    """The layout's alignment nops from a cast's entry to its rpt bundle (a bundle starts on an 8-byte boundary)."""
-    words = nops = 0
-    for x in _worker(op).split("\n")[3:]:
+@cache
+def _cast_issues_table(op: str, pipelined: bool) -> tuple[int, int, int]:
+    """(issues before the rpt's first repetition, issues per repetition, issues after it) of a cast worker's laid-out
+    code (an alignment `nop` before a bundle at an odd word), from its entry to its `exitz`."""
+    code, words = [], 0
+    for x in _worker(op, pipelined).split("\n")[3:]:
         if not x.startswith("    "):
             continue
         if x.strip().startswith("{"):
-            nops += words % 2
-            words += words % 2 + 2
-            if x.strip().startswith("{ rpt"):
-                return nops
+            if words % 2:
+                code.append("nop")
+                words += 1
+            words += 2
         else:
             words += 1
-    raise AssertionError(f"{op}: no rpt")
+        code.append(x.strip())
+    at = next(i for i, x in enumerate(code) if x.startswith("{ rpt"))
+    body = int(code[at].split(",")[1].split(";")[0]) + 1
+    stop = code.index("exitz $mzero")
+    return at + 1, body, stop + 1 - (at + 1 + body)
+
+
+def _cast_issues(op: str, pipelined: bool, count: int) -> int:
+    """Issues of a cast worker with `count` (>= 1) units: the pipelined loop repeats for all units but the first."""
+    before, body, after = _cast_issues_table(op, pipelined)
+    return before + body * (count - 1 if pipelined else count) + after
 
 
 def worker_thread_cycles(e: Elementwise, count: int) -> int:
@@ -336,15 +372,7 @@ def worker_thread_cycles(e: Elementwise, count: int) -> int:
         return HEAD + 3 + 2 + 2 + 1 + 1 + 1 + 3 * (count - 1) + 2 + 1
     if e.op.startswith("scale"):
         return HEAD + 1 + 1 + 1 + 1 + 1 + 2 * (count - 1) + 2 + 1  # (+1: the layout's alignment nop)
-    fp8_setup = 4 if "fp8" in e.op else 0
-    # unit 0's loads (and, one atom in, its conversions) before the rpt, the last unit's work after it
-    head, tail = {
-        "cast_f32_f16": (2, 3),
-        "cast_f16_f32": (3, 2),
-        "cast_f16_fp8": (2, 2),
-        "cast_fp8_f16": (3, 2),
-    }[e.op]
-    return HEAD + fp8_setup + head + 1 + _nop(e.op) + 1 + per * (count - 1) + tail + 1
+    return _cast_issues(e.op, e.pace, count)
 
 
 def cycles(e: Elementwise) -> int:
@@ -366,3 +394,11 @@ def pace_ok(x: int, y: int, units: int, target) -> bool:
     `ld2x64pace` may load both."""
     i = 8 * np.arange(max(units, 0), dtype=np.int64)
     return bool(units > 0 and (_bank(x + i, target) != _bank(y + i, target)).all())
+
+
+def cast(op: str, units: int, in0: int, out: int, **kw) -> Elementwise:
+    """A cast call on the faster of its two loops for the busiest worker's units (pipelined, 3 bundles per unit
+    after a prologue and epilogue, or one unit at a time, 4)."""
+    c = max(n for _, n in split(units))
+    fast = c > 0 and _cast_issues(op, True, c) < _cast_issues(op, False, c)
+    return Elementwise(op, units, in0=in0, out=out, pace=fast, **kw)

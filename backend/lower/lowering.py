@@ -1195,7 +1195,7 @@ class Lowering(NnOps):
 
             def cast(t, r0, c0, mr, nc, mpad, npad, a, out, wsrc):
                 dst = f32_stage if t in out_copies else out
-                return ew.Elementwise("cast_f16_f32", mpad * npad // 4, in0=c_area, out=dst)
+                return ew.cast("cast_f16_f32", mpad * npad // 4, in0=c_area, out=dst)
 
             self.call("ew_sup", ew.FRAME_WORDS, frames(cast), what=f"{what}: cast to f32")
         elif bias is None and len(out_copies) < len(jobs):
@@ -1227,7 +1227,7 @@ class Lowering(NnOps):
                         rows[t] += zero_copies(zeros, dst + k * 4, (kpad - k) * 4)
                     else:
                         rows[t] += zero_copies(zeros, dst, kpad * 4)
-                casts[t] = ew.Elementwise(
+                casts[t] = ew.cast(
                     "cast_f32_f16", (g1 - g0) * kpad // 4, in0=stage, out=a_area + g0 * kpad * 2
                 )
             self.copy_call(rows, f"{what}: f32 A rows {g0}.. padded")
@@ -1319,8 +1319,8 @@ class Lowering(NnOps):
                     in1=y,
                     out=int(out[t]),
                     # x and y loaded together where they never share a bank (memory-plan keeps the operands
-                    # of nn.add / nn.mul in different elements)
-                    pace=binary and ew.pace_ok(x, y, units, self.target),
+                    # of nn.add / nn.mul in different elements); casts on their faster loop for these units
+                    pace=ew.pace_ok(x, y, units, self.target) if binary else ew.cast(kname, units, 0, 0).pace,
                     **fmt_scale,
                 )
                 frames[t] = call.frame(labels)

@@ -299,7 +299,7 @@ class NnOps:
         if not split:  # (`layernorm_split32` reads the f32 rows itself)
             self.kcall(
                 f"{what}: x to f16",
-                {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
+                {t: ew.cast("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
             )
         # The kernel's f16 weight and bias per tile: f16 parameters (nn-quantize-weights) where they are, f32 ones
         # cast into the aux scratch.
@@ -309,7 +309,7 @@ class NnOps:
             if device_dtype(v.type.element_type) != "f16":
                 self.kcall(
                     f"{what}: {name} to f16",
-                    {t: ew.Elementwise("cast_f32_f16", n // 4, in0=at[t], out=dst) for t in tiles},
+                    {t: ew.cast("cast_f32_f16", n // 4, in0=at[t], out=dst) for t in tiles},
                 )
                 at = dict.fromkeys(tiles, dst)
             f16_rows.append(at)
@@ -342,7 +342,7 @@ class NnOps:
         if not f16_out:
             self.kcall(
                 f"{what}: to f32",
-                {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
+                {t: ew.cast("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
             )
 
     @staticmethod
@@ -377,7 +377,7 @@ class NnOps:
 
         def cast(label: str, kind: str, units: dict[int, int], src: dict, dst: dict) -> None:
             self.kcall(
-                f"{what}: {label}", {t: ew.Elementwise(kind, units[t], in0=src[t], out=dst[t]) for t in tiles}
+                f"{what}: {label}", {t: ew.cast(kind, units[t], in0=src[t], out=dst[t]) for t in tiles}
             )
 
         def restride(label: str, src: dict, src_row: int, dst: dict, dst_row: int, nbytes: int) -> None:
@@ -506,14 +506,14 @@ class NnOps:
         else:
             self.kcall(
                 f"{what}: to f16",
-                {t: ew.Elementwise("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
+                {t: ew.cast("cast_f32_f16", units[t], in0=int(xa[t]), out=a_area) for t in tiles},
             )
             self.kcall(
                 f"{what}: tanh GELU", {t: rw.Rows("gelu", units[t], in0=a_area, out=c_area) for t in tiles}
             )
             self.kcall(
                 f"{what}: to f32",
-                {t: ew.Elementwise("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
+                {t: ew.cast("cast_f16_f32", units[t], in0=c_area, out=int(out[t])) for t in tiles},
             )
         self.copy_call(
             {t: [(int(out[t]), dst, nb)] for t, (_, dst, nb) in ragged.items()},
@@ -646,10 +646,7 @@ class NnOps:
         )
         self.kcall(
             f"{what}: to f32",
-            {
-                t: ew.Elementwise("cast_f16_f32", ma * j[1] // 4, in0=c_area, out=j[4])
-                for t, j in jobs.items()
-            },
+            {t: ew.cast("cast_f16_f32", ma * j[1] // 4, in0=c_area, out=j[4]) for t, j in jobs.items()},
         )
 
     def linear_partials_chunked(self, op: nn.LinearPartialsOp) -> None:
@@ -744,9 +741,7 @@ class NnOps:
         self.kcall(
             f"{what}: to f32",
             {
-                t: ew.Elementwise(
-                    "cast_f16_f32", m * j[5] // 4, in0=c_area, out=j[3] if j[2] == j[5] else stage
-                )
+                t: ew.cast("cast_f16_f32", m * j[5] // 4, in0=c_area, out=j[3] if j[2] == j[5] else stage)
                 for t, j in jobs.items()
             },
         )
@@ -1279,10 +1274,7 @@ class NnOps:
         flat = {t: j for t, j in jobs.items() if npad[t] == j[4]}
         self.kcall(
             f"{what}: to f32",
-            {
-                t: ew.Elementwise("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7])
-                for t, j in flat.items()
-            },
+            {t: ew.cast("cast_f16_f32", j[3] * j[4] // 4, in0=c_area, out=j[7]) for t, j in flat.items()},
         )
         self.kcall(
             f"{what}: to f32 rows",
@@ -1549,10 +1541,7 @@ class NnOps:
         if rdt != xdt:
             self.kcall(
                 f"{what}: to f32",
-                {
-                    t: ew.Elementwise("cast_f16_f32", n // 4, in0=work, out=d)
-                    for t, (_s, d, n) in blocks.items()
-                },
+                {t: ew.cast("cast_f16_f32", n // 4, in0=work, out=d) for t, (_s, d, n) in blocks.items()},
             )
 
     def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None) -> bool:

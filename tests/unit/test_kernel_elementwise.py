@@ -120,3 +120,21 @@ def test_pace_ok_names_bank_clashes():
 def test_pace_is_for_binary_ops():
     with pytest.raises(ValueError, match="paced loads are for the binary kernels"):
         E.Elementwise("scale_f32", 4, pace=True)
+
+
+CASTS = sorted(op for op in E.OPS if op.startswith("cast"))
+
+
+@pytest.mark.parametrize("op", CASTS)
+@pytest.mark.parametrize("units", [1, 6, 13, 40, 577])
+def test_cast_loops(op, units):
+    """Both loops of a cast (pipelined, 3 bundles per unit; one unit at a time, 4): the same bits, the estimates
+    exact; `cast` takes the faster for the busiest worker's units (the pipelined from 5 units a worker)."""
+    rng = np.random.default_rng(units + 11)
+    x, _ = _inputs(op, units, rng)
+    kw = dict(scale=-3, fmt=fp8.F143)
+    piped = _run(E.Elementwise(op, units, X, Y, OUT, pace=True, **kw), x, None)
+    plain = _run(E.Elementwise(op, units, X, Y, OUT, **kw), x, None)
+    chosen = E.cast(op, units, X, OUT, **kw)
+    assert chosen.pace == (piped < plain)
+    assert chosen.pace == (units >= 30)
