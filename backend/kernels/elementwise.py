@@ -301,7 +301,7 @@ class Elementwise:
         else:
             f[SCALAR : SCALAR + 2] = np.full(2, self.scalar, np.float32).view(np.uint32)
         f[FMT], f[SCL], f[ROWLEN] = self.fmt, self.scale & 0x3F, max(self.row // 4 - 1, 0)
-        f[PACE] = self.pace
+        f[PACE] = self.pace and OPS[self.op][3]  # binary ops test it; a cast's pipelined body is its entry
         return f
 
     entry = "ew_sup"

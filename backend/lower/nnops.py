@@ -2062,7 +2062,8 @@ def softmax_kernel(sz: AttentionSizes, stats: bool = False, ones_row: bool = Fal
     return "softmax_split" if split < whole else "softmax"
 
 
-FUSED_OT = True  # the key-split partials' O / l to f32 rows straight from O^T (`to_f32_scaled_t`): no O rows
+# O / l to f32 rows read straight from O^T (`to_f32_scaled_t`); False: O's rows first (the tests compare the two)
+FUSED_OT = True
 
 
 def pt_direct(sz: AttentionSizes) -> bool:
