@@ -88,6 +88,17 @@ def _b(main: str, aux: str) -> str:
     return "{ " + main + " ; " + aux + " }"
 
 
+def _widening(ld_x: str, st: str, conv: str) -> tuple[list[str], list[str], list[str]]:
+    """(prologue, body, epilogue) of a pipelined cast of one atom in and two out (`conv` makes a pair from each
+    32-bit half): unit i's load first, its conversions beside unit i - 1's two stores."""
+    st_hi = "st64step $a6:7, $mzero, $m4+=, 1"
+    return (
+        [ld_x, f"{{ nop ; {conv} $a4:5, $a0 }}", f"{{ nop ; {conv} $a6:7, $a1 }}"],
+        [_b(ld_x, "fnop"), _b(st, f"{conv} $a4:5, $a0"), _b(st_hi, f"{conv} $a6:7, $a1")],
+        [st, st_hi],
+    )
+
+
 def _worker(op: str, pipelined: bool = False) -> str:
     """The worker body of `op` (casts: `ew_<op>` one unit at a time, or `ew_<op>_p` pipelined)."""
     ib, ob, per, binary = OPS[op]
@@ -155,29 +166,13 @@ def _worker(op: str, pipelined: bool = False) -> str:
                 [_b(ld_x, "f32v2tof16 $a4, $a0:1"), _b(ld_hi, "f32v2tof16 $a5, $a2:3"), _b(st, "fnop")],
                 ["{ nop ; f32v2tof16 $a4, $a0:1 }", "{ nop ; f32v2tof16 $a5, $a2:3 }", st],
             ),
-            "cast_f16_f32": (  # one atom in, two out: unit i's loads first, its conversions beside unit i - 1's stores
-                [ld_x, "{ nop ; f16v2tof32 $a4:5, $a0 }", "{ nop ; f16v2tof32 $a6:7, $a1 }"],
-                [
-                    _b(ld_x, "fnop"),
-                    _b(st, "f16v2tof32 $a4:5, $a0"),
-                    _b("st64step $a6:7, $mzero, $m4+=, 1", "f16v2tof32 $a6:7, $a1"),
-                ],
-                [st, "st64step $a6:7, $mzero, $m4+=, 1"],
-            ),
+            "cast_f16_f32": _widening(ld_x, st, "f16v2tof32"),
             "cast_f16_fp8": (  # two atoms in, one out
                 [ld_x, ld_hi],
                 [_b(ld_x, "f16v8tof8 $a4:5, $a0:3"), _b(ld_hi, "fnop"), _b(st, "fnop")],
                 ["{ nop ; f16v8tof8 $a4:5, $a0:3 }", st],
             ),
-            "cast_fp8_f16": (  # one atom in, two out: unit i's loads first, its conversions beside unit i - 1's stores
-                [ld_x, "{ nop ; f8v4tof16 $a4:5, $a0 }", "{ nop ; f8v4tof16 $a6:7, $a1 }"],
-                [
-                    _b(ld_x, "fnop"),
-                    _b(st, "f8v4tof16 $a4:5, $a0"),
-                    _b("st64step $a6:7, $mzero, $m4+=, 1", "f8v4tof16 $a6:7, $a1"),
-                ],
-                [st, "st64step $a6:7, $mzero, $m4+=, 1"],
-            ),
+            "cast_fp8_f16": _widening(ld_x, st, "f8v4tof16"),
         }[op]
         # Few units per worker (the pipeline's prologue and epilogue cost more than they save): one unit at a time.
         plain = {
