@@ -20,10 +20,10 @@
 // PLAN-DAG: memory.reserve "code" {buffer = #memory.buffer<addr = {{0x7[0-9a-f]+}}, bytes = {{[0-9]+}}, live = [0, 5], region = "r0", align = 16, resident>}
 // Each op's own frames and data are resident buffers on the op, packed in event order at the end of the spans
 // lowering.storage sized; the reservations keep the data no op owns (the zero constant, at the tables' start).
-// PLAN-DAG: exchange.phase{{.*}}memory.lowering_frames = #memory.buffer<addr = 0x7d428, bytes = 228, live = [0, 5], region = "r0", align = 8, resident>
-// PLAN-DAG: nn.linear{{.*}}memory.lowering_frames = #memory.buffer<addr = 0x7d510, bytes = 656, live = [0, 5], region = "r0", align = 8, resident>, memory.lowering_data = #memory.buffer<addr = 0xcffe0, bytes = 32, live = [0, 5], region = "any", align = 16, resident>
+// PLAN-DAG: exchange.phase{{.*}}memory.lowering_frames = #memory.buffer<addr = 0x7d408, bytes = 228, live = [0, 5], region = "r0", align = 8, resident>
+// PLAN-DAG: nn.linear{{.*}}memory.lowering_frames = #memory.buffer<addr = 0x7d4f0, bytes = 656, live = [0, 5], region = "r0", align = 8, resident>, memory.lowering_data = #memory.buffer<addr = 0xcffe0, bytes = 32, live = [0, 5], region = "any", align = 16, resident>
 // PLAN-DAG: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0xcffe0, bytes = 0, live = [0, 5], region = "any", align = 8, resident>}
-// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7c000, bytes = 5160, live = [0, 5], region = "r0", align = 8, resident>}
+// PLAN-DAG: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7c000, bytes = 5128, live = [0, 5], region = "r0", align = 8, resident>}
 // PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xe0000, bytes = 17152, live = [4, 4], region = "any", align = 16>}
 // PLAN-DAG: memory.reserve "kernel_scratch" {buffer = #memory.buffer<addr = 0xd0000, bytes = 2048, live = [4, 4], region = "any", align = 16>}
 // PLAN-DAG: memory.reserve "kernel_scratch_upload" {buffer = #memory.buffer<addr = 0xd0000, bytes = 98304, live = [0, 0],
@@ -32,10 +32,10 @@
 // A person may edit the numbers: memory-plan reserves what the attribute says.
 // EDITED: memory.reserve "lowering_scratch" {buffer = #memory.buffer<addr = 0x9f2c0, bytes = 199968,
 // An op's own part edited: the GEMM's frames grow to 3000 B (tables 4000 B; code and tables still fill one 16 KiB
-// element, 6048 B below the code): the op buffers move down, the reservation of the unowned data shrinks.
-// FRAMES: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7c000, bytes = 2816,
-// FRAMES: memory.lowering_frames = #memory.buffer<addr = 0x7cb00, bytes = 228,
-// FRAMES: memory.lowering_frames = #memory.buffer<addr = 0x7cbe8, bytes = 3000,
+// element, 6016 B below the code): the op buffers move down, the reservation of the unowned data shrinks.
+// FRAMES: memory.reserve "exchange_tables" {buffer = #memory.buffer<addr = 0x7c000, bytes = 2784,
+// FRAMES: memory.lowering_frames = #memory.buffer<addr = 0x7cae0, bytes = 228,
+// FRAMES: memory.lowering_frames = #memory.buffer<addr = 0x7cbc8, bytes = 3000,
 
 builtin.module {
   func.func @lin() {
