@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 KIB = 1024
 
 
@@ -178,18 +180,26 @@ class Target:
         r0, r1 = self.region0
         return r0 <= addr < r1
 
-    def element_of(self, addr: int) -> int:
-        """A global element number of a byte address (elements never straddle the region boundary)."""
-        if addr < self.region1_base:
-            return (addr - self.sram_base) // self.region0_element_bytes
+    def element_of(self, addr):
+        """A global element number of a byte address (elements never straddle the region boundary); an array of
+        addresses gives an array."""
+        a = np.asarray(addr, np.int64)
         n0 = (self.region1_base - self.sram_base) // self.region0_element_bytes
-        return n0 + (addr - self.region1_base) // self.region1_element_bytes
+        e = np.where(
+            a < self.region1_base,
+            (a - self.sram_base) // self.region0_element_bytes,
+            n0 + (a - self.region1_base) // self.region1_element_bytes,
+        )
+        return int(e) if e.ndim == 0 else e
 
-    def bank_of(self, addr: int) -> int:
-        """A global bank number: region-0 bank = element; region-1 element holds 2 banks split on bit 3."""
-        if addr < self.region1_base:
-            return self.element_of(addr) * 2
-        return self.element_of(addr) * 2 + ((addr // self.interleave_granule_bytes) & 1)
+    def bank_of(self, addr):
+        """A global bank number: region-0 bank = element; region-1 element holds 2 banks split on bit 3. An array
+        of addresses gives an array."""
+        a = np.asarray(addr, np.int64)
+        b = self.element_of(a) * 2 + np.where(
+            a < self.region1_base, 0, (a // self.interleave_granule_bytes) & 1
+        )
+        return int(b) if b.ndim == 0 else b
 
     def natural_alignment(self, access_bytes: int) -> int:
         """Required alignment of a 4/8/16-byte access (natural alignment, S2 [D])."""

@@ -29,7 +29,7 @@ simulator's) and `ipu.runtime.fp8` for FP8.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -374,26 +374,21 @@ def cycles(e: Elementwise) -> int:
     return SUP + 6 * max(worker_thread_cycles(e, c) for _, c in split(e.units))
 
 
-def _bank(addr: np.ndarray, target) -> np.ndarray:
-    """The memory bank of each 8-byte access (the simulator's rule): a region-0 element, or a region-1 element's
-    half (address bit 3)."""
-    a = np.asarray(addr, np.int64)
-    r1 = a >= target.region1_base
-    e0 = (a - target.sram_base) // target.region0_element_bytes
-    e1 = (a - target.region1_base) // target.region1_element_bytes
-    return np.where(r1, (1 << 40) + 2 * e1 + ((a >> 3) & 1), e0)
-
-
+@lru_cache(maxsize=65536)
 def pace_ok(x: int, y: int, units: int, target) -> bool:
     """Binary kernels: unit i's loads of x and y (8 bytes each at x + 8 i, y + 8 i) never hit one bank, so one
     `ld2x64pace` may load both."""
     i = 8 * np.arange(max(units, 0), dtype=np.int64)
-    return bool(units > 0 and (_bank(x + i, target) != _bank(y + i, target)).all())
+    return bool(units > 0 and (target.bank_of(x + i) != target.bank_of(y + i)).all())
+
+
+def cast_pipelined(op: str, units: int) -> bool:
+    """A cast of `units` is faster on its pipelined loop (3 bundles per unit after a prologue and epilogue) than one
+    unit at a time (4), for the busiest worker's units."""
+    c = max(n for _, n in split(units))
+    return c > 0 and _cast_issues(op, True, c) < _cast_issues(op, False, c)
 
 
 def cast(op: str, units: int, in0: int, out: int, **kw) -> Elementwise:
-    """A cast call on the faster of its two loops for the busiest worker's units (pipelined, 3 bundles per unit
-    after a prologue and epilogue, or one unit at a time, 4)."""
-    c = max(n for _, n in split(units))
-    fast = c > 0 and _cast_issues(op, True, c) < _cast_issues(op, False, c)
-    return Elementwise(op, units, in0=in0, out=out, pace=fast, **kw)
+    """A cast call on the faster of its two loops (`cast_pipelined`)."""
+    return Elementwise(op, units, in0=in0, out=out, pace=cast_pipelined(op, units), **kw)

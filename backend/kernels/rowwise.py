@@ -135,7 +135,7 @@ import numpy as np
 
 from ipu.backend.kernels.codegen import WorkerCode as Code
 from ipu.backend.kernels.elementwise import split
-from ipu.backend.target import Target
+from ipu.backend.target import IPU21
 from ipu.runtime.semantics import exp_f16, exp_f32, recip_f32, rsqrt_f32, tanh_f16
 
 
@@ -152,15 +152,12 @@ def _pf_bank_clash(
     j = np.arange(panels, dtype=np.int64)[:, None, None]
     src = (in0 + j * pstep + r * istride + cols).reshape(panels, -1)  # [panel, row-major walk over all rows]
     dst = (out + r * ostride + 2 * j * width + cols).reshape(panels, -1)
-    x, d = src[:, 1:], src[:, 1:] ^ dst[:, :-1]
+    same = IPU21.bank_of(src[:, 1:]) == IPU21.bank_of(dst[:, :-1])
     # A pair that crosses from one worker's rows to the next is not a bundle.
     starts = np.array([first for first, cnt in split(rows) if cnt and first], np.int64) * a
-    keep = np.ones(x.shape[1], bool)
+    keep = np.ones(same.shape[1], bool)
     keep[starts - 1] = False
-    r1 = x >= Target.region1_base
-    same0 = (d < Target.region0_element_bytes) & ~r1
-    same1 = (d < Target.region1_element_bytes) & r1 & ((d & 8) == 0)
-    return bool(((same0 | same1) & keep).any())
+    return bool((same & keep).any())
 
 
 # Frame words. Per-worker tables: CNT (rows or units), FIRST (first row / unit). CONST: four 64-bit constants.

@@ -1320,7 +1320,7 @@ class Lowering(NnOps):
                     out=int(out[t]),
                     # x and y loaded together where they never share a bank (memory-plan keeps the operands
                     # of nn.add / nn.mul in different elements); casts on their faster loop for these units
-                    pace=ew.pace_ok(x, y, units, self.target) if binary else ew.cast(kname, units, 0, 0).pace,
+                    pace=ew.pace_ok(x, y, units, self.target) if binary else ew.cast_pipelined(kname, units),
                     **fmt_scale,
                 )
                 frames[t] = call.frame(labels)

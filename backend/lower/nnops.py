@@ -2390,10 +2390,8 @@ def attention_program(
             prog.append((f"{pre}O^T {'=' if c == 0 else '+='} V^T P^T", o_gemm))
         # O's m rows (dvpad halves apart) from O^T into A (P is dead), then as O's rows below; with l in O^T's row
         # dv (the ones row) and the key-split partials, one pass reads O^T's columns as the f32 rows instead.
-        o_rows = a_area
-        if stats and l_row and FUSED_OT:
-            o_rows = None
-        else:
+        o_rows = None if stats and l_row and FUSED_OT else a_area
+        if o_rows is not None:
             call = pk.TransposeF16(dvpad, -(-m // 4) * 4, c_area, a_area, src_row=2 * qn)
             prog.append(("O rows from O^T", call))
     else:

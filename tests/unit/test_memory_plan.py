@@ -95,40 +95,24 @@ def test_memory_level_ir_round_trips(planned):
     assert str(again) == text
 
 
-def _buffer(v):
-    """The #memory.buffer of value v: its op's result buffer, or a repeat's carried argument's."""
-    from xdsl.ir import BlockArgument
-
-    from ipu.dialects import memory as mem
-
-    if isinstance(v, BlockArgument):
-        owner = v.block.parent_op()
-        attrs = mem.buffers_of(owner.attributes.get(mem.ARGS_ATTR)) if owner is not None else []
-        return attrs[v.index] if v.index < len(attrs) else None
-    attrs = mem.buffers_of(v.owner.attributes.get(mem.BUFFERS_ATTR))
-    return attrs[v.index] if v.index < len(attrs) else None
-
-
 def test_elementwise_operands_in_different_elements(planned):
     """The two operands of every nn.add / nn.mul lie in different memory elements on every tile that holds both
     (the element-wise kernel then loads both with one `ld2x64pace`: 2 bundles per unit instead of 3)."""
-    from ipu.dialects import memory as mem
+    from ipu.backend.lower.placement import Addresses
     from ipu.dialects import nn
+    from ipu.dialects import tile as tl
     from ipu.passes.memory_alloc import _Elements
+    from ipu.passes.memory_plan import shard_bytes
 
     elements = _Elements(Target.small(tiles=TILES, sram_kib=KIB))
     f = next(o for o in planned.walk() if isinstance(o, func.FuncOp))
-    plan = next(o for o in f.body.block.ops if isinstance(o, mem.PlanOp))
-    tile_class, nc = plan.tile_class(), plan.num_classes.value.data
+    addrs = Addresses(f, TILES)
     checked = 0
     for op in f.walk():
-        if not isinstance(op, (nn.AddOp, nn.MulOp)):
+        if not isinstance(op, (nn.AddOp, nn.MulOp)) or any(tl.layout_of(v) is None for v in op.operands):
             continue
-        bufs = [_buffer(v) for v in op.operands]
-        if None in bufs:
-            continue
-        addr = [mem.table_values(b.addr, nc)[tile_class] for b in bufs]
-        size = [mem.table_values(b.bytes_, nc)[tile_class] for b in bufs]
+        addr = [addrs.of(v).addr for v in op.operands]
+        size = [shard_bytes(tl.layout_of(v), TILES) for v in op.operands]
         for t in np.nonzero((addr[0] >= 0) & (addr[1] >= 0) & (size[0] > 0) & (size[1] > 0))[0]:
             (x0, x1), (y0, y1) = (elements.span(int(a[t]), int(a[t] + n[t])) for a, n in zip(addr, size))
             assert x1 <= y0 or y1 <= x0, f"{op.name} on tile {t}: its operands share a memory element"
