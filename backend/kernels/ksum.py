@@ -52,13 +52,21 @@ from functools import cache
 
 import numpy as np
 
+from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.codegen import WorkerCode
+
+# rowwise `gelu`'s constants, in `GELU_CONSTS` order
+GELU_VALUES = (R.GELU_C1, R.GELU_C0, 1.0, 0.5)
 
 CNT, IOFF, OOFF = 0, 6, 12
 IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
 SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
 SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
 FRAME_WORDS = 40  # 39 used, a whole number of 8-byte words
+# `gelu` kinds: the GELU's four f16 constants c1, c0, 1, 0.5 (rowwise's, each four times: a pair of words) after
+# the plain frame, which is GELU_FRAME_WORDS long for them.
+GELU = 40
+GELU_FRAME_WORDS = 48
 MAX_PARTS = 8  # the largest G with a register allocation (7 ARF pairs) for every kind
 NO_ROW = 1 << 15  # units per row without a bias: one segment (a worker's units stay below it)
 
@@ -90,10 +98,47 @@ class Op:
     pipe: str  # "main" | "aux"
     text: str  # with {name} placeholders for registers (format keys: value names)
     reads: tuple[str, ...]
-    pair: bool = True  # the written value is a register pair
+    into: str = ""  # the op writes half of this earlier value's register pair (both names share the pair)
 
 
-def _ops(parts: int, bias: bool, out: str, scaled: bool = False) -> list[Op]:
+GELU_CONSTS = ("c1", "c0", "one", "half")  # frame pairs GELU + 2 i, in this order
+
+
+def _gelu_ops(x: str, resident: dict[str, str]) -> tuple[list[Op], str]:
+    """rowwise `gelu`'s operations on the f16 value x, in its order (every one rounded to f16): t = ((x * x) * c1
+    + c0) * x, h = x * 0.5, y = (tanh(t) + 1) * h. A constant in `resident` is that pair (loaded in the head);
+    the others are loaded per unit just before their use (main-pipe slots are free: the body is aux-bound)."""
+    ops, const = [], {}
+    for name in GELU_CONSTS:
+        if name in resident:
+            const[name], const[name + "_r"] = resident[name], ()
+        else:
+            word = (GELU + 2 * GELU_CONSTS.index(name)) // 2
+            ops.append(Op(f"k_{name}", "main", f"ld64 {{k_{name}}}, $mvertex_base, $mzero, {word}", ()))
+            const[name], const[name + "_r"] = f"{{k_{name}}}", (f"k_{name}",)
+
+    def aux(name: str, text: str, reads: tuple[str, ...], into: str = "") -> None:
+        ops.append(Op(name, "aux", text, reads, into))
+
+    aux("g1", f"f16v4mul {{g1}}, {{{x}}}, {{{x}}}", (x,))
+    aux("g2", f"f16v4mul {{g2}}, {{g1}}, {const['c1']}", ("g1", *const["c1_r"]))
+    aux("g3", f"f16v4add {{g3}}, {{g2}}, {const['c0']}", ("g2", *const["c0_r"]))
+    aux("g4", f"f16v4mul {{g4}}, {{g3}}, {{{x}}}", ("g3", x))
+    aux("gh", f"f16v4mul {{gh}}, {{{x}}}, {const['half']}", (x, *const["half_r"]))
+    aux("ga", "f16v2tanh {ga.lo}, {g4.lo}", ("g4",))
+    aux("gb", "f16v2tanh {gb.hi}, {g4.hi}", ("ga", "g4"), into="ga")
+    aux("gc", f"f16v4add {{gc}}, {{gb}}, {const['one']}", ("gb", *const["one_r"]))
+    aux("gy", "f16v4mul {gy}, {gc}, {gh}", ("gc", "gh"))
+    # The main-pipe constant loads go right after the partial / bias loads (main ops keep their list order).
+    loads = [o for o in ops if o.pipe == "main"]
+    return loads + [o for o in ops if o.pipe != "main"], "gy"
+
+
+def _ops(
+    parts: int, bias: bool, out: str, scaled: bool = False, gelu: dict[str, str] | None = None
+) -> list[Op]:
+    """The unit's operations; gelu (the resident constants' pairs, `_gelu_ops`): the GELU of the f16 result
+    before it is stored."""
     ops = []
     for i in range(parts):
         stride = "$m7" if i < parts - 1 else "$m3"
@@ -114,6 +159,9 @@ def _ops(parts: int, bias: bool, out: str, scaled: bool = False) -> list[Op]:
     if scaled:  # the scale's pair stays out of the allocation (`SCALE_PAIR`)
         ops.append(Op("q", "aux", f"f16v4mul {{q}}, {{{root}}}, {SCALE_PAIR}", (root,)))
         root = "q"
+    if gelu is not None:
+        g, root = _gelu_ops(root, gelu)
+        ops += g
     if out == "f16":
         ops.append(Op("", "main", f"st64step {{{root}}}, $mzero, $m4+=, 1", (root,)))
     else:
@@ -130,6 +178,7 @@ class Schedule:
     times: tuple[int, ...]  # per op (absolute, unit 0)
     regs: dict  # value -> pair index
     ops: tuple[Op, ...]
+    resident: tuple[tuple[str, str], ...] = ()  # gelu kinds: (constant, its pair) loaded once in the head
 
     @property
     def stages(self) -> int:
@@ -171,6 +220,13 @@ def _schedule(ops: list[Op], ii: int, pairs: int = len(PAIRS)) -> Schedule | Non
             if end - t > ii:
                 return None
             live[op.name] = {k % ii for k in range(t + 1, end + 1)}
+    # A value written into another's pair (`Op.into`) shares its register: one live range from the first write.
+    start = {op.name: t for op, t in zip(ops, times) if op.name}
+    for op in ops:
+        if op.into:
+            if last.get(op.name, start[op.name] + 1) - start[op.into] > ii:
+                return None
+            live[op.into] |= live.pop(op.name)
     regs: dict[str, int] = {}
     for name in sorted(live, key=lambda v: times[[o.name for o in ops].index(v)]):
         for reg in range(pairs):
@@ -179,18 +235,44 @@ def _schedule(ops: list[Op], ii: int, pairs: int = len(PAIRS)) -> Schedule | Non
                 break
         else:
             return None
+    for op in ops:
+        if op.into:
+            regs[op.name] = regs[op.into]
     return Schedule(ii, tuple(times), regs, tuple(ops))
 
 
-@cache
-def schedule(parts: int, bias: bool, out: str, scaled: bool = False) -> Schedule:
-    ops = _ops(parts, bias, out, scaled)
+def _first_schedule(ops: list[Op], pairs: int) -> Schedule | None:
     ii = max(sum(o.pipe == "main" for o in ops), sum(o.pipe == "aux" for o in ops))
     for extra in range(8):
-        s = _schedule(ops, ii + extra, len(PAIRS) - scaled)
+        s = _schedule(ops, ii + extra, pairs)
         if s is not None:
             return s
-    raise ValueError(f"no schedule for {parts} partials (bias {bias}, {out}{', scaled' if scaled else ''})")
+    return None
+
+
+@cache
+def schedule(parts: int, bias: bool, out: str, scaled: bool = False, gelu: bool = False) -> Schedule:
+    """The unit's modulo schedule. gelu: with the GELU's four constants resident in the highest pairs as far as
+    the allocation allows at the lowest II (the others loaded per unit)."""
+    if gelu and (scaled or out != "f16"):
+        raise ValueError("ksum: the GELU is for unscaled f16 results only")
+    best = None
+    for n_res in range(len(GELU_CONSTS), -1, -1) if gelu else (None,):
+        if n_res is None:
+            s = _first_schedule(_ops(parts, bias, out, scaled), len(PAIRS) - scaled)
+        else:
+            resident = {c: PAIRS[len(PAIRS) - 1 - i] for i, c in enumerate(GELU_CONSTS[:n_res])}
+            s = _first_schedule(_ops(parts, bias, out, gelu=resident), len(PAIRS) - n_res)
+            if s is not None:
+                s = Schedule(s.ii, s.times, s.regs, s.ops, tuple(resident.items()))
+        if s is not None and (best is None or s.ii < best.ii):
+            best = s
+    if best is None:
+        raise ValueError(
+            f"no schedule for {parts} partials (bias {bias}, {out}{', scaled' if scaled else ''}"
+            f"{', gelu' if gelu else ''})"
+        )
+    return best
 
 
 def _text(op: Op, regs: dict) -> str:
@@ -274,19 +356,29 @@ def _valid(s: Schedule, times: list[int]) -> bool:
 # -- the worker bodies ---------------------------------------------------------------------------------------------
 
 
-def worker_name(parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False) -> str:
-    return f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}{'_rs' if strided else ''}"
+def worker_name(
+    parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False, gelu: bool = False
+) -> str:
+    return (
+        f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}{'_rs' if strided else ''}"
+        f"{'_gelu' if gelu else ''}"
+    )
 
 
 KINDS = [(g, b, o) for g in range(1, MAX_PARTS + 1) for b in (False, True) for o in ("f16", "f32")]
 # `scaled`: the f16 result times f16(scale) (the attention's Q scale, taken from the attention's program)
 SCALED_KINDS = [(g, b, "f16", True) for g in range(1, MAX_PARTS + 1) for b in (False, True)]
+# `gelu`: the f16 result through rowwise's tanh GELU before it is stored (a K split's sum feeding the MLP's GELU,
+# `nn.reduce_sum {activation = "gelu_tanh"}`)
+GELU_KINDS = [(g, b, "f16", False, False, True) for g in range(1, MAX_PARTS + 1) for b in (False, True)]
 
 
 @cache
-def worker(parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False) -> WorkerCode:
-    s = schedule(parts, bias, out, scaled)
-    name = worker_name(parts, bias, out, scaled, strided)
+def worker(
+    parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False, gelu: bool = False
+) -> WorkerCode:
+    s = schedule(parts, bias, out, scaled, gelu)
+    name = worker_name(parts, bias, out, scaled, strided, gelu)
     c = WorkerCode(name)
     c.one("get $m0, $WSR")
     c.one("shl $m0, $m0, 2")  # the worker's table offset (bytes)
@@ -294,6 +386,8 @@ def worker(parts: int, bias: bool, out: str, scaled: bool = False, strided: bool
     c.one(f"brz $m5, .L{name}_idle")
     if scaled:
         c.one(f"ld64 {SCALE_PAIR}, $mvertex_base, $mzero, {SCALE // 2}")
+    for const, pair in s.resident:  # the GELU's constants kept in registers
+        c.one(f"ld64 {pair}, $mvertex_base, $mzero, {(GELU + 2 * GELU_CONSTS.index(const)) // 2}")
     c.one(f"ld32 $m1, $mvertex_base, $m0, {IOFF}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m3")
@@ -355,8 +449,14 @@ class KSum:
     scale: float | None = None  # the f16 result times f16(scale) (None: not scaled)
     in_row: int = 0  # strided: halves per partial row (0: the partials are contiguous result blocks)
     out_row: int = 0  # strided: halves per result row
+    gelu: bool = False  # the f16 result through rowwise's tanh GELU (`GELU_KINDS`)
 
     entry = "ew_sup"
+
+    @property
+    def words(self) -> int:
+        """The frame's length (words): the GELU's constants follow the plain frame."""
+        return GELU_FRAME_WORDS if self.gelu else FRAME_WORDS
 
     @property
     def strided(self) -> bool:
@@ -368,6 +468,8 @@ class KSum:
 
     @property
     def kind(self) -> tuple:
+        if self.gelu:
+            return (self.parts, self.bias, self.out_type, self.scaled, self.strided, True)
         if self.strided:
             return (self.parts, self.bias, self.out_type, self.scaled, True)
         return (
@@ -414,6 +516,8 @@ class KSum:
             raise ValueError(f"ksum: {self.units} units are not whole rows of {self.row} halves")
         if self.scaled and self.out_type != "f16":
             raise ValueError("ksum: a scale is for f16 results only")
+        if self.gelu and (self.scaled or self.out_type != "f16"):
+            raise ValueError("ksum: the GELU is for unscaled f16 results only")
         if self.strided and (
             self.out_row <= 0 or self.out_row % 4 or self.in_row % 4 or self.in_row < self.out_row
             or (self.bias and self.row != self.out_row) or self.units % (self.out_row // 4)
@@ -422,7 +526,7 @@ class KSum:
                 f"ksum: strided partial rows of {self.in_row} halves for result rows of {self.out_row} (whole "
                 f"atoms, no wider than the partial rows, the bias row's ({self.row}), {self.units} units of whole rows)"
             )
-        f = np.zeros(FRAME_WORDS, np.uint32)
+        f = np.zeros(self.words, np.uint32)
         ob = 8 if self.out_type == "f16" else 16
         atoms = self.row_atoms
         for w, (first, cnt) in enumerate(split(self.units)):
@@ -437,6 +541,9 @@ class KSum:
             f[SKIP] = (self.in_row - self.out_row) * 2
         if self.scaled:
             f[SCALE : SCALE + 2] = np.full(4, self.scale, np.float16).view(np.uint32)
+        if self.gelu:
+            consts = np.repeat(np.array(GELU_VALUES, np.float16), 4)
+            f[GELU:GELU_FRAME_WORDS] = consts.view(np.uint32)
         return f
 
     @property
@@ -476,6 +583,8 @@ def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndar
             s = (s.reshape(-1, k.row) + bias.astype(np.float16)).reshape(-1)
         if k.scaled:  # f16v4mul: the exact product of two halves, rounded once
             s = (s.astype(np.float32) * np.float32(np.float16(k.scale))).astype(np.float16)
+    if k.gelu:
+        s = R.semantics(R.Rows("gelu", len(s) // 4), s)["out"]
     return s.astype(np.float32) if k.out_type == "f32" else s
 
 
@@ -487,7 +596,7 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     if count == 0:
         return IDLE
     c = worker(*k.kind)
-    s = schedule(k.parts, k.bias, k.out_type, k.scaled)
+    s = schedule(k.parts, k.bias, k.out_type, k.scaled, k.gelu)
     n = c.count
     total = n["head"] + n["tail"]
     for seg in k.segments(first, count):

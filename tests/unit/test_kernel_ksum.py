@@ -9,6 +9,7 @@ import pytest
 
 from ipu.backend.kernels import elementwise as E
 from ipu.backend.kernels import ksum as K
+from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.harness import run_call
 from ipu.backend.target import Target
 from ipu.runtime.simulator import Simulator
@@ -17,7 +18,11 @@ TARGET = Target.small(tiles=1, sram_kib=624)
 # The strided bodies the lowering calls (q / k / v: 6 partials + bias, Q scaled) and a few others.
 STRIDED_KINDS = [(g, b, o, sc, True) for g in (1, 3, 6, 8) for b in (False, True) for o in ("f16", "f32")
                  for sc in (False, True) if not (sc and o == "f32")]  # fmt: skip
-LIB = E.library_asm(TARGET.sram_base) + "\n" + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS)
+LIB = (
+    E.library_asm(TARGET.sram_base)
+    + "\n"
+    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS)
+)
 X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
 
 
@@ -67,6 +72,33 @@ def test_ksum_scaled_kinds(kind, rows, row):
     _run(k, x, b)
     then = E.semantics(E.Elementwise("scale_f16", units, scalar=scale), K.semantics(plain, x, b))
     np.testing.assert_array_equal(K.semantics(k, x, b).view(np.uint16), then.view(np.uint16))
+
+
+@pytest.mark.parametrize("kind", K.GELU_KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize("rows,row,scale", [(1, 4, 4.0), (7, 24, 4.0), (35, 32, 2.0), (9, 16, 3e3)])
+def test_ksum_gelu_kinds(kind, rows, row, scale):
+    """The GELU bodies (the MLP's fc1 sum and its GELU in one pass): bit-exact and the estimate exact on the
+    simulator (so400m's [35, 32] blocks of 3 partials among the shapes; scale 3e3: sums that overflow to inf), the
+    same bits as the plain sum followed by rowwise's `gelu` call they replace, and fewer cycles than the two."""
+    parts, bias = kind[:2]
+    rng = np.random.default_rng(parts * 100 + rows + 11)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng, scale=scale)
+    k = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, "f16", gelu=True)
+    plain = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, "f16")
+    _run(k, x, b)
+    gelu = R.Rows("gelu", units)
+    then = R.semantics(gelu, K.semantics(plain, x, b))["out"]
+    np.testing.assert_array_equal(K.semantics(k, x, b).view(np.uint16), then.view(np.uint16))
+    if units >= 60:
+        assert K.cycles(k) < K.cycles(plain) + R.cycles(gelu)
+
+
+def test_ksum_gelu_is_f16_unscaled_only():
+    with pytest.raises(ValueError, match="unscaled f16"):
+        K.KSum(2, 4, X, OUT, out_type="f32", gelu=True).frame({"ksum2_f16_f32_gelu": 0})
+    with pytest.raises(ValueError, match="unscaled f16"):
+        K.schedule(2, False, "f16", True, True)
 
 
 def test_ksum_scale_is_f16_only():
