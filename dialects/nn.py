@@ -57,6 +57,7 @@ SUPPORTED_ELEMENT_TYPES = (Float32Type, Float16Type, Float8E4M3FNUZType, Float8E
 FP8_TYPES = (Float8E4M3FNUZType, Float8E5M2FNUZType)
 
 GELU_APPROXIMATIONS = ("tanh", "none")
+SUM_ACTIVATIONS = ("gelu_tanh",)  # `nn.reduce_sum`'s optional activation
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -472,17 +473,35 @@ class LinearPartialsOp(IRDLOperation):
 @irdl_op_definition
 class ReduceSumOp(IRDLOperation):
     """Sum over the leading dimension: [G, ...] -> [...] (the partial products of `nn.linear_partials`), plus an
-    optional bias over the last dimension (a linear's, added once to the sum)."""
+    optional bias over the last dimension (a linear's, added once to the sum), then an optional activation
+    (`activation = "gelu_tanh"`: `nn.gelu "tanh"` of the sum in the result's type, `nn-fuse-sum-activation`)."""
 
     name = "nn.reduce_sum"
     input = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
+    activation = opt_prop_def(StringAttr)
     result = result_def(TensorType)
     assembly_format = "$input (`,` $bias^)? attr-dict `:` type(operands) `->` type($result)"
+    irdl_options = (ParsePropInAttrDict(),)
     traits = traits_def(Pure())
 
-    def __init__(self, x: SSAValue, result_type: TensorType, bias: SSAValue | None = None):
-        super().__init__(operands=[x, [bias] if bias is not None else []], result_types=[result_type])
+    def __init__(
+        self,
+        x: SSAValue,
+        result_type: TensorType,
+        bias: SSAValue | None = None,
+        activation: str | None = None,
+    ):
+        props = {"activation": StringAttr(activation)} if activation else {}
+        super().__init__(
+            operands=[x, [bias] if bias is not None else []], result_types=[result_type], properties=props
+        )
+
+    @property
+    def gelu(self) -> str | None:
+        """The GELU's approximation ("tanh") when the sum is followed by one, else None."""
+        act = self.activation.data if self.activation is not None else None
+        return act.removeprefix("gelu_") if act and act.startswith("gelu_") else None
 
     def verify_(self) -> None:
         xs = shape_of(self.input, self, "operand 'input'")
@@ -491,6 +510,10 @@ class ReduceSumOp(IRDLOperation):
         if self.bias is not None and (bs := shape_of(self.bias, self, "operand 'bias'")) != xs[-1:]:
             raise VerifyException(
                 f"nn.reduce_sum: operand 'bias' has shape {shape_str(bs)}, expected [{xs[-1]}] (the last dimension)"
+            )
+        if self.activation is not None and self.activation.data not in SUM_ACTIVATIONS:
+            raise VerifyException(
+                f'nn.reduce_sum: activation must be one of {", ".join(SUM_ACTIVATIONS)}, got "{self.activation.data}"'
             )
         require_result_shape(self, self.result, xs[1:])
         require_compute_result(self)

@@ -381,9 +381,12 @@ def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray
                 parts[i] = _round_f16(parts[i] + parts[i + live - h])
             live -= h
         y = parts[0]
-        return y if b is None else _round_f16(y + _round_f16(b))
-    y = x.sum(axis=0, dtype=x.dtype)
-    return y if b is None else y + b
+        y = y if b is None else _round_f16(y + _round_f16(b))
+    else:
+        y = x.sum(axis=0, dtype=x.dtype)
+        y = y if b is None else y + b
+    # `activation = "gelu_tanh"` (nn-fuse-sum-activation): the GELU of the sum, as `nn.gelu` computes it
+    return y if op.gelu is None else _gelu_values(ev, op.gelu, y)
 
 
 def _matmul(ev: _Evaluator, op: nn.MatmulOp, lhs: np.ndarray, rhs: np.ndarray):
@@ -425,7 +428,11 @@ def _layer_norm(ev: _Evaluator, op: nn.LayerNormOp, x: np.ndarray, w: np.ndarray
 
 
 def _gelu(ev: _Evaluator, op: nn.GeluOp, x: np.ndarray):
-    if ev.device and "gelu_f16" in ev.kernels and op.approximate.data == "tanh":
+    return _gelu_values(ev, op.approximate.data, x)
+
+
+def _gelu_values(ev: _Evaluator, approximate: str, x: np.ndarray):
+    if ev.device and "gelu_f16" in ev.kernels and approximate == "tanh":
         # The row kernel `gelu`: every operation rounded to f16 (rowwise.py "Numerics").
         r = _round_f16
         x = r(np.asarray(x, np.float32))
@@ -434,7 +441,7 @@ def _gelu(ev: _Evaluator, op: nn.GeluOp, x: np.ndarray):
         t = r(r(r(r(x * x) * c1) + c0) * x)
         th = r(np.tanh(t.astype(np.float64)).astype(np.float32))  # correctly rounded, as the simulator's
         return r(r(x * np.float32(0.5)) * r(th + np.float32(1.0)))
-    if op.approximate.data == "tanh":
+    if approximate == "tanh":
         # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with Python-float constants so float32 stays float32.
         t = x * x
         t *= 0.044715

@@ -63,6 +63,8 @@ def pipeline_spec(
       take FP8 activations and run on the FP8 AMP ("f16": f16 activations, the F16 AMP), each cast at
       `activation_scales`' scale for its linears ("NAME=S" entries, `nn-quantize-activations{scales}`) or 2^-4;
       `fp8_linears` (parameter-name substrings) restricts both to those linears (the others keep f16 x);
+    - `nn-fuse-sum-activation`: a K split's f16 sum and the tanh GELU reading it as one op (the fused `ksum`
+      computes the GELU before it stores the sum: So400m's fc1 parts);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
@@ -106,7 +108,7 @@ def pipeline_spec(
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention{{tiles={target.num_tiles}}},nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
-        f"nn-to-exchange-pipeline{xopts},{mem}"
+        f"nn-fuse-sum-activation,nn-to-exchange-pipeline{xopts},{mem}"
     )
 
 

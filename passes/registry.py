@@ -21,6 +21,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-split-attention-keys", "ipu.passes.nn_split_attention_keys", "NNSplitAttentionKeysPass"),
     ("nn-split-k", "ipu.passes.nn_split_k", "NNSplitKPass"),
     ("nn-quantize-activations", "ipu.passes.nn_quantize_activations", "NNQuantizeActivationsPass"),
+    ("nn-fuse-sum-activation", "ipu.passes.nn_fuse_sum_activation", "NNFuseSumActivationPass"),
     ("nn-hoist-stacked", "ipu.passes.nn_hoist_stacked", "NNHoistStackedPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("tile-balance-homes", "ipu.passes.tile_balance_homes", "TileBalanceHomesPass"),

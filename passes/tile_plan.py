@@ -1630,7 +1630,10 @@ class _Planner:
                 res = device_weight_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             count = op.input.type.get_shape()[0]
             n = busiest_elems(res) * max(count - 1, 1)
-            return map_plan("reduce", cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)), res
+            cycles = cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)
+            if op.gelu is not None:  # the fused GELU (`nn-fuse-sum-activation`): its element-wise cost
+                cycles += cm.elementwise_cycles(busiest_elems(res), "gelu", tl.dtype_name(res.dtype), t)
+            return map_plan("reduce", cycles), res
         if isinstance(op, nn.AttentionPartialOp):
             plan = choose_attention_partial(op, t)
             return plan, attention_partial_layouts(op, plan, t.num_tiles)[1]

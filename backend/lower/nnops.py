@@ -468,12 +468,15 @@ class NnOps:
         x = op.operands[0]
         what = f"nn.gelu ({op.results[0].name_hint or 'unnamed'})"
         lay = self._same_layout(op, x, what, f16_too=True)
+        self._gelu_shards(lay, self.addrs.of(x).addr.copy(), self.addrs.of(op.results[0]).addr.copy(), what)
+
+    def _gelu_shards(self, lay, xa: np.ndarray, out: np.ndarray, what: str) -> None:
+        """The tanh GELU of every tile's shard of `lay` at xa into out (per-tile addresses; out may be xa)."""
         shard = lay.geometry().shard_elems
         tiles = [int(t) for t in np.unique(lay.table())]
         self._check_fits(int(shard.max() + 4) * 4, what)
         c_area, a_area, zeros = self.scratch()
         aux = self.aux()
-        xa, out = self.addrs.of(x).addr.copy(), self.addrs.of(op.results[0]).addr.copy()
         esize = tl.element_bytes(lay.dtype)
         units = {t: -(-int(shard[t]) // 4) for t in tiles}
         # Shards that are not whole 4-element units (many tiles, small tensors) are staged in the aux scratch:
@@ -1404,6 +1407,12 @@ class NnOps:
             raise self.error(
                 f"{what}: f32 or f16 partials summed into their type or f32 only (got {xdt} -> {rdt})"
             )
+        if op.gelu is not None and (op.gelu != "tanh" or rdt != "f16"):
+            raise self.error(
+                f"{what}: activation gelu_{op.gelu} is lowered for f16 results and the tanh GELU only (got {rdt})"
+            )
+        if op.gelu is not None and self.optional_choice(op, "scale") is not None:
+            raise self.error(f"{what}: kernel choice scale and an activation together are not lowered")
         xs, rs = tl.element_bytes(xl.dtype), tl.element_bytes(lay.dtype)
         per_unit = 8 // xs  # elements per add unit: 2 f32 / 4 f16
         add = f"add_{xdt}"
@@ -1545,6 +1554,8 @@ class NnOps:
                 f"{what}: to f32",
                 {t: ew.cast("cast_f16_f32", n // 4, in0=work, out=d) for t, (_s, d, n) in blocks.items()},
             )
+        if op.gelu is not None:  # the unfused path: the GELU over the result in place, as `nn.gelu` runs it
+            self._gelu_shards(lay, res.copy(), res.copy(), f"{what}: GELU")
 
     def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None) -> bool:
         """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
@@ -1558,9 +1569,12 @@ class NnOps:
         bias = op.bias is not None
         scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
         rs = 2 if rdt == "f16" else 4
+        gelu = op.gelu is not None  # `nn-fuse-sum-activation`: the GELU before the store
 
         def args(t, s, d, n, bp):
             stride = dict(in_row=in_rows[t], out_row=cols[t][1]) if t in in_rows else {}
+            if gelu:
+                stride["gelu"] = True
             return (count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt, scale), stride
 
         for t, (s, d, n) in blocks.items():
@@ -1587,7 +1601,8 @@ class NnOps:
             f"{what}: sum {count}"
             + (" + bias" if bias else "")
             + (" -> f32" if rdt != xdt else "")
-            + (" * scale" if scale is not None else ""),
+            + (" * scale" if scale is not None else "")
+            + (" -> tanh GELU" if gelu else ""),
             calls,
         )
         return True
