@@ -23,12 +23,14 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
     Q * scale -> f16 rows of dpad in A, zero columns d..dpad (f32 Q: `Rows("to_f16")`; f16 Q: its rows in one
     `panels_f16` / `pad_f16` call, then `scale_f16` in place; GEMM rows padded to 3, left over);
     per key chunk: K rows -> f16 rows of dpad, zero columns (`Rows("cast_f16")` from f32, `Rows("pad_f16")` from
-    f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0), then the scores either
+    f16) + zero key rows up to the chunk's multiple of 16 (`pad_f16`, valid 0; not on the S^T path), then the
+    scores either
     * (blocks of <= 32 rows, S^T [spad, qn] fits C: the default) transposed: Q rows padded to qn (16 or 32: one
       or two weight blocks) with zero rows -> Q^T weight panels (`weights_from_bt`, N = qn) once; per chunk
-      S^T[chunk] = K Q^T (F16 GEMM with the K rows as A: M = the chunk's keys keeps all six workers busy, no
-      K^T packing); then S's qn rows row-major from S^T in one transpose (`TransposeF16`, K = spad, N = qn;
-      rows m..qn zero);
+      S^T[chunk] = K Q^T (F16 GEMM with the chunk's K rows as A: M = its keys keeps all six workers busy, no
+      K^T packing), S^T's rows past them up to the chunk's multiple of 16 zero (`pad_f16`: qn halves a key
+      where zero K rows would be dpad and GEMM rows); then S's qn rows row-major from S^T in one transpose
+      (`TransposeF16`, K = spad, N = qn; rows m..qn zero);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
@@ -1935,6 +1937,14 @@ class AttentionSizes:
 MAX_T_ROWS = 32  # query rows of the transposed path's blocks: S^T, Q^T and P^T of two 16-column weight blocks
 
 
+def zero_fill(halves: int, out: int) -> rw.Rows:
+    """Zeros over `halves` contiguous f16 (a multiple of 4) at out: `pad_f16` rows of no valid element, cut into
+    the row count (dividing it in whole atoms) with the lowest estimate (the rows share out over the workers)."""
+    cuts = [r for r in range(1, halves // 4 + 1) if halves % (4 * r) == 0 and r <= 6 * 8]
+    calls = [rw.Rows("pad_f16", r, halves // r, out=out, valid=0) for r in cuts]
+    return min(calls, key=rw.cycles)
+
+
 def query_columns(mpad: int) -> int:
     """S^T's, Q^T's and P^T's query columns for blocks of mpad rows: whole 16-column weight blocks."""
     return -(-mpad // 16) * 16
@@ -2245,12 +2255,18 @@ def attention_program(
         # them).
         prog.append(("Q^T panels", pk.weights_from_bt(qn, dpad, "f16", a_area, panels)))
         for k0, nk in sz.score_chunks:  # K rows over Q's (dead once Q^T's panels are made)
-            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1])
+            # The GEMM takes the chunk's nk keys only (any M >= 3); S^T's rows up to the chunk's multiple of 16
+            # are then zeros of their own (the transpose reads whole 16-key blocks; the softmax never reads those
+            # columns of S): qn halves a row where zero K rows would be dpad, and no GEMM rows for them.
+            short = nk >= gm.MIN_ROWS
+            pre, nkp = rows_of("K", ka, esizes[1], k0, nk, krows, panels_of[1], zero_rows=not short)
             st_gemm = gm.Gemm(
-                nkp, dpad, qn, prec=gm.F16, mode="init", coef=coef_of(panels), a=krows, weights=panels,
-                c=c_area + k0 * 2 * qn,
+                nk if short else nkp, dpad, qn, prec=gm.F16, mode="init", coef=coef_of(panels), a=krows,
+                weights=panels, c=c_area + k0 * 2 * qn,
             )  # fmt: skip
             prog.append((f"{pre}S^T = K Q^T", st_gemm))
+            if short and nkp > nk:
+                prog.append((f"{pre}S^T zero rows", zero_fill((nkp - nk) * qn, c_area + (k0 + nk) * 2 * qn)))
         prog.append(("S rows from S^T", pk.TransposeF16(spad, qn, c_area, a_area)))
         s_rows = a_area
     else:

@@ -472,3 +472,33 @@ def test_program_calls_skip_row_kernels_of_no_rows():
     rec = Recorder()
     nnops.NnOps._program_calls(rec, "att", {3: prog(0), 5: prog(8), 7: prog(0)})
     assert rec.sites == [("att: Q rows", [3, 5, 7]), ("att: Q zero rows", [5])]
+
+
+def test_scores_of_a_chunk_past_whole_key_blocks():
+    """The S^T path with a chunk of keys that is not whole 16-key blocks (So400m's key-split block: 183 keys): the
+    S^T GEMM takes the 183 K rows only (no zero K rows, one GEMM row fewer per worker), and S^T's rows 183..191,
+    which the transpose reads, are zeros of their own: one fill of exactly those rows' qn halves, right after the
+    GEMM. (The simulated programs of `test_output_transposed_gives_the_same_bits` take this path for their
+    18-key tails.)"""
+    from ipu.backend.kernels import gemm as gm
+
+    e = IPU21.region1_element_bytes
+    sz = nnops.attention_sizes(32, 183, 72, e, transposed=True, v_direct=True)
+    kw = dict(qa=0, ka=0x1000, va=0x2000, m=32, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
+              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
+              panels_of=(24, 24, 24), q_scaled=True)  # fmt: skip
+    prog = nnops.attention_program(sz, **kw)
+    labels = [label for label, _ in prog]
+    assert not any(label.startswith("K zero rows") for label in labels)
+    i = labels.index("S^T = K Q^T")
+    st = prog[i][1]
+    assert isinstance(st, gm.Gemm) and (st.m, st.k, st.n) == (183, 80, 32)
+    label, fill = prog[i + 1]
+    assert label == "S^T zero rows" and fill.op == "pad_f16" and fill.valid == 0
+    assert fill.out == 0x80000 + 183 * 32 * 2 and fill.rows * fill.n == (192 - 183) * 32
+    assert labels[i + 2] == "S rows from S^T"
+    # a chunk of whole blocks: neither
+    whole = nnops.attention_program(
+        nnops.attention_sizes(32, 176, 72, e, transposed=True, v_direct=True), **kw
+    )
+    assert not any("zero rows" in label and ("K" in label or "S^T" in label) for label, _ in whole)
