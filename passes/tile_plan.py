@@ -446,9 +446,45 @@ def gather_mid(
         return None
     _, _, mr, g = best
     mc = g * hc
-    n = -(-rows // mr) * -(-cols // mc)
-    tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
+    tiles = mid_tiles(have, want, (mr, mc), num_tiles, salt)
     return tl.make_layout((rows, cols), (mr, mc), tiles, want.dtype, want.order.data, want.scale.data)
+
+
+def mid_tiles(
+    have: tl.LayoutAttr, want: tl.LayoutAttr, block: tuple[int, int], num_tiles: int, salt: int
+) -> np.ndarray:
+    """int32 [blocks, 1]: the tile of each intermediate block (blocks of `block` over the shape, row-major order),
+    spread evenly over the tiles (rotated by `salt`), each moved on to the next tile that neither produces nor
+    reads any of its elements (a tile of `have` or of `want` overlapping it) when one is free: on such a tile
+    the stage would be an on-tile copy, which the compute step after the exchange waits for (So400m's x gathers:
+    ~550 cycles on the few tiles that had one, on the critical path of every GEMM step), while a transfer only
+    evens its receipts out with the other readers'. Each tile takes one intermediate block while free tiles last."""
+    (rows, cols), (mr, mc) = have.shape_, block
+    nr, nc = -(-rows // mr), -(-cols // mc)
+    n = nr * nc
+    spread = (np.arange(n) * num_tiles // n + salt * 97) % num_tiles
+    o = np.stack(np.meshgrid(np.arange(nr) * mr, np.arange(nc) * mc, indexing="ij"), -1).reshape(n, 2)
+    e = np.minimum(o + (mr, mc), (rows, cols))
+    near = np.zeros((n, num_tiles), bool)  # [block, tile]: the tile holds an overlapping have / want block
+    for lay in (have, want):
+        geo = lay.geometry()
+        lo, hi = np.asarray(geo.block_origin), np.asarray(geo.block_origin) + np.asarray(geo.block_dims)
+        hit = ((lo[None] < e[:, None]) & (o[:, None] < hi[None])).all(-1)  # [mid block, layout block]
+        table = np.asarray(lay.table())
+        b, lb = np.nonzero(hit)
+        for rep in range(table.shape[1]):
+            near[b, table[lb, rep] % num_tiles] = True
+    taken = np.zeros(num_tiles, bool)
+    out = spread.copy()
+    for i in range(n):
+        free = ~near[i] & ~taken
+        if not free.any():
+            free = ~near[i]
+        if free.any() and not free[spread[i]]:
+            nxt = np.nonzero(np.roll(free, -spread[i]))[0]
+            out[i] = (spread[i] + nxt[0]) % num_tiles
+        taken[out[i]] = True
+    return out.astype(np.int32)[:, None]
 
 
 def _column_part_mid(
@@ -473,8 +509,7 @@ def _column_part_mid(
     if best is None or GATHER_GAIN * best[0] > wr:
         return None
     mr = best[1]
-    n = -(-rows // mr) * -(-cols // wc)
-    tiles = ((np.arange(n) * num_tiles // n + salt * 97) % num_tiles).astype(np.int32)[:, None]
+    tiles = mid_tiles(have, want, (mr, wc), num_tiles, salt)
     return tl.make_layout((rows, cols), (mr, wc), tiles, want.dtype, "row_major", want.scale.data)
 
 

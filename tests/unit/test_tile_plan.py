@@ -292,6 +292,32 @@ def test_gather_mid_for_a_k_part_of_layer_norm_rows():
     assert gather_mid(rows, short, 1472) is None  # 8 rows: under GATHER_MIN_PIECES
 
 
+def test_mid_tiles_neither_produce_nor_read_their_block():
+    """The two-stage gather's intermediate blocks go to tiles that hold no producer or reader block overlapping
+    them (else the stage is an on-tile copy that the next compute step waits for), one block per tile, spread
+    as before where the spread tile is free; on a target with no free tile they keep the spread."""
+    from ipu.passes.tile_plan import gather_mid, mid_tiles
+
+    f16 = Float16Type()
+    rows = tl.make_layout((729, 1152), (1, 1152), np.arange(729, dtype=np.int32)[:, None], f16)
+    # fc1's x at So400m: [105, 384] blocks, each read by the 68 tiles of its (row panel, K chunk) pair
+    reads = (np.arange(21 * 68, dtype=np.int32) * 1 % 1428).reshape(21, 68)
+    part = tl.make_layout((729, 1152), (105, 384), reads, f16)
+    mid = gather_mid(rows, part, 1472)
+    assert mid is not None
+    geo, tiles = mid.geometry(), mid.table()[:, 0]
+    assert len(set(tiles.tolist())) == len(tiles)
+    for b in range(mid.num_blocks):
+        (r0, c0), (nr, _) = geo.block_origin[b], geo.block_dims[b]
+        producers = set(range(r0, r0 + nr))  # row r on tile r
+        readers = set(reads[r0 // 105 * 3 + c0 // 384].tolist())
+        assert int(tiles[b]) not in producers | readers, (b, int(tiles[b]))
+    spread = (np.arange(mid.num_blocks) * 1472 // mid.num_blocks) % 1472
+    assert (tiles == spread).mean() > 0.3  # most keep their spread tile
+    small = mid_tiles(rows, part, mid.block_, 16, 0)  # every tile of 16 is a producer: the spread kept
+    assert small[:, 0].tolist() == ((np.arange(mid.num_blocks) * 16 // mid.num_blocks) % 16).tolist()
+
+
 def test_gather_mid_only_for_multicast_gathers():
     """The residual stream's rows from a K split's sum blocks ([19, 32]: 36 pieces per row) are gathered directly
     when each row has one reader (one replica: no multicast to wait for; two stages would add a phase and move the
