@@ -863,13 +863,18 @@ def reduce_layouts(result: tl.LayoutAttr, count: int, width: int = 0) -> tl.Layo
     )
 
 
-def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute, width: int = 0) -> tl.LayoutAttr:
+def reduce_result_layout(
+    have: tl.LayoutAttr, dtype: Attribute, width: int = 0, num_tiles: int = 0
+) -> tl.LayoutAttr:
     """`nn.reduce_sum`'s result from its operand's layout: the blocks of the first leading index, on their tiles
     (there one of the partial blocks is already local). Partials of a 2-D result whose blocks' rows are a
     multiple of G (a many-row `nn.linear_partials`): each block's rows are scattered over its G tiles instead,
     pm / G rows each, so that every tile receives G - 1 small pieces rather than one tile G - 1 whole blocks;
     width (a divisor of the partials' block columns, `panel_store_width`): each such piece stored as blocks of
-    that many columns, side by side on its tile."""
+    that many columns, side by side on its tile. num_tiles (the target's): which of its G tiles sums a piece is
+    chosen (`piece_tiles`) so that no piece lies on a tile that holds one of its rows in the residual stream's
+    whole-row layout (`spread_rows`), where a sum is gathered into whole rows: such a piece would be an on-tile
+    copy that the add after the gather waits for."""
     count = have.shape_[0]
     if len(have.shape_) == 3 and have.block_[0] == 1 and have.block_[1] > 1 and have.block_[1] % count == 0:
         _, gm, gn = have.grid
@@ -877,6 +882,8 @@ def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute, width: int = 0) 
         m, n, pn = have.shape_[1], have.shape_[2], have.block_[2]
         sw = width if width and pn % width == 0 else pn
         t = have.table()[:, 0].reshape(count, gm, gn)
+        if num_tiles:
+            t = piece_tiles(t, pr, m, num_tiles)
         r = np.arange(-(-m // pr))
         cols = np.arange(-(-n // sw)) * sw // pn  # each result column block's partial block
         table = t[r % count, r // count, :][:, cols].reshape(-1, 1)
@@ -885,6 +892,27 @@ def reduce_result_layout(have: tl.LayoutAttr, dtype: Attribute, width: int = 0) 
     rest = math.prod(have.grid[1:])
     table = np.ascontiguousarray(have.table()[:rest, :1])
     return tl.LayoutAttr(have.shape_[1:], have.block_[1:], table, dtype, "row_major", 0, 0)
+
+
+def piece_tiles(t: np.ndarray, pr: int, m: int, num_tiles: int) -> np.ndarray:
+    """[G, gm, gn] tiles (t[g, i, j]: the GEMM tile of chunk g, row panel i, column panel j) reordered per (i, j)
+    so that entry p, the tile that sums piece p (rows i * G * pr + p * pr ..), holds none of those rows in the
+    `spread_rows` layout of the m rows over num_tiles, where one is free: a greedy matching of pieces to the
+    group's tiles, in piece order."""
+    g, gm, gn = t.shape
+    per = math.ceil(m / min(m, num_tiles))  # spread_rows: row r on tile r // per
+    out = t.copy()
+    for i in range(gm):
+        readers = []  # the row tiles of each piece's rows (none past m)
+        for p in range(g):
+            r0 = (i * g + p) * pr
+            readers.append(set(range(r0 // per, (min(m, r0 + pr) - 1) // per + 1)) if r0 < m else set())
+        for j in range(gn):
+            free = list(t[:, i, j])
+            for p in range(g):
+                pick = next((k for k, tile in enumerate(free) if int(tile) not in readers[p]), 0)
+                out[p, i, j] = free.pop(pick)
+    return out
 
 
 def attention_layouts(op: nn.AttentionOp, plan: tl.AttentionPlanAttr, num_tiles: int):
@@ -1658,7 +1686,7 @@ class _Planner:
                 raise PassFailedException(f"tile-plan: {label(op)}: its operand has no (unstacked) layout")
             pn = partials_store_panel(op)
             width = panel_store_width(partials_of(op), pn) if pn else 0
-            res = reduce_result_layout(have, op.result.type.element_type, width)
+            res = reduce_result_layout(have, op.result.type.element_type, width, t.num_tiles)
             if isinstance(op.input.owner, nn.MatmulPartialsOp):
                 res = matmul_partials_sum_layout(op.input.owner, op.result.type.element_type, t.num_tiles)
             elif isinstance(op.input.owner, nn.LinearPartialsOp) and device_weight_partials(op.input.owner):

@@ -318,6 +318,33 @@ def test_mid_tiles_neither_produce_nor_read_their_block():
     assert small[:, 0].tolist() == ((np.arange(mid.num_blocks) * 16 // mid.num_blocks) % 16).tolist()
 
 
+def test_sum_pieces_off_their_rows_tiles():
+    """`reduce_result_layout` with the target's tiles: a many-row K split's sum pieces (So400m's out_proj: G = 8
+    chunks of [80, 64] partial blocks, pieces of 10 rows) are each summed by one of their group's G GEMM tiles that
+    holds none of their rows in the residual stream's whole-row layout (row r on tile r), so that its gather into
+    whole rows has no on-tile copy; every group keeps its own tiles, one piece each."""
+    from ipu.passes.tile_plan import reduce_result_layout
+
+    f16 = Float16Type()
+    g, gm, gn = 8, 10, 18
+    tiles = np.arange(g * gm * gn, dtype=np.int32)  # tile of (chunk, row panel, column panel), chunk-major
+    have = tl.make_layout((g, 729, 1152), (1, 80, 64), tiles[:, None], f16)
+    plain, moved = reduce_result_layout(have, f16), reduce_result_layout(have, f16, num_tiles=1472)
+    assert moved.block_ == plain.block_ == (10, 64)
+    geo, tab, before = moved.geometry(), moved.table()[:, 0], plain.table()[:, 0]
+    clashes = 0
+    for b in range(moved.num_blocks):
+        (r0, _), (nr, _) = geo.block_origin[b], geo.block_dims[b]
+        clashes += int(r0 <= tab[b] < r0 + nr)
+    assert clashes == 0
+    assert sum(int(r0 <= before[b] < r0 + nr) for b, ((r0, _), (nr, _)) in
+               enumerate(zip(geo.block_origin, geo.block_dims))) > 0  # fmt: skip
+    group = lambda t: (t % (gm * gn))  # noqa: E731 (row panel, column panel) of a GEMM tile
+    assert (group(tab) == group(before)).all()
+    for i in range(gm * gn):  # each group's G tiles sum its G pieces, one each
+        assert sorted(tab[group(tab) == i].tolist()) == sorted(before[group(before) == i].tolist())
+
+
 def test_gather_mid_only_for_multicast_gathers():
     """The residual stream's rows from a K split's sum blocks ([19, 32]: 36 pieces per row) are gathered directly
     when each row has one reader (one replica: no multicast to wait for; two stages would add a phase and move the
