@@ -291,6 +291,7 @@ ESIZES = {
 # The same pipelined body; `_l` reads l from the input row.
 TO_F32_SCALED = ("to_f32_scaled", "to_f32_scaled_l")
 MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3, "attn_merge4": 4}
+MPART = CONST  # attn_merge's frame: per worker its part of a row (`Rows.merge_split`), 0: none
 
 
 def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
@@ -882,12 +883,14 @@ def _merge_pair_body(nc: int, ptrs: list[str], coef: list[str]) -> list[tuple[st
     return list(zip(mains, aux))
 
 
-def _merge_row(c: Code, nc: int) -> None:
+def _merge_row(c: Code, nc: int, offset: str = "0", tag: str = "pair") -> None:
     """attn_merge: one row. Chunk j's row at $m1 + j * step ($m9): n f32 of o_j, then m_j, l_j (at byte $m0 =
     4 n). M = max m_j; w_j = l_j exp(m_j - M); c_j = w_j * (1 / sum w) in both halves of a pair ($a8:9,
     $a10:11, $a12:13; the fourth chunk's in $a6:7, free once M and 1 / sum are used: $a14 is half of $azeros and
     $a15 the zero register, neither is written); out = (c_0 o_0 + c_1 o_1) + ..., a pair of columns per
-    `_merge_pair_body` ($m4 = pairs - 1 repetitions after the first pair, peeled: no sum before it to store)."""
+    `_merge_pair_body` ($m4 = pairs - 1 repetitions after the first pair, peeled: no sum before it to store).
+    offset: the columns from byte `offset` (a register: a part of the row, `Rows.merge_split`) on; tag: the
+    pair loop's."""
     # w_j in the low half of its pair; the fourth w in $a6 (M's register: M is dead once the last w is computed).
     w = [f"$a{8 + 2 * j}" for j in range(min(nc, 3))] + ["$a6"] * (nc > 3)
     coef = [f"$a{8 + 2 * j}:{9 + 2 * j}" for j in range(min(nc, 3))] + ["$a6:7"] * (nc > 3)
@@ -915,18 +918,76 @@ def _merge_row(c: Code, nc: int) -> None:
         c.bundle("nop", "f32mul $a6, $a6, $a7")
         c.bundle("nop", "f32add $a7, $a6, $a15")
     ptrs = ["$m3", "$m8", "$m10", "$m11"][:nc]
-    c.one("add $m3, $m1, 0")
+    c.one(f"add $m7, $m2, {offset}")
+    c.one(f"add $m3, $m1, {offset}")
     for j in range(1, nc):
         c.one(f"add {ptrs[j]}, {ptrs[j - 1]}, $m9")
-    c.one("add $m7, $m2, 0")
     c.bundle(f"ld64step $a0:1, $mzero, {ptrs[0]}+=, 1")
     c.bundle(f"ld64step $a2:3, $mzero, {ptrs[1]}+=, 1")
     body = _merge_pair_body(nc, ptrs, coef)
     c.bundle("nop", body[0][1])  # the first pair: no sum to store before it
     for m, a in body[1:]:
         c.bundle(m, a)
-    c.rpt("$m4", body, "pair")
+    c.rpt("$m4", body, tag)
     c.bundle("st64step $a4:5, $mzero, $m7+=, 1")
+
+
+def _merge_kernel(op: str) -> Code:
+    """attn_merge: the worker's whole rows (CNT / FIRST, as every row kernel), then its part of a row (frame word
+    MPART + w: row << 24 | first pair << 12 | pairs, 0: none; `Rows.merge_split`), with that row's coefficients
+    computed again by every worker that takes a part of it (the same operations: the same values)."""
+    nc = MERGE_CHUNKS[op]
+    c = Code(f"rows_{op}")
+    c.one("get $m0, $WSR")
+    c.one("shl $m7, $m0, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
+    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
+        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
+        c.one(f"mul {reg}, {reg}, $m6")
+        c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
+        c.one(f"add {reg}, {reg}, $m3")
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row (4 n)
+    c.one("shl $m4, $m4, 1")  # pairs of columns less the peeled first
+    c.one("sub $m4, $m4, 1")
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {ST0}")  # bytes from chunk j's rows to chunk j + 1's
+    c.one(f"brz $m5, .L{c.name}_part")
+    c.tag = "rows"
+    c.one("sub $m5, $m5, 1")
+    c.tag = "row"
+    c.label(f".L{c.name}_row")
+    _merge_row(c, nc)
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m5, .L{c.name}_row")
+    c.tag = "head"
+    c.label(f".L{c.name}_part")
+    c.one("get $m3, $WSR")
+    c.one("shl $m3, $m3, 2")
+    c.one(f"ld32 $m5, $mvertex_base, $m3, {MPART}")
+    c.one(f"brz $m5, .L{c.name}_done")
+    c.tag = "part"
+    c.one("shr $m6, $m5, 24")  # the row
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("mul $m1, $m1, $m6")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m2, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one("mul $m2, $m2, $m6")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OUT}")
+    c.one("add $m2, $m2, $m3")
+    c.one("and $m4, $m5, 4095")
+    c.one("sub $m4, $m4, 1")  # its pairs less the peeled first
+    c.one("shr $m6, $m5, 12")
+    c.one("and $m6, $m6, 4095")
+    c.one("shl $m6, $m6, 3")  # its first pair's byte offset
+    _merge_row(c, nc, "$m6", "ppair")
+    c.label(f".L{c.name}_done")
+    c.exit_and_idle()
+    return c
 
 
 def _pass_exp_keep(c: Code, tag: str) -> None:
@@ -1644,6 +1705,8 @@ def worker_code(op: str, phase: str = "norm") -> Code:
         return _pf_kernel()
     if op == "to_f32_scaled_t":
         return _ot_kernel()
+    if op in MERGE_CHUNKS:
+        return _merge_kernel(op)
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
@@ -1891,6 +1954,22 @@ class Rows:
             return self.istride  # o is updated in place
         return self.out_stride if self.out_stride is not None else self.n * ESIZES[self.op][1]
 
+    def merge_split(self) -> list[tuple[int, int, tuple[int, int, int] | None]]:
+        """attn_merge's work per worker: (first whole row, whole rows, its part of a row: (row, first pair of
+        columns, pairs) or None). Whole rows by the quotient/remainder split, unless R % 6 divides 6: then each
+        worker takes R // 6 whole rows and a 1 / (6 / (R % 6)) part of one of the R % 6 rows left over (So400m's
+        8-row blocks: one row and a third each, not two rows on two workers), when that estimate is lower."""
+        pairs = self.n // 2
+        q, rem = divmod(self.rows, 6)
+        whole = [(first, cnt, None) for first, cnt in split(self.rows)]
+        if not rem or 6 % rem or pairs // (6 // rem) < 2 or self.rows >= 1 << 8 or pairs >= 1 << 12:
+            return whole
+        k = 6 // rem  # parts per leftover row
+        cut = [j * pairs // k for j in range(k + 1)]
+        parts = [(w * q, q, (6 * q + w // k, cut[w % k], cut[w % k + 1] - cut[w % k])) for w in range(6)]
+        cost = lambda split_: max(merge_thread_cycles(self, c, p) for _, c, p in split_)  # noqa: E731
+        return parts if cost(parts) < cost(whole) else whole
+
     def frame(self, labels: dict[str, int]) -> np.ndarray:
         if self.op in LNS_OPS:
             return self._lns_frame(labels)
@@ -1903,6 +1982,7 @@ class Rows:
         f = np.zeros(FRAME_WORDS, np.uint32)
         for w, (first, cnt) in enumerate(split(self.rows)):
             f[CNT + w], f[FIRST + w] = cnt, first
+        parts = self.merge_split() if self.op in MERGE_CHUNKS else None
         out = self.in0 if self.op == "flash_merge" else self.out
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, out
         f[ENTRY] = labels[f"rows_{self.op}"]
@@ -1919,6 +1999,10 @@ class Rows:
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
         if self.op in ("softmax", "softmax_e", "softmax_m", "softmax_mt"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
+        if parts is not None:
+            for w, (first, cnt, part) in enumerate(parts):
+                f[CNT + w], f[FIRST + w] = cnt, first
+                f[MPART + w] = 0 if part is None else part[0] << 24 | part[1] << 12 | part[2]
         if self.op in TO_F32_SCALED:
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
         if self.op == "to_f32_scaled_l":
@@ -2245,6 +2329,20 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     return cnt["head"] + rows * per_row + cnt["tail"]
 
 
+def merge_thread_cycles(k: Rows, rows: int, part: tuple[int, int, int] | None) -> int:
+    """attn_merge: issues of one worker with `rows` whole rows and a part of a row (`Rows.merge_split`)."""
+    cnt = worker_code(k.op).count
+    t = (
+        cnt["head"]
+        + cnt["tail"]
+        + (rows > 0) * cnt["rows"]
+        + rows * (cnt["row"] + (k.n // 2 - 1) * cnt["pair"])
+    )
+    if part is not None:
+        t += cnt["part"] + (part[2] - 1) * cnt["ppair"]
+    return t
+
+
 def pf_thread_cycles(k: Rows, rows: int) -> int:
     """panels_f16: issues of one worker with `rows` (>= 1) rows (see `_pf_kernel`'s tags)."""
     cnt = worker_code(k.op).count
@@ -2313,6 +2411,8 @@ def cycles(k: Rows) -> int:
             return t + sum(cnt["seg"] + (d == 0) * cnt["lstore"] + (c - 1) * cnt["item"] for _, d, c in segs)
 
         return SUP + 6 * max(worker(first, c) for first, c in split(-(-k.rows // 4) * k.n))
+    if k.op in MERGE_CHUNKS:
+        return SUP + 6 * max(merge_thread_cycles(k, c, p) for _, c, p in k.merge_split())
     if k.op == "softmax_mt":  # the row pointer's fix after every 16th row: per worker, by its rows
         cnt = worker_code(k.op).count
         return SUP + 6 * max(

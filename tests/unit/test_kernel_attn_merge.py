@@ -87,3 +87,24 @@ def test_attn_merge_rows_strided():
     np.testing.assert_array_equal(got[:, :n].view(np.uint32), R.semantics(k, parts)["out"].view(np.uint32))
     assert np.isnan(got[:, n:]).all()  # nothing written past each row
     np.testing.assert_allclose(got[:, :n], full, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [8, 9, 20, 2, 1])
+def test_attn_merge_row_parts(rows):
+    """Rows that do not share out over the six workers (So400m's 8-row merge blocks: two workers with two rows
+    while four have one): each worker takes rows // 6 whole rows and a part of a leftover row, whose coefficients
+    it computes again; bit-exact, the estimate exact, and fewer cycles than whole rows."""
+    nc, n = 4, 72
+    parts, full = _chunks(nc, rows, n, rows + 5)
+    k = R.Rows(f"attn_merge{nc}", rows, n, in0=X, out=OUT, in_stride=4 * (n + 2), st0=4 * (n + 2) * rows)
+    split = k.merge_split()
+    assert all(part is not None for _, _, part in split)
+    covered = sorted((p[0], p[1] + i) for _, _, p in split for i in range(p[2]))
+    assert covered == [
+        (r, i) for r in range(6 * (rows // 6), rows) for i in range(n // 2)
+    ]  # the leftover rows
+    whole = R.SUP + 6 * max(R.merge_thread_cycles(k, c, None) for _, c in R.split(rows))
+    assert R.cycles(k) < whole
+    got = _run(k, {X: parts}, rows * n * 4).reshape(rows, n)
+    np.testing.assert_array_equal(got.view(np.uint32), R.semantics(k, parts)["out"].view(np.uint32))
+    np.testing.assert_allclose(got, full, rtol=1e-4, atol=1e-5)

@@ -339,7 +339,7 @@ def test_sum_pieces_off_their_rows_tiles():
     assert clashes == 0
     assert sum(int(r0 <= before[b] < r0 + nr) for b, ((r0, _), (nr, _)) in
                enumerate(zip(geo.block_origin, geo.block_dims))) > 0  # fmt: skip
-    group = lambda t: (t % (gm * gn))  # noqa: E731 (row panel, column panel) of a GEMM tile
+    group = lambda t: t % (gm * gn)  # noqa: E731 (row panel, column panel) of a GEMM tile
     assert (group(tab) == group(before)).all()
     for i in range(gm * gn):  # each group's G tiles sum its G pieces, one each
         assert sorted(tab[group(tab) == i].tolist()) == sorted(before[group(before) == i].tolist())
