@@ -298,20 +298,28 @@ def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
     return (main, aux)
 
 
-def _head(c: Code) -> None:
-    """Rows in $m5 (minus one, for brnzdec), first row in $m6; row pointers $m1 (in0), $m2 (out); atoms in $m4."""
+def _head(c: Code, idle: bool = True) -> None:
+    """Rows in $m5 (minus one, for brnzdec), first row in $m6; row pointers $m1 (in0), $m2 (out); atoms in $m4.
+    idle=False: no idle test and $m5 the rows themselves (the caller tests them)."""
     c.one("get $m0, $WSR")
     c.one("shl $m7, $m0, 2")
     c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
-    c.one(f"brz $m5, .L{c.name}_idle")
+    if idle:
+        c.one(f"brz $m5, .L{c.name}_idle")
     c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
+    _row_ptrs(c, "$m6")
+    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    if idle:
+        c.one("sub $m5, $m5, 1")
+
+
+def _row_ptrs(c: Code, row: str) -> None:
+    """$m1 / $m2 = row `row`'s input / output pointers (in0 + row * in_stride, out + row * out_stride)."""
     for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
         c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
-        c.one(f"mul {reg}, {reg}, $m6")
+        c.one(f"mul {reg}, {reg}, {row}")
         c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
         c.one(f"add {reg}, {reg}, $m3")
-    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
-    c.one("sub $m5, $m5, 1")
 
 
 def _state_ptr(c: Code, reg: str, word: int, size: int = 4) -> None:
@@ -938,16 +946,7 @@ def _merge_kernel(op: str) -> Code:
     computed again by every worker that takes a part of it (the same operations: the same values)."""
     nc = MERGE_CHUNKS[op]
     c = Code(f"rows_{op}")
-    c.one("get $m0, $WSR")
-    c.one("shl $m7, $m0, 2")
-    c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
-    c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
-    for reg, base, stride in (("$m1", IN0, ISTRIDE), ("$m2", OUT, OSTRIDE)):
-        c.one(f"ld32 {reg}, $mvertex_base, $mzero, {stride}")
-        c.one(f"mul {reg}, {reg}, $m6")
-        c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
-        c.one(f"add {reg}, {reg}, $m3")
-    c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
+    _head(c, idle=False)
     c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row (4 n)
     c.one("shl $m4, $m4, 1")  # pairs of columns less the peeled first
     c.one("sub $m4, $m4, 1")
@@ -971,14 +970,7 @@ def _merge_kernel(op: str) -> Code:
     c.one(f"brz $m5, .L{c.name}_done")
     c.tag = "part"
     c.one("shr $m6, $m5, 24")  # the row
-    c.one(f"ld32 $m1, $mvertex_base, $mzero, {ISTRIDE}")
-    c.one("mul $m1, $m1, $m6")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
-    c.one("add $m1, $m1, $m3")
-    c.one(f"ld32 $m2, $mvertex_base, $mzero, {OSTRIDE}")
-    c.one("mul $m2, $m2, $m6")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OUT}")
-    c.one("add $m2, $m2, $m3")
+    _row_ptrs(c, "$m6")
     c.one("and $m4, $m5, 4095")
     c.one("sub $m4, $m4, 1")  # its pairs less the peeled first
     c.one("shr $m6, $m5, 12")
