@@ -180,8 +180,8 @@ def _worker(op: str, pipelined: bool = False) -> str:
                              _b(st, "fnop")],
             "cast_f16_f32": [_b(ld_x, "fnop"), "{ nop ; f16v2tof32 $a4:5, $a0 }", _b(st, "f16v2tof32 $a4:5, $a1"),
                              _b(st, "fnop")],
-            "cast_f16_fp8": [_b(ld_x, "fnop"), "{ ld64step $a2:3, $mzero, $m1+=, 1 ; fnop }",
-                             "{ nop ; f16v8tof8 $a4:5, $a0:3 }", _b(st, "fnop")],
+            "cast_f16_fp8": [_b(ld_x, "fnop"), _b(ld_hi, "fnop"), "{ nop ; f16v8tof8 $a4:5, $a0:3 }",
+                             _b(st, "fnop")],
             "cast_fp8_f16": [_b(ld_x, "fnop"), "{ nop ; f8v4tof16 $a4:5, $a0 }", _b(st, "f8v4tof16 $a4:5, $a1"),
                              _b(st, "fnop")],
         }[op]  # fmt: skip

@@ -55,9 +55,6 @@ import numpy as np
 from ipu.backend.kernels import rowwise as R
 from ipu.backend.kernels.codegen import WorkerCode
 
-# rowwise `gelu`'s constants, in `GELU_CONSTS` order
-GELU_VALUES = (R.GELU_C1, R.GELU_C0, 1.0, 0.5)
-
 CNT, IOFF, OOFF = 0, 6, 12
 IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
 SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
@@ -101,7 +98,12 @@ class Op:
     into: str = ""  # the op writes half of this earlier value's register pair (both names share the pair)
 
 
-GELU_CONSTS = ("c1", "c0", "one", "half")  # frame pairs GELU + 2 i, in this order
+GELU_CONSTS = ("c1", "c0", "one", "half")  # rowwise's `GELU_CONSTANTS`: frame pairs GELU + 2 i, in this order
+
+
+def _gelu_word(name: str) -> int:
+    """The `ld64` index (8-byte words from the frame) of the GELU constant `name`."""
+    return (GELU + 2 * GELU_CONSTS.index(name)) // 2
 
 
 def _gelu_ops(x: str, resident: dict[str, str]) -> tuple[list[Op], str]:
@@ -113,8 +115,9 @@ def _gelu_ops(x: str, resident: dict[str, str]) -> tuple[list[Op], str]:
         if name in resident:
             const[name], const[name + "_r"] = resident[name], ()
         else:
-            word = (GELU + 2 * GELU_CONSTS.index(name)) // 2
-            ops.append(Op(f"k_{name}", "main", f"ld64 {{k_{name}}}, $mvertex_base, $mzero, {word}", ()))
+            ops.append(
+                Op(f"k_{name}", "main", f"ld64 {{k_{name}}}, $mvertex_base, $mzero, {_gelu_word(name)}", ())
+            )
             const[name], const[name + "_r"] = f"{{k_{name}}}", (f"k_{name}",)
 
     def aux(name: str, text: str, reads: tuple[str, ...], into: str = "") -> None:
@@ -387,7 +390,7 @@ def worker(
     if scaled:
         c.one(f"ld64 {SCALE_PAIR}, $mvertex_base, $mzero, {SCALE // 2}")
     for const, pair in s.resident:  # the GELU's constants kept in registers
-        c.one(f"ld64 {pair}, $mvertex_base, $mzero, {(GELU + 2 * GELU_CONSTS.index(const)) // 2}")
+        c.one(f"ld64 {pair}, $mvertex_base, $mzero, {_gelu_word(const)}")
     c.one(f"ld32 $m1, $mvertex_base, $m0, {IOFF}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m3")
@@ -542,7 +545,7 @@ class KSum:
         if self.scaled:
             f[SCALE : SCALE + 2] = np.full(4, self.scale, np.float16).view(np.uint32)
         if self.gelu:
-            consts = np.repeat(np.array(GELU_VALUES, np.float16), 4)
+            consts = np.repeat(np.array(R.GELU_CONSTANTS, np.float16), 4)
             f[GELU:GELU_FRAME_WORDS] = consts.view(np.uint32)
         return f
 

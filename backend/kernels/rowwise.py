@@ -220,6 +220,7 @@ def pf_own_loop(p: int) -> bool:
 
 GELU_C0 = np.float16(math.sqrt(2.0 / math.pi))
 GELU_C1 = np.float16(float(GELU_C0) * 0.044715)
+GELU_CONSTANTS = (GELU_C1, GELU_C0, 1.0, 0.5)  # the gelu bodies' c1, c0, 1, 0.5 (rowwise's frame, ksum's)
 
 OPS = (
     "gelu",
@@ -329,12 +330,17 @@ def _state_ptr(c: Code, reg: str, word: int, size: int = 4) -> None:
     c.one(f"add {reg}, {reg}, $m3")
 
 
-def _row_end(c: Code) -> None:
-    """Advance the row pointers, loop over rows, exit."""
+def _row_advance(c: Code) -> None:
+    """The row pointers $m1 / $m2 on to the next row (in_stride / out_stride)."""
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
     c.one("add $m1, $m1, $m3")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
     c.one("add $m2, $m2, $m3")
+
+
+def _row_end(c: Code) -> None:
+    """Advance the row pointers, loop over rows, exit."""
+    _row_advance(c)
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.exit_and_idle()
 
@@ -847,10 +853,7 @@ def _softmax_mt_row(c: Code) -> None:
 def _pt_row_end(c: Code) -> None:
     """softmax_mt: the next row's pointers (its panel slot 32 bytes on; after every 16th row the next column block
     of the panels: PT_BLKM more), loop over rows, exit."""
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
-    c.one("add $m1, $m1, $m3")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
-    c.one("add $m2, $m2, $m3")
+    _row_advance(c)
     c.one(f"brnzdec $m10, .L{c.name}_slot")
     c.tag = "fix"
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {PT_BLKM}")
@@ -957,10 +960,7 @@ def _merge_kernel(op: str) -> Code:
     c.tag = "row"
     c.label(f".L{c.name}_row")
     _merge_row(c, nc)
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {ISTRIDE}")
-    c.one("add $m1, $m1, $m3")
-    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OSTRIDE}")
-    c.one("add $m2, $m2, $m3")
+    _row_advance(c)
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.tag = "head"
     c.label(f".L{c.name}_part")
@@ -1972,9 +1972,9 @@ class Rows:
         if self.op == "to_f32_scaled_t":
             return self._ot_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
-        for w, (first, cnt) in enumerate(split(self.rows)):
+        work = self.merge_split() if self.op in MERGE_CHUNKS else [(a, c, None) for a, c in split(self.rows)]
+        for w, (first, cnt, _) in enumerate(work):
             f[CNT + w], f[FIRST + w] = cnt, first
-        parts = self.merge_split() if self.op in MERGE_CHUNKS else None
         out = self.in0 if self.op == "flash_merge" else self.out
         f[IN0], f[IN1], f[IN2], f[OUT] = self.in0, self.in1, self.in2, out
         f[ENTRY] = labels[f"rows_{self.op}"]
@@ -1985,15 +1985,14 @@ class Rows:
         f[F0] = np.float32(1.0 / self.n).view(np.uint32)
         f[F1] = np.float32(self.eps).view(np.uint32)
         if self.op == "gelu":
-            consts = [GELU_C1, GELU_C0, 1.0, 0.5]
+            consts = list(GELU_CONSTANTS)
         else:
             consts = [-np.inf, 0, 0, 0]
         f[CONST : CONST + 8] = np.repeat(np.array(consts, np.float16), 4).view(np.uint32)
         if self.op in ("softmax", "softmax_e", "softmax_m", "softmax_mt"):
             f[2 * K1 : 2 * K1 + 2] = self.tail_mask().view(np.uint32)
-        if parts is not None:
-            for w, (first, cnt, part) in enumerate(parts):
-                f[CNT + w], f[FIRST + w] = cnt, first
+        if self.op in MERGE_CHUNKS:  # after the constants: MPART shares their words
+            for w, (_, _, part) in enumerate(work):
                 f[MPART + w] = 0 if part is None else part[0] << 24 | part[1] << 12 | part[2]
         if self.op in TO_F32_SCALED:
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
