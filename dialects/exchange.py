@@ -59,7 +59,7 @@ SEND_COLS = ("tile", "buf", "offset", "bytes", "cycle")
 RECV_COLS = ("tile", "buf", "offset", "send", "cycle")
 COPY_COLS = ("tile", "buf", "src_offset", "dst_offset", "bytes")
 WORD_BYTES = 4
-SCHEDULE_MODES = ("none", "latency", "compact")
+SCHEDULE_MODES = ("none", "latency", "largest", "compact")
 
 
 def words(nbytes: np.ndarray) -> np.ndarray:

@@ -257,3 +257,38 @@ def test_relayout_transfers_row_pieces_match_sort(seed):
     for g, w in zip(got, want):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+def test_largest_first_only_where_the_timed_exchange_is_shorter():
+    """Latency-first mode takes the largest sends first only where the package's timed exchange (`timed_span`)
+    then runs the phase in fewer cycles, and otherwise keeps exactly the rotation order's schedule; over these
+    relayouts both outcomes occur."""
+    from ipu.dialects import nn
+    from ipu.passes.exchange_schedule import schedule_phase, timed_span
+
+    chosen = set()
+    for seed in range(40):
+        _, num_tiles, src, dst = random_case(2000 + seed)
+        tables = relayout_transfers(src, dst)
+
+        def phase(src=src, dst=dst, tables=tables, num_tiles=num_tiles):
+            x = nn.InputOp("x", TensorType(src.dtype, list(src.shape_)))
+            x.attributes[tl.LAYOUT_ATTR] = src
+            return ex.PhaseOp([x.result], [dst], *tables, num_tiles, LATENCY, BUDGET)
+
+        rot, best = phase(), phase()
+        schedule_phase(rot, "latency", 4, largest=False)
+        schedule_phase(best, "latency", 4)
+        best.verify_()
+        assert rot.mode.data == "latency"
+        chosen.add(best.mode.data)
+
+        def span(p):
+            return timed_span(p.send_table(), p.recv_table(), p.send_table()[:, 4])
+
+        if best.mode.data == "largest":
+            assert span(best) < span(rot)
+        else:
+            assert best.mode.data == "latency"
+            np.testing.assert_array_equal(best.send_table(), rot.send_table())
+    assert chosen == {"latency", "largest"}

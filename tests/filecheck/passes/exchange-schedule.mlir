@@ -1,8 +1,10 @@
 // RUN: ipu-opt %s -p 'exchange-schedule' | filecheck %s --check-prefix=LAT
 // RUN: ipu-opt %s -p 'exchange-schedule{mode=compact stream_words=2}' | filecheck %s --check-prefix=CMP
+// RUN: ipu-opt %s -p 'exchange-schedule{largest=false}' | filecheck %s --check-prefix=LAT
 
 // The phase of exchange-lower.mlir's @move. Latency-first: whole 16-byte segments, rotation order; tile 0 and 1
-// each send four 4-word segments back to back, receivers take them 8 cycles (the latency) later.
+// each send four 4-word segments back to back, receivers take them 8 cycles (the latency) later (equal sizes: the
+// same order with or without `largest`).
 // Compact: each sender streams its segments in address order (waves of 2 words): here both shorter (28 cycles)
 // and with fewer encoded row bytes on the busiest tile (36 instead of 48), so the phase keeps it.
 
