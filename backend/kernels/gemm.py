@@ -37,10 +37,13 @@ Operand layouts (what the tile level chooses):
   Column panels of P elements (`[K/P][M][P]`, P a multiple of KB): a_row_stride = P * esize, a_block_step = 32,
   a_panel_blocks = q = P / KB, a_panel_step = bytes from one panel's start to the next; `a` is the call's first
   block, block a_first_block of its panel (calls may start and end inside panels). After a panel's last block the
-  supervisor adds a_panel_step - q * a_block_step more, landing on the next panel's start.
+  supervisor adds a_panel_step - q * a_block_step more, landing on the next panel's start. Panels of 16 < P < 32
+  f16 (the attention's 24-wide K head blocks) are read as two overlapping blocks per panel, columns [0, 16) and
+  [P - 16, P) (a_block_step = 2 (P - 16), q = 2): B's rows for the columns read twice are zero in one of them
+  (the caller's layout of B). A's row stride: a multiple of 8 bytes, at most 4112.
 - C [M, N] f16, same scheme with 16-column blocks: row-major c_row_stride = 2N, c_block_step = 32; panels
-  `[N/16][M][16]`: c_row_stride = 32, c_block_step = 32 * M. Row strides are multiples of 32 bytes and at most
-  4112 bytes (10-bit pace strides).
+  `[N/16][M][16]`: c_row_stride = 32, c_block_step = 32 * M. C's row strides are multiples of 32 bytes and at
+  most 4112 bytes (10-bit pace strides).
 - B as weight panels (`pack_weights`): for nb, for kb, the 512-byte block in common-weight slot order: slot
   s = engine * 4 + phase holds B[kb*KB + phase*(KB/4) + j, nb*16 + engine] for j < KB/4.
 - Memory: C must be in interleaved memory (region 1): in the steady loop one bundle loads partials and stores
@@ -371,9 +374,12 @@ class Gemm:
             )
         if self.mode not in ("init", "acc"):
             raise ValueError(f"mode must be init or acc, got {self.mode!r}")
-        for s in (self.ars, self.crs):
-            if s % 32 or not 32 <= s <= 8 * 514:
-                raise ValueError(f"row strides must be multiples of 32 bytes in [32, 4112], got {s}")
+        # A's rows are read atom by atom (any 8-byte stride: column panels of 24 halves read in place); C's rows
+        # are loaded and stored 11 atoms apart in one bundle (whole 32-byte rows keep them in the two banks).
+        if self.ars % 8 or not 32 <= self.ars <= 8 * 514:
+            raise ValueError(f"A's row stride must be a multiple of 8 bytes in [32, 4112], got {self.ars}")
+        if self.crs % 32 or not 32 <= self.crs <= 8 * 514:
+            raise ValueError(f"C's row stride must be a multiple of 32 bytes in [32, 4112], got {self.crs}")
         q = self.a_panel_blocks
         if q is None:
             if self.a_panel_step or self.a_first_block:

@@ -32,6 +32,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
 | `cast_f16` | x: R rows of `valid` (default n, a multiple of 4, >= 4) f32 | y: R rows of n f16: f16(x), then zeros (3 bundles per atom, pipelined) |
 | `panels_f16` | x: `panels` column panels of R rows of `panel_width` (P) f16 each, panel j's row i at in0 + j * `panel_step` + i * in_stride (default 2P) | y: R rows of n f16: panel 0's row, panel 1's, ..., then zeros |
+| `panels_gap_f16` | as `panels_f16` | y: R rows of n = panels * (P + `gap`) f16: per panel its row's first `gap_at` halves, `gap` zeros, its other P - gap_at halves (the attention's Q rows for K's overlapping 16-column blocks, gemm.py) |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -199,6 +200,12 @@ PT_FQ, PT_T, PT_BLKM, PT_Z = IN1, IN2, F0, F1
 OT_G0, OT_LROW, OT_STEP, OT_LAST = CONST, IN1, ST1, F0
 PF_STEP, PF_PANELS, PF_PACE, PF_IJUMP = IN1, IN2, ST0, ST1
 PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
+# panels_gap_f16's frame: panels_f16's words (ATOMS = gap_at / 4, PF_WIDTH = the output panel's bytes, P + gap
+# halves) and PFG_ZERO = gap / 4, PFG_REST = (P - gap_at) / 4 atoms.
+PFG_ZERO, PFG_REST = ZATOMS, ST1
+# The (atoms before the zeros, zero atoms, atoms after them) with a rows loop in the library: Q's rows for K's two
+# overlapping 16-column blocks per panel of 24 (So400m's heads), 20 or 28 halves (`nnops.k_in_place_blocks`).
+PFG_SHAPES = ((4, 2, 2), (4, 3, 1), (4, 1, 3))
 # PF_LOOP: the pace path's rows loop, `.L<name>_rows<a>` for a = P / 4 in PF_FAST_ATOMS, else the generic one.
 # PF_FAST_ATOMS: the panel widths (atoms) with a loop body of their own, P = 8 .. 48 and 72 (a head of 72).
 PF_LOOP = CONST + 1
@@ -247,6 +254,7 @@ OPS = (
     "softmax_mt",
     "fill_f16",
     "panels_f16",
+    "panels_gap_f16",
     "sms_stats",
     "attn_merge2",
     "attn_merge3",
@@ -284,6 +292,7 @@ ESIZES = {
     "to_f32_scaled_l": (2, 4),
     "to_f32_scaled_t": (2, 4),
     "panels_f16": (2, 2),
+    "panels_gap_f16": (2, 2),
     "sms_stats": (4, 4),  # in0 = softmax_split's partials rows (in_stride 96), out = (m, l) pairs
     "attn_merge2": (4, 4),  # in0 = [chunks][rows][n + 2] f32 partials, out = rows of n f32
     "attn_merge3": (4, 4),
@@ -1170,6 +1179,53 @@ def _pf_kernel(fast: tuple[int, ...] = PF_FAST_ATOMS) -> Code:
     return c
 
 
+def _pfg_kernel() -> Code:
+    """`panels_gap_f16`: per panel, the worker's rows as one pace stream (as `panels_f16`'s pace path: bundle t
+    stores atom t and loads atom t + 1, the load and store addresses jumping to the next row by the stride
+    fields 0 and 1), with zero stores after the row's first G atoms: every row but the last in one rpt, the last
+    one without the load past its end; one rows loop per (G, zeros, rest) of PFG_SHAPES. $m1 / $m2 = the
+    worker's first row in the current panel / its output columns, $m9 = panels left - 1, $m8 = the pace strides,
+    $m10:11 = the pace address pair, $m0 = the rows loop. The caller keeps the panels and the output in
+    different memory elements (no bundle's load and store in one bank)."""
+    c = Code("rows_panels_gap_f16")
+    n = c.name
+    _head(c)
+    c.one(f"ld32 $m9, $mvertex_base, $mzero, {PF_PANELS}")
+    c.one(f"ld32 $m8, $mvertex_base, $mzero, {PF_PACE}")
+    c.one(f"ld32 $m0, $mvertex_base, $mzero, {PF_LOOP}")
+    pace = "ldst64pace $a0:1, $a0:1, $m10:11+=, $m8, {}"
+    zero = _b("st64pace $azeros, $m10:11+=, $m8, 0")
+    c.tag = "panel"
+    c.label(f".L{n}_panel")
+    c.one("ld64 $a0:1, $m1, $mzero, 0")
+    c.one("add $m3, $m1, 8")
+    c.one("tapack $m10:11, $m3, $mzero, $m2")
+    c.one("br $m0")
+    for g, z, rest in PFG_SHAPES:
+        a = g + rest
+        full = [_b(pace.format(0b0001 if t == a - 2 else 0b1000 if t == a - 1 else 0)) for t in range(a)]
+        last = [_b(pace.format(0)) for _ in range(a - 1)] + [_b("st64pace $a0:1, $m10:11+=, $m8, 0")]
+        _pf_pad(c)
+        shape = f"{g}z{z}r{rest}"
+        c.tag = f"g{shape}"
+        c.label(f".L{n}_{g}_{z}_{rest}")
+        c.rpt("$m5", full[:g] + [zero] * z + full[g:], f"row{shape}")
+        c.tag = f"last{shape}"
+        for m, aux in last[:g] + [zero] * z + last[g:]:
+            c.bundle(m, aux)
+        c.one(f"bri .L{n}_next")
+    _pf_pad(c)
+    c.tag = "pnext"
+    c.label(f".L{n}_next")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_STEP}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {PF_WIDTH}")
+    c.one("add $m2, $m2, $m3")
+    c.one(f"brnzdec $m9, .L{n}_panel")
+    c.exit_and_idle()
+    return c
+
+
 # --- layer norm with every row split across the six workers (`layernorm_split`) -------------------------------------
 
 
@@ -1695,6 +1751,8 @@ def worker_code(op: str, phase: str = "norm") -> Code:
         return _sms_kernel(phase if op == "softmax_split" or phase != "scale" else "zero")
     if op == "panels_f16":
         return _pf_kernel()
+    if op == "panels_gap_f16":
+        return _pfg_kernel()
     if op == "to_f32_scaled_t":
         return _ot_kernel()
     if op in MERGE_CHUNKS:
@@ -1754,14 +1812,30 @@ class Rows:
     panels: int = 0  # panels_f16: column panels (each `panel_width` halves wide)
     panel_width: int = 0  # panels_f16: P
     panel_step: int | None = None  # panels_f16: bytes from panel j to panel j + 1 (default rows * in_stride)
+    gap_at: int = 0  # panels_gap_f16: halves of each panel row before its zeros
+    gap: int = 0  # panels_gap_f16: zero halves after them
 
     def __post_init__(self):
         if self.op not in OPS:
             raise ValueError(f"unknown row op {self.op!r}")
-        if self.op == "panels_f16":
+        if self.op in ("panels_f16", "panels_gap_f16"):
             self._check_panels()
         elif self.panels or self.panel_width or self.panel_step is not None:
             raise ValueError(f"{self.op}: panels / panel_width / panel_step are for panels_f16 only")
+        if self.op == "panels_gap_f16":
+            p, g, z = self.panel_width, self.gap_at, self.gap
+            shape = (g // 4, z // 4, (p - g) // 4)
+            if shape not in PFG_SHAPES or g % 4 or z % 4 or self.n != self.panels * (p + z):
+                raise ValueError(
+                    f"panels_gap_f16 needs (gap_at, gap, P - gap_at) / 4 atoms in {PFG_SHAPES} (got {g}, {z}, {p - g} "
+                    f"halves) and n = panels * (P + gap) = {self.panels * (p + z)}, got n = {self.n}"
+                )
+            if any(not -PACE_FIELD <= j < PACE_FIELD for j in self.pfg_jumps()):
+                raise ValueError(
+                    f"panels_gap_f16: row jumps {self.pfg_jumps()} (atoms) exceed the pace stride fields"
+                )
+        elif self.gap_at or self.gap:
+            raise ValueError(f"{self.op}: gap_at / gap are for panels_gap_f16 only")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
         if self.op in LNS_OPS:
@@ -1930,7 +2004,7 @@ class Rows:
             return 8
         if self.in_stride is not None:
             return self.in_stride
-        if self.op == "panels_f16":
+        if self.op in ("panels_f16", "panels_gap_f16"):
             return 2 * self.panel_width
         if self.op == "to_f32_scaled_t":  # the rows as columns: whole atoms of them
             return 8 * -(-self.rows // 4)
@@ -1969,6 +2043,8 @@ class Rows:
             return self._sms_frame(labels)
         if self.op == "panels_f16":
             return self._pf_frame(labels)
+        if self.op == "panels_gap_f16":
+            return self._pfg_frame(labels)
         if self.op == "to_f32_scaled_t":
             return self._ot_frame(labels)
         f = np.zeros(FRAME_WORDS, np.uint32)
@@ -2053,6 +2129,25 @@ class Rows:
         f[ATOMS], f[ISTRIDE], f[OSTRIDE], f[ST0] = self.n, self.istride, self.ostride, self.st0
         f[OT_LROW], f[OT_STEP], f[OT_LAST] = self.n * self.istride, self.istride // 8, self.rows - 1
         return f
+
+    def _pfg_frame(self, labels: dict[str, int]) -> np.ndarray:
+        f = np.zeros(FRAME_WORDS, np.uint32)
+        for w, (first, cnt) in enumerate(split(self.rows)):
+            f[CNT + w], f[FIRST + w] = cnt, first
+        f[IN0], f[OUT], f[ENTRY] = self.in0, self.out, labels["rows_panels_gap_f16"]
+        f[ISTRIDE], f[OSTRIDE] = self.istride, self.ostride
+        a, g, z = self.panel_width // 4, self.gap_at // 4, self.gap // 4
+        f[ATOMS], f[PFG_ZERO], f[PFG_REST] = g, z, a - g
+        f[PF_STEP], f[PF_PANELS], f[PF_WIDTH] = self.pstep, self.panels - 1, 8 * (a + z)
+        jl, js = self.pfg_jumps()
+        f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10
+        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{g}_{z}_{a - g}"]
+        return f
+
+    def pfg_jumps(self) -> tuple[int, int]:
+        """panels_gap_f16's pace jumps (atoms): from a row's last atom to the next row's first, load and store."""
+        a, z = self.panel_width // 4, self.gap // 4
+        return self.istride // 8 - a + 1, self.ostride // 8 - a - z + 1
 
     def _pf_frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(FRAME_WORDS, np.uint32)
@@ -2193,6 +2288,13 @@ def semantics(k: Rows, x, y=None, z=None, state=None) -> dict[str, np.ndarray]:
             half = h * np.float16(0.5)
             th = tanh_f16(t) + np.float16(1.0)
             return {"out": half * th}
+        if k.op == "panels_gap_f16":
+            p, g, w = k.panel_width, k.gap_at, k.panel_width + k.gap
+            xs = np.asarray(x, np.float16).reshape(k.panels, k.rows, p)
+            out = np.zeros((k.rows, k.panels, w), np.float16)
+            out[:, :, :g] = xs[:, :, :g].transpose(1, 0, 2)
+            out[:, :, g + k.gap :] = xs[:, :, g:].transpose(1, 0, 2)
+            return {"out": out.reshape(k.rows, k.n)}
         if k.op == "panels_f16":
             out = np.zeros((k.rows, k.n), np.float16)
             p = k.panel_width
@@ -2314,6 +2416,10 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     cnt = worker_code(k.op).count
     if k.op == "panels_f16":
         return pf_thread_cycles(k, rows)
+    if k.op == "panels_gap_f16":
+        shape = f"{k.gap_at // 4}z{k.gap // 4}r{(k.panel_width - k.gap_at) // 4}"
+        per_panel = cnt["panel"] + cnt[f"g{shape}"] + (rows - 1) * cnt[f"row{shape}"] + cnt[f"last{shape}"]
+        return cnt["head"] + cnt["tail"] + k.panels * (per_panel + cnt["pnext"])
     if k.op == "gelu":
         return cnt["head"] + cnt["unit"] * (rows - 1) + cnt["tail"]
     per_row = cnt["row"] + sum(reps * cnt[tag] for tag, reps in k.reps().items())

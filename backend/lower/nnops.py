@@ -30,7 +30,10 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       S^T[chunk] = K Q^T (F16 GEMM with the chunk's K rows as A: M = its keys keeps all six workers busy, no
       K^T packing), S^T's rows past them up to the chunk's multiple of 16 zero (`pad_f16`: qn halves a key
       where zero K rows would be dpad and GEMM rows); then S's qn rows row-major from S^T in one transpose
-      (`TransposeF16`, K = spad, N = qn; rows m..qn zero);
+      (`TransposeF16`, K = spad, N = qn; rows m..qn zero). f16 Q and K in column panels of one width p (16 < p
+      < 32, or a multiple of 16; So400m's 24 of a 72-wide head, `k_in_place_blocks`): the GEMM reads K's panels
+      where they lie (no K rows), two overlapping 16-column blocks per panel (columns [0, 16) and [p - 16, p)),
+      and Q's rows follow that block order with zeros for the columns read twice (`panels_gap_f16`);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
@@ -1704,6 +1707,7 @@ class NnOps:
         pv_t = sz.transposed if choice["pv_transposed"] is None else choice["pv_transposed"]
         self._use_bounded(attention_scratch(sz, dv or sz.d, pv_t))
         for i, jobs in enumerate(rounds):
+            kin = self._k_in_place(jobs, lambda job: sz, esizes, panels_of, areas, what)
             try:
                 progs = {
                     t: attention_program(
@@ -1716,6 +1720,7 @@ class NnOps:
                         zeros,
                         self.target.region1[0],
                         dv=dv,
+                        k_in_place=kin,
                         **choice,
                     )
                     for t, job in jobs.items()
@@ -1768,6 +1773,34 @@ class NnOps:
         panels_of = tuple(tl.col_panel_width(tl.layout_of(x)) for x in op.operands[:3])
         esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (*op.operands[:3], op.results[0]))
         return panels_of, esizes
+
+    def _k_in_place(self, jobs: dict[int, tuple], size_of, esizes, panels_of, areas, what: str) -> bool:
+        """Whether a call site's S^T GEMMs read K's column panels in place (`k_in_place_blocks`, by shape: the
+        same choice in a measuring lowering). The GEMM loads A beside C's loads and stores: memory-plan keeps an
+        op's operands out of its scratch elements (`kernel_scratch` pairs), checked here on the final plan."""
+        if not all(k_in_place_blocks(size_of(job), esizes, panels_of) is not None for job in jobs.values()):
+            return False
+        c_area, a_area = areas[0], areas[1]
+        el = self.target.element_of
+
+        def elements(lo, hi):
+            return set(range(int(el(lo)), int(el(hi - 1)) + 1))
+
+        for t, job in jobs.items() if not self.measure else ():
+            sz = size_of(job)
+            qa, ka, m = job[0], job[1], job[3]
+            # K beside the scores in C (the S^T GEMMs); Q beside its rows in A (`panels_gap_f16`'s pace bundles)
+            for name, lo, hi, area, a_hi in (
+                ("K's panels", ka, ka + sz.d * sz.seq * 2, c_area, c_area + sz.spad * 2 * sz.qn),
+                ("Q's panels", qa, qa + sz.d * m * 2, a_area, a_area + sz.qn * 2 * sz.d * 2),
+            ):
+                if elements(lo, hi) & elements(area, a_hi):
+                    raise self.error(
+                        f"{what}: tile {t}: {name} [{lo:#x}, {hi:#x}) share a memory element with the scratch "
+                        f"[{area:#x}, {a_hi:#x}) the kernels write beside them (memory-plan keeps an op's operands out "
+                        "of its scratch elements)"
+                    )
+        return True
 
     def _program_calls(self, tag: str, progs: dict[int, list]) -> None:
         """One call site per step of per-tile programs of the same shape (the same kernels in the same order; the
@@ -1839,12 +1872,13 @@ class NnOps:
             self._use_bounded(attention_scratch(sz, sz.d, pv_t))
         programs: dict[tuple, list] = {}  # job -> its program: tiles of one class share one
         for i, jobs in enumerate(rounds):
+            kin = self._k_in_place(jobs, lambda job: sizes[job[5]], esizes, panels_of, areas, what)
             try:
                 progs = {}
                 for t, job in jobs.items():
-                    prog = programs.get(job)
+                    prog = programs.get((job, kin))
                     if prog is None:
-                        prog = programs[job] = attention_program(
+                        prog = programs[job, kin] = attention_program(
                             sizes[job[5]],
                             *job[:5],
                             scale,
@@ -1855,6 +1889,7 @@ class NnOps:
                             self.target.region1[0],
                             o_stride=(d + 2) * 4,
                             stats=True,
+                            k_in_place=kin,
                             **choice,
                         )  # fmt: skip
                     progs[t] = prog
@@ -2108,12 +2143,47 @@ def pt_zero_columns(sz: AttentionSizes, m: int, pt: int) -> rw.Rows:
                    out=pt + (sz.qn // 16 - 1) * (sz.spad // 16) * 512 + lo % 16 * 32, out_stride=512, valid=0)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class KBlocks:
+    """How the S^T GEMMs read K's column panels of p halves in place: panel_blocks 16-column blocks per panel,
+    block_step bytes apart (16 < p < 32: columns [0, 16) and [p - 16, p), overlapping), Q's rows `width` halves in
+    that block order, with `gap` zeros after each panel's first 16 columns (the columns read twice)."""
+
+    p: int
+    panel_blocks: int
+    block_step: int
+    width: int
+    gap: int
+
+
+def k_in_place_blocks(sz: AttentionSizes, esizes, panels_of) -> KBlocks | None:
+    """The K blocks of the S^T GEMMs when they can read K's panels in place (`attention_program`'s k_in_place):
+    the transposed scores, f16 Q and K in column panels of one width p (16 < p < 32, or a multiple of 16)
+    dividing the head, every score chunk of at least the GEMM's MIN_ROWS keys; else None."""
+    p, qp = panels_of[1], panels_of[0]
+    if not sz.transposed or esizes[0] != 2 or esizes[1] != 2 or p is None or qp != p or sz.d % p:
+        return None
+    if p % 16 == 0:
+        blocks = KBlocks(p, p // 16, 32, sz.d, 0)
+    elif 16 < p < 32 and p % 4 == 0:
+        blocks = KBlocks(p, 2, 2 * (p - 16), sz.d // p * 32, 32 - p)
+    else:
+        return None
+    if (
+        min(nk for _, nk in sz.score_chunks) < gm.MIN_ROWS
+        or sz.qn * blocks.width * 2 > sz.score_chunk * sz.dpad * 2
+    ):
+        return None  # (Q's rows take the K rows' room in A)
+    return blocks
+
+
 def attention_program(
     sz: AttentionSizes, qa: int, ka: int, va: int, m: int, out: int, scale: float, c_area: int, a_area: int,
     panels: int, esizes: tuple[int, int, int, int] = (4, 4, 4, 4),
     panels_of: tuple[int | None, int | None, int | None] = (None, None, None), zeros: int | None = None,
     region1: int = IPU21.region1[0], dv: int | None = None, o_stride: int | None = None, stats: bool = False,
     pv_transposed: bool | None = None, softmax: str | None = None, q_scaled: bool = False,
+    k_in_place: bool = False,
 ) -> list[tuple[str, object]]:  # fmt: skip
     """The kernel calls of one block (m query rows of one head; Q, K, V rows at qa / ka / va, the result rows at
     out; element sizes `esizes` of Q, K, V and the result: 4 = f32, 2 = f16): (label, call) in order. Scratch: C
@@ -2128,7 +2198,9 @@ def attention_program(
     pass; then `sms_stats`); O's rows are divided by the sum on the way to f32 (`to_f32_scaled`).
     pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
     `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores. q_scaled (kernel-select's
-    `q_scale = "sum"`): f16 Q arrives scaled (its K-split sum applied the scale), so no "Q * scale" step."""
+    `q_scale = "sum"`): f16 Q arrives scaled (its K-split sum applied the scale), so no "Q * scale" step.
+    k_in_place (`k_panels_in_place`: the caller checked K's memory against C's): the S^T GEMMs read K's column
+    panels where they lie (`k_in_place_blocks`), no K rows."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
     dvpad = -(-dv // 16) * 16
@@ -2166,7 +2238,27 @@ def attention_program(
 
     qp = panels_of[0]
     q_via_c = False  # f16 Q in narrow panels: made f32 rows in C first (a flag: Q's own buffer may lie at C)
-    if esizes[0] == 2:
+    kin = k_in_place and k_in_place_blocks(sz, esizes, panels_of) is not None
+    if kin:
+        # Q's rows in the order of the K blocks the S^T GEMMs read from K's panels: per panel its first 16
+        # columns, then (16 < P < 32) zeros for the columns the second, overlapping block reads again, then the
+        # rest; Q^T's panels are made from these rows.
+        qk = k_in_place_blocks(sz, esizes, panels_of)
+        if qk.gap:
+            call = rw.Rows("panels_gap_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
+                           panel_step=m * qp * 2, gap_at=16, gap=qk.gap)  # fmt: skip
+        else:
+            call = rw.Rows("panels_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
+                           panel_step=m * qp * 2)  # fmt: skip
+        prog.append(("Q rows in K's block order", call))
+        if not q_scaled:
+            prog.append(
+                (
+                    "Q * scale",
+                    ew.Elementwise("scale_f16", m * qk.width // 4, in0=a_area, out=a_area, scalar=scale),
+                )
+            )
+    elif esizes[0] == 2:
         # f16 Q: its rows of dpad in A in one pass (`panels_f16` from column panels, `pad_f16` from rows; zero
         # columns d..dpad), then scaled in place in f16 (`scale_f16`: f16(q * f16(scale)), zeros stay zeros).
         if qp is not None and rw.pf_width_ok(qp):
@@ -2193,7 +2285,7 @@ def attention_program(
         )
     # Q * scale -> f16 rows of dpad (zero columns d..dpad) in A, then zero rows up to 16 (S^T: Q^T's 16 columns)
     # or mpad (the GEMM's rows): the rows past m give finite scores (0) and results that are not used.
-    if esizes[0] == 2 and not q_via_c:
+    if kin or (esizes[0] == 2 and not q_via_c):
         pass  # done above
     elif qp is None:
         prog.append(
@@ -2206,7 +2298,8 @@ def attention_program(
         zero_columns("Q zero columns", m, a_area)
     qn = sz.qn
     qrows = qn if sz.transposed else mpad
-    prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, dpad, out=a_area + m * dpad * 2, valid=0)))
+    qw = qk.width if kin else dpad  # Q's row width in A
+    prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, qw, out=a_area + m * qw * 2, valid=0)))
 
     def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad, zero_rows=True):
         # f16 rows of wpad (zero columns w..wpad; w = d, or V's dv), then zero rows up to the chunk's multiple of
@@ -2253,8 +2346,19 @@ def attention_program(
         # rows (rows m..qn zero); S^T [spad, qn] in C -> S's qn rows row-major in A in one transpose
         # (`TransposeF16`: S^T's columns as rows; rows m..qn are zeros from Q's zero rows; P^T's panels follow
         # them).
-        prog.append(("Q^T panels", pk.weights_from_bt(qn, dpad, "f16", a_area, panels)))
-        for k0, nk in sz.score_chunks:  # K rows over Q's (dead once Q^T's panels are made)
+        prog.append(("Q^T panels", pk.weights_from_bt(qn, qw, "f16", a_area, panels)))
+        for k0, nk in sz.score_chunks if kin else ():  # K's panels in place: no K rows
+            st_gemm = gm.Gemm(
+                nk, qw, qn, prec=gm.F16, mode="init", coef=coef_of(panels), a=ka + k0 * qk.p * 2,
+                weights=panels, c=c_area + k0 * 2 * qn, a_row_stride=qk.p * 2, a_block_step=qk.block_step,
+                a_panel_blocks=qk.panel_blocks, a_panel_step=sz.seq * qk.p * 2,
+            )  # fmt: skip
+            pre = f"keys {k0}..{k0 + nk}: " if nk < sz.seq else ""
+            prog.append((f"{pre}S^T = K Q^T (K's panels in place)", st_gemm))
+            nkp = -(-nk // 16) * 16
+            if nkp > nk:
+                prog.append((f"{pre}S^T zero rows", zero_fill((nkp - nk) * qn, c_area + (k0 + nk) * 2 * qn)))
+        for k0, nk in () if kin else sz.score_chunks:  # K rows over Q's (dead once Q^T's panels are made)
             # The GEMM takes the chunk's nk keys only (any M >= 3); S^T's rows up to the chunk's multiple of 16
             # are then zeros of their own (the transpose reads whole 16-key blocks; the softmax never reads those
             # columns of S): qn halves a row where zero K rows would be dpad, and no GEMM rows for them.

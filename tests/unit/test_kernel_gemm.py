@@ -269,3 +269,28 @@ main:
     sim.run("main", tiles=[0])
     out = sim.read(C_ADDR, m * n * 2, np.float16, tiles=[0]).reshape(m, n)
     np.testing.assert_array_equal(out.view(np.uint16), G.semantics(g, a, b).view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "m,p,panels,n,mode", [(37, 24, 3, 32, "init"), (20, 20, 2, 16, "acc"), (7, 28, 1, 16, "init")]
+)
+def test_f16_gemm_a_overlapping_panel_blocks(m, p, panels, n, mode):
+    """A in column panels of 16 < p < 32 halves (row stride 2p, not a multiple of 32 bytes) read in place as two
+    overlapping K blocks per panel, columns [0, 16) and [p - 16, p) (a_block_step 2 (p - 16)): bit-exact against
+    the semantics of the A those blocks form, estimate exact."""
+    rng = np.random.default_rng(m + p + panels)
+    a_full, c0 = _f16(rng, (m, p * panels)), _f16(rng, (m, n))
+    cols = np.concatenate([[j * p + c for c in [*range(16), *range(p - 16, p)]] for j in range(panels)])
+    b = _f16(rng, (len(cols), n))
+    g = G.Gemm(m, len(cols), n, G.F16, mode, "ld128", a=A_ADDR, weights=W128_ADDR, c=C_ADDR, a_row_stride=2 * p,
+               a_block_step=2 * (p - 16), a_panel_blocks=2, a_panel_step=p * m * 2)  # fmt: skip
+    out, cyc = run_gemm(g, _col_panels(a_full, p), b, c0 if mode == "acc" else None)
+    assert _check(g, a_full[:, cols], b, c0, None, out, cyc) == cyc
+
+
+def test_row_strides_are_checked():
+    with pytest.raises(ValueError, match="A's row stride"):
+        G.Gemm(8, 32, 16, a_row_stride=44)
+    with pytest.raises(ValueError, match="C's row stride"):
+        G.Gemm(8, 32, 16, c_row_stride=48)
+    G.Gemm(8, 32, 16, a_row_stride=48)

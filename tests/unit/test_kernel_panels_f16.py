@@ -152,3 +152,25 @@ def test_library_holds_the_rows_loops_asked_for():
         run_call(
             Simulator(TARGET), lib, FRAME, k4.frame, k4.entry, {X: x, OUT: np.zeros(25 * 64, np.float16)}
         )
+
+
+@pytest.mark.parametrize(
+    "rows,panels,p,gap_at,gap",
+    [(32, 3, 24, 16, 8), (25, 3, 24, 16, 8), (4, 2, 20, 16, 12), (1, 1, 28, 16, 4), (13, 2, 28, 16, 4)],
+)
+def test_panels_gap(rows, panels, p, gap_at, gap):
+    """`panels_gap_f16`: each panel's row split at gap_at with `gap` zeros between (the attention's Q rows for K's
+    overlapping 16-column blocks): bit-exact, the estimate the simulator's cycles, fewer rows than workers too."""
+    k = R.Rows("panels_gap_f16", rows, panels * (p + gap), in0=X, out=OUT, panels=panels, panel_width=p,
+               gap_at=gap_at, gap=gap, out_stride=2 * panels * (p + gap) + 16)  # fmt: skip
+    _run(k)
+
+
+def test_panels_gap_shape_is_checked():
+    kw = dict(in0=X, out=OUT, panels=3, panel_width=24)
+    with pytest.raises(ValueError, match="panels_gap_f16 needs"):
+        R.Rows("panels_gap_f16", 4, 96, gap_at=8, gap=8, **kw)  # no rows loop for (2, 2, 4) atoms
+    with pytest.raises(ValueError, match="panels_gap_f16 needs"):
+        R.Rows("panels_gap_f16", 4, 80, gap_at=16, gap=8, **kw)
+    with pytest.raises(ValueError, match="for panels_gap_f16 only"):
+        R.Rows("panels_f16", 4, 80, gap_at=16, gap=8, **kw)

@@ -114,9 +114,12 @@ def test_paired_blocks_match_the_reference():
 def test_paired_blocks_give_the_bits_of_one_block(monkeypatch):
     """The same plan with each 48-wide panel's result stored as one row-major block (the attention then gathers
     a piece per row: slower, the same values): the two head blocks per tile change where the results lie, not
-    what they are, bit for bit."""
+    what they are, bit for bit. (K's panels read in place round S^T once more per panel, so both runs take K
+    rows: the comparison is about the layout.)"""
+    from ipu.backend.lower import nnops
     from ipu.passes import tile_plan
 
+    monkeypatch.setattr(nnops, "k_in_place_blocks", lambda *a: None)
     got = run(7)
     monkeypatch.setattr(tile_plan, "panel_store_width", lambda op, pn: pn)
     want = run(7)

@@ -210,9 +210,9 @@ def test_q_scale_applied_by_the_sum(tiles, image, hidden, heads, monkeypatch):
     forced, _ = _run(build_vision_model(cfg), cfg, tiles)
     for k in ("last_hidden_state", "pooler_output"):
         np.testing.assert_array_equal(out[k], forced[k])
-        assert _rel(out[k], ref[k]) <= 0.03, (
-            k
-        )  # (width 144: FP8 casts, see test_key_split_sums_from_the_ones_row)
+        # (width 144: FP8 casts, see test_key_split_sums_from_the_ones_row; its pooler 0.028 with K's padded rows,
+        # 0.031 with K's panels read in place: one more f16 rounding of the scores, 0.009 apart from each other)
+        assert _rel(out[k], ref[k]) <= 0.035, k
 
 
 @pytest.mark.parametrize("key_chunk,image,tiles,chunks", [(0, 64, 16, 2), (16, 64, 32, 2), (0, 72, 64, 3)])
