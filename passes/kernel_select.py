@@ -23,6 +23,7 @@ filled), so overrides survive a second run of the pass.
 | | `pv` | `"transposed"` (O^T = V^T P^T, only with transposed scores) or `"direct"` (O = P V) |
 | | `softmax` | `"softmax"`, `"softmax_split"`, `"softmax_e"` or `"softmax_m"` (the key-split partial attention needs the row max and sum: `softmax_split`, or `softmax_e`, whole rows per worker on the transposed scores, or `softmax_m`, the max only, with `pv = "transposed"` and a head dimension not a multiple of 16: the O^T GEMM forms the sums from a ones row of V^T; `softmax_mt`: `softmax_m` writing P^T's weight panels itself, with one key chunk or at most 16 query rows) |
 | | `q_scale` | `"sum"` (Q comes from a K-split sum that applies the scale: no "Q * scale" step) or `"program"` |
+| | `k_operand` | `"in_place"` (the S^T GEMMs read K's f16 column panels where they lie: panels of one width p dividing the head, 16 < p < 32 or a multiple of 16, the same for Q; `nnops.k_in_place_blocks`) or `"rows"` (K copied into padded rows first) |
 | `nn.reduce_sum` (with `q_scale = "sum"` on its attention) | `scale` | the attention's scale: the f16 sum times f16(scale), in the fused sum's registers |
 
 The pass runs after tile-plan (it reads layouts and plans only) and before memory-plan; `nn-to-exchange-pipeline`
@@ -260,10 +261,16 @@ def attention_choices(
     scores: str = "",
     pv: str = "",
     max_score_chunk: int = 0,
+    k_rows: bool = False,
 ) -> dict[str, object]:
     """Chunks as large as the scratch elements allow, S^T where its blocks fit, O^T on the S^T path, the split
     softmax where its estimate is lower (always for the key-split partials: they need its row statistics)."""
-    from ipu.backend.lower.nnops import attention_sizes, softmax_kernel
+    from ipu.backend.lower.nnops import (
+        attention_operand_formats,
+        attention_sizes,
+        k_in_place_blocks,
+        softmax_kernel,
+    )
 
     lay = op.attributes[tl.LAYOUT_ATTR]
     g = lay.geometry()
@@ -302,6 +309,7 @@ def attention_choices(
         raise KernelChoiceError(f"{op.name}: {exc}") from None
     transposed = all(sz.transposed for sz in sizes)
     pv_t = transposed and pv != "direct"
+    panels_of, esizes = attention_operand_formats(op)
     softmax = "softmax_split"
     for sz in sizes:
         kind = softmax_kernel(sz, stats=partial, ones_row=pv_t and d % 16 != 0)
@@ -312,6 +320,9 @@ def attention_choices(
         "scores": "transposed" if transposed else "direct",
         "pv": "transposed" if pv_t else "direct",
         "softmax": softmax,
+        "k_operand": "rows"
+        if k_rows or not all(k_in_place_blocks(sz, esizes, panels_of) for sz in sizes)
+        else "in_place",
     }
     if transposed:
         out["score_chunk"] = max(sz.score_chunk for sz in sizes)
@@ -336,7 +347,7 @@ def select(op: Operation, target: Target, opts: KernelSelectPass | None = None) 
         and plan.get("kind") == "materialized"
     ):
         o = opts or KernelSelectPass()
-        return attention_choices(op, target, o.max_key_chunk, o.scores, o.pv, o.max_score_chunk)
+        return attention_choices(op, target, o.max_key_chunk, o.scores, o.pv, o.max_score_chunk, o.k_rows)
     return None
 
 
@@ -400,6 +411,7 @@ def check(op: Operation, values: dict[str, object]) -> None:
     one_of("pv", SCORES)
     one_of("softmax", ("softmax", "softmax_split", "softmax_e", "softmax_m", "softmax_mt"))
     one_of("q_scale", ("sum", "program"))
+    one_of("k_operand", ("in_place", "rows"))
     if "scale" in values and not isinstance(values["scale"], float):
         raise KernelChoiceError(f"{what}: kernel choice scale = {values['scale']!r}: a float")
     for key in ("key_chunk", "score_chunk"):
@@ -436,6 +448,9 @@ class KernelSelectPass(ModulePass):
     """Attention scores: "transposed" (where it fits), "direct", or "" (the faster that fits: transposed)."""
     pv: str = ""
     """Attention output on the S^T path: "transposed", "direct", or "" (transposed)."""
+    k_rows: bool = False
+    """Attention: K copied into padded rows (`k_operand = "rows"`) even where the S^T GEMMs could read its column
+    panels in place."""
     overwrite: bool = False
     """Replace choices already recorded (default: keep them, so edits in the IR survive)."""
 

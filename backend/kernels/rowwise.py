@@ -32,7 +32,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
 | `cast_f16` | x: R rows of `valid` (default n, a multiple of 4, >= 4) f32 | y: R rows of n f16: f16(x), then zeros (3 bundles per atom, pipelined) |
 | `panels_f16` | x: `panels` column panels of R rows of `panel_width` (P) f16 each, panel j's row i at in0 + j * `panel_step` + i * in_stride (default 2P) | y: R rows of n f16: panel 0's row, panel 1's, ..., then zeros |
-| `panels_gap_f16` | as `panels_f16` | y: R rows of n = panels * (P + `gap`) f16: per panel its row's first `gap_at` halves, `gap` zeros, its other P - gap_at halves (the attention's Q rows for K's overlapping 16-column blocks, gemm.py) |
+| `panels_gap_f16` | as `panels_f16` | y: R rows of n = panels * (P + `gap`) f16: per panel its row's first `gap_at` halves, `gap` zeros, its other P - gap_at halves (the attention's Q rows for K's overlapping 16-column blocks, gemm.py); with `block_jump` (gap_at = 16) a row's two 32-byte blocks of panel j at out + r * out_stride + 2j * block_jump and block_jump further (F16 AMP weight panels of Q^T: out_stride 32, block_jump 512, rows of one 16-row group) |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -203,6 +203,9 @@ PF_OJUMP, PF_WIDTH, PF_SAFE, PF_OATOMS = ST2, F0, F1, CONST
 # panels_gap_f16's frame: panels_f16's words (ATOMS = gap_at / 4, PF_WIDTH = the output panel's bytes, P + gap
 # halves) and PFG_ZERO = gap / 4, PFG_REST = (P - gap_at) / 4 atoms.
 PFG_ZERO, PFG_REST = ZATOMS, ST1
+# PFG_GROUP: bytes added to the output per 16 rows beyond 16 * out_stride (`block_jump`: Q^T's weight panels
+# of several 16-query groups in one call; 0 otherwise).
+PFG_GROUP = F1
 # The (atoms before the zeros, zero atoms, atoms after them) with a rows loop in the library: Q's rows for K's two
 # overlapping 16-column blocks per panel of 24 (So400m's heads), 20 or 28 halves (`nnops.k_in_place_blocks`).
 PFG_SHAPES = ((4, 2, 2), (4, 3, 1), (4, 1, 3))
@@ -1190,6 +1193,11 @@ def _pfg_kernel() -> Code:
     c = Code("rows_panels_gap_f16")
     n = c.name
     _head(c)
+    # The worker's rows lie in one 16-row group (`Rows.pfg_split`): its output moves by the group's extra bytes.
+    c.one("shr $m3, $m6, 4")
+    c.one(f"ld32 $m7, $mvertex_base, $mzero, {PFG_GROUP}")
+    c.one("mul $m3, $m3, $m7")
+    c.one("add $m2, $m2, $m3")
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {PF_PANELS}")
     c.one(f"ld32 $m8, $mvertex_base, $mzero, {PF_PACE}")
     c.one(f"ld32 $m0, $mvertex_base, $mzero, {PF_LOOP}")
@@ -1201,14 +1209,25 @@ def _pfg_kernel() -> Code:
     c.one("add $m3, $m1, 8")
     c.one("tapack $m10:11, $m3, $mzero, $m2")
     c.one("br $m0")
-    for g, z, rest in PFG_SHAPES:
+    for (g, z, rest), blocks in ((s, b) for b in (False, True) for s in PFG_SHAPES):
         a = g + rest
-        full = [_b(pace.format(0b0001 if t == a - 2 else 0b1000 if t == a - 1 else 0)) for t in range(a)]
-        last = [_b(pace.format(0)) for _ in range(a - 1)] + [_b("st64pace $a0:1, $m10:11+=, $m8, 0")]
+        # ldst64pace's selectors: load (bits 0-1) field 0 to the next row; store (bits 2-3) field 1 to the next
+        # row, and with `blocks` field 2 from the row's first 16-column block to its second (`block_jump`).
+        split = 0b1100 if blocks else 0
+        full = [
+            _b(
+                pace.format(
+                    (0b0001 if t == a - 2 else 0) | (0b1000 if t == a - 1 else split if t == g - 1 else 0)
+                )
+            )
+            for t in range(a)
+        ]
+        last = [_b(pace.format(split if t == g - 1 else 0)) for t in range(a - 1)]
+        last.append(_b("st64pace $a0:1, $m10:11+=, $m8, 0"))
         _pf_pad(c)
-        shape = f"{g}z{z}r{rest}"
+        shape = f"{g}z{z}r{rest}" + ("b" if blocks else "")
         c.tag = f"g{shape}"
-        c.label(f".L{n}_{g}_{z}_{rest}")
+        c.label(f".L{n}_{g}_{z}_{rest}" + ("b" if blocks else ""))
         c.rpt("$m5", full[:g] + [zero] * z + full[g:], f"row{shape}")
         c.tag = f"last{shape}"
         for m, aux in last[:g] + [zero] * z + last[g:]:
@@ -1814,6 +1833,9 @@ class Rows:
     panel_step: int | None = None  # panels_f16: bytes from panel j to panel j + 1 (default rows * in_stride)
     gap_at: int = 0  # panels_gap_f16: halves of each panel row before its zeros
     gap: int = 0  # panels_gap_f16: zero halves after them
+    # panels_gap_f16 with gap_at = 16: bytes from a row's first 16-column block of a panel to its second, and
+    # 2 * block_jump from panel to panel (F16 AMP weight panels: 512); 0: each row's columns contiguous.
+    block_jump: int = 0
 
     def __post_init__(self):
         if self.op not in OPS:
@@ -1830,12 +1852,17 @@ class Rows:
                     f"panels_gap_f16 needs (gap_at, gap, P - gap_at) / 4 atoms in {PFG_SHAPES} (got {g}, {z}, {p - g} "
                     f"halves) and n = panels * (P + gap) = {self.panels * (p + z)}, got n = {self.n}"
                 )
+            if self.block_jump and (g != 16 or self.block_jump % 8 or self.block_jump < 32):
+                raise ValueError(
+                    f"panels_gap_f16: block_jump = {self.block_jump} needs gap_at = 16 (got {g}) and a multiple of 8 "
+                    "bytes past the first block"
+                )
             if any(not -PACE_FIELD <= j < PACE_FIELD for j in self.pfg_jumps()):
                 raise ValueError(
                     f"panels_gap_f16: row jumps {self.pfg_jumps()} (atoms) exceed the pace stride fields"
                 )
-        elif self.gap_at or self.gap:
-            raise ValueError(f"{self.op}: gap_at / gap are for panels_gap_f16 only")
+        elif self.gap_at or self.gap or self.block_jump:
+            raise ValueError(f"{self.op}: gap_at / gap / block_jump are for panels_gap_f16 only")
         if self.op != "gelu" and (self.n % 4 or self.n < 4):
             raise ValueError(f"rows need n % 4 == 0 and n >= 4, got n={self.n}")
         if self.op in LNS_OPS:
@@ -2132,22 +2159,52 @@ class Rows:
 
     def _pfg_frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(FRAME_WORDS, np.uint32)
-        for w, (first, cnt) in enumerate(split(self.rows)):
+        for w, (first, cnt) in enumerate(self.pfg_split()):
             f[CNT + w], f[FIRST + w] = cnt, first
         f[IN0], f[OUT], f[ENTRY] = self.in0, self.out, labels["rows_panels_gap_f16"]
+        f[PFG_GROUP] = self.group_bytes - 16 * self.ostride if self.block_jump else 0
         f[ISTRIDE], f[OSTRIDE] = self.istride, self.ostride
         a, g, z = self.panel_width // 4, self.gap_at // 4, self.gap // 4
         f[ATOMS], f[PFG_ZERO], f[PFG_REST] = g, z, a - g
-        f[PF_STEP], f[PF_PANELS], f[PF_WIDTH] = self.pstep, self.panels - 1, 8 * (a + z)
-        jl, js = self.pfg_jumps()
-        f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10
-        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{g}_{z}_{a - g}"]
+        bj = self.block_jump
+        f[PF_STEP], f[PF_PANELS], f[PF_WIDTH] = self.pstep, self.panels - 1, 2 * bj if bj else 8 * (a + z)
+        jl, js, jb = self.pfg_jumps()
+        f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10 | (jb & 0x3FF) << 20
+        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{g}_{z}_{a - g}" + ("b" if bj else "")]
         return f
 
-    def pfg_jumps(self) -> tuple[int, int]:
-        """panels_gap_f16's pace jumps (atoms): from a row's last atom to the next row's first, load and store."""
-        a, z = self.panel_width // 4, self.gap // 4
-        return self.istride // 8 - a + 1, self.ostride // 8 - a - z + 1
+    @property
+    def group_bytes(self) -> int:
+        """panels_gap_f16 with block_jump: bytes from one 16-row group's output to the next (F16 weight panels:
+        a 512-byte block per 16-column block)."""
+        return self.panels * 2 * self.block_jump
+
+    def pfg_split(self) -> list[tuple[int, int]]:
+        """panels_gap_f16's (first row, rows) per worker: the quotient/remainder split, or with block_jump over
+        several 16-row groups, workers given to the groups so that none spans two (each next worker to the
+        group with the most rows per worker), at most six groups."""
+        if not self.block_jump or self.rows <= 16:
+            return split(self.rows)
+        sizes = [min(16, self.rows - g0) for g0 in range(0, self.rows, 16)]
+        if len(sizes) > 6:
+            raise ValueError(f"panels_gap_f16 with block_jump: at most 96 rows (6 groups), got {self.rows}")
+        workers = [1] * len(sizes)
+        for _ in range(6 - len(sizes)):
+            g = max(range(len(sizes)), key=lambda i: -(-sizes[i] // workers[i]))
+            workers[g] += 1
+        out = []
+        for g, (size, w) in enumerate(zip(sizes, workers, strict=True)):
+            out += [(16 * g + first, cnt) for first, cnt in split(size, w)]
+        return out
+
+    def pfg_jumps(self) -> tuple[int, int, int]:
+        """panels_gap_f16's pace jumps (atoms): from a row's last atom to the next row's first, load and store;
+        with `block_jump`, from the last store of a row's first block to its second block's first (else 0)."""
+        a, z, g = self.panel_width // 4, self.gap // 4, self.gap_at // 4
+        if not self.block_jump:
+            return self.istride // 8 - a + 1, self.ostride // 8 - a - z + 1, 0
+        bj = self.block_jump // 8
+        return self.istride // 8 - a + 1, self.ostride // 8 - bj - (a + z - g) + 1, bj - g + 1
 
     def _pf_frame(self, labels: dict[str, int]) -> np.ndarray:
         f = np.zeros(FRAME_WORDS, np.uint32)
@@ -2417,7 +2474,9 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     if k.op == "panels_f16":
         return pf_thread_cycles(k, rows)
     if k.op == "panels_gap_f16":
-        shape = f"{k.gap_at // 4}z{k.gap // 4}r{(k.panel_width - k.gap_at) // 4}"
+        shape = f"{k.gap_at // 4}z{k.gap // 4}r{(k.panel_width - k.gap_at) // 4}" + (
+            "b" if k.block_jump else ""
+        )
         per_panel = cnt["panel"] + cnt[f"g{shape}"] + (rows - 1) * cnt[f"row{shape}"] + cnt[f"last{shape}"]
         return cnt["head"] + cnt["tail"] + k.panels * (per_panel + cnt["pnext"])
     if k.op == "gelu":
@@ -2516,6 +2575,8 @@ def cycles(k: Rows) -> int:
             worker_thread_cycles(k, c) + cnt["fix"] * ((first + c) // 16 - first // 16) if c else IDLE
             for first, c in split(k.rows)
         )
+    if k.op == "panels_gap_f16":
+        return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in k.pfg_split())
     return SUP + 6 * max(worker_thread_cycles(k, c) for _, c in split(k.rows))
 
 

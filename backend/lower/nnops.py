@@ -31,9 +31,10 @@ row op is cast f32 -> f16 into scratch, the f16 kernel, cast f16 -> f32 into the
       K^T packing), S^T's rows past them up to the chunk's multiple of 16 zero (`pad_f16`: qn halves a key
       where zero K rows would be dpad and GEMM rows); then S's qn rows row-major from S^T in one transpose
       (`TransposeF16`, K = spad, N = qn; rows m..qn zero). f16 Q and K in column panels of one width p (16 < p
-      < 32, or a multiple of 16; So400m's 24 of a 72-wide head, `k_in_place_blocks`): the GEMM reads K's panels
+      < 32, or a multiple of 16; So400m's 24 of a 72-wide head, kernel-select's `k_operand`): the GEMM reads K's panels
       where they lie (no K rows), two overlapping 16-column blocks per panel (columns [0, 16) and [p - 16, p)),
-      and Q's rows follow that block order with zeros for the columns read twice (`panels_gap_f16`);
+      and Q^T's weight panels follow that block order with zeros for the columns read twice, written straight
+      from Q's column panels (`panels_gap_f16` with block_jump; p a multiple of 16: Q's rows, then the panels);
     * or per chunk K^T weight panels (`weights_from_bt`) -> S[:, chunk] = Q K^T (F16 GEMM into C, row stride
       2 * spad; the GEMM has only m rows: at most m / 3 workers busy);
     softmax over the seq valid columns of each row (`Rows("softmax", valid=seq)`), P in A with zero columns
@@ -1700,14 +1701,14 @@ class NnOps:
                     rounds.append({})
                 rounds[j][t] = job
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
-        sizes, choice = self._attention_choices(op, what, mmax, [seq], tmax)
+        sizes, choice, k_chosen = self._attention_choices(op, what, mmax, [seq], tmax)
         sz = sizes[seq]
         c_area, a_area, zeros = self.scratch(mark=False)
         areas = (c_area, a_area, self.aux(mark=False))
         pv_t = sz.transposed if choice["pv_transposed"] is None else choice["pv_transposed"]
         self._use_bounded(attention_scratch(sz, dv or sz.d, pv_t))
         for i, jobs in enumerate(rounds):
-            kin = self._k_in_place(jobs, lambda job: sz, esizes, panels_of, areas, what)
+            kin = self._k_in_place(k_chosen, jobs, lambda job: sz, esizes, panels_of, areas, what)
             try:
                 progs = {
                     t: attention_program(
@@ -1760,7 +1761,8 @@ class NnOps:
                     f"{score_chunk}, scores = {scores!r})"
                 ) from None
         q_scaled = choices(op).get("q_scale") == "sum"  # Q's K-split sum applied the scale
-        return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax, q_scaled=q_scaled)
+        k_in_place = choices(op).get("k_operand") == "in_place"  # absent (IR from before it): K rows
+        return sizes, dict(pv_transposed=pv == "transposed", softmax=softmax, q_scaled=q_scaled), k_in_place
 
     def _attention_operands(self, op, what: str):
         """(Q's, K's and V's column panel widths or None, element sizes of Q, K, V and the result), checking that
@@ -1770,16 +1772,25 @@ class NnOps:
             cols_ok = x is not op.results[0] and tl.col_panel_width(xl) is not None
             if device_dtype(xl.dtype) not in ("f32", "f16") or (xl.order.data != "row_major" and not cols_ok):
                 raise self.error(f"{what}: row-major f32 or f16 operands and result expected")
-        panels_of = tuple(tl.col_panel_width(tl.layout_of(x)) for x in op.operands[:3])
-        esizes = tuple(tl.element_bytes(tl.layout_of(x).dtype) for x in (*op.operands[:3], op.results[0]))
-        return panels_of, esizes
+        return attention_operand_formats(op)
 
-    def _k_in_place(self, jobs: dict[int, tuple], size_of, esizes, panels_of, areas, what: str) -> bool:
-        """Whether a call site's S^T GEMMs read K's column panels in place (`k_in_place_blocks`, by shape: the
-        same choice in a measuring lowering). The GEMM loads A beside C's loads and stores: memory-plan keeps an
-        op's operands out of its scratch elements (`kernel_scratch` pairs), checked here on the final plan."""
-        if not all(k_in_place_blocks(size_of(job), esizes, panels_of) is not None for job in jobs.values()):
+    def _k_in_place(
+        self, chosen: bool, jobs: dict[int, tuple], size_of, esizes, panels_of, areas, what: str
+    ) -> bool:
+        """kernel-select's `k_operand = "in_place"` (chosen) checked for a call site: every block's shape takes
+        it (`k_in_place_blocks`), and, on the final plan, K's and Q's panels share no memory element with the
+        scratch the S^T GEMMs and Q's rows write beside them (memory-plan's `kernel_scratch` pairs keep an op's
+        operands out of its scratch elements)."""
+        if not chosen:
             return False
+        for t, job in jobs.items():
+            if k_in_place_blocks(size_of(job), esizes, panels_of) is None:
+                raise self.error(
+                    f"{what}: tile {t}: kernel choice k_operand = 'in_place' needs f16 Q and K in column panels of "
+                    f"one width p dividing the head (16 < p < 32 or a multiple of 16) and score chunks of at least "
+                    f"{gm.MIN_ROWS} keys on the transposed scores; got panels {panels_of[:2]}, element sizes "
+                    f"{esizes[:2]}, head {size_of(job).d}"
+                )
         c_area, a_area = areas[0], areas[1]
         el = self.target.element_of
 
@@ -1789,10 +1800,13 @@ class NnOps:
         for t, job in jobs.items() if not self.measure else ():
             sz = size_of(job)
             qa, ka, m = job[0], job[1], job[3]
-            # K beside the scores in C (the S^T GEMMs); Q beside its rows in A (`panels_gap_f16`'s pace bundles)
+            # K beside the scores in C (the S^T GEMMs); Q beside what the pace bundles that read it write: Q^T's
+            # panels in aux (`panels_gap_f16`), or its rows in A (`panels_f16`)
+            qk = k_in_place_blocks(sz, esizes, panels_of)
+            q_out = areas[2] if qk.gap else a_area
             for name, lo, hi, area, a_hi in (
                 ("K's panels", ka, ka + sz.d * sz.seq * 2, c_area, c_area + sz.spad * 2 * sz.qn),
-                ("Q's panels", qa, qa + sz.d * m * 2, a_area, a_area + sz.qn * 2 * sz.d * 2),
+                ("Q's panels", qa, qa + sz.d * m * 2, q_out, q_out + sz.qn * 2 * qk.width),
             ):
                 if elements(lo, hi) & elements(area, a_hi):
                     raise self.error(
@@ -1864,7 +1878,7 @@ class NnOps:
                 rounds[i][t] = job
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
         seqs = sorted({job[5] for r in rounds for job in r.values()})
-        sizes, choice = self._attention_choices(op, what, mmax, seqs, tmax)
+        sizes, choice, k_chosen = self._attention_choices(op, what, mmax, seqs, tmax)
         c_area, a_area, zeros = self.scratch(mark=False)
         areas = (c_area, a_area, self.aux(mark=False))
         for sz in sizes.values():
@@ -1872,7 +1886,7 @@ class NnOps:
             self._use_bounded(attention_scratch(sz, sz.d, pv_t))
         programs: dict[tuple, list] = {}  # job -> its program: tiles of one class share one
         for i, jobs in enumerate(rounds):
-            kin = self._k_in_place(jobs, lambda job: sizes[job[5]], esizes, panels_of, areas, what)
+            kin = self._k_in_place(k_chosen, jobs, lambda job: sizes[job[5]], esizes, panels_of, areas, what)
             try:
                 progs = {}
                 for t, job in jobs.items():
@@ -2143,6 +2157,20 @@ def pt_zero_columns(sz: AttentionSizes, m: int, pt: int) -> rw.Rows:
                    out=pt + (sz.qn // 16 - 1) * (sz.spad // 16) * 512 + lo % 16 * 32, out_stride=512, valid=0)  # fmt: skip
 
 
+def attention_operand_formats(op: Operation) -> tuple[tuple[int | None, ...], tuple[int, ...]]:
+    """An attention's (Q's, K's and V's column panel widths, None where row-major or without a layout) and the
+    element sizes of Q, K, V and the result, from their tile-plan layouts (else their types)."""
+
+    def fmt(x):
+        lay = tl.layout_of(x)
+        if lay is None:
+            return None, tl.element_bytes(x.type.element_type)
+        return tl.col_panel_width(lay), tl.element_bytes(lay.dtype)
+
+    formats = [fmt(x) for x in (*op.operands[:3], op.results[0])]
+    return tuple(p for p, _ in formats[:3]), tuple(e for _, e in formats)
+
+
 @dataclass(frozen=True)
 class KBlocks:
     """How the S^T GEMMs read K's column panels of p halves in place: panel_blocks 16-column blocks per panel,
@@ -2199,7 +2227,7 @@ def attention_program(
     pv_transposed (kernel-select's `pv`; None: with the transposed scores): O^T = V^T P^T, else O = P V. softmax (kernel-select's
     `softmax`; None: `softmax_kernel`'s choice): the row kernel of the scores. q_scaled (kernel-select's
     `q_scale = "sum"`): f16 Q arrives scaled (its K-split sum applied the scale), so no "Q * scale" step.
-    k_in_place (`k_panels_in_place`: the caller checked K's memory against C's): the S^T GEMMs read K's column
+    k_in_place (kernel-select's `k_operand = "in_place"`, checked by `NnOps._k_in_place`): the S^T GEMMs read K's column
     panels where they lie (`k_in_place_blocks`), no K rows."""
     d, dpad, spad, mpad = sz.d, sz.dpad, sz.spad, sz.mpad
     dv = d if dv is None else dv
@@ -2239,17 +2267,35 @@ def attention_program(
     qp = panels_of[0]
     q_via_c = False  # f16 Q in narrow panels: made f32 rows in C first (a flag: Q's own buffer may lie at C)
     kin = k_in_place and k_in_place_blocks(sz, esizes, panels_of) is not None
-    if kin:
-        # Q's rows in the order of the K blocks the S^T GEMMs read from K's panels: per panel its first 16
-        # columns, then (16 < P < 32) zeros for the columns the second, overlapping block reads again, then the
-        # rest; Q^T's panels are made from these rows.
-        qk = k_in_place_blocks(sz, esizes, panels_of)
-        if qk.gap:
-            call = rw.Rows("panels_gap_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
-                           panel_step=m * qp * 2, gap_at=16, gap=qk.gap)  # fmt: skip
-        else:
-            call = rw.Rows("panels_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
-                           panel_step=m * qp * 2)  # fmt: skip
+    qk = k_in_place_blocks(sz, esizes, panels_of) if kin else None
+    qt_direct = kin and qk.gap > 0  # Q^T's weight panels written straight from Q's column panels
+    if qt_direct:
+        # Q^T's F16 weight panels ([qn / 16][K blocks][16 queries][16 halves]) in the order of the K blocks the
+        # S^T GEMMs read from K's panels: per panel its first 16 columns, then zeros for the columns the second,
+        # overlapping block reads again, then the rest (`panels_gap_f16` with block_jump: no worker's queries
+        # span two 16-query groups); the queries m..qn zero.
+        group = qk.width // 16 * 512
+        # Zeros first over the last group's queries from min(m, qn - 1) (the same step on every tile of a call
+        # site: with m = qn it zeroes query qn - 1, which its group's copy then overwrites).
+        z0 = min(m, sz.qn - 1)
+        call = rw.Rows("pad_f16", qk.width // 16, (sz.qn - z0) * 16, out=panels + (sz.qn // 16 - 1) * group
+                       + (z0 % 16) * 32, out_stride=512, valid=0)  # fmt: skip
+        prog.append(("Q^T zero query columns", call))
+        call = rw.Rows("panels_gap_f16", m, qk.width, in0=qa, out=panels, panels=d // qp, panel_width=qp,
+                       panel_step=m * qp * 2, gap_at=16, gap=qk.gap, out_stride=32, block_jump=512)  # fmt: skip
+        prog.append(("Q^T panels from Q's column panels", call))
+        if not q_scaled:
+            prog.append(
+                (
+                    "Q * scale",
+                    ew.Elementwise("scale_f16", sz.qn * qk.width // 4, in0=panels, out=panels, scalar=scale),
+                )
+            )
+    elif kin:
+        # Q's rows in the order of the K blocks the S^T GEMMs read from K's panels (p a multiple of 16: Q's
+        # panels side by side); Q^T's panels are made from these rows.
+        call = rw.Rows("panels_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
+                       panel_step=m * qp * 2)  # fmt: skip
         prog.append(("Q rows in K's block order", call))
         if not q_scaled:
             prog.append(
@@ -2299,7 +2345,8 @@ def attention_program(
     qn = sz.qn
     qrows = qn if sz.transposed else mpad
     qw = qk.width if kin else dpad  # Q's row width in A
-    prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, qw, out=a_area + m * qw * 2, valid=0)))
+    if not qt_direct:
+        prog.append(("Q zero rows", rw.Rows("pad_f16", qrows - m, qw, out=a_area + m * qw * 2, valid=0)))
 
     def rows_of(name, src, esize, k0, nk, dst, p=None, first=None, w=d, wpad=dpad, zero_rows=True):
         # f16 rows of wpad (zero columns w..wpad; w = d, or V's dv), then zero rows up to the chunk's multiple of
@@ -2346,7 +2393,8 @@ def attention_program(
         # rows (rows m..qn zero); S^T [spad, qn] in C -> S's qn rows row-major in A in one transpose
         # (`TransposeF16`: S^T's columns as rows; rows m..qn are zeros from Q's zero rows; P^T's panels follow
         # them).
-        prog.append(("Q^T panels", pk.weights_from_bt(qn, qw, "f16", a_area, panels)))
+        if not qt_direct:
+            prog.append(("Q^T panels", pk.weights_from_bt(qn, qw, "f16", a_area, panels)))
         for k0, nk in sz.score_chunks if kin else ():  # K's panels in place: no K rows
             st_gemm = gm.Gemm(
                 nk, qw, qn, prec=gm.F16, mode="init", coef=coef_of(panels), a=ka + k0 * qk.p * 2,

@@ -302,7 +302,7 @@ def sum_attention_module(t: int, s: int, c: int, heads: int, dtype, q_layout, kv
 def test_attention_kv_in_column_panels(dtype):
     """Q, K and V produced in column blocks that divide the head (20 of 40) arrive in column panels (`cols20`):
     one transfer per producer block. The S^T GEMMs read K's panels in place (two overlapping 16-column blocks per
-    panel, `k_in_place_blocks`) with Q's rows in that block order (zeros where a column is read twice); V's panels
+    panel, `k_in_place_blocks`) with Q^T's panels in that block order (zeros where a column is read twice); V's panels
     go into V^T's rows; over several key chunks (the last one shorter). Whole-head producer blocks (row-major
     operands) take K's padded rows (40 -> 48) instead: both close to float64 (their S^T blocks, and so its f16
     roundings, differ)."""
@@ -325,12 +325,12 @@ def test_attention_kv_in_column_panels(dtype):
             max_key_chunk=32,
         )
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]
-        # The operands are f16 either way (the default policy's attention_f16): Q one `panels_gap_f16` call (then
-        # scaled in f16); K's panels read in place by the S^T GEMM of each chunk; V of whole-16 key chunks
+        # The operands are f16 either way (the default policy's attention_f16): Q^T's panels one `panels_gap_f16`
+        # call (then scaled in f16); K's panels read in place by the S^T GEMM of each chunk; V of whole-16 key chunks
         # straight into V^T's rows (O^T = V^T P^T), one call over its panels (a row-major block: one panel of the
         # head); no zero rows (the O^T GEMM takes V^T's 40 rows, not 48). Row-major operands: K's padded rows.
         marks = {
-            "Q": "rows in K's block order",
+            "Q^T": "panels from Q's column panels",
             "K": "K's panels in place",
             "V": "from 2 V column panels",
         }
@@ -530,11 +530,11 @@ def test_k_in_place_blocks():
 
 
 @pytest.mark.parametrize("d,p", [(48, 24), (56, 28), (40, 20), (64, 32)])
-def test_k_panels_read_in_place(d, p, monkeypatch):
+def test_k_panels_read_in_place(d, p):
     """Q and K in column panels of p halves (p of a d-wide head): the S^T GEMMs read K's panels in place (two
     overlapping 16-column blocks per panel, or p / 16 blocks), Q's rows in that block order (zeros for the columns
-    read twice: `panels_gap_f16`); no K rows. Close to float64, and to the K-rows program (`k_in_place_blocks`
-    forced off), which differs only in the S^T GEMMs' blocks (f16 roundings of the scores)."""
+    read twice: `panels_gap_f16`); no K rows. Close to float64, and to the K-rows program (kernel-select's
+    `k_operand = "rows"`, option k_rows), which differs only in the S^T GEMMs' blocks (f16 roundings of the scores)."""
     from ipu.dialects import tile as tl
 
     t, s, heads = 20, 50, 2
@@ -549,15 +549,20 @@ def test_k_panels_read_in_place(d, p, monkeypatch):
     target = Target.small(16, sram_kib=624)
     outs = []
     for in_place in (True, False):
-        if not in_place:
-            monkeypatch.setattr(nnops, "k_in_place_blocks", lambda *a: None)
         pkg = compile_choosing(
-            sum_attention_module(t, s, c, heads, f16, q_layout, kv_layout), target, max_key_chunk=32
+            sum_attention_module(t, s, c, heads, f16, q_layout, kv_layout),
+            target,
+            max_key_chunk=32,
+            k_rows=str(not in_place).lower(),
         )
         whats = [site["what"] for site in pkg.metadata["profile_sites"]]
         assert any("K's panels in place" in w for w in whats) == in_place
         assert any("K rows" in w for w in whats) == (not in_place)
-        assert any("Q rows in K's block order" in w for w in whats) == in_place
+        # Q^T's weight panels straight from Q's panels (p of 20, 24, 28: zeros between the two blocks), or Q's rows
+        # in K's block order first (p a multiple of 16)
+        direct = any("Q^T panels from Q's column panels" in w for w in whats)
+        assert direct == (in_place and p % 16 != 0)
+        assert any("Q rows in K's block order" in w for w in whats) == (in_place and p % 16 == 0)
         outs.append(Session(pkg).run(x).outputs["o"].reshape(t, c).astype(np.float64))
     q, k, v = (x[f"{n}1"].astype(np.float64) + x[f"{n}2"] for n in "qkv")
     want = attention64(q, k, v, heads)

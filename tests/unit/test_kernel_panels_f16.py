@@ -166,6 +166,46 @@ def test_panels_gap(rows, panels, p, gap_at, gap):
     _run(k)
 
 
+@pytest.mark.parametrize(
+    "rows,panels,p,block_jump",
+    [(16, 3, 24, 512), (9, 3, 24, 512), (4, 2, 20, 512), (1, 1, 28, 512), (13, 2, 28, 416), (32, 3, 24, 512),
+     (25, 3, 24, 512), (40, 2, 20, 512), (96, 1, 28, 512)],
+)  # fmt: skip
+def test_panels_gap_into_weight_panels(rows, panels, p, block_jump):
+    """`panels_gap_f16` with `block_jump`: row r's 32-byte blocks of panel j at (r // 16) * group + (r % 16) * 32
+    + 2j * block_jump and block_jump further, group = 2 * panels * block_jump (Q^T's F16 AMP weight panels, in
+    16-query groups): the semantics' rows in those places, bit-exact; every other byte of the range untouched;
+    the estimate the simulator's cycles (one 16-row group: that of the contiguous rows' loop); no worker's rows
+    span two groups."""
+    gap = 32 - p
+    k = R.Rows("panels_gap_f16", rows, panels * 32, in0=X, out=OUT, panels=panels, panel_width=p, gap_at=16,
+               gap=gap, out_stride=32, block_jump=block_jump)  # fmt: skip
+    rs = np.random.default_rng(rows * 100 + panels * 10 + p)
+    x = (rs.standard_normal((panels, rows, p)) * 4).astype(np.float16)
+    mem = {X + j * k.pstep + i * k.istride: x[j, i] for j in range(panels) for i in range(rows)}
+    group = 2 * panels * block_jump
+    span = -(-rows // 16) * group
+    mem[OUT] = np.full(span // 2, np.nan, np.float16)
+    sim = Simulator(TARGET)
+    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    contiguous = R.Rows("panels_gap_f16", rows, panels * 32, in0=X, out=OUT, panels=panels, panel_width=p,
+                        gap_at=16, gap=gap)  # fmt: skip
+    assert R.cycles(k) == cyc
+    if rows <= 16:
+        assert cyc == R.cycles(contiguous)
+    assert all(first // 16 == (first + cnt - 1) // 16 for first, cnt in k.pfg_split() if cnt)
+    assert sum(cnt for _, cnt in k.pfg_split()) == rows
+    got = sim.read(OUT, span, np.uint16, tiles=[0]).reshape(-1)
+    want = R.semantics(k, x)["out"].view(np.uint16).reshape(rows, panels, 2, 16)
+    expect = np.full(span // 2, np.float16(np.nan).view(np.uint16), np.uint16)
+    for r in range(rows):
+        for j in range(panels):
+            for b in range(2):
+                at = (r // 16 * group + r % 16 * 32 + (2 * j + b) * block_jump) // 2
+                expect[at : at + 16] = want[r, j, b]
+    np.testing.assert_array_equal(got, expect)
+
+
 def test_panels_gap_shape_is_checked():
     kw = dict(in0=X, out=OUT, panels=3, panel_width=24)
     with pytest.raises(ValueError, match="panels_gap_f16 needs"):
@@ -174,3 +214,7 @@ def test_panels_gap_shape_is_checked():
         R.Rows("panels_gap_f16", 4, 80, gap_at=16, gap=8, **kw)
     with pytest.raises(ValueError, match="for panels_gap_f16 only"):
         R.Rows("panels_f16", 4, 80, gap_at=16, gap=8, **kw)
+    with pytest.raises(ValueError, match="block_jump = 500 needs"):
+        R.Rows("panels_gap_f16", 4, 96, gap_at=16, gap=8, out_stride=32, block_jump=500, **kw)
+    with pytest.raises(ValueError, match="exceed the pace stride fields"):
+        R.Rows("panels_gap_f16", 4, 96, gap_at=16, gap=8, out_stride=32, block_jump=8192, **kw)

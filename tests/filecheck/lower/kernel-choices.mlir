@@ -3,6 +3,7 @@
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/k_chunks = array<i64: 64>/k_chunks = array<i64: 32, 32>/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=CHUNKS
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/a_operand = "in_place"/a_operand = "padded"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=PADDED
 // RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/key_chunk = 96 : i64, pv = "transposed", q_scale = "program", score_chunk = 96 : i64, scores = "transposed", softmax = "softmax_split"/key_chunk = 32 : i64, pv = "direct", q_scale = "program", scores = "direct", softmax = "softmax"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | python -m ipu.backend.lower - --print-asm | filecheck %s --check-prefix=KEYS
+// RUN: ipu-opt %s -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/k_operand = "rows"/k_operand = "in_place"/' | ipu-opt -p 'memory-plan{tiles=16 sram_kib=624}' | not python -m ipu.backend.lower - --print-asm 2>&1 | filecheck %s --check-prefix=KIN
 
 // The asm lowering does what the `kernel` attributes say (kernel-select wrote them; here sed edits them as a
 // person would) and nothing else.
@@ -36,6 +37,9 @@
 // KEYS:       // nn.attention (a): keys 0..32: K to f16
 // KEYS:       // nn.attention (a): keys 32..64: K to f16
 // KEYS:       // nn.attention (a): keys 64..96: K to f16
+
+// k_operand = "in_place" where K is not in f16 column panels (row-major f32 here): refused by name.
+// KIN: python -m ipu.backend.lower: error: nn.attention (a): tile {{[0-9]+}}: kernel choice k_operand = 'in_place' needs f16 Q and K in column panels
 
 builtin.module {
   func.func @block() {

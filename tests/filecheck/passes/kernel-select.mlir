@@ -12,14 +12,14 @@
 // Query blocks of 24 rows: S^T = K Q^T and O^T = V^T P^T with 32 query columns (two weight blocks); all 96 keys
 // in one chunk (key_chunk for the K / V packing steps, score_chunk for S^T's K rows); the few rows per tile of a
 // block's scores: every row split across the six workers.
-// CHECK: %a = nn.attention {{.*}}kernel = {key_chunk = 96 : i64, pv = "transposed", q_scale = "program", score_chunk = 96 : i64, scores = "transposed", softmax = "softmax_split"}
+// CHECK: %a = nn.attention {{.*}}kernel = {k_operand = "rows", key_chunk = 96 : i64, pv = "transposed", q_scale = "program", score_chunk = 96 : i64, scores = "transposed", softmax = "softmax_split"}
 // CHECK: %s = nn.softmax {{.*}}kernel = {rows = "softmax"}
 // Four rows of 512 on 16 tiles: one row per tile, split across the workers.
 // CHECK: %p = nn.softmax {{.*}}kernel = {rows = "softmax_split"}
 
 // A second run with options replaces the recorded choices (overwrite=true): keys in chunks of 48, and the softmax
 // that fits them (the split form's partials live where one chunk's K^T panels do).
-// CHUNK: %a = nn.attention {{.*}}kernel = {key_chunk = 48 : i64, pv = "transposed", q_scale = "program", score_chunk = 48 : i64, scores = "transposed", softmax = "softmax"}
+// CHUNK: %a = nn.attention {{.*}}kernel = {k_operand = "rows", key_chunk = 48 : i64, pv = "transposed", q_scale = "program", score_chunk = 48 : i64, scores = "transposed", softmax = "softmax"}
 
 // Without overwrite a second run keeps what a person wrote into the IR.
 // KEPT: %n = nn.layer_norm {{.*}}kernel = {rows = "layernorm_split"}

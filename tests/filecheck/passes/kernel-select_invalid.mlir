@@ -5,6 +5,7 @@
 // RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/rows = "softmax[a-z_]*"/rows = "softmax_fast"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=VALUE
 // RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/kernel = {rows = "softmax[a-z_]*"}/kernel = "softmax"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=DICT
 // RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/q_scale = "program"/q_scale = "sum"/' | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=QSCALE
+// RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/k_operand = "rows"/k_operand = "sideways"/' | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=KOPERAND
 
 // OPT: ipu-opt: error: kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got 40
 // SCORES: ipu-opt: error: kernel-select: scores must be one of ['transposed', 'direct'], got 'sideways'
@@ -14,6 +15,7 @@
 // VALUE: ipu-opt: error: kernel-select: nn.softmax (s): kernel choice rows = 'softmax_fast': expected one of ['softmax', 'softmax_split']
 // Q's scale left to a sum where Q comes from none (here a linear that is not split over K):
 // QSCALE: ipu-opt: error: kernel-select: nn.attention: kernel choice q_scale = 'sum' needs Q from an f16 K-split sum read by this attention only
+// KOPERAND: ipu-opt: error: kernel-select: nn.attention (a): kernel choice k_operand = 'sideways': expected one of ['in_place', 'rows']
 // DICT: ipu-opt: error: kernel-select: nn.softmax: the 'kernel' attribute must be a dictionary, got "softmax"
 
 builtin.module {
