@@ -1779,8 +1779,8 @@ class NnOps:
     ) -> bool:
         """kernel-select's `k_operand = "in_place"` (chosen) checked for a call site: every block's shape takes
         it (`k_in_place_blocks`), and, on the final plan, K's and Q's panels share no memory element with the
-        scratch the S^T GEMMs and Q's rows write beside them (memory-plan's `kernel_scratch` pairs keep an op's
-        operands out of its scratch elements)."""
+        scratch written beside their loads (the S^T GEMMs' scores; Q^T's panels or Q's rows: memory-plan's
+        `kernel_scratch` pairs keep an op's operands out of its scratch elements)."""
         if not chosen:
             return False
         for t, job in jobs.items():
