@@ -32,7 +32,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
 | `cast_f16` | x: R rows of `valid` (default n, a multiple of 4, >= 4) f32 | y: R rows of n f16: f16(x), then zeros (3 bundles per atom, pipelined) |
 | `panels_f16` | x: `panels` column panels of R rows of `panel_width` (P) f16 each, panel j's row i at in0 + j * `panel_step` + i * in_stride (default 2P) | y: R rows of n f16: panel 0's row, panel 1's, ..., then zeros |
-| `panels_gap_f16` | as `panels_f16` | y: R rows of n = panels * (P + `gap`) f16: per panel its row's first `gap_at` halves, `gap` zeros, its other P - gap_at halves (the attention's Q rows for K's overlapping 16-column blocks, gemm.py); with `block_jump` (gap_at = 16) a row's two 32-byte blocks of panel j at out + r * out_stride + 2j * block_jump and block_jump further (F16 AMP weight panels of Q^T: out_stride 32, block_jump 512, rows of one 16-row group) |
+| `panels_gap_f16` | as `panels_f16` | y: R rows of n = panels * (P + `gap`) f16: per panel its row's first `gap_at` halves, `gap` zeros, its other P - gap_at halves (the attention's Q rows for K's overlapping 16-column blocks, gemm.py); with `block_jump` (gap_at = 16) row r's two 32-byte blocks of panel j at out + (r // 16) * 2 * panels * block_jump + (r % 16) * out_stride + 2j * block_jump and block_jump further (Q^T's F16 AMP weight panels: out_stride 32, block_jump 512; at most 96 rows) |
 
 Valid lengths (padded attention: the key count padded to the GEMM's 16 columns): softmax reads the atoms holding
 valid elements only; the last one is masked with f16v4min against a constant (+inf on valid lanes, -inf on the
@@ -1857,6 +1857,10 @@ class Rows:
                     f"panels_gap_f16: block_jump = {self.block_jump} needs gap_at = 16 (got {g}) and a multiple of 8 "
                     "bytes past the first block"
                 )
+            if self.block_jump and self.rows > 96:
+                raise ValueError(
+                    f"panels_gap_f16 with block_jump: at most 96 rows (a 16-row group per worker), got {self.rows}"
+                )
             if any(not -PACE_FIELD <= j < PACE_FIELD for j in self.pfg_jumps()):
                 raise ValueError(
                     f"panels_gap_f16: row jumps {self.pfg_jumps()} (atoms) exceed the pace stride fields"
@@ -2185,9 +2189,7 @@ class Rows:
         group with the most rows per worker), at most six groups."""
         if not self.block_jump or self.rows <= 16:
             return split(self.rows)
-        sizes = [min(16, self.rows - g0) for g0 in range(0, self.rows, 16)]
-        if len(sizes) > 6:
-            raise ValueError(f"panels_gap_f16 with block_jump: at most 96 rows (6 groups), got {self.rows}")
+        sizes = [min(16, self.rows - g0) for g0 in range(0, self.rows, 16)]  # at most six (__post_init__)
         workers = [1] * len(sizes)
         for _ in range(6 - len(sizes)):
             g = max(range(len(sizes)), key=lambda i: -(-sizes[i] // workers[i]))

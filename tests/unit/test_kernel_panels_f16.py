@@ -216,5 +216,7 @@ def test_panels_gap_shape_is_checked():
         R.Rows("panels_f16", 4, 80, gap_at=16, gap=8, **kw)
     with pytest.raises(ValueError, match="block_jump = 500 needs"):
         R.Rows("panels_gap_f16", 4, 96, gap_at=16, gap=8, out_stride=32, block_jump=500, **kw)
+    with pytest.raises(ValueError, match="at most 96 rows"):
+        R.Rows("panels_gap_f16", 97, 96, gap_at=16, gap=8, out_stride=32, block_jump=512, **kw)
     with pytest.raises(ValueError, match="exceed the pace stride fields"):
         R.Rows("panels_gap_f16", 4, 96, gap_at=16, gap=8, out_stride=32, block_jump=8192, **kw)
