@@ -2275,10 +2275,10 @@ def attention_program(
         # overlapping block reads again, then the rest (`panels_gap_f16` with block_jump: no worker's queries
         # span two 16-query groups); the queries m..qn zero.
         group = qk.width // 16 * 512
-        # Zeros first over the last group's queries from min(m, qn - 1) (the same step on every tile of a call
-        # site: with m = qn it zeroes query qn - 1, which its group's copy then overwrites).
-        z0 = min(m, sz.qn - 1)
-        call = rw.Rows("pad_f16", qk.width // 16, (sz.qn - z0) * 16, out=panels + (sz.qn // 16 - 1) * group
+        # The last group's queries m..qn zero: a row of (qn - m) * 16 halves per 16-deep block, 512 bytes apart
+        # (the same step on every tile of a call site: no rows where m = qn).
+        zrows, z0 = (qk.width // 16, m) if m < sz.qn else (0, sz.qn - 1)
+        call = rw.Rows("pad_f16", zrows, (sz.qn - z0) * 16, out=panels + (sz.qn // 16 - 1) * group
                        + (z0 % 16) * 32, out_stride=512, valid=0)  # fmt: skip
         prog.append(("Q^T zero query columns", call))
         call = rw.Rows("panels_gap_f16", m, qk.width, in0=qa, out=panels, panels=d // qp, panel_width=qp,
