@@ -507,6 +507,37 @@ def test_scores_of_a_chunk_past_whole_key_blocks():
     assert not any("zero rows" in label and ("K" in label or "S^T" in label) for label, _ in whole)
 
 
+@pytest.mark.parametrize("m", [32, 25, 17, 16, 9])
+def test_q_t_zero_query_columns(m):
+    """K read in place with Q in panels of 24: Q^T's weight panels come straight from Q's panels, and the last
+    16-query group's queries m..qn (the S^T GEMM's columns past the block's rows) are zeros in every 16-deep
+    block, written before that copy; no rows where m = qn. (The simulated programs do not need these zeros for
+    their results, which never read those columns: finite scores there are the point.)"""
+    e = IPU21.region1_element_bytes
+    sz = nnops.attention_sizes(m, 183, 72, e, transposed=True, v_direct=True)
+    panels = 0x90000
+    kw = dict(qa=0, ka=0x1000, va=0x2000, m=m, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
+              panels=panels, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
+              panels_of=(24, 24, 24), q_scaled=True, k_in_place=True)  # fmt: skip
+    prog = nnops.attention_program(sz, **kw)
+    labels = [label for label, _ in prog]
+    z, c = labels.index("Q^T zero query columns"), labels.index("Q^T panels from Q's column panels")
+    assert z < c and not any(label in ("Q zero rows", "Q^T panels") for label in labels)
+    fill, copy = prog[z][1], prog[c][1]
+    assert fill.op == "pad_f16" and fill.valid == 0 and copy.block_jump == 512 and copy.rows == m
+    written = {
+        fill.out + r * fill.out_stride + i for r in range(fill.rows) for i in range(fill.n * 2)
+    }  # fmt: skip
+    qn, blocks, group = sz.qn, 96 // 16, 96 // 16 * 512
+    want = {
+        panels + (q // 16) * group + b * 512 + (q % 16) * 32 + i
+        for q in range(m, qn)
+        for b in range(blocks)
+        for i in range(32)
+    }
+    assert written == want
+
+
 def test_k_in_place_blocks():
     """The S^T GEMMs read K's column panels in place for f16 Q and K in panels of one width p dividing the head,
     16 < p < 32 (two overlapping 16-column blocks, Q's rows with p's 32 - p repeated columns zeroed) or a multiple
