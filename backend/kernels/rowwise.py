@@ -1182,6 +1182,13 @@ def _pf_kernel(fast: tuple[int, ...] = PF_FAST_ATOMS) -> Code:
     return c
 
 
+def _pfg_names(g: int, z: int, rest: int, blocks: bool) -> tuple[str, str]:
+    """One panels_gap_f16 rows loop's names: the tag suffix its estimate counts, the label suffix its frame jumps
+    to (atoms before the zeros, zero atoms, atoms after them; `blocks`: the `block_jump` loop)."""
+    b = "b" if blocks else ""
+    return f"{g}z{z}r{rest}{b}", f"{g}_{z}_{rest}{b}"
+
+
 def _pfg_kernel() -> Code:
     """`panels_gap_f16`: per panel, the worker's rows as one pace stream (as `panels_f16`'s pace path: bundle t
     stores atom t and loads atom t + 1, the load and store addresses jumping to the next row by the stride
@@ -1225,9 +1232,9 @@ def _pfg_kernel() -> Code:
         last = [_b(pace.format(split if t == g - 1 else 0)) for t in range(a - 1)]
         last.append(_b("st64pace $a0:1, $m10:11+=, $m8, 0"))
         _pf_pad(c)
-        shape = f"{g}z{z}r{rest}" + ("b" if blocks else "")
+        shape, loop = _pfg_names(g, z, rest, blocks)
         c.tag = f"g{shape}"
-        c.label(f".L{n}_{g}_{z}_{rest}" + ("b" if blocks else ""))
+        c.label(f".L{n}_{loop}")
         c.rpt("$m5", full[:g] + [zero] * z + full[g:], f"row{shape}")
         c.tag = f"last{shape}"
         for m, aux in last[:g] + [zero] * z + last[g:]:
@@ -2174,8 +2181,14 @@ class Rows:
         f[PF_STEP], f[PF_PANELS], f[PF_WIDTH] = self.pstep, self.panels - 1, 2 * bj if bj else 8 * (a + z)
         jl, js, jb = self.pfg_jumps()
         f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10 | (jb & 0x3FF) << 20
-        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{g}_{z}_{a - g}" + ("b" if bj else "")]
+        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{self.pfg_loop[1]}"]
         return f
+
+    @property
+    def pfg_loop(self) -> tuple[str, str]:
+        """panels_gap_f16: its rows loop's (estimate tag suffix, label suffix), `_pfg_names`."""
+        g, z = self.gap_at // 4, self.gap // 4
+        return _pfg_names(g, z, self.panel_width // 4 - g, bool(self.block_jump))
 
     @property
     def group_bytes(self) -> int:
@@ -2476,9 +2489,7 @@ def worker_thread_cycles(k: Rows, rows: int) -> int:
     if k.op == "panels_f16":
         return pf_thread_cycles(k, rows)
     if k.op == "panels_gap_f16":
-        shape = f"{k.gap_at // 4}z{k.gap // 4}r{(k.panel_width - k.gap_at) // 4}" + (
-            "b" if k.block_jump else ""
-        )
+        shape = k.pfg_loop[0]
         per_panel = cnt["panel"] + cnt[f"g{shape}"] + (rows - 1) * cnt[f"row{shape}"] + cnt[f"last{shape}"]
         return cnt["head"] + cnt["tail"] + k.panels * (per_panel + cnt["pnext"])
     if k.op == "gelu":

@@ -1783,26 +1783,27 @@ class NnOps:
         `kernel_scratch` pairs keep an op's operands out of its scratch elements)."""
         if not chosen:
             return False
-        for t, job in jobs.items():
-            if k_in_place_blocks(size_of(job), esizes, panels_of) is None:
-                raise self.error(
-                    f"{what}: tile {t}: kernel choice k_operand = 'in_place' needs f16 Q and K in column panels of "
-                    f"one width p dividing the head (16 < p < 32 or a multiple of 16) and score chunks of at least "
-                    f"{gm.MIN_ROWS} keys on the transposed scores; got panels {panels_of[:2]}, element sizes "
-                    f"{esizes[:2]}, head {size_of(job).d}"
-                )
         c_area, a_area = areas[0], areas[1]
         el = self.target.element_of
 
         def elements(lo, hi):
             return set(range(int(el(lo)), int(el(hi - 1)) + 1))
 
-        for t, job in jobs.items() if not self.measure else ():
+        for t, job in jobs.items():
             sz = size_of(job)
+            qk = k_in_place_blocks(sz, esizes, panels_of)
+            if qk is None:
+                raise self.error(
+                    f"{what}: tile {t}: kernel choice k_operand = 'in_place' needs f16 Q and K in column panels of "
+                    f"one width p dividing the head (16 < p < 32 or a multiple of 16) and score chunks of at least "
+                    f"{gm.MIN_ROWS} keys on the transposed scores; got panels {panels_of[:2]}, element sizes "
+                    f"{esizes[:2]}, head {sz.d}"
+                )
+            if self.measure:  # addresses of a measuring lowering are not the plan's
+                continue
             qa, ka, m = job[0], job[1], job[3]
             # K beside the scores in C (the S^T GEMMs); Q beside what the pace bundles that read it write: Q^T's
             # panels in aux (`panels_gap_f16`), or its rows in A (`panels_f16`)
-            qk = k_in_place_blocks(sz, esizes, panels_of)
             q_out = areas[2] if qk.gap else a_area
             for name, lo, hi, area, a_hi in (
                 ("K's panels", ka, ka + sz.d * sz.seq * 2, c_area, c_area + sz.spad * 2 * sz.qn),
@@ -2266,8 +2267,16 @@ def attention_program(
 
     qp = panels_of[0]
     q_via_c = False  # f16 Q in narrow panels: made f32 rows in C first (a flag: Q's own buffer may lie at C)
-    kin = k_in_place and k_in_place_blocks(sz, esizes, panels_of) is not None
-    qk = k_in_place_blocks(sz, esizes, panels_of) if kin else None
+
+    def scale_q(area: int, halves: int) -> None:
+        # f16 Q scaled in place (`scale_f16`: f16(q * f16(scale)), zeros stay zeros), unless its K-split sum did
+        if not q_scaled:
+            prog.append(
+                ("Q * scale", ew.Elementwise("scale_f16", halves // 4, in0=area, out=area, scalar=scale))
+            )
+
+    qk = k_in_place_blocks(sz, esizes, panels_of) if k_in_place else None
+    kin = qk is not None
     qt_direct = kin and qk.gap > 0  # Q^T's weight panels written straight from Q's column panels
     if qt_direct:
         # Q^T's F16 weight panels ([qn / 16][K blocks][16 queries][16 halves]) in the order of the K blocks the
@@ -2284,26 +2293,14 @@ def attention_program(
         call = rw.Rows("panels_gap_f16", m, qk.width, in0=qa, out=panels, panels=d // qp, panel_width=qp,
                        panel_step=m * qp * 2, gap_at=16, gap=qk.gap, out_stride=32, block_jump=512)  # fmt: skip
         prog.append(("Q^T panels from Q's column panels", call))
-        if not q_scaled:
-            prog.append(
-                (
-                    "Q * scale",
-                    ew.Elementwise("scale_f16", sz.qn * qk.width // 4, in0=panels, out=panels, scalar=scale),
-                )
-            )
+        scale_q(panels, sz.qn * qk.width)
     elif kin:
         # Q's rows in the order of the K blocks the S^T GEMMs read from K's panels (p a multiple of 16: Q's
         # panels side by side); Q^T's panels are made from these rows.
         call = rw.Rows("panels_f16", m, qk.width, in0=qa, out=a_area, panels=d // qp, panel_width=qp,
                        panel_step=m * qp * 2)  # fmt: skip
         prog.append(("Q rows in K's block order", call))
-        if not q_scaled:
-            prog.append(
-                (
-                    "Q * scale",
-                    ew.Elementwise("scale_f16", m * qk.width // 4, in0=a_area, out=a_area, scalar=scale),
-                )
-            )
+        scale_q(a_area, m * qk.width)
     elif esizes[0] == 2:
         # f16 Q: its rows of dpad in A in one pass (`panels_f16` from column panels, `pad_f16` from rows; zero
         # columns d..dpad), then scaled in place in f16 (`scale_f16`: f16(q * f16(scale)), zeros stay zeros).
@@ -2316,13 +2313,8 @@ def attention_program(
         else:  # narrow panels: through f32 rows in C, as f32 Q
             panel_rows("Q to f32", "to_f32", m, qp, qa, m, 0, 2, c_area, 4, d * 4)
             qa, qp, q_via_c = c_area, None, True
-        if not (q_via_c or q_scaled):
-            prog.append(
-                (
-                    "Q * scale",
-                    ew.Elementwise("scale_f16", m * dpad // 4, in0=a_area, out=a_area, scalar=scale),
-                )
-            )
+        if not q_via_c:
+            scale_q(a_area, m * dpad)
     if q_scaled and (esizes[0] != 2 or q_via_c):
         raise ValueError(
             "kernel choice q_scale = 'sum' needs f16 Q scaled in place (row-major, or column panels of a multiple of "

@@ -427,6 +427,15 @@ def test_output_transposed_gives_the_same_bits(monkeypatch, t, m):
         assert cosine(g, w) >= 0.9999, cosine(g, w)
 
 
+def so400m_block_kw(**changes) -> dict:
+    """`attention_program`'s keywords for one So400m key-split block (32 query rows, f16 Q, K, V in 24-wide
+    column panels, O^T = V^T P^T, Q scaled by its sum), with `changes`."""
+    kw = dict(qa=0, ka=0x1000, va=0x2000, m=32, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
+              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
+              panels_of=(24, 24, 24), q_scaled=True)  # fmt: skip
+    return kw | changes
+
+
 def test_v_direct_one_chunk_past_whole_key_blocks():
     """O^T = V^T P^T with f16 V (`attention_sizes`' v_direct): So400m's key-split block (32 query rows, 183 keys,
     head 72, V in 24-wide panels) is one chunk, not 160 + 23 keys: V^T's 176 keys of whole blocks straight from
@@ -438,9 +447,7 @@ def test_v_direct_one_chunk_past_whole_key_blocks():
     old = nnops.attention_sizes(32, 183, 72, e, transposed=True)
     new = nnops.attention_sizes(32, 183, 72, e, transposed=True, v_direct=True)
     assert [nk for _, nk in old.chunks] == [160, 23] and new.chunks == [(0, 183)] and new.v_direct
-    kw = dict(qa=0, ka=0x1000, va=0x2000, m=32, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
-              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
-              panels_of=(24, 24, 24), q_scaled=True)  # fmt: skip
+    kw = so400m_block_kw()
     progs = {v: nnops.attention_program(sz, **kw) for v, sz in ((False, old), (True, new))}
     labels = [label for label, _ in progs[True]]
     gemms = [c for label, c in progs[True] if "O^T" in label and isinstance(c, gm.Gemm)]
@@ -487,9 +494,7 @@ def test_scores_of_a_chunk_past_whole_key_blocks():
 
     e = IPU21.region1_element_bytes
     sz = nnops.attention_sizes(32, 183, 72, e, transposed=True, v_direct=True)
-    kw = dict(qa=0, ka=0x1000, va=0x2000, m=32, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
-              panels=0x90000, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
-              panels_of=(24, 24, 24), q_scaled=True)  # fmt: skip
+    kw = so400m_block_kw()
     prog = nnops.attention_program(sz, **kw)
     labels = [label for label, _ in prog]
     assert not any(label.startswith("K zero rows") for label in labels)
@@ -516,9 +521,7 @@ def test_q_t_zero_query_columns(m):
     e = IPU21.region1_element_bytes
     sz = nnops.attention_sizes(m, 183, 72, e, transposed=True, v_direct=True)
     panels = 0x90000
-    kw = dict(qa=0, ka=0x1000, va=0x2000, m=m, out=0x3000, scale=0.125, c_area=0x80000, a_area=0x88000,
-              panels=panels, esizes=(2, 2, 2, 4), stats=True, o_stride=74 * 4, pv_transposed=True,
-              panels_of=(24, 24, 24), q_scaled=True, k_in_place=True)  # fmt: skip
+    kw = so400m_block_kw(m=m, panels=panels, k_in_place=True)
     prog = nnops.attention_program(sz, **kw)
     labels = [label for label, _ in prog]
     z, c = labels.index("Q^T zero query columns"), labels.index("Q^T panels from Q's column panels")

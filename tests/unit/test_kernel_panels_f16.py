@@ -21,9 +21,10 @@ X, OUT, FRAME = 0x60000, 0x70000, 0x5C000
 X1, OUT1 = 0x90000, 0xA8000  # region 1 (interleaved)
 
 
-def _run(k: R.Rows, gap: bool = False) -> int:
-    """Runs k on random panels; checks the output rows against the semantics and the bytes between them (NaN
-    before the call) unchanged; gap: the bytes between panels hold data (-1.0) that must not be copied."""
+def _call(k: R.Rows, out_bytes: int, gap: bool = False) -> tuple[np.ndarray, Simulator]:
+    """Runs k on random panels, the out_bytes at k.out NaN before the call, its estimate checked against the
+    simulator's cycles; gap: the bytes between panels hold data (-1.0) that must not be copied. The panels and
+    the simulator after the call."""
     p = k.panel_width
     rs = np.random.default_rng(k.rows * 100 + k.panels * 10 + p)
     x = (rs.standard_normal((k.panels, k.rows, p)) * 4).astype(np.float16)
@@ -34,16 +35,21 @@ def _run(k: R.Rows, gap: bool = False) -> int:
     for j in range(k.panels):
         for i in range(k.rows):
             mem[k.in0 + j * k.pstep + i * k.istride] = x[j, i]
-    out_bytes = k.rows * k.ostride
     mem[k.out] = np.full(out_bytes // 2, np.nan, np.float16)
     sim = Simulator(TARGET)
     cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
     assert R.cycles(k) == cyc, (R.cycles(k), cyc)
+    return x, sim
+
+
+def _run(k: R.Rows, gap: bool = False) -> None:
+    """Runs k (`_call`); checks the output rows against the semantics and the bytes between them unchanged."""
+    out_bytes = k.rows * k.ostride
+    x, sim = _call(k, out_bytes, gap)
     got = sim.read(k.out, out_bytes, np.uint16, tiles=[0]).reshape(k.rows, k.ostride // 2)
     want = R.semantics(k, x)["out"]
     np.testing.assert_array_equal(got[:, : k.n], want.view(np.uint16))
     assert (got[:, k.n :] == np.float16(np.nan).view(np.uint16)).all()  # between the rows: untouched
-    return cyc
 
 
 # (rows, panels, P, n): the attention's K (72 = 3 x 24 of 80), rows with a remainder, fewer rows than workers (1, 4),
@@ -180,19 +186,13 @@ def test_panels_gap_into_weight_panels(rows, panels, p, block_jump):
     gap = 32 - p
     k = R.Rows("panels_gap_f16", rows, panels * 32, in0=X, out=OUT, panels=panels, panel_width=p, gap_at=16,
                gap=gap, out_stride=32, block_jump=block_jump)  # fmt: skip
-    rs = np.random.default_rng(rows * 100 + panels * 10 + p)
-    x = (rs.standard_normal((panels, rows, p)) * 4).astype(np.float16)
-    mem = {X + j * k.pstep + i * k.istride: x[j, i] for j in range(panels) for i in range(rows)}
     group = 2 * panels * block_jump
     span = -(-rows // 16) * group
-    mem[OUT] = np.full(span // 2, np.nan, np.float16)
-    sim = Simulator(TARGET)
-    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    x, sim = _call(k, span)
     contiguous = R.Rows("panels_gap_f16", rows, panels * 32, in0=X, out=OUT, panels=panels, panel_width=p,
                         gap_at=16, gap=gap)  # fmt: skip
-    assert R.cycles(k) == cyc
     if rows <= 16:
-        assert cyc == R.cycles(contiguous)
+        assert R.cycles(k) == R.cycles(contiguous)
     assert all(first // 16 == (first + cnt - 1) // 16 for first, cnt in k.pfg_split() if cnt)
     assert sum(cnt for _, cnt in k.pfg_split()) == rows
     got = sim.read(OUT, span, np.uint16, tiles=[0]).reshape(-1)
