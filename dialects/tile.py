@@ -645,7 +645,8 @@ class AttentionPlanAttr(_KVAttr):
     kind: "materialized" (whole score rows [qblock, S] on the tile) or "flash" (64-key blocks with an online
     softmax merge). Only "materialized" is implemented by the lower levels; kblock records the flash block.
     A key-split attention (`nn.attention_partial`) has grid [nq, heads, chunks]: cell (i, h, j) holds query block
-    i of head h against key chunk j; its `nn.attention_merge` gets the same grid with kind "merge"."""
+    i of head h against key chunk j; its `nn.attention_merge` gets the same grid with kind "merge", and there
+    kblock is the heads of one merge result block (0 or 1: one head; tile-plan's `merge_block_heads`)."""
 
     name = "tile.attention"
     kind: StringAttr

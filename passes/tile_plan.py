@@ -966,20 +966,45 @@ def attention_partial_layouts(op: nn.AttentionPartialOp, plan: tl.AttentionPlanA
     return [q, k, v], res
 
 
+def merge_heads(plan: tl.AttentionPlanAttr) -> int:
+    """Heads per result block of a key-split attention's merge: its plan's `kblock` (0: one)."""
+    return max(1, plan.get("kblock"))
+
+
 def attention_merge_layouts(op: nn.AttentionMergeOp, plan: tl.AttentionPlanAttr, num_tiles: int):
-    """The merge of a key-split attention (plan: its partial's grid): each query block's rows split evenly over
-    its chunks' tiles; cell (i, h, j) merges rows i * qblock + j * qblock / chunks .. of head h: operand blocks
-    [chunks, qblock / chunks, D + 2] (every chunk's o, m, l of those rows), result blocks [qblock / chunks, D]."""
+    """The merge of a key-split attention (plan: its partial's grid; `merge_heads` hb heads per result block):
+    each query block's rows of hb heads split evenly over those heads' chunks' tiles, rb = qblock / (chunks hb)
+    rows each: the s-th row block of query block i and head group g merges on cell (i, hb g + s // chunks,
+    s % chunks). Its operand blocks are hb blocks [chunks, rb, D + 2] (one per head: every chunk's o, m, l of
+    those rows), its result block [rb, hb D] (hb heads side by side: a consumer reading K chunks of hb heads gets
+    row-major blocks, not column panels of one head)."""
     nq, h, n = plan.get("grid")
-    rb = plan.get("qblock") // n
+    hb = merge_heads(plan)
+    qb = plan.get("qblock")
     _, t, w = op.partials.type.get_shape()
     d = w // h - 2
+    if h % hb or qb % (n * hb):
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: merge blocks of {hb} heads (plan kblock) need a divisor of the {h} heads "
+            f"whose row blocks split the {qb}-row query blocks over {n} chunks each"
+        )
+    rb = qb // (n * hb)
     r = np.arange(-(-t // rb))
-    tab = np.ascontiguousarray(
-        partial_cells(plan, num_tiles)[r // n, :, r % n].reshape(-1, 1).astype(np.int32)
+    i, s = r // (n * hb), r % (n * hb)
+    cells = partial_cells(plan, num_tiles)
+    g = np.arange(h // hb)
+    # [row blocks, head groups]: the tile of each result block
+    res_tab = cells[i[:, None], hb * g[None, :] + (s // n)[:, None], (s % n)[:, None]].astype(np.int32)
+    part_tab = np.repeat(res_tab, hb, axis=1)  # [row blocks, heads]: every head of a group on its tile
+    parts = tl.make_layout(
+        (n, t, w),
+        (n, rb, d + 2),
+        np.ascontiguousarray(part_tab.reshape(-1, 1)),
+        op.partials.type.element_type,
     )
-    parts = tl.make_layout((n, t, w), (n, rb, d + 2), tab, op.partials.type.element_type)
-    res = tl.make_layout((t, h * d), (rb, d), tab, op.result.type.element_type)
+    res = tl.make_layout(
+        (t, h * d), (rb, hb * d), np.ascontiguousarray(res_tab.reshape(-1, 1)), op.result.type.element_type
+    )
     return [parts], res
 
 
@@ -1393,11 +1418,45 @@ def choose_attention_merge(op: nn.AttentionMergeOp, target: Target) -> tl.Attent
         )
     nq, h, n = plan.get("grid")
     d = op.partials.type.get_shape()[2] // h - 2
+    hb = merge_block_heads(op, h, d, plan.get("qblock"), n)
     cycles = cm.elementwise_cycles(plan.get("qblock") // n * d * n * 2, "mul", "f32", target)
     return tl.AttentionPlanAttr(
-        tl.StringAttr("merge"), plan.grid, plan.qblock, plan.kblock, plan.base, tl.StringAttr("f32"),
-        tl.IntAttr(cycles),
+        tl.StringAttr("merge"), plan.grid, plan.qblock, tl.IntAttr(hb if hb > 1 else 0), plan.base,
+        tl.StringAttr("f32"), tl.IntAttr(cycles),
     )  # fmt: skip
+
+
+def merge_block_heads(op: nn.AttentionMergeOp, h: int, d: int, qblock: int, chunks: int) -> int:
+    """Heads per merge result block (`merge_heads`): the fewest hb whose blocks [rows, hb d] are whole K blocks
+    of the AMP (16 f16 / 32 FP8 columns) tiling the K chunks of every `nn.linear_partials` reading the merge as
+    x (through casts), so that its GEMMs read x's blocks in place instead of gathering rows from column panels of
+    one head (So400m: d = 72, out_proj's chunks of 144: hb = 2). One head when d is already whole blocks, when a
+    consumer is anything else, or when no hb divides the heads and the query blocks' rows (qblock / (chunks hb)
+    rows per cell). Each merge tile then receives chunks x hb operand pieces instead of chunks."""
+    readers, todo = [], [op.result]
+    while todo:
+        v = todo.pop()
+        for use in v.uses:
+            user = use.operation
+            if isinstance(user, nn.CastOp):
+                todo.append(user.results[0])
+            elif isinstance(user, nn.LinearPartialsOp) and use.index == 0:
+                readers.append(user)
+            else:
+                return 1
+    if not readers:
+        return 1
+    for hb in range(1, h + 1):
+        if h % hb or qblock % (chunks * hb):
+            continue
+        width = hb * d
+        if all(
+            lp.chunk % width == 0
+            and width % (32 if tl.element_bytes(lp.input.type.element_type) == 1 else 16) == 0
+            for lp in readers
+        ):
+            return hb
+    return 1
 
 
 def map_plan(kind: str, cycles: int) -> tl.MapPlanAttr:

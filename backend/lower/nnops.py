@@ -1913,8 +1913,9 @@ class NnOps:
             self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
 
     def attention_merge(self, op: nn.AttentionMergeOp, plan) -> None:
-        """Per result block (rows of one head) on its tile: `attn_merge<chunks>` over the operand block
-        [chunks, rows, D + 2] (every chunk's o, m and l of those rows) into the block's f32 rows."""
+        """Per result block (rows of hb heads side by side, tile-plan's `merge_heads`) on its tile, per head:
+        `attn_merge<chunks>` over that head's operand block [chunks, rows, D + 2] (every chunk's o, m and l of
+        those rows) into the head's D columns of the block's f32 rows."""
         what = f"nn.attention_merge ({op.results[0].name_hint or 'unnamed'})"
         lay, pl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(op.partials)
         if (
@@ -1932,21 +1933,27 @@ class NnOps:
         rounds: list[dict[int, rw.Rows]] = []
         for blk in range(lay.num_blocks):
             (r0, c0), (mr, nc) = (int(x) for x in g.block_origin[blk]), (int(x) for x in g.block_dims[blk])
-            if nc != d or c0 % d:
-                raise self.error(f"{what}: result blocks must be one head's {d} columns, got {nc} at {c0}")
+            if nc % d or c0 % d:
+                raise self.error(
+                    f"{what}: result blocks must be whole heads of {d} columns, got {nc} at {c0}"
+                )
             for rep in range(table.shape[1]):
                 t = int(table[blk, rep])
-                pa = self._panel_addr(op.partials, t, (0, r0, c0 // d * (d + 2)), (n, mr, d + 2), what)
-                call = rw.Rows(
-                    f"attn_merge{n}", mr, d, in0=pa, out=int(out[t]) + int(g.offset[blk, rep]) * 4,
-                    in_stride=(d + 2) * 4, st0=mr * (d + 2) * 4,
-                )  # fmt: skip
-                i = 0
-                while i < len(rounds) and t in rounds[i]:
-                    i += 1
-                if i == len(rounds):
-                    rounds.append({})
-                rounds[i][t] = call
+                at = int(out[t]) + int(g.offset[blk, rep]) * 4
+                for j in range(nc // d):  # the block's heads: one call each, its columns of the block's rows
+                    pa = self._panel_addr(
+                        op.partials, t, (0, r0, (c0 // d + j) * (d + 2)), (n, mr, d + 2), what
+                    )
+                    call = rw.Rows(
+                        f"attn_merge{n}", mr, d, in0=pa, out=at + j * d * 4, in_stride=(d + 2) * 4,
+                        out_stride=nc * 4, st0=mr * (d + 2) * 4,
+                    )  # fmt: skip
+                    i = 0
+                    while i < len(rounds) and t in rounds[i]:
+                        i += 1
+                    if i == len(rounds):
+                        rounds.append({})
+                    rounds[i][t] = call
         for i, calls in enumerate(rounds):
             self.kcall(f"{what} [{i}]" if len(rounds) > 1 else what, calls)
 

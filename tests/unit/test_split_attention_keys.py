@@ -263,3 +263,43 @@ def test_pt_panels_written_by_the_softmax_give_the_same_bits(key_chunk, image, t
     assert seen and all(ops == ["softmax_m"] and not fused for ops, *_, fused in seen)
     for k in ("last_hidden_state", "pooler_output"):
         np.testing.assert_array_equal(out[k], forced[k])
+
+
+def test_merge_blocks_of_two_heads(monkeypatch):
+    """Head dimension 24 (not whole 16-column K blocks) with out_proj split in K chunks of two heads: tile-plan's
+    merge writes result blocks of two heads side by side (`kblock = 2`, `merge_block_heads`), so out_proj's x
+    arrives row-major and its GEMM reads it in place (no x rows gathered from column panels of one head). The
+    same arithmetic as blocks of one head: bit-identical outputs, and as close to the device reference."""
+    from ipu.passes import tile_plan
+
+    cfg = SiglipVisionConfig(**{**_config(112).to_dict(), "hidden_size": 96, "num_attention_heads": 4})
+    spec = "nn-split-attention-keys{chunks=2}"
+    tiles = 256
+    planned = _apply(
+        build_vision_model(cfg),
+        f"{spec},ipu-compile-pipeline{{tiles={tiles} repeat=false stop_after=nn-to-exchange-pipeline}}",
+    )
+    merge = next(op for op in planned.walk() if isinstance(op, nn.AttentionMergeOp))
+    assert merge.attributes[tl.PLAN_ATTR].get("kblock") == 2
+    res = tl.layout_of(merge.results[0])
+    assert res.block_[1] == 48 and res.order.data == "row_major"
+    # Every merge tile holds its result block and both heads' operand blocks.
+    parts = tl.layout_of(merge.partials)
+    assert np.array_equal(
+        np.sort(np.bincount(parts.table()[:, 0])[res.table()[:, 0]]), np.full(res.num_blocks, 2)
+    )
+    # out_proj's x: the merge's cast, followed through the exchange phases (result i carries operand i).
+    v, reader = next(iter(merge.results[0].uses)).operation.results[0], None
+    while reader is None:
+        use = next(iter(v.uses))
+        if isinstance(use.operation, nn.LinearPartialsOp):
+            reader = use.operation
+        else:
+            v = use.operation.results[use.index]
+    assert reader.chunk == 48 and tl.layout_of(reader.input).order.data == "row_major"
+    two, ref = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
+    monkeypatch.setattr(tile_plan, "merge_block_heads", lambda *a: 1)
+    one, _ = _run(_apply(build_vision_model(cfg), spec), cfg, tiles)
+    for k in ("last_hidden_state", "pooler_output"):
+        np.testing.assert_array_equal(two[k], one[k])
+        assert _rel(two[k], ref[k]) <= 0.005, k

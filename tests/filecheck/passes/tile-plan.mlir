@@ -136,3 +136,41 @@ func.func @budget_given() attributes {tile.gemm_budget = 21000 : i64} {
 }
 // CHECK-LABEL: func.func @budget_given() attributes {tile.gemm_budget = 21000 : i64}
 // CHECK:       nn.linear {{.*}}tile.plan = #tile.gemm<grid = [2, 2], panel = [32, 64, 32]
+
+// -----
+
+// A key-split attention's merge read as a GEMM's x in K chunks of two heads (d = 24: not whole 16-column K
+// blocks): result blocks of two heads side by side (kblock = 2), [qblock / (chunks x 2), 48] = [2, 48], so the
+// x blocks arrive row-major and the GEMM reads them in place. The merge of rows 2r.. runs on cell (0, r / 2,
+// r % 2): tile r.
+
+func.func @merge_two_heads() {
+  %q = nn.input "q" : tensor<8x48xf16>
+  %w = nn.param "w" : tensor<32x48xf16>
+  %p = nn.attention_partial %q, %q, %q heads=2 scale=0.2 chunks=2 : tensor<8x48xf16>, tensor<8x48xf16>, tensor<8x48xf16> -> tensor<2x8x52xf32>
+  %m = nn.attention_merge %p heads=2 : tensor<2x8x52xf32> -> tensor<8x48xf32>
+  %c = nn.cast %m : tensor<8x48xf32> -> tensor<8x48xf16>
+  %y = nn.linear_partials %c, %w k_chunk=48 : tensor<8x48xf16>, tensor<32x48xf16> -> tensor<1x8x32xf16>
+  func.return
+}
+// CHECK-LABEL: func.func @merge_two_heads()
+// CHECK:       nn.attention_merge {{.*}}kind = "merge", grid = [1, 2, 2], qblock = 8, kblock = 2,
+// CHECK-SAME:  tile.layout = #tile.layout<shape = [8, 48], block = [2, 48], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "row_major"
+// CHECK:       nn.cast {{.*}}block = [2, 48]{{.*}}order = "row_major", dtype = f16
+
+// -----
+
+// One head per block when the GEMM's chunks are one head (kblock = 0).
+
+func.func @merge_one_head() {
+  %q = nn.input "q" : tensor<8x48xf16>
+  %w = nn.param "w" : tensor<32x48xf16>
+  %p = nn.attention_partial %q, %q, %q heads=2 scale=0.2 chunks=2 : tensor<8x48xf16>, tensor<8x48xf16>, tensor<8x48xf16> -> tensor<2x8x52xf32>
+  %m = nn.attention_merge %p heads=2 : tensor<2x8x52xf32> -> tensor<8x48xf32>
+  %c = nn.cast %m : tensor<8x48xf32> -> tensor<8x48xf16>
+  %y = nn.linear_partials %c, %w k_chunk=24 : tensor<8x48xf16>, tensor<32x48xf16> -> tensor<2x8x32xf16>
+  func.return
+}
+// CHECK-LABEL: func.func @merge_one_head()
+// CHECK:       nn.attention_merge {{.*}}kind = "merge", grid = [1, 2, 2], qblock = 8, kblock = 0,
+// CHECK-SAME:  block = [4, 24]

@@ -97,3 +97,13 @@ func.func @budget_not_bytes() attributes {tile.gemm_budget = "a lot"} {
   func.return
 }
 // CHECK: tile-plan: @budget_not_bytes: tile.gemm_budget = "a lot": a positive byte count expected
+
+// -----
+
+func.func @merge_heads_not_dividing() {
+  %q = nn.input "q" : tensor<8x48xf16>
+  %p = nn.attention_partial %q, %q, %q heads=2 scale=0.2 chunks=2 : tensor<8x48xf16>, tensor<8x48xf16>, tensor<8x48xf16> -> tensor<2x8x52xf32>
+  %m = nn.attention_merge %p heads=2 {tile.plan = #tile.attention<kind = "merge", grid = [1, 2, 2], qblock = 8, kblock = 3, base = 0, precision = "f32", cycles = 0>} : tensor<2x8x52xf32> -> tensor<8x48xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.attention_merge (%m): merge blocks of 3 heads (plan kblock) need a divisor of the 2 heads whose row blocks split the 8-row query blocks over 2 chunks each
