@@ -26,7 +26,7 @@ Operand layouts (byte addresses, any memory; every access is one 32- or 64-bit l
 | `to_f32_scaled_l` | x: R rows of n f16, l the f16 at column n of each row (in_stride >= 2n + 4) | y: as `to_f32_scaled`, l first stored as f32 at byte st0 of the output row |
 | `to_f32_scaled_t` | x: the transposed rows, n + 1 rows of at least 4 ceil(R / 4) f16 columns (in_stride bytes apart, a multiple of 8): column q is row q's n values, row n its l | y: as `to_f32_scaled_l` for rows read as columns (R rows of n f32, l as f32 at byte st0 of each), the same bits (4 ceil(R / 4) columns read) |
 | `sms_stats` | x: R rows of `softmax_split`'s partials (in_stride 96) | y: R pairs (m, l) f32 (out_stride apart, 8-byte aligned): the row max and sum of e, combined as its passes combine them |
-| `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
+| `attn_merge2`, `attn_merge3`, `attn_merge4` | x: 2 / 3 / 4 chunks [R][n + 2] f32 (o_j, m_j, l_j per row; chunk step st0 bytes; with `heads` = hb blocks of R / hb rows, head_step bytes apart, row i is block i % hb's row i / hb) | y: R rows of n f32: sum_j c_j o_j, c_j = l_j e^(m_j - M) / sum_i l_i e^(m_i - M), M = max_j m_j |
 | `to_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f32 | y: R rows of n f16: f16(f32(x * scale)), then zeros |
 | `to_f32` | x: R rows of n f16 | y: R rows of n f32 |
 | `pad_f16` | x: R rows of `valid` (default n, a multiple of 4, may be 0) f16 | y: R rows of n f16: x, then zeros |
@@ -305,22 +305,26 @@ ESIZES = {
 TO_F32_SCALED = ("to_f32_scaled", "to_f32_scaled_l")
 MERGE_CHUNKS = {"attn_merge2": 2, "attn_merge3": 3, "attn_merge4": 4}
 MPART = CONST  # attn_merge's frame: per worker its part of a row (`Rows.merge_split`), 0: none
+# attn_merge with `heads` (hb, a power of two) operand blocks: row i reads block i & MG_HMASK's row i >> MG_HSHIFT,
+# the blocks MG_HSTEP bytes apart (hb = 1: mask 0, shift 0, the plain row pointer).
+MG_HSHIFT, MG_HMASK, MG_HSTEP = IN1, IN2, ST1
 
 
 def _b(main: str, aux: str = "fnop") -> tuple[str, str]:
     return (main, aux)
 
 
-def _head(c: Code, idle: bool = True) -> None:
+def _head(c: Code, idle: bool = True, ptrs=None) -> None:
     """Rows in $m5 (minus one, for brnzdec), first row in $m6; row pointers $m1 (in0), $m2 (out); atoms in $m4.
-    idle=False: no idle test and $m5 the rows themselves (the caller tests them)."""
+    idle=False: no idle test and $m5 the rows themselves (the caller tests them). ptrs: the row pointers'
+    code (default `_row_ptrs`)."""
     c.one("get $m0, $WSR")
     c.one("shl $m7, $m0, 2")
     c.one(f"ld32 $m5, $mvertex_base, $m7, {CNT}")
     if idle:
         c.one(f"brz $m5, .L{c.name}_idle")
     c.one(f"ld32 $m6, $mvertex_base, $m7, {FIRST}")
-    _row_ptrs(c, "$m6")
+    (ptrs or _row_ptrs)(c, "$m6")
     c.one(f"ld32 $m4, $mvertex_base, $mzero, {ATOMS}")
     if idle:
         c.one("sub $m5, $m5, 1")
@@ -333,6 +337,26 @@ def _row_ptrs(c: Code, row: str) -> None:
         c.one(f"mul {reg}, {reg}, {row}")
         c.one(f"ld32 $m3, $mvertex_base, $mzero, {base}")
         c.one(f"add {reg}, {reg}, $m3")
+
+
+def _merge_ptrs(c: Code, row: str) -> None:
+    """attn_merge: $m1 = in0 + (row >> MG_HSHIFT) * in_stride + (row & MG_HMASK) * MG_HSTEP (row i of a call
+    over hb heads' operand blocks is row i / hb of block i % hb), $m2 = out + row * out_stride ($m3, $m7 used)."""
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {MG_HSHIFT}")
+    c.one(f"shr $m3, {row}, $m3")
+    c.one(f"ld32 $m1, $mvertex_base, $mzero, {ISTRIDE}")
+    c.one("mul $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {MG_HMASK}")
+    c.one(f"and $m3, {row}, $m3")
+    c.one(f"ld32 $m7, $mvertex_base, $mzero, {MG_HSTEP}")
+    c.one("mul $m3, $m3, $m7")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
+    c.one("add $m1, $m1, $m3")
+    c.one(f"ld32 $m2, $mvertex_base, $mzero, {OSTRIDE}")
+    c.one(f"mul $m2, $m2, {row}")
+    c.one(f"ld32 $m3, $mvertex_base, $mzero, {OUT}")
+    c.one("add $m2, $m2, $m3")
 
 
 def _state_ptr(c: Code, reg: str, word: int, size: int = 4) -> None:
@@ -961,7 +985,7 @@ def _merge_kernel(op: str) -> Code:
     computed again by every worker that takes a part of it (the same operations: the same values)."""
     nc = MERGE_CHUNKS[op]
     c = Code(f"rows_{op}")
-    _head(c, idle=False)
+    _head(c, idle=False, ptrs=_merge_ptrs)
     c.one("shl $m0, $m4, 4")  # the stats' byte offset in a row (4 n)
     c.one("shl $m4, $m4, 1")  # pairs of columns less the peeled first
     c.one("sub $m4, $m4, 1")
@@ -972,7 +996,8 @@ def _merge_kernel(op: str) -> Code:
     c.tag = "row"
     c.label(f".L{c.name}_row")
     _merge_row(c, nc)
-    _row_advance(c)
+    c.one("add $m6, $m6, 1")
+    _merge_ptrs(c, "$m6")
     c.one(f"brnzdec $m5, .L{c.name}_row")
     c.tag = "head"
     c.label(f".L{c.name}_part")
@@ -982,7 +1007,7 @@ def _merge_kernel(op: str) -> Code:
     c.one(f"brz $m5, .L{c.name}_done")
     c.tag = "part"
     c.one("shr $m6, $m5, 24")  # the row
-    _row_ptrs(c, "$m6")
+    _merge_ptrs(c, "$m6")
     c.one("and $m4, $m5, 4095")
     c.one("sub $m4, $m4, 1")  # its pairs less the peeled first
     c.one("shr $m6, $m5, 12")
@@ -1843,10 +1868,27 @@ class Rows:
     # panels_gap_f16 with gap_at = 16: bytes from a row's first 16-column block of a panel to its second, and
     # 2 * block_jump from panel to panel (F16 AMP weight panels: 512); 0: each row's columns contiguous.
     block_jump: int = 0
+    # attn_merge over `heads` operand blocks (a power of two; their rows interleaved: row i is row i / heads of
+    # block i % heads, blocks head_step bytes apart), whose rows land side by side in the output rows
+    heads: int = 1
+    head_step: int = 0
 
     def __post_init__(self):
         if self.op not in OPS:
             raise ValueError(f"unknown row op {self.op!r}")
+        if self.heads != 1 or self.head_step:
+            if self.op not in MERGE_CHUNKS:
+                raise ValueError(f"{self.op}: heads / head_step are for attn_merge only")
+            if (
+                self.heads < 1
+                or self.heads & (self.heads - 1)
+                or self.rows % self.heads
+                or self.head_step < 0
+            ):
+                raise ValueError(
+                    f"{self.op}: heads = {self.heads} must be a power of two dividing the {self.rows} rows, and "
+                    f"head_step ({self.head_step}) a byte count"
+                )
         if self.op in ("panels_f16", "panels_gap_f16"):
             self._check_panels()
         elif self.panels or self.panel_width or self.panel_step is not None:
@@ -2108,6 +2150,11 @@ class Rows:
         if self.op in MERGE_CHUNKS:  # after the constants: MPART shares their words
             for w, (_, _, part) in enumerate(work):
                 f[MPART + w] = 0 if part is None else part[0] << 24 | part[1] << 12 | part[2]
+            f[MG_HSHIFT], f[MG_HMASK], f[MG_HSTEP] = (
+                self.heads.bit_length() - 1,
+                self.heads - 1,
+                self.head_step,
+            )
         if self.op in TO_F32_SCALED:
             f[ATOMS], f[F1] = max(self.n // 4 - 2, 0), self.n == 4
         if self.op == "to_f32_scaled_l":

@@ -1913,9 +1913,9 @@ class NnOps:
             self._program_calls(f"{what} [{i}]" if len(rounds) > 1 else what, progs)
 
     def attention_merge(self, op: nn.AttentionMergeOp, plan) -> None:
-        """Per result block (rows of hb heads side by side, tile-plan's `merge_heads`) on its tile, per head:
-        `attn_merge<chunks>` over that head's operand block [chunks, rows, D + 2] (every chunk's o, m and l of
-        those rows) into the head's D columns of the block's f32 rows."""
+        """Per result block (rows of hb heads side by side, tile-plan's `merge_heads`) on its tile: one
+        `attn_merge<chunks>` over its heads' operand blocks [chunks, rows, D + 2] (every chunk's o, m and l of
+        those rows; `heads` = hb, their rows interleaved) into the block's f32 rows."""
         what = f"nn.attention_merge ({op.results[0].name_hint or 'unnamed'})"
         lay, pl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(op.partials)
         if (
@@ -1933,27 +1933,32 @@ class NnOps:
         rounds: list[dict[int, rw.Rows]] = []
         for blk in range(lay.num_blocks):
             (r0, c0), (mr, nc) = (int(x) for x in g.block_origin[blk]), (int(x) for x in g.block_dims[blk])
-            if nc % d or c0 % d:
+            hb = nc // d
+            if nc % d or c0 % d or hb & (hb - 1):
                 raise self.error(
-                    f"{what}: result blocks must be whole heads of {d} columns, got {nc} at {c0}"
+                    f"{what}: result blocks must be a power of two of whole heads of {d} columns, got {nc} at {c0}"
                 )
             for rep in range(table.shape[1]):
                 t = int(table[blk, rep])
-                at = int(out[t]) + int(g.offset[blk, rep]) * 4
-                for j in range(nc // d):  # the block's heads: one call each, its columns of the block's rows
-                    pa = self._panel_addr(
-                        op.partials, t, (0, r0, (c0 // d + j) * (d + 2)), (n, mr, d + 2), what
+                pa = [
+                    self._panel_addr(op.partials, t, (0, r0, (c0 // d + j) * (d + 2)), (n, mr, d + 2), what)
+                    for j in range(hb)
+                ]
+                step = pa[1] - pa[0] if hb > 1 else 0
+                if any(b - a != step for a, b in zip(pa, pa[1:])) or step < 0:
+                    raise self.error(
+                        f"{what}: tile {t}: the heads' operand blocks are not evenly spaced: {pa}"
                     )
-                    call = rw.Rows(
-                        f"attn_merge{n}", mr, d, in0=pa, out=at + j * d * 4, in_stride=(d + 2) * 4,
-                        out_stride=nc * 4, st0=mr * (d + 2) * 4,
-                    )  # fmt: skip
-                    i = 0
-                    while i < len(rounds) and t in rounds[i]:
-                        i += 1
-                    if i == len(rounds):
-                        rounds.append({})
-                    rounds[i][t] = call
+                call = rw.Rows(
+                    f"attn_merge{n}", mr * hb, d, in0=pa[0], out=int(out[t]) + int(g.offset[blk, rep]) * 4,
+                    in_stride=(d + 2) * 4, st0=mr * (d + 2) * 4, heads=hb, head_step=step,
+                )  # fmt: skip
+                i = 0
+                while i < len(rounds) and t in rounds[i]:
+                    i += 1
+                if i == len(rounds):
+                    rounds.append({})
+                rounds[i][t] = call
         for i, calls in enumerate(rounds):
             self.kcall(f"{what} [{i}]" if len(rounds) > 1 else what, calls)
 

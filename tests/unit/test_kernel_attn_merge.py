@@ -108,3 +108,35 @@ def test_attn_merge_row_parts(rows):
     got = _run(k, {X: parts}, rows * n * 4).reshape(rows, n)
     np.testing.assert_array_equal(got.view(np.uint32), R.semantics(k, parts)["out"].view(np.uint32))
     np.testing.assert_allclose(got, full, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "nc,rb,hb,n", [(4, 4, 2, 72), (2, 3, 2, 24), (4, 2, 4, 24), (3, 1, 2, 12), (4, 8, 2, 72)]
+)
+def test_attn_merge_heads(nc, rb, hb, n):
+    """One call over hb heads' operand blocks ([chunks, rb, n + 2] each, `head_step` bytes apart, as tile-plan's
+    merge of a result block [rb, hb n] stores them): row i is head i % hb's row i // hb, written at i * n, so
+    each output row holds the heads side by side. Bit-exact against the semantics of the interleaved rows (the
+    same per-row operations as one head's call), the estimate exact."""
+    blocks = [_chunks(nc, rb, n, 31 * nc + 7 * rb + h) for h in range(hb)]
+    step = nc * rb * (n + 2) * 4 + 64  # a gap between the blocks: never read
+    buf = np.full(hb * step // 4, np.nan, np.float32)
+    for h, (parts, _) in enumerate(blocks):
+        buf[h * step // 4 : h * step // 4 + parts.size] = parts.reshape(-1)
+    k = R.Rows(
+        f"attn_merge{nc}", rb * hb, n, in0=X, out=OUT, in_stride=4 * (n + 2), st0=4 * (n + 2) * rb,
+        heads=hb, head_step=step,
+    )  # fmt: skip
+    got = _run(k, {X: buf}, rb * hb * n * 4).reshape(rb, hb * n)
+    rows = np.stack([blocks[i % hb][0][:, i // hb] for i in range(rb * hb)], 1)  # [chunks, rows, n + 2]
+    want = R.semantics(k, rows)["out"].reshape(rb, hb * n)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    for h, (_, full) in enumerate(blocks):
+        np.testing.assert_allclose(got[:, h * n : (h + 1) * n], full, rtol=1e-4, atol=1e-5)
+
+
+def test_attn_merge_heads_checked():
+    with pytest.raises(ValueError, match="power of two dividing the 6 rows"):
+        R.Rows("attn_merge2", 6, 8, heads=3)
+    with pytest.raises(ValueError, match="for attn_merge only"):
+        R.Rows("softmax", 6, 8, heads=2)
