@@ -316,12 +316,15 @@ def rows_plan_grid(parts: nn.LinearPartialsOp, tiles: int):
     gathered = src is not None and (src[0] == "heads" or (src[0] == "panels" and src[1] % kb != 0))
     # In tile-plan the producer's layout is known (relayouts between may hide its op from `x_source`).
     have = tl.layout_of(parts.input)
-    if have is not None and not have.stack.data and len(have.shape_) == 2 and have.order.data == "row_major":
-        p = have.block_[1]
-        gathered = gathered or (p < min(k, parts.chunk) and p % kb != 0)
     # x's gather as `choose_rows_chunk` costed it when it chose the chunk (a GEMM's column blocks: fewer row panels
     # of more rows mean more pieces per tile; So400m's fc2 on 64-column panels instead of 32)
     source, width = src if src is not None and src[0] in ("panels", "heads") else ("rows", 0)
+    if have is not None and not have.stack.data and len(have.shape_) == 2 and have.order.data == "row_major":
+        p = have.block_[1]
+        if source == "heads" and p % kb == 0 and (p >= parts.chunk or parts.chunk % p == 0):
+            # a merge writing blocks of the heads a chunk spans (`tile_plan.merge_block_heads`): read in place
+            gathered, source, width = False, "panels", p
+        gathered = gathered or (p < min(k, parts.chunk) and p % kb != 0)
     return rows_grid(
         m, k, n, parts.chunk, tl.element_bytes(wt), tl.dtype_name(wt), tiles, panels=panels, fp8_x=fp8_x,
         a_gathered=gathered, source=source, width=width or PRODUCER_PANEL,

@@ -712,3 +712,43 @@ def x_source_panel(parts: nn.LinearPartialsOp) -> int:
     while isinstance(p, tl.RelayoutOp):
         p = p.operands[0].owner
     return p.attributes[tl.PLAN_ATTR].get("panel")[2]
+
+
+def test_rows_plan_grid_reads_a_two_head_merge_in_place():
+    """tile-plan's estimate of a many-row split reading an attention merge (x_source "heads", d = 72): gathered
+    rows from column panels of one head (the A scratch bound, 72-wide pieces) while the merge's blocks are one
+    head wide; read in place, as column panels of its block width, once the merge writes blocks of the heads a
+    chunk spans (`tile_plan.merge_block_heads`: [4, 144] for chunks of 144)."""
+    from xdsl.context import Context
+    from xdsl.parser import Parser
+
+    from ipu.dialects.registry import all_dialects
+    from ipu.passes.nn_split_k import ROWS_SPLIT_PANELS, rows_grid, rows_plan_grid, x_source
+
+    def reader(rows: int, width: int):
+        text = f"""
+        func.func @f() {{
+          %q = nn.input "q" : tensor<729x1152xf16>
+          %w = nn.param "w" : tensor<1152x1152xf16>
+          %p = nn.attention_partial %q, %q, %q heads=16 scale=0.1 chunks=4 : tensor<729x1152xf16>, tensor<729x1152xf16>, tensor<729x1152xf16> -> tensor<4x729x1184xf32>
+          %m = nn.attention_merge %p heads=16 : tensor<4x729x1184xf32> -> tensor<729x1152xf32>
+          %c = nn.cast %m {{tile.layout = #tile.layout<shape = [729, 1152], block = [{rows}, {width}], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "row_major", dtype = f16>}} : tensor<729x1152xf32> -> tensor<729x1152xf16>
+          %y = nn.linear_partials %c, %w k_chunk=144 : tensor<729x1152xf16>, tensor<1152x1152xf16> -> tensor<8x729x1152xf16>
+          func.return
+        }}
+        """
+        ctx = Context()
+        for name, factory in all_dialects():
+            ctx.register_dialect(name, factory)
+        return next(o for o in Parser(ctx, text).parse_module().walk() if isinstance(o, nn.LinearPartialsOp))
+
+    one, two = reader(8, 72), reader(4, 144)  # 92 x 16 and 183 x 8 blocks, a tile each
+    assert x_source(one) == x_source(two) == ("heads", 72)
+    common = (729, 1152, 1152, 144, 2, "f16", 1472)
+    assert rows_plan_grid(one, 1472) == rows_grid(
+        *common, panels=ROWS_SPLIT_PANELS, source="heads", width=72, a_gathered=True
+    )
+    assert rows_plan_grid(two, 1472) == rows_grid(
+        *common, panels=ROWS_SPLIT_PANELS, source="panels", width=144
+    )
+    assert rows_plan_grid(two, 1472) != rows_plan_grid(one, 1472)
