@@ -59,11 +59,12 @@ CNT, IOFF, OOFF = 0, 6, 12
 IN0, IN1, OUT, ENTRY, PSTRIDE, BACK, ROWLEN, BOFF, SEG0 = 18, 19, 20, 21, 22, 23, 24, 25, 31
 SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
 SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
-FRAME_WORDS = 40  # 39 used, a whole number of 8-byte words
+BBASE = 40  # strided kinds: 40 + w = worker w's panel's bias offset (bytes from the bias row; `KSum.panels`)
+FRAME_WORDS = 46  # a whole number of 8-byte words
 # `gelu` kinds: the GELU's four f16 constants c1, c0, 1, 0.5 (rowwise's, each four times: a pair of words) after
 # the plain frame, which is GELU_FRAME_WORDS long for them.
-GELU = 40
-GELU_FRAME_WORDS = 48
+GELU = 46
+GELU_FRAME_WORDS = 54
 MAX_PARTS = 8  # the largest G with a register allocation (7 ARF pairs) for every kind
 NO_ROW = 1 << 15  # units per row without a bias: one segment (a worker's units stay below it)
 
@@ -399,6 +400,9 @@ def worker(
     c.one("add $m4, $m4, $m3")
     c.one(f"ld32 $m2, $mvertex_base, $m0, {BOFF}")
     c.one(f"ld32 $m8, $mvertex_base, $mzero, {IN1}")
+    if strided:  # the bias row of the worker's panel
+        c.one(f"ld32 $m3, $mvertex_base, $m0, {BBASE}")
+        c.one("add $m8, $m8, $m3")
     c.one("add $m2, $m2, $m8")
     c.one(f"ld32 $m6, $mvertex_base, $m0, {SEG0}")
     c.one(f"ld32 $m7, $mvertex_base, $mzero, {PSTRIDE}")
@@ -440,7 +444,9 @@ class KSum:
     in0 + i * units * 8), summed, + the bias row at `in1` (`row` halves, a divisor of the block's columns... the
     block is row-major with rows of `row` halves; row = 0: no bias), written as `out_type` at `out`.
     Strided (in_row > 0): the result's rows are `out_row` halves (the bias row's, with a bias) and each partial
-    row `in_row` halves, of which the call reads the first out_row (block i at in0 + i * rows * in_row * 2)."""
+    row `in_row` halves, of which the call reads the first out_row (block i at in0 + i * rows * in_row * 2);
+    with `panels` = P > 1, P result blocks one after the other, block p of the partial rows' columns p * out_row ..
+    (the bias's too): the units of a block over 6 / P workers (P divides 6)."""
 
     parts: int
     units: int
@@ -453,6 +459,7 @@ class KSum:
     in_row: int = 0  # strided: halves per partial row (0: the partials are contiguous result blocks)
     out_row: int = 0  # strided: halves per result row
     gelu: bool = False  # the f16 result through rowwise's tanh GELU (`GELU_KINDS`)
+    panels: int = 1  # strided: result blocks of out_row-wide column ranges of the partial rows, side by side
 
     entry = "ew_sup"
 
@@ -489,6 +496,13 @@ class KSum:
     def name(self) -> str:
         return worker_name(*self.kind)
 
+    def work(self) -> list[tuple[int, int]]:
+        """(first unit, units) per worker: `split` of each panel's units over its 6 / panels workers."""
+        if self.panels == 1:
+            return split(self.units)
+        per = self.units // self.panels
+        return [(p * per + f, c) for p in range(self.panels) for f, c in split(per, 6 // self.panels)]
+
     def segments(self, first: int, count: int) -> list[int]:
         """The segment lengths of a worker's range."""
         if count == 0:
@@ -522,19 +536,24 @@ class KSum:
         if self.gelu and (self.scaled or self.out_type != "f16"):
             raise ValueError("ksum: the GELU is for unscaled f16 results only")
         if self.strided and (
-            self.out_row <= 0 or self.out_row % 4 or self.in_row % 4 or self.in_row < self.out_row
-            or (self.bias and self.row != self.out_row) or self.units % (self.out_row // 4)
+            self.out_row <= 0 or self.out_row % 4 or self.in_row % 4 or self.in_row < self.panels * self.out_row
+            or (self.bias and self.row != self.out_row) or self.units % (self.panels * self.out_row // 4)
         ):  # fmt: skip
             raise ValueError(
-                f"ksum: strided partial rows of {self.in_row} halves for result rows of {self.out_row} (whole "
-                f"atoms, no wider than the partial rows, the bias row's ({self.row}), {self.units} units of whole rows)"
+                f"ksum: strided partial rows of {self.in_row} halves for {self.panels} result block(s) of rows of "
+                f"{self.out_row} (whole atoms, no wider than the partial rows, the bias row's ({self.row}), "
+                f"{self.units} units of whole rows)"
             )
+        if self.panels < 1 or 6 % self.panels or (self.panels > 1 and not self.strided):
+            raise ValueError(f"ksum: {self.panels} result panels (a divisor of 6, strided calls only)")
         f = np.zeros(self.words, np.uint32)
         ob = 8 if self.out_type == "f16" else 16
         atoms = self.row_atoms
-        for w, (first, cnt) in enumerate(split(self.units)):
+        per = self.units // self.panels
+        for w, (first, cnt) in enumerate(self.work()):
             f[CNT + w], f[IOFF + w], f[OOFF + w] = cnt, self.partial_offset(first), first * ob
             f[BOFF + w] = (first % atoms) * 8 if self.bias else 0
+            f[BBASE + w] = first // per * self.out_row * 2 if self.bias else 0
             f[SEG0 + w] = self.segments(first, cnt)[0] if cnt else 0
         f[IN0], f[IN1], f[OUT], f[ENTRY] = self.in0, self.in1, self.out, labels[self.name]
         f[PSTRIDE] = self.block_atoms  # atoms between partial blocks
@@ -553,13 +572,14 @@ class KSum:
     def block_atoms(self) -> int:
         """Atoms from one partial block to the next."""
         if self.strided:
-            return self.units // self.row_atoms * self.in_row // 4
+            return self.units // self.panels // self.row_atoms * self.in_row // 4
         return self.units
 
     def partial_offset(self, unit: int) -> int:
         """Bytes from in0 to the partial (block 0) of output unit `unit`."""
         if self.strided:
-            return unit // self.row_atoms * self.in_row * 2 + unit % self.row_atoms * 8
+            p, v = divmod(unit, self.units // self.panels)
+            return v // self.row_atoms * self.in_row * 2 + p * self.out_row * 2 + v % self.row_atoms * 8
         return unit * 8
 
     @property
@@ -572,18 +592,24 @@ class KSum:
 
 def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """x: [G * units * 4] f16 (the stacked partials; strided: G blocks of rows of in_row halves, of which the
-    first out_row are read); bias: [row] f16. The unfused calls' result."""
+    first panels * out_row are read); bias: [panels * row] f16. The unfused calls' result (strided with panels:
+    the panels' blocks one after the other)."""
     x = x.astype(np.float16)
-    if k.strided:
-        rows = k.units // k.row_atoms
-        x = x[: k.parts * rows * k.in_row].reshape(k.parts, rows, k.in_row)[:, :, : k.out_row]
+    if k.strided:  # [G, rows, in_row] -> the panels' columns, panel after panel: [G, panels * rows * out_row]
+        rows = k.units // k.panels // k.row_atoms
+        x = x[: k.parts * rows * k.in_row].reshape(k.parts, rows, k.in_row)[:, :, : k.panels * k.out_row]
+        x = x.reshape(k.parts, rows, k.panels, k.out_row).transpose(0, 2, 1, 3)
+        if k.bias:  # each panel its own bias columns
+            bias = np.asarray(bias).reshape(k.panels, 1, k.out_row)
     p = [blk.copy() for blk in x.reshape(k.parts, k.units * 4)]
     with np.errstate(all="ignore"):
         for i, j in tree(k.parts):
             p[i] = p[i] + p[j]
         s = p[0]
         if k.bias:
-            s = (s.reshape(-1, k.row) + bias.astype(np.float16)).reshape(-1)
+            s = (
+                s.reshape(k.panels, -1, k.row) + bias.astype(np.float16).reshape(k.panels, 1, k.row)
+            ).reshape(-1)
         if k.scaled:  # f16v4mul: the exact product of two halves, rounded once
             s = (s.astype(np.float32) * np.float32(np.float16(k.scale))).astype(np.float16)
     if k.gelu:
@@ -610,4 +636,4 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
 
 
 def cycles(k: KSum) -> int:
-    return SUP + 6 * max(worker_thread_cycles(k, f, c) for f, c in split(k.units))
+    return SUP + 6 * max(worker_thread_cycles(k, f, c) for f, c in k.work())

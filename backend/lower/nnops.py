@@ -1454,6 +1454,12 @@ class NnOps:
             {t: v[i] for t, v in held.items() if i < len(v)}
             for i in range(max(len(v) for v in held.values()))
         ]
+        if len(slots) == 2 and in_rows and (paired := self._paired_blocks(slots, in_rows, lay)) is not None:
+            # Both head blocks of a tile's partial rows (q / k / v: two 24-wide blocks of 48-wide rows, stored one
+            # after the other) in one strided call (`ksum` panels): one call's set-up instead of two.
+            blocks, cols, panels = paired
+            if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what, in_rows, panels):
+                return
         if len(slots) > 1 or in_rows:
             # Several result blocks on a tile (`tile_plan.panel_store_width`), or partial rows wider than the
             # result's: the fused sum only, block by block.
@@ -1563,28 +1569,53 @@ class NnOps:
         if op.gelu is not None:  # the unfused path: the GELU over the result in place, as `nn.gelu` runs it
             self._gelu_shards(lay, res.copy(), res.copy(), f"{what}: GELU")
 
-    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None) -> bool:
+    @staticmethod
+    def _paired_blocks(slots, in_rows, lay):
+        """(blocks, bias columns, panels) per tile for one strided `ksum` call over both result blocks of every
+        tile holding two: the second block's columns right after the first's, in the same partial rows (its
+        partials column-adjacent) and its result right after the first's; None when a tile's two are not."""
+        rs = tl.element_bytes(lay.dtype)
+        blocks, cols, panels = {}, {}, {}
+        for t, (cols0, (s0, d0, n0)) in slots[0].items():
+            if t not in slots[1]:
+                blocks[t], cols[t], panels[t] = (s0, d0, n0), cols0, 1
+                continue
+            (c1, w1), (s1, d1, n1) = slots[1][t]
+            c0, w0 = cols0
+            if not (
+                t in in_rows and w1 == w0 and c1 == c0 + w0 and s1 == s0 + 2 * w0 and n1 == n0
+                and d1 == d0 + n0 * rs and in_rows[t] >= 2 * w0
+            ):  # fmt: skip
+                return None
+            blocks[t], cols[t], panels[t] = (s0, d0, 2 * n0), (c0, 2 * w0), 2
+        return blocks, cols, panels
+
+    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None, panels=None) -> bool:
         """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
         written once; bit-identical to the pairwise calls below), when it applies: f16 partials, at most
         `ksum.MAX_PARTS` of them, blocks of whole 4-half units (and bias rows of whole atoms), the result apart from
         the partials. No scratch: the sums stay in registers. in_rows: tile -> halves per partial row where they
-        are wider than the result block's rows (the strided `ksum`)."""
+        are wider than the result block's rows (the strided `ksum`); panels: tile -> result blocks in its call
+        (`ksum.KSum.panels`; cols then spans them all)."""
         if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
             return False
-        in_rows = in_rows or {}
+        in_rows, panels = in_rows or {}, panels or {}
         bias = op.bias is not None
         scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
         rs = 2 if rdt == "f16" else 4
         gelu = op.gelu is not None  # `nn-fuse-sum-activation`: the GELU before the store
 
         def args(t, s, d, n, bp):
-            stride = dict(in_row=in_rows[t], out_row=cols[t][1]) if t in in_rows else {}
+            p = panels.get(t, 1)
+            width = cols[t][1] // p  # a result block's columns
+            stride = dict(in_row=in_rows[t], out_row=width, panels=p) if t in in_rows else {}
             if gelu:
                 stride["gelu"] = True
-            return (count, n // 4, s, d, bp, cols[t][1] if bias else 0, rdt, scale), stride
+            return (count, n // 4, s, d, bp, width if bias else 0, rdt, scale), stride
 
         for t, (s, d, n) in blocks.items():
-            if n % 4 or (bias and cols[t][1] % 4) or (t in in_rows and (cols[t][1] % 4 or in_rows[t] % 4)):
+            width = cols[t][1] // panels.get(t, 1)
+            if n % 4 or (bias and width % 4) or (t in in_rows and (width % 4 or in_rows[t] % 4)):
                 return False
             a, kw = args(t, s, d, n, 0)
             if d < s + ks.KSum(*a, **kw).partial_bytes and s < d + n * rs:  # the result overlaps the partials

@@ -225,3 +225,42 @@ def test_strided_frame_rejects():
         K.KSum(2, 6, X, OUT, B, 24, in_row=20, out_row=24).frame({})
     with pytest.raises(ValueError, match="strided partial rows"):
         K.KSum(2, 6, X, OUT, B, 8, in_row=48, out_row=24).frame({})
+
+
+@pytest.mark.parametrize("kind", STRIDED_KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize(
+    "panels,rows,out_row,in_row", [(2, 13, 24, 48), (2, 1, 24, 48), (3, 5, 8, 28), (2, 7, 8, 20)]
+)
+def test_ksum_strided_panels(kind, panels, rows, out_row, in_row):
+    """One call over `panels` result blocks, block p of the partial rows' columns p * out_row .. (both 24-wide
+    head blocks of a 48-wide q / k / v panel's partials): each panel's units over 6 / panels workers, its own
+    bias columns. Bit-exact, the estimate exact, and the blocks the same bits as one strided call per block."""
+    parts, bias, out, scaled, _ = kind
+    rng = np.random.default_rng(parts * 1000 + panels * 100 + rows)
+    units = panels * rows * out_row // 4
+    full = (rng.standard_normal(parts * rows * in_row) * 4.0).astype(np.float16)
+    b = rng.standard_normal(panels * out_row).astype(np.float16)
+    scale = 0.125 if scaled else None
+    k = K.KSum(parts, units, X, OUT, B if bias else 0, out_row if bias else 0, out, scale, in_row=in_row,
+               out_row=out_row, panels=panels)  # fmt: skip
+    sim = Simulator(TARGET)
+    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, {X: full, B: b} if bias else {X: full})
+    ref = np.ascontiguousarray(K.semantics(k, full, b))
+    got = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
+    np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
+    assert K.cycles(k) == cyc
+    per = rows * out_row
+    for p in range(panels):
+        one = K.KSum(parts, units // panels, X + p * out_row * 2, OUT, B if bias else 0, out_row if bias else 0,
+                     out, scale, in_row=in_row, out_row=out_row)  # fmt: skip
+        tail = np.concatenate([full[p * out_row :], np.zeros(p * out_row, np.float16)])
+        want = K.semantics(one, tail, b[p * out_row : (p + 1) * out_row])
+        np.testing.assert_array_equal(ref[p * per : (p + 1) * per].view(np.uint8), want.view(np.uint8))
+    assert k.partial_bytes <= parts * rows * in_row * 2
+
+
+def test_ksum_panels_checked():
+    with pytest.raises(ValueError, match="result panels"):
+        K.KSum(2, 24, X, OUT, B, 24, in_row=96, out_row=24, panels=4).frame({})
+    with pytest.raises(ValueError, match="strided partial rows"):
+        K.KSum(2, 12, X, OUT, B, 24, in_row=40, out_row=24, panels=2).frame({})

@@ -191,3 +191,27 @@ def test_reduce_layouts_group_head_blocks_by_the_panel():
     )
     with pytest.raises(PassFailedException, match="not grouped by 48 on one tile"):
         reduce_layouts(split, 6, 48)
+
+
+def test_both_head_blocks_summed_in_one_call(monkeypatch):
+    """A sum tile's two head blocks (adjacent columns of the same 48-wide partial rows, stored one after the other)
+    go to one strided `ksum` call over both (`KSum.panels` = 2: one call's set-up instead of two), the same bits
+    as one call per block."""
+    from ipu.backend.lower.nnops import NnOps
+
+    seen = []
+    real = NnOps._reduce_sum_fused
+
+    def spy(self, op, blocks, cols, *a, **kw):
+        seen.append(kw.get("panels") or (a[5] if len(a) > 5 else None))
+        return real(self, op, blocks, cols, *a, **kw)
+
+    monkeypatch.setattr(NnOps, "_reduce_sum_fused", spy)
+    paired = run(7)
+    assert any(p and set(p.values()) == {2} for p in seen), seen
+    seen.clear()
+    monkeypatch.setattr(NnOps, "_paired_blocks", staticmethod(lambda *a: None))
+    apart = run(7)
+    assert not any(p for p in seen)
+    for k in apart:
+        np.testing.assert_array_equal(paired[k], apart[k], err_msg=k)
