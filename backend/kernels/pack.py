@@ -571,9 +571,14 @@ def _code(name: str) -> R.Code:
     return CODES[name]()
 
 
-def library_asm(sram_base: int = 0x4C000, pf_atoms: tuple[int, ...] = R.PF_FAST_ATOMS) -> str:
-    """The pack workers plus rowwise's supervisor and workers (the supervisor is shared; `pf_atoms`: rowwise's)."""
-    rows = R.library_asm(sram_base, pf_atoms=pf_atoms)
+def library_asm(
+    sram_base: int = 0x4C000,
+    pf_atoms: tuple[int, ...] = R.PF_FAST_ATOMS,
+    pfg_loops: tuple[str, ...] | None = None,
+) -> str:
+    """The pack workers plus rowwise's supervisor and workers (the supervisor is shared; `pf_atoms`, `pfg_loops`:
+    rowwise's)."""
+    rows = R.library_asm(sram_base, pf_atoms=pf_atoms, pfg_loops=pfg_loops)
     return rows + "\n" + "\n".join(fn().text() for fn in CODES.values())
 
 

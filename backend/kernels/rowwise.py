@@ -1214,8 +1214,8 @@ def _pfg_names(g: int, z: int, rest: int, blocks: bool) -> tuple[str, str]:
     return f"{g}z{z}r{rest}{b}", f"{g}_{z}_{rest}{b}"
 
 
-def _pfg_kernel() -> Code:
-    """`panels_gap_f16`: per panel, the worker's rows as one pace stream (as `panels_f16`'s pace path: bundle t
+def _pfg_kernel(loops: tuple[str, ...] | None = None) -> Code:
+    """`panels_gap_f16` (with the rows loops whose label suffixes are `loops`, `Rows.pfg_loop`; None: all): per panel, the worker's rows as one pace stream (as `panels_f16`'s pace path: bundle t
     stores atom t and loads atom t + 1, the load and store addresses jumping to the next row by the stride
     fields 0 and 1), with zero stores after the row's first G atoms: every row but the last in one rpt, the last
     one without the load past its end; one rows loop per (G, zeros, rest) of PFG_SHAPES. $m1 / $m2 = the
@@ -1256,8 +1256,10 @@ def _pfg_kernel() -> Code:
         ]
         last = [_b(pace.format(split if t == g - 1 else 0)) for t in range(a - 1)]
         last.append(_b("st64pace $a0:1, $m10:11+=, $m8, 0"))
-        _pf_pad(c)
         shape, loop = _pfg_names(g, z, rest, blocks)
+        if loops is not None and loop not in loops:
+            continue
+        _pf_pad(c)
         c.tag = f"g{shape}"
         c.label(f".L{n}_{loop}")
         c.rpt("$m5", full[:g] + [zero] * z + full[g:], f"row{shape}")
@@ -1811,9 +1813,15 @@ def worker_code(op: str, phase: str = "norm") -> Code:
     return _gelu_kernel() if op == "gelu" else _row_kernel(op)
 
 
-def library_asm(sram_base: int = 0x4C000, ops=OPS, pf_atoms: tuple[int, ...] = PF_FAST_ATOMS) -> str:
+def library_asm(
+    sram_base: int = 0x4C000,
+    ops=OPS,
+    pf_atoms: tuple[int, ...] = PF_FAST_ATOMS,
+    pfg_loops: tuple[str, ...] | None = None,
+) -> str:
     """The supervisors and worker bodies of `ops`; `panels_f16` with the rows loops of the panel widths `pf_atoms`
-    (atoms, from PF_FAST_ATOMS: the ones a program's calls use, `Rows.pf_fast`) only: code on every tile."""
+    (atoms, from PF_FAST_ATOMS: the ones a program's calls use, `Rows.pf_fast`) only, `panels_gap_f16` with the
+    rows loops `pfg_loops` (`Rows.pfg_loop`'s label suffixes; None: all) only: code on every tile."""
     parts = [SUPERVISOR.format(entry=ENTRY, sram_base=sram_base)]
     lns_sup = False
     for op in ops:
@@ -1829,6 +1837,8 @@ def library_asm(sram_base: int = 0x4C000, ops=OPS, pf_atoms: tuple[int, ...] = P
             parts.append(_sms_kernel("zero").text())
         elif op == "panels_f16":
             parts.append(_pf_kernel(tuple(a for a in PF_FAST_ATOMS if a in pf_atoms)).text())
+        elif op == "panels_gap_f16":
+            parts.append(_pfg_kernel(pfg_loops).text())
         else:
             parts.append(worker_code(op).text())
     return "\n".join(parts)
@@ -2228,7 +2238,12 @@ class Rows:
         f[PF_STEP], f[PF_PANELS], f[PF_WIDTH] = self.pstep, self.panels - 1, 2 * bj if bj else 8 * (a + z)
         jl, js, jb = self.pfg_jumps()
         f[PF_PACE] = (jl & 0x3FF) | (js & 0x3FF) << 10 | (jb & 0x3FF) << 20
-        f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{self.pfg_loop[1]}"]
+        try:
+            f[PF_LOOP] = labels[f".Lrows_panels_gap_f16_{self.pfg_loop[1]}"]
+        except KeyError:
+            raise ValueError(
+                f"panels_gap_f16: the library has no rows loop {self.pfg_loop[1]} (`pfg_loops`)"
+            ) from None
         return f
 
     @property

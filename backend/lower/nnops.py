@@ -175,6 +175,8 @@ class NnOps:
         for k in per_tile.values():  # the rows loops the library must hold (a measuring lowering: the same)
             if isinstance(k, rw.Rows) and k.op == "panels_f16" and rw.pf_own_loop(k.panel_width):
                 self.__dict__.setdefault("pf_atoms", set()).add(k.panel_width // 4)
+            if isinstance(k, rw.Rows) and k.op == "panels_gap_f16":
+                self.__dict__.setdefault("pfg_loops", set()).add(k.pfg_loop[1])
         entry, words = ENTRY[kinds.pop()]
         entries = {getattr(k, "entry", entry) for k in per_tile.values()}  # a GEMM's supervisor: by its coef
         if len(entries) != 1:

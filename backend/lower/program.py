@@ -338,6 +338,7 @@ def build_program(low, patch_tables, extra_metadata: dict) -> asm.ProgramOp:
         "gemm": [gm.F16, gm.FP8] if low.__dict__.get("fp8_gemms") else [gm.F16],
         "ksum": [list(k) for k in sorted(low.__dict__.get("ksum_kinds", ()))],
         "panels_f16": sorted(low.__dict__.get("pf_atoms", ())),
+        "panels_gap_f16": sorted(low.__dict__.get("pfg_loops", ())),
     }
     program = asm.ProgramOp(
         "main",
@@ -545,7 +546,11 @@ def library_text(target: Target, library: dict) -> str:
         + "\n"
         + ks.library_asm([tuple(k) for k in library.get("ksum", [])])
         + "\n"
-        + pk.library_asm(target.sram_base, tuple(library.get("panels_f16", rw.PF_FAST_ATOMS)))
+        + pk.library_asm(
+            target.sram_base,
+            tuple(library.get("panels_f16", rw.PF_FAST_ATOMS)),
+            None if "panels_gap_f16" not in library else tuple(library["panels_gap_f16"]),
+        )
         + "\n"
         + cp.library_asm(target.sram_base, target.region1_base, target.region0_element_bytes)
     )

@@ -160,6 +160,30 @@ def test_library_holds_the_rows_loops_asked_for():
         )
 
 
+def test_library_holds_the_gap_loops_asked_for():
+    """`panels_gap_f16` likewise: the library carries only the rows loops a program's calls use (`pfg_loops`,
+    `Rows.pfg_loop`; the lowering records them in the program's library); a call with its loop runs against that
+    smaller library with the same cycles, one without it is refused, naming the loop."""
+    kw = dict(in0=X, out=OUT, panels=3, panel_width=24, gap_at=16, gap=8)
+    kb = R.Rows("panels_gap_f16", 16, 96, out_stride=32, block_jump=512, **kw)
+    kc = R.Rows("panels_gap_f16", 16, 96, **kw)
+    lib = R.library_asm(TARGET.sram_base, pfg_loops=(kb.pfg_loop[1],))
+    assert (
+        f".Lrows_panels_gap_f16_{kb.pfg_loop[1]}:" in lib
+        and f".Lrows_panels_gap_f16_{kc.pfg_loop[1]}:" not in lib
+    )
+    assert len(lib) < len(LIB)
+    x = np.zeros(3 * 16 * 24, np.float16)
+    cyc, _ = run_call(
+        Simulator(TARGET), lib, FRAME, kb.frame, kb.entry, {X: x, OUT: np.zeros(3 * 512, np.float16)}
+    )
+    assert cyc == R.cycles(kb)
+    with pytest.raises(ValueError, match=f"no rows loop {kc.pfg_loop[1]}"):
+        run_call(
+            Simulator(TARGET), lib, FRAME, kc.frame, kc.entry, {X: x, OUT: np.zeros(16 * 96, np.float16)}
+        )
+
+
 @pytest.mark.parametrize(
     "rows,panels,p,gap_at,gap",
     [(32, 3, 24, 16, 8), (25, 3, 24, 16, 8), (4, 2, 20, 16, 12), (1, 1, 28, 16, 4), (13, 2, 28, 16, 4)],
