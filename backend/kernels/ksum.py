@@ -39,6 +39,12 @@ Frame (uint32 words; ENTRY where `ew_sup` reads it):
 | 25 + w | worker w's bias offset (bytes) |
 | 31 + w | worker w's first segment (units) |
 | 37 | strided kinds: bytes from a partial row's last read unit to the next row's first |
+| 46, 47 | `addends` kinds: the f32 addend blocks (laid out as the result) |
+
+Addends (`ADDEND_KINDS`, f32 results only): after the conversion to f32 the unit adds A f32 blocks laid out as
+the result (`f32v2add`, addend 0 first: ((s + a0) + a1), the order of the `nn.add`s they replace), each read with
+its own pointer (`ADDEND_PTRS`) from the worker's output offset on: a residual stream's add, or the sum of an
+MLP part computed before, folded into the K split's store (one pass over memory instead of a sum and an add).
 
 Strided kinds (`_rs`): the partials' rows are wider than the result's (`in_row` halves; the result block is
 `out_row` of their columns, e.g. one 24-wide head block of a 48-wide q / k / v panel's partial rows), so the
@@ -61,6 +67,14 @@ SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
 SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
 BBASE = 40  # strided kinds: 40 + w = worker w's panel's bias offset (bytes from the bias row; `KSum.panels`)
 FRAME_WORDS = 46  # a whole number of 8-byte words
+ADDEND = (
+    46  # `addends` kinds: 46 + k = addend k's block (after the plain frame, which is ADDEND_FRAME_WORDS long)
+)
+ADDEND_FRAME_WORDS = 48
+MAX_ADDENDS = 2
+# The MRF registers the plain body leaves free: $m11, and $m0 (the worker's table offset, dead after the head, when
+# not strided: the strided kinds keep their row step in it, so addends are for contiguous partials only).
+ADDEND_PTRS = ("$m11", "$m0")
 # `gelu` kinds: the GELU's four f16 constants c1, c0, 1, 0.5 (rowwise's, each four times: a pair of words) after
 # the plain frame, which is GELU_FRAME_WORDS long for them.
 GELU = 46
@@ -139,10 +153,15 @@ def _gelu_ops(x: str, resident: dict[str, str]) -> tuple[list[Op], str]:
 
 
 def _ops(
-    parts: int, bias: bool, out: str, scaled: bool = False, gelu: dict[str, str] | None = None
+    parts: int,
+    bias: bool,
+    out: str,
+    scaled: bool = False,
+    gelu: dict[str, str] | None = None,
+    addends: int = 0,
 ) -> list[Op]:
     """The unit's operations; gelu (the resident constants' pairs, `_gelu_ops`): the GELU of the f16 result
-    before it is stored."""
+    before it is stored; addends: f32 blocks added to the f32 result, in order, before it is stored."""
     ops = []
     for i in range(parts):
         stride = "$m7" if i < parts - 1 else "$m3"
@@ -171,8 +190,16 @@ def _ops(
     else:
         ops.append(Op("c0", "aux", f"f16v2tof32 {{c0}}, {{{root}.lo}}", (root,)))
         ops.append(Op("c1", "aux", f"f16v2tof32 {{c1}}, {{{root}.hi}}", (root,)))
-        ops.append(Op("", "main", "st64step {c0}, $mzero, $m4+=, 1", ("c0",)))
-        ops.append(Op("", "main", "st64step {c1}, $mzero, $m4+=, 1", ("c1",)))
+        lo, hi = "c0", "c1"
+        for k in range(addends):  # the addend's two f32 pairs, added in place of the result's
+            ptr = ADDEND_PTRS[k]
+            ops.append(Op(f"e{k}0", "main", f"ld64step {{e{k}0}}, $mzero, {ptr}+=, 1", ()))
+            ops.append(Op(f"e{k}1", "main", f"ld64step {{e{k}1}}, $mzero, {ptr}+=, 1", ()))
+            ops.append(Op(f"d{k}0", "aux", f"f32v2add {{d{k}0}}, {{{lo}}}, {{e{k}0}}", (lo, f"e{k}0")))
+            ops.append(Op(f"d{k}1", "aux", f"f32v2add {{d{k}1}}, {{{hi}}}, {{e{k}1}}", (hi, f"e{k}1")))
+            lo, hi = f"d{k}0", f"d{k}1"
+        ops.append(Op("", "main", f"st64step {{{lo}}}, $mzero, $m4+=, 1", (lo,)))
+        ops.append(Op("", "main", f"st64step {{{hi}}}, $mzero, $m4+=, 1", (hi,)))
     return ops
 
 
@@ -255,15 +282,19 @@ def _first_schedule(ops: list[Op], pairs: int) -> Schedule | None:
 
 
 @cache
-def schedule(parts: int, bias: bool, out: str, scaled: bool = False, gelu: bool = False) -> Schedule:
+def schedule(
+    parts: int, bias: bool, out: str, scaled: bool = False, gelu: bool = False, addends: int = 0
+) -> Schedule:
     """The unit's modulo schedule. gelu: with the GELU's four constants resident in the highest pairs as far as
     the allocation allows at the lowest II (the others loaded per unit)."""
     if gelu and (scaled or out != "f16"):
         raise ValueError("ksum: the GELU is for unscaled f16 results only")
+    if addends and (out != "f32" or gelu or scaled or not 0 < addends <= MAX_ADDENDS):
+        raise ValueError(f"ksum: addends (1..{MAX_ADDENDS}) are for unscaled f32 results only")
     best = None
     for n_res in range(len(GELU_CONSTS), -1, -1) if gelu else (None,):
         if n_res is None:
-            s = _first_schedule(_ops(parts, bias, out, scaled), len(PAIRS) - scaled)
+            s = _first_schedule(_ops(parts, bias, out, scaled, addends=addends), len(PAIRS) - scaled)
         else:
             resident = {c: PAIRS[len(PAIRS) - 1 - i] for i, c in enumerate(GELU_CONSTS[:n_res])}
             s = _first_schedule(_ops(parts, bias, out, gelu=resident), len(PAIRS) - n_res)
@@ -274,7 +305,7 @@ def schedule(parts: int, bias: bool, out: str, scaled: bool = False, gelu: bool 
     if best is None:
         raise ValueError(
             f"no schedule for {parts} partials (bias {bias}, {out}{', scaled' if scaled else ''}"
-            f"{', gelu' if gelu else ''})"
+            f"{', gelu' if gelu else ''}{f', {addends} addends' if addends else ''})"
         )
     return best
 
@@ -361,11 +392,17 @@ def _valid(s: Schedule, times: list[int]) -> bool:
 
 
 def worker_name(
-    parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False, gelu: bool = False
+    parts: int,
+    bias: bool,
+    out: str,
+    scaled: bool = False,
+    strided: bool = False,
+    gelu: bool = False,
+    addends: int = 0,
 ) -> str:
     return (
         f"ksum{parts}_{'bias_' if bias else ''}f16_{out}{'_scaled' if scaled else ''}{'_rs' if strided else ''}"
-        f"{'_gelu' if gelu else ''}"
+        f"{'_gelu' if gelu else ''}{f'_add{addends}' if addends else ''}"
     )
 
 
@@ -375,14 +412,27 @@ SCALED_KINDS = [(g, b, "f16", True) for g in range(1, MAX_PARTS + 1) for b in (F
 # `gelu`: the f16 result through rowwise's tanh GELU before it is stored (a K split's sum feeding the MLP's GELU,
 # `nn.reduce_sum {activation = "gelu_tanh"}`)
 GELU_KINDS = [(g, b, "f16", False, False, True) for g in range(1, MAX_PARTS + 1) for b in (False, True)]
+# `addends`: f32 blocks added to the f32 result before it is stored (`nn.reduce_sum` with addends)
+ADDEND_KINDS = [
+    (g, b, "f32", False, False, False, a)
+    for g in range(1, MAX_PARTS + 1)
+    for b in (False, True)
+    for a in range(1, MAX_ADDENDS + 1)
+]
 
 
 @cache
 def worker(
-    parts: int, bias: bool, out: str, scaled: bool = False, strided: bool = False, gelu: bool = False
+    parts: int,
+    bias: bool,
+    out: str,
+    scaled: bool = False,
+    strided: bool = False,
+    gelu: bool = False,
+    addends: int = 0,
 ) -> WorkerCode:
-    s = schedule(parts, bias, out, scaled, gelu)
-    name = worker_name(parts, bias, out, scaled, strided, gelu)
+    s = schedule(parts, bias, out, scaled, gelu, addends)
+    name = worker_name(parts, bias, out, scaled, strided, gelu, addends)
     c = WorkerCode(name)
     c.one("get $m0, $WSR")
     c.one("shl $m0, $m0, 2")  # the worker's table offset (bytes)
@@ -405,10 +455,16 @@ def worker(
         c.one("add $m8, $m8, $m3")
     c.one("add $m2, $m2, $m8")
     c.one(f"ld32 $m6, $mvertex_base, $m0, {SEG0}")
+    if addends:  # addend k from the worker's output offset on ($m0 last: the table offset is read before)
+        c.one(f"ld32 $m3, $mvertex_base, $m0, {OOFF}")
+        for k in range(addends):
+            c.one(f"ld32 {ADDEND_PTRS[k]}, $mvertex_base, $mzero, {ADDEND + k}")
+            c.one(f"add {ADDEND_PTRS[k]}, {ADDEND_PTRS[k]}, $m3")
     c.one(f"ld32 $m7, $mvertex_base, $mzero, {PSTRIDE}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {BACK}")
     c.one(f"ld32 $m9, $mvertex_base, $mzero, {ROWLEN}")
     if strided:  # $m0 (the table offset) is free from here
+        assert not addends, "ksum: addends with strided partials"
         c.one(f"ld32 $m0, $mvertex_base, $mzero, {SKIP}")
     c.tag = "seg"
     c.label(f".L{name}_seg")
@@ -460,13 +516,14 @@ class KSum:
     out_row: int = 0  # strided: halves per result row
     gelu: bool = False  # the f16 result through rowwise's tanh GELU (`GELU_KINDS`)
     panels: int = 1  # strided: result blocks of out_row-wide column ranges of the partial rows, side by side
+    addends: tuple[int, ...] = ()  # f32 blocks laid out as the result, added to it in order (`ADDEND_KINDS`)
 
     entry = "ew_sup"
 
     @property
     def words(self) -> int:
-        """The frame's length (words): the GELU's constants follow the plain frame."""
-        return GELU_FRAME_WORDS if self.gelu else FRAME_WORDS
+        """The frame's length (words): the GELU's constants or the addends follow the plain frame."""
+        return GELU_FRAME_WORDS if self.gelu else ADDEND_FRAME_WORDS if self.addends else FRAME_WORDS
 
     @property
     def strided(self) -> bool:
@@ -478,6 +535,16 @@ class KSum:
 
     @property
     def kind(self) -> tuple:
+        if self.addends:
+            return (
+                self.parts,
+                self.bias,
+                self.out_type,
+                self.scaled,
+                self.strided,
+                self.gelu,
+                len(self.addends),
+            )
         if self.gelu:
             return (self.parts, self.bias, self.out_type, self.scaled, self.strided, True)
         if self.strided:
@@ -546,6 +613,17 @@ class KSum:
             )
         if self.panels < 1 or 6 % self.panels or (self.panels > 1 and not self.strided):
             raise ValueError(f"ksum: {self.panels} result panels (a divisor of 6, strided calls only)")
+        if self.addends and (
+            self.out_type != "f32"
+            or self.scaled
+            or self.gelu
+            or self.strided
+            or len(self.addends) > MAX_ADDENDS
+        ):
+            raise ValueError(
+                f"ksum: {len(self.addends)} addends (at most {MAX_ADDENDS}, unscaled f32 results without a GELU, "
+                "contiguous partials)"
+            )
         f = np.zeros(self.words, np.uint32)
         ob = 8 if self.out_type == "f16" else 16
         atoms = self.row_atoms
@@ -566,6 +644,8 @@ class KSum:
         if self.gelu:
             consts = np.repeat(np.array(R.GELU_CONSTANTS, np.float16), 4)
             f[GELU:GELU_FRAME_WORDS] = consts.view(np.uint32)
+        for k, a in enumerate(self.addends):
+            f[ADDEND + k] = a
         return f
 
     @property
@@ -590,10 +670,12 @@ class KSum:
         return self.parts * self.units * 8
 
 
-def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+def semantics(
+    k: KSum, x: np.ndarray, bias: np.ndarray | None = None, addends: tuple[np.ndarray, ...] = ()
+) -> np.ndarray:
     """x: [G * units * 4] f16 (the stacked partials; strided: G blocks of rows of in_row halves, of which the
-    first panels * out_row are read); bias: [panels * row] f16. The unfused calls' result (strided with panels:
-    the panels' blocks one after the other)."""
+    first panels * out_row are read); bias: [panels * row] f16; addends: one [units * 4] f32 block per
+    `k.addends`. The unfused calls' result (strided with panels: the panels' blocks one after the other)."""
     x = x.astype(np.float16)
     if k.strided:  # [G, rows, in_row] -> the panels' columns, panel after panel: [G, panels * rows * out_row]
         rows = k.units // k.panels // k.row_atoms
@@ -614,7 +696,15 @@ def semantics(k: KSum, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndar
             s = (s.astype(np.float32) * np.float32(np.float16(k.scale))).astype(np.float16)
     if k.gelu:
         s = R.semantics(R.Rows("gelu", len(s) // 4), s)["out"]
-    return s.astype(np.float32) if k.out_type == "f32" else s
+    if k.out_type != "f32":
+        return s
+    s = s.astype(np.float32)
+    if len(addends) != len(k.addends):
+        raise ValueError(f"ksum semantics: {len(addends)} addend blocks for {len(k.addends)} addends")
+    with np.errstate(all="ignore"):
+        for a in addends:  # f32v2add: IEEE f32 sums, in the order of the adds they replace
+            s = s + np.asarray(a, np.float32).reshape(s.shape)
+    return s
 
 
 SUP = 1 + 2 + 6 + 6  # ew_sup: ld32, setzi + sub, sync release, br (runall overlaps the workers)
@@ -625,7 +715,7 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     if count == 0:
         return IDLE
     c = worker(*k.kind)
-    s = schedule(k.parts, k.bias, k.out_type, k.scaled, k.gelu)
+    s = schedule(k.parts, k.bias, k.out_type, k.scaled, k.gelu, len(k.addends))
     n = c.count
     total = n["head"] + n["tail"]
     for seg in k.segments(first, count):

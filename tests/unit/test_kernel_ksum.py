@@ -21,9 +21,10 @@ STRIDED_KINDS = [(g, b, o, sc, True) for g in (1, 3, 6, 8) for b in (False, True
 LIB = (
     E.library_asm(TARGET.sram_base)
     + "\n"
-    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS)
+    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS + K.ADDEND_KINDS)
 )
 X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
+ADD = (0x88000, 0x90000)  # addend blocks (f32, laid out as the result)
 
 
 def _inputs(parts, units, row, rng, scale=4.0):
@@ -31,11 +32,12 @@ def _inputs(parts, units, row, rng, scale=4.0):
     return x, rng.standard_normal(max(row, 4)).astype(np.float16)
 
 
-def _run(k: K.KSum, x, bias):
+def _run(k: K.KSum, x, bias, addends=()):
     sim = Simulator(TARGET)
     mem = {X: x, B: bias} if k.bias else {X: x}
+    mem.update(zip(k.addends, addends))
     cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
-    ref = np.ascontiguousarray(K.semantics(k, x, bias))
+    ref = np.ascontiguousarray(K.semantics(k, x, bias, tuple(addends)))
     out = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
     np.testing.assert_array_equal(out.view(np.uint8), ref.view(np.uint8))
     assert K.cycles(k) == cyc
@@ -264,3 +266,35 @@ def test_ksum_panels_checked():
         K.KSum(2, 24, X, OUT, B, 24, in_row=96, out_row=24, panels=4).frame({})
     with pytest.raises(ValueError, match="strided partial rows"):
         K.KSum(2, 12, X, OUT, B, 24, in_row=40, out_row=24, panels=2).frame({})
+
+
+@pytest.mark.parametrize("kind", K.ADDEND_KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize("rows,row", [(1, 4), (7, 24), (29, 48)])
+def test_ksum_addend_kinds(kind, rows, row):
+    """The addend bodies (a residual add or an MLP part's sum folded into the f32 store): bit-exact, the estimate
+    exact, and the same bits as the plain f32 sum followed by one `add_f32` call per addend (the unfused
+    lowering's `nn.add`s: addend first, as `nn.add(%part0, %sum)` adds)."""
+    parts, bias, out, _sc, _st, _g, na = kind
+    rng = np.random.default_rng(parts * 1000 + rows * 10 + na)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng)
+    adds = [(rng.standard_normal(units * 4) * 8).astype(np.float32) for _ in range(na)]
+    k = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out, addends=ADD[:na])
+    plain = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, out)
+    cyc = _run(k, x, bias=b, addends=adds)
+    want = K.semantics(plain, x, b)
+    for a in adds:
+        want = E.semantics(E.Elementwise("add_f32", units * 2), a, want)
+    got = K.semantics(k, x, b, tuple(adds))
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert cyc > K.cycles(plain) - K.SUP  # the addends' loads are not free
+
+
+def test_ksum_addends_checked():
+    """Addends are for unscaled f32 results without a GELU, at most MAX_ADDENDS of them."""
+    with pytest.raises(ValueError, match="addends"):
+        K.KSum(2, 4, X, OUT, out_type="f16", addends=ADD[:1]).frame({})
+    with pytest.raises(ValueError, match="addends"):
+        K.KSum(2, 4, X, OUT, out_type="f32", addends=(*ADD, 0xA0000)).frame({})
+    with pytest.raises(ValueError, match="addends"):
+        K.schedule(2, False, "f16", False, False, 1)
