@@ -474,15 +474,22 @@ class LinearPartialsOp(IRDLOperation):
 class ReduceSumOp(IRDLOperation):
     """Sum over the leading dimension: [G, ...] -> [...] (the partial products of `nn.linear_partials`), plus an
     optional bias over the last dimension (a linear's, added once to the sum), then an optional activation
-    (`activation = "gelu_tanh"`: `nn.gelu "tanh"` of the sum in the result's type, `nn-fuse-sum-activation`)."""
+    (`activation = "gelu_tanh"`: `nn.gelu "tanh"` of the sum in the result's type, `nn-fuse-sum-activation`),
+    then optional addends: f32 tensors of the result's shape added to the f32 result in order, each sum rounded
+    to f32 (`((sum + a0) + a1)`: the `nn.add`s `nn-fuse-sum-add` folds in, a residual stream's or the other MLP
+    part's sum)."""
 
     name = "nn.reduce_sum"
     input = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
+    addends = var_operand_def(TensorType)
     activation = opt_prop_def(StringAttr)
     result = result_def(TensorType)
-    assembly_format = "$input (`,` $bias^)? attr-dict `:` type(operands) `->` type($result)"
-    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = (
+        "$input (`,` $bias^)? (`addends` `(` $addends^ `:` type($addends) `)`)? attr-dict `:` type($input) "
+        "(`,` type($bias)^)? `->` type($result)"
+    )
+    irdl_options = (ParsePropInAttrDict(), AttrSizedOperandSegments(as_property=True))
     traits = traits_def(Pure())
 
     def __init__(
@@ -491,10 +498,13 @@ class ReduceSumOp(IRDLOperation):
         result_type: TensorType,
         bias: SSAValue | None = None,
         activation: str | None = None,
+        addends: Sequence[SSAValue] = (),
     ):
         props = {"activation": StringAttr(activation)} if activation else {}
         super().__init__(
-            operands=[x, [bias] if bias is not None else []], result_types=[result_type], properties=props
+            operands=[x, [bias] if bias is not None else [], list(addends)],
+            result_types=[result_type],
+            properties=props,
         )
 
     @property
@@ -517,6 +527,16 @@ class ReduceSumOp(IRDLOperation):
             )
         require_result_shape(self, self.result, xs[1:])
         require_compute_result(self)
+        rt = self.result.type
+        for i, a in enumerate(self.addends):
+            if not isinstance(rt, TensorType) or not isinstance(rt.element_type, Float32Type):
+                raise VerifyException("nn.reduce_sum: addends need an f32 result")
+            if a.type != rt:
+                raise VerifyException(
+                    f"nn.reduce_sum: addend #{i} has type {a.type}, expected the result's {rt}"
+                )
+        if self.addends and self.activation is not None:
+            raise VerifyException("nn.reduce_sum: addends and an activation together are not defined")
 
 
 # --------------------------------------------------------------------------------------------------------------

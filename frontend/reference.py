@@ -369,7 +369,18 @@ def _matmul_partials(ev: _Evaluator, op: nn.MatmulPartialsOp, a: np.ndarray, b: 
     return np.stack([_dot(ev, a[:, k0 : k0 + kc], b[k0 : k0 + kc]) for k0 in range(0, a.shape[1], kc)])
 
 
-def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None = None):
+def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, *rest: np.ndarray):
+    b = rest[0] if op.bias is not None else None
+    addends = rest[1:] if op.bias is not None else rest
+    y = _reduce_sum_value(ev, op, x, b)
+    if addends:  # `nn-fuse-sum-add`: the f32 sum, then each addend added in f32 (as the nn.adds it replaces)
+        y = ev.to_type(y, op.result.type, op.name)
+        for a in addends:
+            y = y + a
+    return y
+
+
+def _reduce_sum_value(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, b: np.ndarray | None):
     if ev.device and isinstance(op.input.type.element_type, Float16Type) and "f16_partials" not in ev.exact:
         # f16 partials: summed as the device does, pairwise in f16 (while more than one is left, the first half
         # gets the last half added, an odd one out staying), then the f16 bias added in f16.

@@ -40,6 +40,7 @@ def pipeline_spec(
     activation_scales: tuple[str, ...] = (),
     weights_order: str = "auto",
     fp8_linears: tuple[str, ...] = (),
+    sum_addends: str = "sums",
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -65,6 +66,9 @@ def pipeline_spec(
       `fp8_linears` (parameter-name substrings) restricts both to those linears (the others keep f16 x);
     - `nn-fuse-sum-activation`: a K split's f16 sum and the tanh GELU reading it as one op (the fused `ksum`
       computes the GELU before it stores the sum: So400m's fc1 parts);
+    - `nn-fuse-sum-add{addends=sum_addends}`: f32 adds of a K split's sum folded into it as addends (the fused
+      `ksum` adds them before it stores the sum: "sums", the default, folds So400m's two fc2 parts' add; "any"
+      the residual adds too; "none" none);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
@@ -108,7 +112,7 @@ def pipeline_spec(
     keys = f"nn-split-attention-keys{{tiles={target.num_tiles}}}"
     return (
         f"nn-fold-probe-attention{{tiles={target.num_tiles}}},nn-split-mlp,{rep}{quantize},{keys},{hoist}{split_k},"
-        f"nn-fuse-sum-activation,nn-to-exchange-pipeline{xopts},{mem}"
+        f"nn-fuse-sum-activation,nn-fuse-sum-add{{addends={sum_addends}}},nn-to-exchange-pipeline{xopts},{mem}"
     )
 
 
@@ -153,6 +157,9 @@ class IpuCompilePipelinePass(ModulePass):
     """GEMM weight storage (tile-plan's `weights_order`): "auto" keeps the weights of FP8-activation K splits in
     the AMP panel order their GEMM reads in place (`ampw`, permuted by the host at upload; `tile_plan.ampw_fits`),
     the rest row-major; "row_major": every weight row-major, panels made on the device per inference."""
+    sum_addends: str = "sums"
+    """Which f32 adds of a K split's sum `nn-fuse-sum-add` folds into the sum (`addends`): "sums" (the addend
+    another K split's sum: So400m's MLP parts), "any" (the residual stream's too) or "none"."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -246,6 +253,7 @@ class IpuCompilePipelinePass(ModulePass):
             activation_scales=tuple(self.activation_scales),
             weights_order=self.weights_order,
             fp8_linears=tuple(x for x in self.fp8_linears if x != "none"),
+            sum_addends=self.sum_addends,
         )
 
     def passes(self) -> tuple[ModulePass, ...]:

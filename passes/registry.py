@@ -22,6 +22,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-split-k", "ipu.passes.nn_split_k", "NNSplitKPass"),
     ("nn-quantize-activations", "ipu.passes.nn_quantize_activations", "NNQuantizeActivationsPass"),
     ("nn-fuse-sum-activation", "ipu.passes.nn_fuse_sum_activation", "NNFuseSumActivationPass"),
+    ("nn-fuse-sum-add", "ipu.passes.nn_fuse_sum_add", "NNFuseSumAddPass"),
     ("nn-hoist-stacked", "ipu.passes.nn_hoist_stacked", "NNHoistStackedPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("tile-balance-homes", "ipu.passes.tile_balance_homes", "TileBalanceHomesPass"),

@@ -1755,6 +1755,8 @@ class _Planner:
             cycles = cm.elementwise_cycles(n, "add", tl.dtype_name(res.dtype), t)
             if op.gelu is not None:  # the fused GELU (`nn-fuse-sum-activation`): its element-wise cost
                 cycles += cm.elementwise_cycles(busiest_elems(res), "gelu", tl.dtype_name(res.dtype), t)
+            for _ in op.addends:  # `nn-fuse-sum-add`: an f32 add per addend
+                cycles += cm.elementwise_cycles(busiest_elems(res), "add", "f32", t)
             return map_plan("reduce", cycles), res
         if isinstance(op, nn.AttentionPartialOp):
             plan = choose_attention_partial(op, t)

@@ -1421,6 +1421,18 @@ class NnOps:
             )
         if op.gelu is not None and self.optional_choice(op, "scale") is not None:
             raise self.error(f"{what}: kernel choice scale and an activation together are not lowered")
+        for i, a in enumerate(
+            op.addends
+        ):  # `nn-fuse-sum-add`: laid out as the result (tile-plan requires it)
+            al = tl.layout_of(a)
+            if (
+                al is None
+                or al.shape_ != lay.shape_
+                or al.block_ != lay.block_
+                or not np.array_equal(al.table(), lay.table())
+                or device_dtype(al.dtype) != "f32"
+            ):
+                raise self.error(f"{what}: addend #{i} is not an f32 tensor laid out as the result")
         xs, rs = tl.element_bytes(xl.dtype), tl.element_bytes(lay.dtype)
         per_unit = 8 // xs  # elements per add unit: 2 f32 / 4 f16
         add = f"add_{xdt}"
@@ -1570,6 +1582,31 @@ class NnOps:
             )
         if op.gelu is not None:  # the unfused path: the GELU over the result in place, as `nn.gelu` runs it
             self._gelu_shards(lay, res.copy(), res.copy(), f"{what}: GELU")
+        self._add_addends(op, result_of if ragged else {t: (d, n) for t, (_s, d, n) in blocks.items()}, what)
+
+    def _addend_blocks(self, op: nn.ReduceSumOp, dst: dict[int, int]) -> list[dict[int, int]]:
+        """Per addend: tile -> the address of its block that lies where the result block `dst[t]` does (an addend
+        is laid out as the result: the same offset in its buffer)."""
+        res = self.addrs.of(op.results[0]).addr
+        return [
+            {t: int(self.addrs.of(a).addr[t]) + d - int(res[t]) for t, d in dst.items()} for a in op.addends
+        ]
+
+    def _add_addends(self, op: nn.ReduceSumOp, blocks: dict[int, tuple[int, int]], what: str) -> None:
+        """The unfused addends: one `add_f32` call per addend over each result block, in order (the `nn.add`s
+        `nn-fuse-sum-add` folded in)."""
+        if not op.addends:
+            return
+        if any(n % 2 for _d, n in blocks.values()):
+            raise self.error(
+                f"{what}: addends on result blocks of an odd number of f32 (add_f32 takes pairs)"
+            )
+        for i, addr in enumerate(self._addend_blocks(op, {t: d for t, (d, _n) in blocks.items()})):
+            self.kcall(
+                f"{what}: + addend {i}",
+                {t: self.kernel(ew.Elementwise, "add_f32", n // 2, in0=addr[t], in1=d, out=d)
+                 for t, (d, n) in blocks.items()},
+            )  # fmt: skip
 
     @staticmethod
     def _paired_blocks(slots, in_rows, lay):
@@ -1601,6 +1638,8 @@ class NnOps:
         (`ksum.KSum.panels`; cols then spans them all)."""
         if xdt != "f16" or not 1 <= count <= ks.MAX_PARTS:
             return False
+        if op.addends and (in_rows or rdt != "f32" or len(op.addends) > ks.MAX_ADDENDS):
+            return False
         in_rows, panels = in_rows or {}, panels or {}
         bias = op.bias is not None
         scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
@@ -1613,7 +1652,17 @@ class NnOps:
             stride = dict(in_row=in_rows[t], out_row=width, panels=p) if t in in_rows else {}
             if gelu:
                 stride["gelu"] = True
+            if op.addends:
+                stride["addends"] = tuple(a[t] for a in addend_at)
             return (count, n // 4, s, d, bp, width if bias else 0, rdt, scale), stride
+
+        addend_at = self._addend_blocks(op, {t: d for t, (_s, d, _n) in blocks.items()})
+        for (
+            a
+        ) in addend_at:  # an addend in the result's place (memory-plan's reuse) is read before it is written
+            for t, (_s, d, n) in blocks.items():
+                if a[t] != d and a[t] < d + n * rs and d < a[t] + n * rs:
+                    return False
 
         for t, (s, d, n) in blocks.items():
             width = cols[t][1] // panels.get(t, 1)
@@ -1641,7 +1690,8 @@ class NnOps:
             + (" + bias" if bias else "")
             + (" -> f32" if rdt != xdt else "")
             + (" * scale" if scale is not None else "")
-            + (" -> tanh GELU" if gelu else ""),
+            + (" -> tanh GELU" if gelu else "")
+            + (f" + {len(op.addends)} addend{'s' * (len(op.addends) > 1)}" if op.addends else ""),
             calls,
         )
         return True

@@ -329,6 +329,39 @@ func.func @reduce_sum_bias() {
 
 // -----
 
+func.func @reduce_sum_addend_f16() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %a = nn.input "a" : tensor<2x16xf16>
+  %s = nn.reduce_sum %x addends(%a : tensor<2x16xf16>) : tensor<4x2x16xf16> -> tensor<2x16xf16>
+  // expected-error @above {{nn.reduce_sum: addends need an f32 result}}
+  func.return
+}
+// CHECK: nn.reduce_sum: addends need an f32 result
+
+// -----
+
+func.func @reduce_sum_addend_shape() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %a = nn.input "a" : tensor<16xf32>
+  %s = nn.reduce_sum %x addends(%a : tensor<16xf32>) : tensor<4x2x16xf16> -> tensor<2x16xf32>
+  // expected-error @above {{nn.reduce_sum: addend #0 has type tensor<16xf32>, expected the result's tensor<2x16xf32>}}
+  func.return
+}
+// CHECK: nn.reduce_sum: addend #0 has type tensor<16xf32>, expected the result's tensor<2x16xf32>
+
+// -----
+
+func.func @reduce_sum_addend_activation() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %a = nn.input "a" : tensor<2x16xf32>
+  %s = nn.reduce_sum %x addends(%a : tensor<2x16xf32>) {activation = "gelu_tanh"} : tensor<4x2x16xf16> -> tensor<2x16xf32>
+  // expected-error @above {{nn.reduce_sum: addends and an activation together are not defined}}
+  func.return
+}
+// CHECK: nn.reduce_sum: addends and an activation together are not defined
+
+// -----
+
 func.func @attention_partial_chunks() {
   %q = nn.input "q" : tensor<4x8xf32>
   %y = nn.attention_partial %q, %q, %q heads=2 scale=0.5 chunks=3 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<3x4x12xf32>

@@ -1,0 +1,110 @@
+"""`nn-fuse-sum-add` end to end: a SigLIP whose MLP `nn-split-mlp` cuts in two parts, so that the second fc2
+part's K-split sum takes the first's as an addend (the fused `ksum` adds it before the store). The fused sum, the
+lowering's unfused fallback (one `add_f32` call per addend) and the residual stream's adds folded too
+(addends=any) all give the bits of the unfused adds, and the device matches the reference evaluator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from ipu.frontend.siglip import SiglipVisionConfig
+from ipu.passes import nn_fuse_sum_add
+from ipu.tools.random_models import run_case
+
+# intermediate 2400 > nn-split-mlp's max_k 2304: two MLP parts of 1200
+CFG = SiglipVisionConfig(
+    hidden_size=128,
+    intermediate_size=2400,
+    num_attention_heads=2,
+    num_hidden_layers=2,
+    image_size=112,
+    patch_size=14,
+)
+TILES = 128
+
+
+def run(seed: int):
+    from ipu.backend.lower.lowering import compile_model
+    from ipu.backend.target import Target
+    from ipu.frontend.weights import random_weights
+    from ipu.runtime.host import Session
+
+    w = random_weights(CFG, seed)
+    x = np.random.default_rng(seed + 1).uniform(-1, 1, (1, 3, CFG.image_size, CFG.image_size))
+    pkg = compile_model(CFG, Target.small(tiles=TILES, sram_kib=624), weights=w)
+    session = Session(pkg)
+    session.upload_parameters(w)
+    return session.run({"pixel_values": x.astype(np.float32)}).outputs
+
+
+def _policy(monkeypatch, addends: str) -> list:
+    """Runs nn-fuse-sum-add with `addends` whatever the pipeline says; returns the fused sums' addend counts."""
+    seen: list = []
+    real = nn_fuse_sum_add.NNFuseSumAddPass.apply
+
+    def apply(self, ctx, op):
+        from ipu.dialects import nn
+
+        real(nn_fuse_sum_add.NNFuseSumAddPass(addends=addends), ctx, op)
+        seen.extend(len(o.addends) for o in op.walk() if isinstance(o, nn.ReduceSumOp) and o.addends)
+
+    monkeypatch.setattr(nn_fuse_sum_add.NNFuseSumAddPass, "apply", apply)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def unfused():
+    with pytest.MonkeyPatch.context() as mp:
+        assert _policy(mp, "none") == []
+        return run(3)
+
+
+def test_mlp_parts_summed_in_one_call(monkeypatch, unfused):
+    """The default (addends=sums): one addend per layer (the first fc2 part's sum), taken by the fused ksum
+    (a kind with one addend is called), the same bits as the separate add."""
+    from ipu.backend.kernels import ksum as ks
+
+    kinds = []
+    real = ks.KSum.frame
+
+    def frame(self, labels):
+        kinds.append(len(self.addends))
+        return real(self, labels)
+
+    monkeypatch.setattr(ks.KSum, "frame", frame)
+    seen = _policy(monkeypatch, "sums")
+    got = run(3)
+    assert seen == [1], seen  # the layer loop's body: one fused sum
+    assert 1 in kinds
+    for k in unfused:
+        np.testing.assert_array_equal(got[k], unfused[k], err_msg=k)
+
+
+def test_unfused_fallback_gives_the_same_bits(monkeypatch, unfused):
+    """A sum the fused kernel does not take (here: none, `ksum.MAX_ADDENDS` = 0) adds its addends with one
+    `add_f32` call each after the sum: the same bits."""
+    from ipu.backend.kernels import ksum as ks
+
+    monkeypatch.setattr(ks, "MAX_ADDENDS", 0)
+    seen = _policy(monkeypatch, "sums")
+    got = run(3)
+    assert seen == [1], seen
+    for k in unfused:
+        np.testing.assert_array_equal(got[k], unfused[k], err_msg=k)
+
+
+def test_residual_adds_folded_too(monkeypatch, unfused):
+    """addends=any: the residual stream's adds fold as well (out_proj's sum + h; the second fc2 part's sum +
+    the first's + the attention's residual: two addends), the same bits."""
+    seen = _policy(monkeypatch, "any")
+    got = run(3)
+    assert sorted(seen) == [1, 2], seen
+    for k in unfused:
+        np.testing.assert_array_equal(got[k], unfused[k], err_msg=k)
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_fused_sums_match_the_reference(seed):
+    outcome, detail = run_case(CFG, TILES, 624, seed=seed)
+    assert outcome == "ok", detail
