@@ -41,6 +41,11 @@ Frame (uint32 words; ENTRY where `ew_sup` reads it):
 | 37 | strided kinds: bytes from a partial row's last read unit to the next row's first |
 | 46, 47 | `addends` kinds: the f32 addend blocks (laid out as the result) |
 
+FP8 results (`FP8_KINDS`, out "fp8": the f16 result, after the GELU if any, cast to FP8 at the frame's format
+and scale, as `cast_f16_fp8` casts it): the body takes two units (the conversion `f16v8tof8` reads eight halves,
+a register quad: the two units' results in its two pairs) and stores them as one atom, so segments, rows and the
+workers' ranges are whole pairs of units; the head sets the worker's FP8 format and scale CSRs.
+
 Addends (`ADDEND_KINDS`, f32 results only): after the conversion to f32 the unit adds A f32 blocks laid out as
 the result (`f32v2add`, addend 0 first: ((s + a0) + a1), the order of the `nn.add`s they replace), each read with
 its own pointer (`ADDEND_PTRS`) from the worker's output offset on: a residual stream's add, or the sum of an
@@ -72,6 +77,8 @@ ADDEND = (
 )
 ADDEND_FRAME_WORDS = 48
 MAX_ADDENDS = 2
+FP8_FMT, FP8_SCL = 54, 55  # FP8 kinds: the format and scale (`cast_f16_fp8`'s), after the GELU's words
+FP8_FRAME_WORDS = 56
 # The MRF registers the plain body leaves free: $m11, and $m0 (the worker's table offset, dead after the head, when
 # not strided: the strided kinds keep their row step in it, so addends are for contiguous partials only).
 ADDEND_PTRS = ("$m11", "$m0")
@@ -185,6 +192,8 @@ def _ops(
     if gelu is not None:
         g, root = _gelu_ops(root, gelu)
         ops += g
+    if out == "fp8":  # two units per body: the second's ops renamed, both results in one quad
+        return _fp8_pair(ops, root)
     if out == "f16":
         ops.append(Op("", "main", f"st64step {{{root}}}, $mzero, $m4+=, 1", (root,)))
     else:
@@ -201,6 +210,46 @@ def _ops(
         ops.append(Op("", "main", f"st64step {{{lo}}}, $mzero, $m4+=, 1", (lo,)))
         ops.append(Op("", "main", f"st64step {{{hi}}}, $mzero, $m4+=, 1", (hi,)))
     return ops
+
+
+def _fp8_pair(unit: list[Op], root: str) -> list[Op]:
+    """Two units' ops, interleaved (unit 1's values suffixed "_1"): both units' loads, then each AUX op of unit 0
+    beside its twin of unit 1, so that the two chains share the GELU's constants (each loaded once per pair, just
+    in time: when the other operand of its first reader is ready) and keep their values live briefly (two units
+    in flight need more pairs). Unit 0's result is written as `q0` and unit 1's as `q1`, pairs 2r and 2r + 1 of
+    a register quad (`_QUAD`), converted by one `f16v8tof8` and stored as one atom."""
+    names = {o.name for o in unit if o.name}
+    consts = {o.name: o for o in unit if o.name.startswith("k_")}
+
+    def renamed(op: Op, k: int) -> Op:
+        new = {n: f"q{k}" if n == root else n if (k == 0 or n in consts) else f"{n}_1" for n in names}
+        text = op.text
+        for n in sorted(names, key=len, reverse=True):
+            for suffix in ("", ".lo", ".hi"):
+                text = text.replace("{" + n + suffix + "}", "{" + new[n] + suffix + "}")
+        into = new.get(op.into, op.into) if op.into else ""
+        return Op(new.get(op.name, op.name), op.pipe, text, tuple(new.get(r, r) for r in op.reads), into)
+
+    loads = [o for o in unit if o.pipe == "main" and o.name not in consts]
+    ops = [renamed(o, 0) for o in loads] + [renamed(o, 1) for o in loads]
+    loaded = set()
+    for o in unit:
+        if o.pipe != "aux":
+            continue
+        for r in o.reads:
+            if r in consts and r not in loaded:
+                ops.append(Op(r, "main", consts[r].text, tuple(x for x in o.reads if x != r)))
+                loaded.add(r)
+        ops += [renamed(o, 0), renamed(o, 1)]
+    ops.append(Op("o", "aux", "f16v8tof8 {o}, {q0:quad}", ("q0", "q1")))
+    ops.append(Op("", "main", "st64step {o}, $mzero, $m4+=, 1", ("o",)))
+    return ops
+
+
+_QUAD = (
+    "q0",
+    "q1",
+)  # FP8 kinds: q0 in an even pair, q1 in the next one (the conversion reads them as a quad)
 
 
 @dataclass(frozen=True)
@@ -259,9 +308,21 @@ def _schedule(ops: list[Op], ii: int, pairs: int = len(PAIRS)) -> Schedule | Non
                 return None
             live[op.into] |= live.pop(op.name)
     regs: dict[str, int] = {}
+
+    def free(reg: int, name: str) -> bool:
+        return reg < pairs and all(regs[o] != reg or not (live[o] & live[name]) for o in regs)
+
     for name in sorted(live, key=lambda v: times[[o.name for o in ops].index(v)]):
+        if name in regs:  # q1, placed with q0
+            continue
+        if name == _QUAD[0]:  # an even pair whose next pair is free for q1's range
+            reg = next((r for r in range(0, pairs - 1, 2) if free(r, name) and free(r + 1, _QUAD[1])), None)
+            if reg is None:
+                return None
+            regs[name], regs[_QUAD[1]] = reg, reg + 1
+            continue
         for reg in range(pairs):
-            if all(regs[o] != reg or not (live[o] & live[name]) for o in regs):
+            if free(reg, name):
                 regs[name] = reg
                 break
         else:
@@ -287,8 +348,10 @@ def schedule(
 ) -> Schedule:
     """The unit's modulo schedule. gelu: with the GELU's four constants resident in the highest pairs as far as
     the allocation allows at the lowest II (the others loaded per unit)."""
-    if gelu and (scaled or out != "f16"):
-        raise ValueError("ksum: the GELU is for unscaled f16 results only")
+    if gelu and (scaled or out not in ("f16", "fp8")):
+        raise ValueError("ksum: the GELU is for unscaled f16 or FP8 results only")
+    if out == "fp8" and scaled:
+        raise ValueError("ksum: FP8 results are not scaled by the sum (the cast's scale is their own)")
     if addends and (out != "f32" or gelu or scaled or not 0 < addends <= MAX_ADDENDS):
         raise ValueError(f"ksum: addends (1..{MAX_ADDENDS}) are for unscaled f32 results only")
     best = None
@@ -316,6 +379,7 @@ def _text(op: Op, regs: dict) -> str:
         fmt[v] = PAIRS[r]
         fmt[f"{v}.lo"] = f"$a{2 * r}"
         fmt[f"{v}.hi"] = f"$a{2 * r + 1}"
+        fmt[f"{v}:quad"] = f"$a{2 * r}:{2 * r + 3}"
     t = op.text
     for key in sorted(fmt, key=len, reverse=True):
         t = t.replace("{" + key + "}", fmt[key])
@@ -412,6 +476,13 @@ SCALED_KINDS = [(g, b, "f16", True) for g in range(1, MAX_PARTS + 1) for b in (F
 # `gelu`: the f16 result through rowwise's tanh GELU before it is stored (a K split's sum feeding the MLP's GELU,
 # `nn.reduce_sum {activation = "gelu_tanh"}`)
 GELU_KINDS = [(g, b, "f16", False, False, True) for g in range(1, MAX_PARTS + 1) for b in (False, True)]
+# `fp8`: the f16 result (after the GELU, if any) cast to FP8 (a K split's sum read by an FP8-activation linear)
+FP8_KINDS = [
+    (g, b, "fp8", False, False, gl)
+    for g in range(1, MAX_PARTS + 1)
+    for b in (False, True)
+    for gl in (False, True)
+]
 # `addends`: f32 blocks added to the f32 result before it is stored (`nn.reduce_sum` with addends)
 ADDEND_KINDS = [
     (g, b, "f32", False, False, False, a)
@@ -442,6 +513,11 @@ def worker(
         c.one(f"ld64 {SCALE_PAIR}, $mvertex_base, $mzero, {SCALE // 2}")
     for const, pair in s.resident:  # the GELU's constants kept in registers
         c.one(f"ld64 {pair}, $mvertex_base, $mzero, {_gelu_word(const)}")
+    if out == "fp8":  # the conversion's format and scale
+        c.one(f"ld32 $a0, $mvertex_base, $mzero, {FP8_FMT}")
+        c.one("uput $FP_NFMT, $a0")
+        c.one(f"ld32 $a0, $mvertex_base, $mzero, {FP8_SCL}")
+        c.one("uput $FP_SCL, $a0")
     c.one(f"ld32 $m1, $mvertex_base, $m0, {IOFF}")
     c.one(f"ld32 $m3, $mvertex_base, $mzero, {IN0}")
     c.one("add $m1, $m1, $m3")
@@ -470,7 +546,9 @@ def worker(
     c.label(f".L{name}_seg")
     c.one("sub $m5, $m5, $m6")  # units after this segment
     c.tag = "prologue"
-    for m, a in _fill(_bundles(s, {0}), ["sub $m10, $m6, 1"]):  # the rpt count, in a free main slot
+    # the rpt count (FP8 kinds: pairs of units), in free main slots
+    count = ["shr $m10, $m6, 1", "sub $m10, $m10, 1"] if out == "fp8" else ["sub $m10, $m6, 1"]
+    for m, a in _fill(_bundles(s, {0}), count):
         c.bundle(m, a)
     c.tag = "body"
     c.rpt("$m10", _bundles(s, set(range(s.stages))), "unit")
@@ -517,12 +595,18 @@ class KSum:
     gelu: bool = False  # the f16 result through rowwise's tanh GELU (`GELU_KINDS`)
     panels: int = 1  # strided: result blocks of out_row-wide column ranges of the partial rows, side by side
     addends: tuple[int, ...] = ()  # f32 blocks laid out as the result, added to it in order (`ADDEND_KINDS`)
+    fp8_fmt: int = (
+        0  # out_type "fp8": the FP8 format (`fp8.F143` / `fp8.F152`) and scale, as `cast_f16_fp8`'s
+    )
+    fp8_scale: int = 0
 
     entry = "ew_sup"
 
     @property
     def words(self) -> int:
         """The frame's length (words): the GELU's constants or the addends follow the plain frame."""
+        if self.out_type == "fp8":
+            return FP8_FRAME_WORDS
         return GELU_FRAME_WORDS if self.gelu else ADDEND_FRAME_WORDS if self.addends else FRAME_WORDS
 
     @property
@@ -535,6 +619,8 @@ class KSum:
 
     @property
     def kind(self) -> tuple:
+        if self.out_type == "fp8":
+            return (self.parts, self.bias, "fp8", False, False, self.gelu)
         if self.addends:
             return (
                 self.parts,
@@ -564,7 +650,10 @@ class KSum:
         return worker_name(*self.kind)
 
     def work(self) -> list[tuple[int, int]]:
-        """(first unit, units) per worker: `split` of each panel's units over its 6 / panels workers."""
+        """(first unit, units) per worker: `split` of each panel's units over its 6 / panels workers (FP8 kinds:
+        of pairs of units)."""
+        if self.out_type == "fp8":
+            return [(2 * f, 2 * c) for f, c in split(self.units // 2)]
         if self.panels == 1:
             return split(self.units)
         per = self.units // self.panels
@@ -600,8 +689,16 @@ class KSum:
             raise ValueError(f"ksum: {self.units} units are not whole rows of {self.row} halves")
         if self.scaled and self.out_type != "f16":
             raise ValueError("ksum: a scale is for f16 results only")
-        if self.gelu and (self.scaled or self.out_type != "f16"):
-            raise ValueError("ksum: the GELU is for unscaled f16 results only")
+        if self.gelu and (self.scaled or self.out_type not in ("f16", "fp8")):
+            raise ValueError("ksum: the GELU is for unscaled f16 or FP8 results only")
+        if self.out_type == "fp8" and (
+            self.strided or self.addends or self.units % 2 or (self.bias and self.row % 8)
+        ):
+            raise ValueError(
+                f"ksum: FP8 results take whole pairs of units ({self.units} units"
+                + (f", bias rows of {self.row} halves" if self.bias else "")
+                + "), contiguous partials, no addends"
+            )
         if self.strided and (
             self.out_row <= 0 or self.out_row % 4 or self.in_row % 4 or self.in_row < self.panels * self.out_row
             or (self.bias and self.row != self.out_row) or self.units % (self.panels * self.out_row // 4)
@@ -625,7 +722,7 @@ class KSum:
                 "contiguous partials)"
             )
         f = np.zeros(self.words, np.uint32)
-        ob = 8 if self.out_type == "f16" else 16
+        ob = {"f16": 8, "f32": 16, "fp8": 4}[self.out_type]
         atoms = self.row_atoms
         per = self.units // self.panels
         for w, (first, cnt) in enumerate(self.work()):
@@ -646,6 +743,8 @@ class KSum:
             f[GELU:GELU_FRAME_WORDS] = consts.view(np.uint32)
         for k, a in enumerate(self.addends):
             f[ADDEND + k] = a
+        if self.out_type == "fp8":
+            f[FP8_FMT], f[FP8_SCL] = self.fp8_fmt, self.fp8_scale & 0x3F
         return f
 
     @property
@@ -696,6 +795,10 @@ def semantics(
             s = (s.astype(np.float32) * np.float32(np.float16(k.scale))).astype(np.float16)
     if k.gelu:
         s = R.semantics(R.Rows("gelu", len(s) // 4), s)["out"]
+    if k.out_type == "fp8":
+        from ipu.runtime import fp8
+
+        return fp8.encode(s.astype(np.float32), k.fp8_fmt, k.fp8_scale)
     if k.out_type != "f32":
         return s
     s = s.astype(np.float32)
@@ -718,8 +821,9 @@ def worker_thread_cycles(k: KSum, first: int, count: int) -> int:
     s = schedule(k.parts, k.bias, k.out_type, k.scaled, k.gelu, len(k.addends))
     n = c.count
     total = n["head"] + n["tail"]
+    per = 2 if k.out_type == "fp8" else 1  # units per body repetition
     for seg in k.segments(first, count):
-        total += n["seg"] + n["prologue"] + 1 + (seg - 1) * s.ii + n["epilogue"] + n["seg_end"]
+        total += n["seg"] + n["prologue"] + 1 + (seg // per - 1) * s.ii + n["epilogue"] + n["seg_end"]
     # `rpt` is counted once (the `rpt` bundle, under "body"); a repetition is II bundles under "unit"
     assert n["body"] == 1 and n["unit"] == s.ii, (n, s.ii)
     return total

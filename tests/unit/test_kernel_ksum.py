@@ -21,7 +21,7 @@ STRIDED_KINDS = [(g, b, o, sc, True) for g in (1, 3, 6, 8) for b in (False, True
 LIB = (
     E.library_asm(TARGET.sram_base)
     + "\n"
-    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS + K.ADDEND_KINDS)
+    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS + K.ADDEND_KINDS + K.FP8_KINDS)
 )
 X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
 ADD = (0x88000, 0x90000)  # addend blocks (f32, laid out as the result)
@@ -298,3 +298,36 @@ def test_ksum_addends_checked():
         K.KSum(2, 4, X, OUT, out_type="f32", addends=(*ADD, 0xA0000)).frame({})
     with pytest.raises(ValueError, match="addends"):
         K.schedule(2, False, "f16", False, False, 1)
+
+
+@pytest.mark.parametrize("kind", K.FP8_KINDS, ids=lambda k: K.worker_name(*k))
+@pytest.mark.parametrize("rows,row,fmt,scale", [(1, 8, 0, 0), (7, 24, 0, -2), (13, 40, 1, 3)])
+def test_ksum_fp8_kinds(kind, rows, row, fmt, scale):
+    """The FP8 bodies (two units per repetition, one `f16v8tof8` over both): bit-exact, the estimate exact, and
+    the bits of the f16 sum (and GELU) followed by `cast_f16_fp8` at the same format and scale."""
+    from ipu.runtime import fp8
+
+    parts, bias, _out, _sc, _st, gelu = kind
+    rng = np.random.default_rng(parts * 100 + rows + 7 * gelu)
+    units = rows * row // 4
+    x, b = _inputs(parts, units, row, rng, scale=2.0 if gelu else 4.0)
+    k = K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, "fp8", gelu=gelu, fp8_fmt=fmt,
+               fp8_scale=scale)  # fmt: skip
+    _run(k, x, b)
+    plain = K.semantics(
+        K.KSum(parts, units, X, OUT, B if bias else 0, row if bias else 0, "f16", gelu=gelu), x, b
+    )
+    cast = E.semantics(E.Elementwise("cast_f16_fp8", units // 2, fmt=fmt, scale=scale), plain)
+    np.testing.assert_array_equal(K.semantics(k, x, b), cast)
+    assert fp8.F143 == 0 and fp8.F152 == 1  # the formats the parametrization names by number
+
+
+def test_ksum_fp8_checked():
+    """FP8 results take whole pairs of units: an odd unit count, bias rows of an odd number of units, strided
+    partials or addends are refused by name."""
+    with pytest.raises(ValueError, match="pairs of units"):
+        K.KSum(2, 5, X, OUT, out_type="fp8").frame({})
+    with pytest.raises(ValueError, match="pairs of units"):
+        K.KSum(2, 6, X, OUT, B, 12, out_type="fp8").frame({})
+    with pytest.raises(ValueError, match="pairs of units"):
+        K.KSum(2, 12, X, OUT, B, 24, out_type="fp8", in_row=48, out_row=24).frame({})
