@@ -477,13 +477,15 @@ class ReduceSumOp(IRDLOperation):
     (`activation = "gelu_tanh"`: `nn.gelu "tanh"` of the sum in the result's type, `nn-fuse-sum-activation`),
     then optional addends: f32 tensors of the result's shape added to the f32 result in order, each sum rounded
     to f32 (`((sum + a0) + a1)`: the `nn.add`s `nn-fuse-sum-add` folds in, a residual stream's or the other MLP
-    part's sum)."""
+    part's sum). An FP8 result (f16 partials; `scale` as `nn.cast`'s) is the f16 result (after the activation)
+    cast to FP8: the `nn.cast` `tile-fuse-sum-cast` folds in."""
 
     name = "nn.reduce_sum"
     input = operand_def(TensorType)
     bias = opt_operand_def(TensorType)
     addends = var_operand_def(TensorType)
     activation = opt_prop_def(StringAttr)
+    scale = opt_prop_def(IntegerAttr[I64])
     result = result_def(TensorType)
     assembly_format = (
         "$input (`,` $bias^)? (`addends` `(` $addends^ `:` type($addends) `)`)? attr-dict `:` type($input) "
@@ -499,8 +501,11 @@ class ReduceSumOp(IRDLOperation):
         bias: SSAValue | None = None,
         activation: str | None = None,
         addends: Sequence[SSAValue] = (),
+        scale: int | None = None,
     ):
         props = {"activation": StringAttr(activation)} if activation else {}
+        if scale is not None:
+            props["scale"] = IntegerAttr(scale, i64)
         super().__init__(
             operands=[x, [bias] if bias is not None else [], list(addends)],
             result_types=[result_type],
@@ -526,8 +531,9 @@ class ReduceSumOp(IRDLOperation):
                 f'nn.reduce_sum: activation must be one of {", ".join(SUM_ACTIVATIONS)}, got "{self.activation.data}"'
             )
         require_result_shape(self, self.result, xs[1:])
-        require_compute_result(self)
         rt = self.result.type
+        if not (isinstance(rt, TensorType) and isinstance(rt.element_type, FP8_TYPES)):
+            require_compute_result(self)  # (an FP8 result carries its scale: below)
         for i, a in enumerate(self.addends):
             if not isinstance(rt, TensorType) or not isinstance(rt.element_type, Float32Type):
                 raise VerifyException("nn.reduce_sum: addends need an f32 result")
@@ -537,6 +543,21 @@ class ReduceSumOp(IRDLOperation):
                 )
         if self.addends and self.activation is not None:
             raise VerifyException("nn.reduce_sum: addends and an activation together are not defined")
+        fp8 = isinstance(rt, TensorType) and isinstance(rt.element_type, FP8_TYPES)
+        if self.scale is not None and not fp8:
+            raise VerifyException(f"nn.reduce_sum: scale is only meaningful for an FP8 result, got {rt}")
+        if fp8:
+            xt = self.input.type
+            if not isinstance(xt, TensorType) or not isinstance(xt.element_type, Float16Type) or self.addends:
+                raise VerifyException("nn.reduce_sum: an FP8 result needs f16 partials and no addends")
+            if not -32 <= self.fp8_scale <= 31:
+                raise VerifyException(
+                    f"nn.reduce_sum: FP8 scale {self.fp8_scale} is outside the metadata range [-32, 31]"
+                )
+
+    @property
+    def fp8_scale(self) -> int:
+        return 0 if self.scale is None else self.scale.value.data
 
 
 # --------------------------------------------------------------------------------------------------------------

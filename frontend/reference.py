@@ -373,6 +373,13 @@ def _reduce_sum(ev: _Evaluator, op: nn.ReduceSumOp, x: np.ndarray, *rest: np.nda
     b = rest[0] if op.bias is not None else None
     addends = rest[1:] if op.bias is not None else rest
     y = _reduce_sum_value(ev, op, x, b)
+    fp8 = FP8_FORMATS.get(type(op.result.type.element_type))
+    if fp8 is not None:  # `tile-fuse-sum-cast`: the f16 result, then the cast (as the two ops compute it)
+        if not ev.device:
+            return y
+        if "f16_activations" not in ev.exact:
+            y = _round_f16(y)
+        return y if "fp8" in ev.exact else quantize_fp8(y, type(op.result.type.element_type), op.fp8_scale)
     if addends:  # `nn-fuse-sum-add`: the f32 sum, then each addend added in f32 (as the nn.adds it replaces)
         y = ev.to_type(y, op.result.type, op.name)
         for a in addends:
@@ -867,7 +874,7 @@ class _Evaluator:
         if (
             self.device
             and type(t.element_type) in FP8_FORMATS
-            and isinstance(op, (nn.CastOp, *_FP8_PASS_THROUGH))
+            and isinstance(op, (nn.CastOp, nn.ReduceSumOp, *_FP8_PASS_THROUGH))
         ):
             return [y]  # already quantized (by the cast, or upstream for data movement)
         if self.exact and self.device and isinstance(t.element_type, Float16Type) and self._exact_f16(op):

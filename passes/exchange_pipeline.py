@@ -1,4 +1,4 @@
-"""`nn-to-exchange-pipeline`: tile-plan, tile-balance-homes, exchange-lower, exchange-schedule and kernel-select with one set of
+"""`nn-to-exchange-pipeline`: tile-plan, tile-fuse-sum-cast, tile-balance-homes, exchange-lower, exchange-schedule and kernel-select with one set of
 target options.
 
     ipu-opt model.mlir -p 'nn-to-exchange-pipeline{tiles=16 sram_kib=256 mode=compact}'
@@ -18,6 +18,7 @@ from ipu.passes.exchange_lower import ExchangeLowerPass
 from ipu.passes.exchange_schedule import ExchangeSchedulePass
 from ipu.passes.kernel_select import KernelSelectPass
 from ipu.passes.tile_balance_homes import TileBalanceHomesPass
+from ipu.passes.tile_fuse_sum_cast import TileFuseSumCastPass
 from ipu.passes.tile_plan import TilePlanPass
 
 
@@ -43,6 +44,8 @@ class NNToExchangePipelinePass(ModulePass):
     """tile-balance-homes: keep each home block off the tiles that receive it."""
     resident_budget_kib: int = 0
     """tile-balance-homes: per-tile limit of resident parameter bytes, KiB (0: none)."""
+    fuse_sum_cast: bool = True
+    """tile-fuse-sum-cast: fold an FP8 cast into the planned K-split sum it reads."""
     weights_order: str = "auto"
     """tile-plan: storage order of GEMM weight panels ("auto": `ampw` AMP panels where the kernel reads them in
     place, `tile_plan.ampw_fits`; "row_major", "amp16", "ampw")."""
@@ -55,6 +58,7 @@ class NNToExchangePipelinePass(ModulePass):
                 memory_fraction=self.memory_fraction,
                 weights_order=self.weights_order,
             ),
+            TileFuseSumCastPass(enable=self.fuse_sum_cast),
             TileBalanceHomesPass(
                 tiles=self.tiles,
                 sram_kib=self.sram_kib,

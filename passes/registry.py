@@ -23,6 +23,7 @@ _PROJECT_PASSES: list[tuple[str, str, str]] = [
     ("nn-quantize-activations", "ipu.passes.nn_quantize_activations", "NNQuantizeActivationsPass"),
     ("nn-fuse-sum-activation", "ipu.passes.nn_fuse_sum_activation", "NNFuseSumActivationPass"),
     ("nn-fuse-sum-add", "ipu.passes.nn_fuse_sum_add", "NNFuseSumAddPass"),
+    ("tile-fuse-sum-cast", "ipu.passes.tile_fuse_sum_cast", "TileFuseSumCastPass"),
     ("nn-hoist-stacked", "ipu.passes.nn_hoist_stacked", "NNHoistStackedPass"),
     ("tile-plan", "ipu.passes.tile_plan", "TilePlanPass"),
     ("tile-balance-homes", "ipu.passes.tile_balance_homes", "TileBalanceHomesPass"),

@@ -1411,11 +1411,16 @@ class NnOps:
         what = f"nn.reduce_sum ({op.results[0].name_hint or 'unnamed'})"
         lay, xl = op.attributes[tl.LAYOUT_ATTR], tl.layout_of(x)
         xdt, rdt = device_dtype(xl.dtype), device_dtype(lay.dtype)
-        if xdt not in ("f32", "f16") or rdt not in ("f32", xdt):
+        if rdt.startswith("f8"):  # `tile-fuse-sum-cast`: the fused kernel's FP8 store, nothing else
+            rdt = "fp8"
+            fmt = dict(fmt=fp8.F143 if "e4m3" in device_dtype(lay.dtype) else fp8.F152, scale=lay.scale.data)
+        if rdt == "fp8" and (xdt != "f16" or op.addends):
+            raise self.error(f"{what}: an FP8 result is lowered for f16 partials without addends (got {xdt})")
+        if xdt not in ("f32", "f16") or rdt not in ("f32", xdt, "fp8"):
             raise self.error(
                 f"{what}: f32 or f16 partials summed into their type or f32 only (got {xdt} -> {rdt})"
             )
-        if op.gelu is not None and (op.gelu != "tanh" or rdt != "f16"):
+        if op.gelu is not None and (op.gelu != "tanh" or rdt not in ("f16", "fp8")):
             raise self.error(
                 f"{what}: activation gelu_{op.gelu} is lowered for f16 results and the tanh GELU only (got {rdt})"
             )
@@ -1474,6 +1479,17 @@ class NnOps:
             blocks, cols, panels = paired
             if self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, what, in_rows, panels):
                 return
+        if rdt == "fp8":  # whole pairs of units of contiguous partials (`tile_fuse_sum_cast.fusable`)
+            for i, slot in enumerate(slots):
+                blocks, cols = {t: q[1] for t, q in slot.items()}, {t: q[0] for t, q in slot.items()}
+                label = f"{what} (block {i})" if len(slots) > 1 else what
+                if in_rows or not self._reduce_sum_fused(op, blocks, cols, count, xdt, rdt, label, fp8=fmt):
+                    raise self.error(
+                        f"{what}: an FP8 result is lowered by the fused sum only (at most {ks.MAX_PARTS} f16 "
+                        "partials of contiguous blocks, result blocks of whole 8-element pairs of units, bias "
+                        "rows of a multiple of 8): tile-fuse-sum-cast fuses only such sums"
+                    )
+            return
         if len(slots) > 1 or in_rows:
             # Several result blocks on a tile (`tile_plan.panel_store_width`), or partial rows wider than the
             # result's: the fused sum only, block by block.
@@ -1629,7 +1645,9 @@ class NnOps:
             blocks[t], cols[t], panels[t] = (s0, d0, 2 * n0), (c0, 2 * w0), 2
         return blocks, cols, panels
 
-    def _reduce_sum_fused(self, op, blocks, cols, count, xdt, rdt, what, in_rows=None, panels=None) -> bool:
+    def _reduce_sum_fused(
+        self, op, blocks, cols, count, xdt, rdt, what, in_rows=None, panels=None, fp8=None
+    ) -> bool:
         """The sum, the bias and the cast as one `ksum` call per tile (one pass over memory, each output element
         written once; bit-identical to the pairwise calls below), when it applies: f16 partials, at most
         `ksum.MAX_PARTS` of them, blocks of whole 4-half units (and bias rows of whole atoms), the result apart from
@@ -1643,8 +1661,10 @@ class NnOps:
         in_rows, panels = in_rows or {}, panels or {}
         bias = op.bias is not None
         scale = self.optional_choice(op, "scale")  # kernel-select: the attention's Q scale, applied here
-        rs = 2 if rdt == "f16" else 4
+        rs = {"f16": 2, "f32": 4, "fp8": 1}[rdt]
         gelu = op.gelu is not None  # `nn-fuse-sum-activation`: the GELU before the store
+        if rdt == "fp8" and (scale is not None or in_rows or panels):
+            return False
 
         def args(t, s, d, n, bp):
             p = panels.get(t, 1)
@@ -1654,6 +1674,8 @@ class NnOps:
                 stride["gelu"] = True
             if op.addends:
                 stride["addends"] = tuple(a[t] for a in addend_at)
+            if fp8 is not None:
+                stride["fp8_fmt"], stride["fp8_scale"] = fp8["fmt"], fp8["scale"]
             return (count, n // 4, s, d, bp, width if bias else 0, rdt, scale), stride
 
         addend_at = self._addend_blocks(op, {t: d for t, (_s, d, _n) in blocks.items()})
@@ -1667,6 +1689,8 @@ class NnOps:
         for t, (s, d, n) in blocks.items():
             width = cols[t][1] // panels.get(t, 1)
             if n % 4 or (bias and width % 4) or (t in in_rows and (width % 4 or in_rows[t] % 4)):
+                return False
+            if rdt == "fp8" and (n % 8 or (bias and width % 8)):
                 return False
             a, kw = args(t, s, d, n, 0)
             if d < s + ks.KSum(*a, **kw).partial_bytes and s < d + n * rs:  # the result overlaps the partials
@@ -1688,7 +1712,7 @@ class NnOps:
         self.kcall(
             f"{what}: sum {count}"
             + (" + bias" if bias else "")
-            + (" -> f32" if rdt != xdt else "")
+            + (f" -> {rdt}" if rdt != xdt else "")
             + (" * scale" if scale is not None else "")
             + (" -> tanh GELU" if gelu else "")
             + (f" + {len(op.addends)} addend{'s' * (len(op.addends) > 1)}" if op.addends else ""),

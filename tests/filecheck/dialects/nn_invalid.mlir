@@ -362,6 +362,26 @@ func.func @reduce_sum_addend_activation() {
 
 // -----
 
+func.func @reduce_sum_scale_f32() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %s = nn.reduce_sum %x {scale = 1 : i64} : tensor<4x2x16xf16> -> tensor<2x16xf32>
+  // expected-error @above {{nn.reduce_sum: scale is only meaningful for an FP8 result, got tensor<2x16xf32>}}
+  func.return
+}
+// CHECK: nn.reduce_sum: scale is only meaningful for an FP8 result, got tensor<2x16xf32>
+
+// -----
+
+func.func @reduce_sum_fp8_scale_range() {
+  %x = nn.input "x" : tensor<4x2x16xf16>
+  %s = nn.reduce_sum %x {scale = 40 : i64} : tensor<4x2x16xf16> -> tensor<2x16xf8E4M3FNUZ>
+  // expected-error @above {{nn.reduce_sum: FP8 scale 40 is outside the metadata range [-32, 31]}}
+  func.return
+}
+// CHECK: nn.reduce_sum: FP8 scale 40 is outside the metadata range [-32, 31]
+
+// -----
+
 func.func @attention_partial_chunks() {
   %q = nn.input "q" : tensor<4x8xf32>
   %y = nn.attention_partial %q, %q, %q heads=2 scale=0.5 chunks=3 : tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32> -> tensor<3x4x12xf32>

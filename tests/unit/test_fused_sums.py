@@ -1,7 +1,8 @@
-"""`nn-fuse-sum-add` end to end: a SigLIP whose MLP `nn-split-mlp` cuts in two parts, so that the second fc2
-part's K-split sum takes the first's as an addend (the fused `ksum` adds it before the store). The fused sum, the
-lowering's unfused fallback (one `add_f32` call per addend) and the residual stream's adds folded too
-(addends=any) all give the bits of the unfused adds, and the device matches the reference evaluator."""
+"""`nn-fuse-sum-add` and `tile-fuse-sum-cast` end to end: a SigLIP whose MLP `nn-split-mlp` cuts in two parts, so
+that the second fc2 part's K-split sum takes the first's as an addend (the fused `ksum` adds it before the store),
+and each fc1 part's GELU sum stores FP8 for fc2's FP8 GEMM (the cast folded in). The fused sums, the lowering's
+unfused fallback (one `add_f32` call per addend) and the residual stream's adds folded too (addends=any) all give
+the bits of the separate ops, and the device matches the reference evaluator."""
 
 from __future__ import annotations
 
@@ -108,3 +109,68 @@ def test_residual_adds_folded_too(monkeypatch, unfused):
 def test_fused_sums_match_the_reference(seed):
     outcome, detail = run_case(CFG, TILES, 624, seed=seed)
     assert outcome == "ok", detail
+
+
+def test_gelu_sums_store_fp8(monkeypatch):
+    """tile-fuse-sum-cast folds both fc1 parts' FP8 casts into their GELU sums (FP8 `ksum` calls, no separate
+    cast of them), the same bits as the sums and casts apart."""
+    from ipu.backend.kernels import ksum as ks
+    from ipu.passes import tile_fuse_sum_cast
+
+    def run_counting():
+        kinds = []
+        real = ks.KSum.frame
+
+        def frame(self, labels):
+            kinds.append(self.out_type)
+            return real(self, labels)
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(ks.KSum, "frame", frame)
+            return run(4), kinds
+
+    fused, kinds = run_counting()
+    assert "fp8" in kinds
+    monkeypatch.setattr(tile_fuse_sum_cast.TileFuseSumCastPass, "apply", lambda self, ctx, op: None)
+    apart, kinds = run_counting()
+    assert "fp8" not in kinds
+    for k in apart:
+        np.testing.assert_array_equal(fused[k], apart[k], err_msg=k)
+
+
+def test_fusable_needs_whole_pairs_of_units():
+    """The pass's test of a planned sum: result blocks of whole pairs of units (8 elements), bias rows too."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.dialects import nn
+    from ipu.passes.registry import all_passes
+    from ipu.passes.tile_fuse_sum_cast import fusable
+
+    def planned(cols: int):
+        from xdsl.parser import Parser
+
+        from ipu.dialects.registry import all_dialects
+
+        text = f"""
+func.func @f() {{
+  %x = nn.input "x" : tensor<32x256xf16>
+  %w = nn.param "w" : tensor<{cols}x256xf16>
+  %b = nn.param "b" : tensor<{cols}xf32>
+  %p = nn.linear_partials %x, %w k_chunk=64 : tensor<32x256xf16>, tensor<{cols}x256xf16> -> tensor<4x32x{cols}xf16>
+  %s = nn.reduce_sum %p, %b : tensor<4x32x{cols}xf16>, tensor<{cols}xf32> -> tensor<32x{cols}xf16>
+  %c = nn.cast %s : tensor<32x{cols}xf16> -> tensor<32x{cols}xf8E4M3FNUZ>
+  nn.output "c" %c : tensor<32x{cols}xf8E4M3FNUZ>
+  func.return
+}}"""
+        ctx = Context()
+        for name, factory in all_dialects():
+            ctx.register_dialect(name, factory)
+        m = Parser(ctx, text).parse_module()
+        PassPipeline.parse_spec(dict(all_passes()), "tile-plan{tiles=16 sram_kib=624}").apply(Context(), m)
+        s = next(o for o in m.walk() if isinstance(o, nn.ReduceSumOp))
+        c = next(o for o in m.walk() if isinstance(o, nn.CastOp))
+        return s, c
+
+    assert fusable(*planned(64))
+    assert not fusable(*planned(36))  # 36-column bias rows: blocks of 9 or 12 columns at most
