@@ -190,7 +190,13 @@ class IpuCompilePipelinePass(ModulePass):
                 f"{self.name}: option 'fp8_linears' chooses the linears with FP8 activations: it needs "
                 f"activations=fp8, got activations={self.activations}"
             )
+        from ipu.passes.nn_fuse_sum_add import ADDEND_POLICIES
         from ipu.passes.tile_plan import WEIGHTS_ORDERS
+
+        if self.sum_addends not in ADDEND_POLICIES:
+            raise ValueError(
+                f"{self.name}: option 'sum_addends' must be one of {', '.join(ADDEND_POLICIES)}, got {self.sum_addends!r}"
+            )
 
         if self.weights_order not in WEIGHTS_ORDERS:
             raise ValueError(

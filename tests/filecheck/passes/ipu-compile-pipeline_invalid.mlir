@@ -29,7 +29,7 @@
 // INT: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'tiles' = 'sixteen' has the wrong type (given ('sixteen',), expected <class 'int'>)
 
 // RUN: not ipu-opt %s --pass-pipeline='builtin.module(ipu-compile-pipeline{tile=16})' 2>&1 | filecheck %s --check-prefix=UNKNOWN
-// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "activation_scales", "fp8_linears", "weights_order", "stop_after"]
+// UNKNOWN: ipu-opt: error: bad pass pipeline: Provided arguments ["tile"] not found in expected arguments ["tiles", "sram_kib", "repeat", "split_rows", "scratch", "keep_f16", "activations", "activation_scales", "fp8_linears", "weights_order", "sum_addends", "stop_after"]
 
 func.func @f() {
   %x = nn.input "x" : tensor<4x8xf32>
@@ -50,3 +50,5 @@ func.func @f() {
 
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 weights_order=panels}' 2>&1 | filecheck %s --check-prefix=WORDER
 // WORDER: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'panels'
+// RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 sum_addends=all}' 2>&1 | filecheck %s --check-prefix=ADDENDS
+// ADDENDS: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'sum_addends' must be one of sums, any, none, got 'all'
