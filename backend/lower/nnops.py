@@ -1712,9 +1712,10 @@ class NnOps:
         self.kcall(
             f"{what}: sum {count}"
             + (" + bias" if bias else "")
-            + (f" -> {rdt}" if rdt != xdt else "")
+            + (" -> f32" if rdt == "f32" and xdt != "f32" else "")
             + (" * scale" if scale is not None else "")
             + (" -> tanh GELU" if gelu else "")
+            + (" -> fp8" if rdt == "fp8" else "")
             + (f" + {len(op.addends)} addend{'s' * (len(op.addends) > 1)}" if op.addends else ""),
             calls,
         )
