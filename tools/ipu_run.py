@@ -732,8 +732,8 @@ def _main(argv: Sequence[str] | None) -> int:
     p.add_argument(
         "--pipeline",
         help="--reference-only: nn-level passes, xDSL syntax (default: the nn passes `--model` compiles with for "
-        "the full IPU21, its default precision and activation policies; not the compact fallback of 26-27 So400m "
-        "layers)",
+        "the full IPU21, its default precision and activation policies; not the compact fallback a model that does "
+        "not fit the default policy gets)",
     )
     p.add_argument(
         "--allow-nonfinite",
