@@ -11,8 +11,8 @@ The same values (the f16 sum, after its GELU, cast at the cast's scale: `nn.redu
 `ksum` converts two units at a time with one `f16v8tof8` and stores FP8 (So400m's GELU sums of fc1 read by fc2's
 FP8 GEMMs: the separate cast's pass over memory and its f16 buffer go). It runs after tile-plan because whether
 the kernel takes a sum depends on its layout: the cast must read the sum where it lies (no relayout between
-them), and every result block must be whole pairs of units (a multiple of 8 elements, with a bias rows of a
-multiple of 8), of contiguous partial blocks (not the strided q / k / v panels), at most `ksum.MAX_PARTS` of
+them), and every result block must be whole pairs of units (a multiple of 8 elements; with a bias, rows of a
+multiple of 8 too), of contiguous partial blocks (not the strided q / k / v panels), at most `ksum.MAX_PARTS` of
 them; other sums keep their cast. Option `enable` (default true).
 """
 
