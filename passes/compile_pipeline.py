@@ -69,7 +69,8 @@ def pipeline_spec(
     - `nn-fuse-sum-add{addends=sum_addends}`: f32 adds of a K split's sum folded into it as addends (the fused
       `ksum` adds them before it stores the sum: "sums", the default, folds So400m's two fc2 parts' add; "any"
       the residual adds too; "none" none);
-    - `nn-to-exchange-pipeline` runs tile-plan, `tile-balance-homes` (the resident parameters' home blocks
+    - `nn-to-exchange-pipeline` runs tile-plan, `tile-fuse-sum-cast` (an FP8 cast folded into the planned K-split
+      sum it reads, where the fused `ksum` takes the blocks), `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
     - `lowering-storage` measures the lowering's code, frames / tables and scratch (a measuring lowering of a
       placed copy) and memory-plan reserves exactly that (not with `scratch=False`: per-op debug values are kept

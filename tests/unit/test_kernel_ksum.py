@@ -4,6 +4,8 @@ simulated cycles; the semantics equal to the unfused calls it replaces (pairwise
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
 import pytest
 
@@ -18,11 +20,15 @@ TARGET = Target.small(tiles=1, sram_kib=624)
 # The strided bodies the lowering calls (q / k / v: 6 partials + bias, Q scaled) and a few others.
 STRIDED_KINDS = [(g, b, o, sc, True) for g in (1, 3, 6, 8) for b in (False, True) for o in ("f16", "f32")
                  for sc in (False, True) if not (sc and o == "f32")]  # fmt: skip
-LIB = (
-    E.library_asm(TARGET.sram_base)
-    + "\n"
-    + K.library_asm(K.KINDS + K.SCALED_KINDS + STRIDED_KINDS + K.GELU_KINDS + K.ADDEND_KINDS + K.FP8_KINDS)
-)
+EW_LIB = E.library_asm(TARGET.sram_base)  # the supervisor `ew_sup` (and the unfused calls)
+
+
+@cache
+def _lib(kind: tuple) -> str:
+    """`ew_sup` and the one worker body of `kind` (assembling every kind's body for each call is slow)."""
+    return EW_LIB + "\n" + K.library_asm([kind])
+
+
 X, B, OUT, FRAME = 0x60000, 0x70000, 0x80000, 0x5C000
 ADD = (0x88000, 0x90000)  # addend blocks (f32, laid out as the result)
 
@@ -36,7 +42,7 @@ def _run(k: K.KSum, x, bias, addends=()):
     sim = Simulator(TARGET)
     mem = {X: x, B: bias} if k.bias else {X: x}
     mem.update(zip(k.addends, addends))
-    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    cyc, _ = run_call(sim, _lib(k.kind), FRAME, k.frame, k.entry, mem)
     ref = np.ascontiguousarray(K.semantics(k, x, bias, tuple(addends)))
     out = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
     np.testing.assert_array_equal(out.view(np.uint8), ref.view(np.uint8))
@@ -211,7 +217,7 @@ def test_ksum_strided(kind, rows, out_row, in_row, col):
     x = full[col:]  # what the call reads from in0 on
     sim = Simulator(TARGET)
     mem = {X: full, B: b} if bias else {X: full}
-    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, mem)
+    cyc, _ = run_call(sim, _lib(k.kind), FRAME, k.frame, k.entry, mem)
     ref = np.ascontiguousarray(K.semantics(k, np.concatenate([x, np.zeros(col, np.float16)]), b))
     got = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
@@ -246,7 +252,7 @@ def test_ksum_strided_panels(kind, panels, rows, out_row, in_row):
     k = K.KSum(parts, units, X, OUT, B if bias else 0, out_row if bias else 0, out, scale, in_row=in_row,
                out_row=out_row, panels=panels)  # fmt: skip
     sim = Simulator(TARGET)
-    cyc, _ = run_call(sim, LIB, FRAME, k.frame, k.entry, {X: full, B: b} if bias else {X: full})
+    cyc, _ = run_call(sim, _lib(k.kind), FRAME, k.frame, k.entry, {X: full, B: b} if bias else {X: full})
     ref = np.ascontiguousarray(K.semantics(k, full, b))
     got = sim.read(OUT, ref.nbytes, ref.dtype, tiles=[0]).reshape(ref.shape)
     np.testing.assert_array_equal(got.view(np.uint8), ref.view(np.uint8))
