@@ -1426,9 +1426,8 @@ class NnOps:
             )
         if op.gelu is not None and self.optional_choice(op, "scale") is not None:
             raise self.error(f"{what}: kernel choice scale and an activation together are not lowered")
-        for i, a in enumerate(
-            op.addends
-        ):  # `nn-fuse-sum-add`: laid out as the result (tile-plan requires it)
+        # `nn-fuse-sum-add`'s addends: laid out as the result (tile-plan requires it)
+        for i, a in enumerate(op.addends):
             al = tl.layout_of(a)
             if (
                 al is None
@@ -1679,9 +1678,8 @@ class NnOps:
             return (count, n // 4, s, d, bp, width if bias else 0, rdt, scale), stride
 
         addend_at = self._addend_blocks(op, {t: d for t, (_s, d, _n) in blocks.items()})
-        for (
-            a
-        ) in addend_at:  # an addend in the result's place (memory-plan's reuse) is read before it is written
+        # An addend in the result's place is read before it is written: overlapping otherwise, not fused.
+        for a in addend_at:
             for t, (_s, d, n) in blocks.items():
                 if a[t] != d and a[t] < d + n * rs and d < a[t] + n * rs:
                     return False
