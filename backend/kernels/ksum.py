@@ -72,9 +72,8 @@ SKIP = 37  # strided kinds: the partial pointer's step at a row end (bytes)
 SCALE = 38  # `scaled` kinds: f16(scale) four times (an 8-byte aligned pair of words)
 BBASE = 40  # strided kinds: 40 + w = worker w's panel's bias offset (bytes from the bias row; `KSum.panels`)
 FRAME_WORDS = 46  # a whole number of 8-byte words
-ADDEND = (
-    46  # `addends` kinds: 46 + k = addend k's block (after the plain frame, which is ADDEND_FRAME_WORDS long)
-)
+# `addends` kinds: ADDEND + k = addend k's block (after the plain frame, which is ADDEND_FRAME_WORDS long)
+ADDEND = 46
 ADDEND_FRAME_WORDS = 48
 MAX_ADDENDS = 2
 FP8_FMT, FP8_SCL = 54, 55  # FP8 kinds: the format and scale (`cast_f16_fp8`'s), after the GELU's words
@@ -246,10 +245,8 @@ def _fp8_pair(unit: list[Op], root: str) -> list[Op]:
     return ops
 
 
-_QUAD = (
-    "q0",
-    "q1",
-)  # FP8 kinds: q0 in an even pair, q1 in the next one (the conversion reads them as a quad)
+# FP8 kinds: q0 in an even pair, q1 in the next one (the conversion reads them as a quad)
+_QUAD = ("q0", "q1")
 
 
 @dataclass(frozen=True)
@@ -595,9 +592,8 @@ class KSum:
     gelu: bool = False  # the f16 result through rowwise's tanh GELU (`GELU_KINDS`)
     panels: int = 1  # strided: result blocks of out_row-wide column ranges of the partial rows, side by side
     addends: tuple[int, ...] = ()  # f32 blocks laid out as the result, added to it in order (`ADDEND_KINDS`)
-    fp8_fmt: int = (
-        0  # out_type "fp8": the FP8 format (`fp8.F143` / `fp8.F152`) and scale, as `cast_f16_fp8`'s
-    )
+    # out_type "fp8": the FP8 format (`fp8.F143` / `fp8.F152`) and scale, as `cast_f16_fp8`'s
+    fp8_fmt: int = 0
     fp8_scale: int = 0
 
     entry = "ew_sup"
@@ -619,27 +615,12 @@ class KSum:
 
     @property
     def kind(self) -> tuple:
-        if self.out_type == "fp8":
-            return (self.parts, self.bias, "fp8", False, False, self.gelu)
-        if self.addends:
-            return (
-                self.parts,
-                self.bias,
-                self.out_type,
-                self.scaled,
-                self.strided,
-                self.gelu,
-                len(self.addends),
-            )
-        if self.gelu:
-            return (self.parts, self.bias, self.out_type, self.scaled, self.strided, True)
-        if self.strided:
-            return (self.parts, self.bias, self.out_type, self.scaled, True)
-        return (
-            (self.parts, self.bias, self.out_type, True)
-            if self.scaled
-            else (self.parts, self.bias, self.out_type)
-        )
+        """`worker`'s arguments (parts, bias, out, scaled, strided, gelu, addends), the trailing defaults left
+        out: one tuple per worker body."""
+        kind = (self.parts, self.bias, self.out_type, self.scaled, self.strided, self.gelu, len(self.addends))
+        while len(kind) > 3 and not kind[-1]:
+            kind = kind[:-1]
+        return kind
 
     @property
     def bias(self) -> bool:
