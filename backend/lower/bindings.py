@@ -35,6 +35,16 @@ def device_dtype(dtype: Attribute) -> str:
     raise BindingError(f"no device element type for {dtype}")
 
 
+def fp8_format(layout: tl.LayoutAttr) -> dict[str, int]:
+    """The FP8 format (`fp8.F143` / `fp8.F152`) and scale of an FP8 layout, as the conversion kernels take them
+    (`fmt=`, `scale=`)."""
+    from ipu.runtime import fp8
+
+    return dict(
+        fmt=fp8.F143 if isinstance(layout.dtype, Float8E4M3FNUZType) else fp8.F152, scale=layout.scale.data
+    )
+
+
 def layout_chunks(
     layout: tl.LayoutAttr, addr: np.ndarray, stride: np.ndarray | None = None, first_replica_only=False
 ):

@@ -46,7 +46,7 @@ from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
 from ipu.backend.lower import exchange as lx
-from ipu.backend.lower.bindings import device_dtype, layout_chunks, make_bindings
+from ipu.backend.lower.bindings import device_dtype, fp8_format, layout_chunks, make_bindings
 from ipu.backend.lower.nnops import ZEROS_BYTES, NnOps, n_padding_zeros, zero_copies
 from ipu.backend.lower.placement import (
     Addresses,
@@ -83,7 +83,6 @@ from ipu.passes.compile_pipeline import (  # noqa: F401 (re-exported: the pipeli
     pipeline_spec,
 )
 from ipu.passes.memory_plan import number_events, op_label
-from ipu.runtime import fp8
 from ipu.runtime.package import Binding, Package, Segment
 
 
@@ -1044,7 +1043,7 @@ class Lowering(NnOps):
             self.copy_call(a_copies, f"{what}: A padding")
         # A rows (halves) as the chunks read them.
         a_rows = {t: (a_area, kpad) if t in a_copies else (j[6], k) for t, j in jobs.items()}
-        fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        fmt = fp8_format(wl)
         ragged = {t: j for t, j in jobs.items() if j[3] % 16}  # tiles whose panels have N padding rows
 
         # Weight panels in interleaved memory load two coefficient slots per instruction (32 loads per block
@@ -1300,9 +1299,7 @@ class Lowering(NnOps):
         fmt_scale = {}
         if "fp8" in kname:
             fp8_side = lay if rdt.startswith("f8") else tl.layout_of(op.operands[0])
-            fmt_scale = dict(
-                fmt=0 if "e4m3" in device_dtype(fp8_side.dtype) else 1, scale=fp8_side.scale.data
-            )
+            fmt_scale = fp8_format(fp8_side)
 
         binary = ew.OPS[kname][3]
 

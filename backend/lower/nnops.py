@@ -69,7 +69,7 @@ from ipu.backend.kernels import gemm as gm
 from ipu.backend.kernels import ksum as ks
 from ipu.backend.kernels import pack as pk
 from ipu.backend.kernels import rowwise as rw
-from ipu.backend.lower.bindings import device_dtype
+from ipu.backend.lower.bindings import device_dtype, fp8_format
 from ipu.backend.target import IPU21
 from ipu.dialects import nn
 from ipu.dialects import tile as tl
@@ -131,6 +131,15 @@ for _k in (rw.Rows, pk.Chunks, pk.WeightsF16):
 ENTRY[pk.FP8ToF16] = ("rows_sup", pk.FP8_FRAME_WORDS)
 ENTRY[pk.TransposeF16] = ("rows_sup", pk.T_FRAME_WORDS)
 ENTRY[ks.KSum] = ("ew_sup", ks.FRAME_WORDS)
+
+
+def _place_in_rounds(rounds: list[dict], t: int, item) -> None:
+    """Puts tile t's `item` into the first round that has none of t's yet (a new round after the last): calls
+    per tile run one after the other, a round being one call per tile."""
+    i = next((i for i, r in enumerate(rounds) if t not in r), len(rounds))
+    if i == len(rounds):
+        rounds.append({})
+    rounds[i][t] = item
 
 
 class NnOps:
@@ -627,7 +636,7 @@ class NnOps:
                 for t, j in jobs.items()
             }
         else:
-            fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+            fmt = fp8_format(wl)
             prep = {
                 t: pk.fp8_to_f16_panels(j[1], j[0], j[3], panels, src_row=j[0], **fmt)
                 for t, j in jobs.items()
@@ -912,7 +921,7 @@ class NnOps:
             )
         )
         direct = self._direct_results(jobs, npad, parts, rdt, 2)
-        fmt = dict(fmt=fp8.F143 if wdt == "f8e4m3fnuz" else fp8.F152, scale=wl.scale.data)
+        fmt = fp8_format(wl)
         if wsrc:  # the re-strided weight rows must be in place before the panels are made from them
             self.copy_call(gathers, f"{what}: x and weight rows with zero K padding")
             gathers = {}
@@ -1413,7 +1422,7 @@ class NnOps:
         xdt, rdt = device_dtype(xl.dtype), device_dtype(lay.dtype)
         if rdt.startswith("f8"):  # `tile-fuse-sum-cast`: the fused kernel's FP8 store, nothing else
             rdt = "fp8"
-            fmt = dict(fmt=fp8.F143 if "e4m3" in device_dtype(lay.dtype) else fp8.F152, scale=lay.scale.data)
+            fmt = fp8_format(lay)
         if rdt == "fp8" and (xdt != "f16" or op.addends):
             raise self.error(f"{what}: an FP8 result is lowered for f16 partials without addends (got {xdt})")
         if xdt not in ("f32", "f16") or rdt not in ("f32", xdt, "fp8"):
@@ -1800,12 +1809,7 @@ class NnOps:
                     mr,
                     int(out[t]) + int(g.offset[blk, rep]) * esizes[3],
                 )
-                j = 0
-                while j < len(rounds) and t in rounds[j]:
-                    j += 1
-                if j == len(rounds):
-                    rounds.append({})
-                rounds[j][t] = job
+                _place_in_rounds(rounds, t, job)
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
         sizes, choice, k_chosen = self._attention_choices(op, what, mmax, [seq], tmax)
         sz = sizes[seq]
@@ -1977,12 +1981,7 @@ class NnOps:
                     int(out[t]) + int(g.offset[blk, rep]) * 4,
                     sj,
                 )
-                i = 0
-                while i < len(rounds) and t in rounds[i]:
-                    i += 1
-                if i == len(rounds):
-                    rounds.append({})
-                rounds[i][t] = job
+                _place_in_rounds(rounds, t, job)
         mmax, tmax = max((job[3], t) for r in rounds for t, job in r.items())
         seqs = sorted({job[5] for r in rounds for job in r.values()})
         sizes, choice, k_chosen = self._attention_choices(op, what, mmax, seqs, tmax)
@@ -2059,12 +2058,7 @@ class NnOps:
                     f"attn_merge{n}", mr * hb, d, in0=pa[0], out=int(out[t]) + int(g.offset[blk, rep]) * 4,
                     in_stride=(d + 2) * 4, st0=mr * (d + 2) * 4, heads=hb, head_step=step,
                 )  # fmt: skip
-                i = 0
-                while i < len(rounds) and t in rounds[i]:
-                    i += 1
-                if i == len(rounds):
-                    rounds.append({})
-                rounds[i][t] = call
+                _place_in_rounds(rounds, t, call)
         for i, calls in enumerate(rounds):
             self.kcall(f"{what} [{i}]" if len(rounds) > 1 else what, calls)
 
