@@ -1435,17 +1435,9 @@ class NnOps:
             )
         if op.gelu is not None and self.optional_choice(op, "scale") is not None:
             raise self.error(f"{what}: kernel choice scale and an activation together are not lowered")
-        # `nn-fuse-sum-add`'s addends: laid out as the result (tile-plan requires it)
+        # `nn-fuse-sum-add`'s addends: f32, laid out as the result (as tile-plan asks)
         for i, a in enumerate(op.addends):
-            al = tl.layout_of(a)
-            if (
-                al is None
-                or al.shape_ != lay.shape_
-                or al.block_ != lay.block_
-                or not np.array_equal(al.table(), lay.table())
-                or device_dtype(al.dtype) != "f32"
-            ):
-                raise self.error(f"{what}: addend #{i} is not an f32 tensor laid out as the result")
+            self._same_layout(op, a, f"{what}: addend #{i}")
         xs, rs = tl.element_bytes(xl.dtype), tl.element_bytes(lay.dtype)
         per_unit = 8 // xs  # elements per add unit: 2 f32 / 4 f16
         add = f"add_{xdt}"
