@@ -175,7 +175,7 @@ def schedule_starts_loop(sends: np.ndarray, recvs: np.ndarray, rank: np.ndarray)
     send_free: dict[int, int] = {}
     recv_free: dict[int, int] = {}
     start = np.zeros(n, np.int64)
-    for i in np.argsort(rank).tolist():
+    for i in np.argsort(rank, kind="stable").tolist():
         c = send_free.get(tiles[i], 0)
         for t in by_send[i]:
             c = max(c, recv_free.get(t, 0))

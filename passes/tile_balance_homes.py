@@ -242,7 +242,9 @@ def improve(
         t = int(np.argmax(load))
         top = int(load[t])
         best, step = top, None
-        cands = np.argpartition(load, k)[: k + 1].tolist()
+        # A stable sort, not argpartition: which of several equally loaded tiles argpartition returns depends on
+        # numpy's SIMD dispatch (x86-simd-sort on AVX-512), so the plan would differ from machine to machine.
+        cands = np.argsort(load, kind="stable")[: k + 1].tolist()
         for i in on[t]:
             bi = int(sizes[i])
             for u in cands:
