@@ -213,7 +213,12 @@ def balance(homes: list[_Home], load: np.ndarray, off_readers: bool = True) -> l
     barred = (
         [r for h in homes for r in (h.readers or [frozenset()] * len(h.block_bytes))] if off_readers else None
     )
-    improve(sizes.astype(np.int64), tiles, load, barred)
+    # The blocks of one value are sent in one phase: two on a tile serialise there (a tile's sends and receives
+    # share its supervisor), so the search keeps them apart where the greedy could (no more blocks than tiles).
+    group = np.concatenate(
+        [np.full(len(h.block_bytes), i if len(h.block_bytes) <= n else -1) for i, h in enumerate(homes)]
+    ) if homes else np.zeros(0, np.int64)  # fmt: skip
+    improve(sizes.astype(np.int64), tiles, load, barred, group)
     out, at = [], 0
     for h in homes:
         out.append(tiles[at : at + len(h.block_bytes)].astype(np.int32))
@@ -226,17 +231,33 @@ IMPROVE_STEPS = 20000  # bound on the local search (it stops earlier when no ste
 
 
 def improve(
-    sizes: np.ndarray, tile_of: np.ndarray, load: np.ndarray, barred: list[frozenset[int]] | None = None
+    sizes: np.ndarray,
+    tile_of: np.ndarray,
+    load: np.ndarray,
+    barred: list[frozenset[int]] | None = None,
+    group: np.ndarray | None = None,
 ) -> None:
     """Local search on an assignment of items (`sizes`, `tile_of`) to tiles (`load`, both updated in place):
     while some move of an item from the fullest tile to one of the least-loaded tiles, or swap with a smaller
     item there, leaves both below the fullest tile's load, do the best one. `barred` (per item): tiles an item
-    must not move to (the tiles that read that home block: its copy there would be an on-tile copy)."""
+    must not move to (the tiles that read that home block: its copy there would be an on-tile copy). `group` (per
+    item, -1: none): an item never joins a tile that holds another item of its group (the blocks of one value)."""
     n = len(load)
     barred = barred or [frozenset()] * len(sizes)
+    grp = [-1] * len(sizes) if group is None else [int(g) for g in group]
     on: list[list[int]] = [[] for _ in range(n)]
+    groups_on: list[dict[int, int]] = [{} for _ in range(n)]  # per tile: items of each group there
     for i, t in enumerate(tile_of.tolist()):
         on[t].append(i)
+        groups_on[t][grp[i]] = groups_on[t].get(grp[i], 0) + 1
+
+    def joins(i: int, u: int, leaving: int = -1) -> bool:
+        """Whether item i may join tile u (item `leaving` leaves u at the same time)."""
+        g = grp[i]
+        if g < 0:
+            return True
+        return groups_on[u].get(g, 0) - (1 if leaving >= 0 and grp[leaving] == g else 0) == 0
+
     k = min(IMPROVE_CANDIDATES, n - 1)
     for _ in range(IMPROVE_STEPS if k > 0 else 0):
         t = int(np.argmax(load))
@@ -251,11 +272,17 @@ def improve(
                 if u == t or u in barred[i]:
                     continue
                 lu = int(load[u])
-                if max(top - bi, lu + bi) < best:
+                if max(top - bi, lu + bi) < best and joins(i, u):
                     best, step = max(top - bi, lu + bi), (i, u, -1)
                 for j in on[u]:
                     d = bi - int(sizes[j])
-                    if d > 0 and max(top - d, lu + d) < best and t not in barred[j]:
+                    if (
+                        d > 0
+                        and max(top - d, lu + d) < best
+                        and t not in barred[j]
+                        and joins(i, u, j)
+                        and joins(j, t, i)
+                    ):
                         best, step = max(top - d, lu + d), (i, u, j)
         if step is None:
             return
@@ -263,11 +290,15 @@ def improve(
         on[t].remove(i)
         on[u].append(i)
         tile_of[i] = u
+        groups_on[t][grp[i]] -= 1
+        groups_on[u][grp[i]] = groups_on[u].get(grp[i], 0) + 1
         d = int(sizes[i])
         if j >= 0:
             on[u].remove(j)
             on[t].append(j)
             tile_of[j] = t
+            groups_on[u][grp[j]] -= 1
+            groups_on[t][grp[j]] = groups_on[t].get(grp[j], 0) + 1
             d -= int(sizes[j])
         load[t] -= d
         load[u] += d

@@ -108,6 +108,29 @@ def test_local_search_keeps_items_off_barred_tiles(seed):
     assert all(int(t) not in b for t, b in zip(tile_of, barred))
 
 
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_local_search_keeps_a_values_blocks_apart(seed):
+    """Items of one group (the blocks of one value, sent in one phase) never end up two on a tile: there the
+    tile's sends would serialise. Without the groups the same search does put some together."""
+    rng = np.random.default_rng(seed)
+    n = 16
+    group = np.repeat(np.arange(6), 8)  # six values of eight blocks: each fits on distinct tiles
+    sizes = rng.choice([4_096, 2_304, 1_024], size=len(group)).astype(np.int64)
+    base = rng.integers(0, 20_000, n).astype(np.int64)
+    start = np.concatenate([rng.choice(n, 8, replace=False) for _ in range(6)]).astype(np.int64)
+
+    def run(groups):
+        tile_of, load = start.copy(), base.copy()
+        np.add.at(load, tile_of, sizes)
+        top = load.max()
+        tb.improve(sizes, tile_of, load, None, groups)
+        assert load.max() <= top
+        return max(np.bincount(tile_of[group == g], minlength=n).max() for g in range(6))
+
+    assert run(group) == 1
+    assert run(None) > 1  # the constraint is what keeps them apart
+
 def _on_readers(f: func.FuncOp) -> tuple[int, int]:
     """(home blocks on a tile that receives them, home blocks with readers) over the function's movable homes
     whose readers leave some tile free (a layer norm's weights go to every tile)."""
