@@ -1452,7 +1452,7 @@ def merge_block_heads(op: nn.AttentionMergeOp, h: int, d: int, qblock: int, chun
         width = hb * d
         if all(
             lp.chunk % width == 0
-            and width % (32 if tl.element_bytes(lp.input.type.element_type) == 1 else 16) == 0
+            and width % tl.ampw_kblock(lp.input.type.element_type) == 0  # whole AMP K blocks
             for lp in readers
         ):
             return hb
