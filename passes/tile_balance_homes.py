@@ -14,7 +14,8 @@ sequence) and each one's blocks go to the currently least-loaded tiles, distinct
 while there are enough (its pieces are then sent in parallel, one per tile), and none on a tile that receives it
 (`off_readers`: a block homed on one of its readers is copied on that tile after the exchange, a compute step all
 tiles wait for; off them, it arrives with the phase's other receives); a local search then moves or swaps
-blocks off the fullest tile while that lowers it. The load balanced is resident bytes plus each tile's working
+blocks off the fullest tile while that lowers it, never two blocks of one value onto one tile (they are sent in
+one phase, and a tile's sends and receive set-ups share its supervisor). The load balanced is resident bytes plus each tile's working
 set (`transient_peak`), so tiles that hold more activations at their busiest point get fewer homes. What cannot move (a parameter read
 in place by its consumer, an input) counts as the starting load. The result stays a one-replica dense-table layout
 of the same blocks, so exchange-lower sees only other source tiles.
@@ -215,10 +216,8 @@ def balance(homes: list[_Home], load: np.ndarray, off_readers: bool = True) -> l
     )
     # The blocks of one value are sent in one phase: two on a tile serialise there (a tile's sends and receives
     # share its supervisor), so the search keeps them apart where the greedy could (no more blocks than tiles).
-    group = np.concatenate(
-        [np.full(len(h.block_bytes), i if len(h.block_bytes) <= n else -1) for i, h in enumerate(homes)]
-    ) if homes else np.zeros(0, np.int64)  # fmt: skip
-    improve(sizes.astype(np.int64), tiles, load, barred, group)
+    group = [i if len(h.block_bytes) <= n else -1 for i, h in enumerate(homes) for _ in h.block_bytes]
+    improve(sizes.astype(np.int64), tiles, load, barred, np.array(group, np.int64))
     out, at = [], 0
     for h in homes:
         out.append(tiles[at : at + len(h.block_bytes)].astype(np.int32))

@@ -1,10 +1,11 @@
 """The compiler's output does not depend on how numpy breaks ties.
 
-numpy's `argsort` (default kind) and `argpartition` order equal keys differently on different machines (x86-simd-sort
-on AVX-512, introsort elsewhere), so a pass that picks "the least-loaded tiles" or "the first send" through them
-plans differently from one machine to the next: commit bbe3b28 measured 2 So400m layers at 827,025 cycles on one
-machine and 825,757 on another (tile-balance-homes' candidate tiles). Here both are replaced by versions that break ties the other way round (a valid
-result of either function) and the package must come out byte for byte the same."""
+numpy's `argsort` (default kind) and `argpartition` order equal keys differently on different machines
+(x86-simd-sort on AVX-512, introsort elsewhere), so a pass that picks "the least-loaded tiles" or "the first send"
+through them plans differently from one machine to the next: commit bbe3b28 measured 2 So400m layers at 827,025
+cycles on one machine and 825,757 on another (tile-balance-homes' candidate tiles). Here both are replaced by
+versions that break ties the other way round (a valid result of either function) and the package must come out
+byte for byte the same."""
 
 from __future__ import annotations
 
