@@ -108,7 +108,6 @@ def test_local_search_keeps_items_off_barred_tiles(seed):
     assert all(int(t) not in b for t, b in zip(tile_of, barred))
 
 
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_local_search_keeps_a_values_blocks_apart(seed):
     """Items of one group (the blocks of one value, sent in one phase) never end up two on a tile: there the
@@ -130,6 +129,7 @@ def test_local_search_keeps_a_values_blocks_apart(seed):
 
     assert run(group) == 1
     assert run(None) > 1  # the constraint is what keeps them apart
+
 
 def _on_readers(f: func.FuncOp) -> tuple[int, int]:
     """(home blocks on a tile that receives them, home blocks with readers) over the function's movable homes
