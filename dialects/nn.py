@@ -532,7 +532,8 @@ class ReduceSumOp(IRDLOperation):
             )
         require_result_shape(self, self.result, xs[1:])
         rt = self.result.type
-        if not (isinstance(rt, TensorType) and isinstance(rt.element_type, FP8_TYPES)):
+        fp8 = isinstance(rt, TensorType) and isinstance(rt.element_type, FP8_TYPES)
+        if not fp8:
             require_compute_result(self)  # (an FP8 result carries its scale: below)
         for i, a in enumerate(self.addends):
             if not isinstance(rt, TensorType) or not isinstance(rt.element_type, Float32Type):
@@ -543,7 +544,6 @@ class ReduceSumOp(IRDLOperation):
                 )
         if self.addends and self.activation is not None:
             raise VerifyException("nn.reduce_sum: addends and an activation together are not defined")
-        fp8 = isinstance(rt, TensorType) and isinstance(rt.element_type, FP8_TYPES)
         if self.scale is not None and not fp8:
             raise VerifyException(f"nn.reduce_sum: scale is only meaningful for an FP8 result, got {rt}")
         if fp8:

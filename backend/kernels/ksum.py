@@ -211,6 +211,10 @@ def _ops(
     return ops
 
 
+# FP8 kinds: q0 in an even pair, q1 in the next one (the conversion reads them as a quad)
+_QUAD = ("q0", "q1")
+
+
 def _fp8_pair(unit: list[Op], root: str) -> list[Op]:
     """Two units' ops, interleaved (unit 1's values suffixed "_1"): both units' loads, then each AUX op of unit 0
     beside its twin of unit 1, so that the two chains share the GELU's constants (each loaded once per pair, just
@@ -221,7 +225,7 @@ def _fp8_pair(unit: list[Op], root: str) -> list[Op]:
     consts = {o.name: o for o in unit if o.name.startswith("k_")}
 
     def renamed(op: Op, k: int) -> Op:
-        new = {n: f"q{k}" if n == root else n if (k == 0 or n in consts) else f"{n}_1" for n in names}
+        new = {n: _QUAD[k] if n == root else n if (k == 0 or n in consts) else f"{n}_1" for n in names}
         text = op.text
         for n in sorted(names, key=len, reverse=True):
             for suffix in ("", ".lo", ".hi"):
@@ -240,13 +244,9 @@ def _fp8_pair(unit: list[Op], root: str) -> list[Op]:
                 ops.append(Op(r, "main", consts[r].text, tuple(x for x in o.reads if x != r)))
                 loaded.add(r)
         ops += [renamed(o, 0), renamed(o, 1)]
-    ops.append(Op("o", "aux", "f16v8tof8 {o}, {q0:quad}", ("q0", "q1")))
+    ops.append(Op("o", "aux", f"f16v8tof8 {{o}}, {{{_QUAD[0]}:quad}}", _QUAD))
     ops.append(Op("", "main", "st64step {o}, $mzero, $m4+=, 1", ("o",)))
     return ops
-
-
-# FP8 kinds: q0 in an even pair, q1 in the next one (the conversion reads them as a quad)
-_QUAD = ("q0", "q1")
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from ipu.backend.target import Target
 from ipu.frontend.siglip import SiglipVisionConfig
 from ipu.frontend.weights import random_weights
 
-_argsort, _argpartition = np.argsort, np.argpartition
+_argsort = np.argsort
 
 
 def _last_first(a, axis=-1):
