@@ -67,14 +67,14 @@ def _model(model):
 
 def _parse_ir(text: str, name: str):
     from xdsl.context import Context
-    from xdsl.parser import Parser
 
+    from ipu.dialects.parsing import IpuParser
     from ipu.dialects.registry import all_dialects
 
     ctx = Context()
     for dialect, factory in all_dialects():
         ctx.register_dialect(dialect, factory)
-    return Parser(ctx, text, name).parse_module()
+    return IpuParser(ctx, text, name).parse_module()
 
 
 def _weights(weights, cfg):

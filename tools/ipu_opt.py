@@ -35,14 +35,14 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.dialects.func import FuncOp
 from xdsl.ir import Operation
-from xdsl.parser import Parser
 from xdsl.passes import ModulePass, PassPipeline
-from xdsl.printer import Printer
+from xdsl.targets.mlir import MLIRTarget
 from xdsl.utils.arg_spec import parse_spec
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from ipu.dialects.parsing import (
+    IpuParser,
     check_dominance,
     check_string_literals,
     enclosing_symbol,
@@ -50,11 +50,30 @@ from ipu.dialects.parsing import (
     read_text,
     run_parser,
 )
+from ipu.dialects.printing import IpuPrinter
 from ipu.dialects.registry import all_dialects
 from ipu.passes.options import parse_pipeline
 from ipu.passes.registry import all_passes
 
 LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
+
+
+@dataclass(frozen=True)
+class IpuMLIRTarget(MLIRTarget):
+    """xDSL's `mlir` target with `IpuPrinter`: large dense attributes as hex strings, parsed back fast."""
+
+    def emit(self, ctx: Context, module: ModuleOp, output) -> None:
+        if self.syntax_highlight:
+            return super().emit(ctx, module, output)
+        printer = IpuPrinter(
+            stream=output,
+            print_generic_format=self.print_generic_format,
+            print_properties_as_attributes=self.print_properties_as_attributes,
+            print_debuginfo=self.print_debuginfo,
+        )
+        printer.print_op(module)
+        printer.print_metadata(ctx.loaded_dialects)
+        print("\n", file=output)
 
 
 class PipelineSyntaxError(ValueError):
@@ -204,7 +223,7 @@ def pipeline_passes(items: list, available: dict) -> tuple[ModulePass, ...]:
     return tuple(out)
 
 
-class LocatingParser(Parser):
+class LocatingParser(IpuParser):
     """A parser that remembers where each operation starts, so verifier errors can point at the source line."""
 
     def __init__(self, *args, **kwargs):
@@ -372,9 +391,7 @@ class IpuOptMain(xDSLOptMain):
             self.register_pass(name, factory)
 
     def register_all_targets(self) -> None:
-        from xdsl.targets.mlir import MLIRTarget
-
-        self.available_targets["mlir"] = lambda: MLIRTarget
+        self.available_targets["mlir"] = lambda: IpuMLIRTarget
         if find_spec("ipu.backend.asm_target") is not None:
 
             def asm_target():
@@ -508,7 +525,7 @@ class IpuOptMain(xDSLOptMain):
                 verify_with_location(module, self.locations, previous)
             if previous and following and self.args.print_between_passes:
                 print(f"IR after {previous.name}:")
-                Printer(stream=sys.stdout).print_op(module)
+                IpuPrinter(stream=sys.stdout).print_op(module)
                 print("\n\n\n")
             if self.args.time_passes and following is not None:
                 start = time.perf_counter()

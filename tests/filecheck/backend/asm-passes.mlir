@@ -3,16 +3,21 @@
 // -> linked code (asm-link). Each stage prints, parses back and gives the same package as `-t ipu-package` on the
 // placed IR (byte for byte: the last RUN lines compare them).
 
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower' | filecheck %s --check-prefix=LOWER
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower,asm-lower-repeat' | filecheck %s --check-prefix=REPEAT
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower' | sed 's/asm.repeat 2 record/asm.repeat 5 record/' | ipu-opt -p asm-lower-repeat | filecheck %s --check-prefix=COUNT
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower,asm-lower-repeat,asm-lower-calls' | filecheck %s --check-prefix=CALLS
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},ipu-asm-pipeline' | filecheck %s --check-prefix=LINK
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},ipu-asm-pipeline' -t 'ipu-asm{full=true}' | filecheck %s --check-prefix=ASM
+// Each stage is compiled once into %t files and the later RUN lines start from them (the compile dominates).
 // RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4}' -t ipu-package -o %t.placed.ipupkg
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower' | ipu-opt -p asm-lower-repeat | ipu-opt -p asm-lower-calls | ipu-opt -p asm-link | ipu-opt -t ipu-package -o %t.staged.ipupkg
+// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower' -o %t.lower.mlir
+// RUN: filecheck %s --check-prefix=LOWER < %t.lower.mlir
+// RUN: ipu-opt %t.lower.mlir -p asm-lower-repeat -o %t.repeat.mlir
+// RUN: filecheck %s --check-prefix=REPEAT < %t.repeat.mlir
+// RUN: sed 's/asm.repeat 2 record/asm.repeat 5 record/' %t.lower.mlir | ipu-opt -p asm-lower-repeat | filecheck %s --check-prefix=COUNT
+// RUN: ipu-opt %t.repeat.mlir -p asm-lower-calls -o %t.calls.mlir
+// RUN: filecheck %s --check-prefix=CALLS < %t.calls.mlir
+// RUN: ipu-opt %t.calls.mlir -p asm-link -o %t.linked.mlir
+// RUN: filecheck %s --check-prefix=LINK < %t.linked.mlir
+// RUN: ipu-opt %t.linked.mlir -t 'ipu-asm{full=true}' | filecheck %s --check-prefix=ASM
+// RUN: ipu-opt %t.linked.mlir -t ipu-package -o %t.staged.ipupkg
 // RUN: cmp %t.placed.ipupkg %t.staged.ipupkg
-// RUN: ipu-opt %s -p 'ipu-compile-pipeline{tiles=4},asm-lower,asm-lower-repeat' | ipu-opt -p ipu-asm-pipeline -t ipu-package -o %t.rest.ipupkg
+// RUN: ipu-opt %t.repeat.mlir -p ipu-asm-pipeline -t ipu-package -o %t.rest.ipupkg
 // RUN: cmp %t.placed.ipupkg %t.rest.ipupkg
 
 // The function is replaced by the program: main's calls, the loop as a region with its patch descriptors, the
