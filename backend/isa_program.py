@@ -83,9 +83,18 @@ class Kernel:
             for ins in (
                 (it.main, it.aux) if isinstance(it, Bundle) else (it,) if isinstance(it, Instr) else ()
             ):
+                key = (ins.form.key, ins.ops, self.supervisor)
+                if key in _VERIFIED:
+                    continue
                 check_instr(ins.form, ins.ops, self.supervisor)
                 if not self.supervisor:
                     _check_azeros(self.name, ins)
+                _VERIFIED.add(key)
+
+
+# (form key, operand values, supervisor) of the instructions `Kernel.verify` has passed: a check depends on
+# nothing else, and a kernel library repeats its instructions (each is checked once per process).
+_VERIFIED: set[tuple] = set()
 
 
 def _check_azeros(kernel: str, ins: Instr) -> None:
@@ -226,6 +235,9 @@ def layout(kernels: list[Kernel], base: int) -> Program:
     for a, instrs, kname, sup in placed:
         resolved = []
         for ins in instrs:
+            if not _has_label_operand(ins.form):
+                resolved.append(ins)
+                continue
             ops = list(ins.ops)
             for j, o in enumerate(ins.form.operands):
                 if o.kind == Kind.LABEL and isinstance(ops[j], str):
@@ -235,6 +247,17 @@ def layout(kernels: list[Kernel], base: int) -> Program:
             resolved.append(Instr(ins.form, tuple(ops)))
         units.append(Unit(a, tuple(resolved), kname, sup))
     return Program(base, units, labels, kentries)
+
+
+_LABEL_FORMS: dict[str, bool] = {}
+
+
+def _has_label_operand(form) -> bool:
+    """Whether a form has a label operand (keyed by the form's name: hashing a whole form is slower)."""
+    known = _LABEL_FORMS.get(form.key)
+    if known is None:
+        known = _LABEL_FORMS[form.key] = any(o.kind == Kind.LABEL for o in form.operands)
+    return known
 
 
 def _falls_through(k: Kernel) -> bool:
