@@ -95,7 +95,7 @@ class _NotCanonical(Exception):
 
 def _fast_instr(text: str, line: int) -> tuple:
     m = _FAST_INSTR.fullmatch(text)
-    if m is None or _FAST_LABEL.match(text):
+    if m is None:
         raise _NotCanonical
     operands = [] if m[2] is None else [o.strip() for o in m[2].split(",")]
     if not all(_FAST_OPERAND.fullmatch(o) for o in operands):
@@ -111,9 +111,8 @@ def _fast_items(text: str) -> list[tuple]:
     for number, line in enumerate(text.split("\n"), 1):
         comment = _FAST_COMMENT.search(line)
         if comment is not None:
-            if _FAST_DIRECTIVE.match(
-                line.lstrip(" \t")
-            ):  # its arguments may hold `//`: the grammar's business
+            # A directive's arguments may hold `//` (the grammar's business).
+            if _FAST_DIRECTIVE.match(line.lstrip(" \t")):
                 raise _NotCanonical
             line = line[: comment.start()]
         line = line.strip(" \t")
