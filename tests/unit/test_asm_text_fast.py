@@ -95,7 +95,9 @@ def test_random_texts_read_alike_or_declined(seed):
     rng = random.Random(seed)
     outcomes = {"fast": 0, "declined": 0}
     for _ in range(300):
-        lines = [rng.choice(_PIECES).replace("{n}", str(rng.randrange(3))) for _ in range(rng.randrange(1, 9))]
+        lines = [
+            rng.choice(_PIECES).replace("{n}", str(rng.randrange(3))) for _ in range(rng.randrange(1, 9))
+        ]
         indent = [rng.choice(["", "    ", "\t", " "]) for _ in lines]
         outcomes[_agree("\n".join(i + line for i, line in zip(indent, lines)))] += 1
     # Both paths are exercised by every seed.
