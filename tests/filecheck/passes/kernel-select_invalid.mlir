@@ -2,10 +2,12 @@
 // RUN: not ipu-opt %s -p 'kernel-select{scores=sideways}' 2>&1 | filecheck %s --check-prefix=SCORES
 // RUN: not ipu-opt %s -p 'kernel-select{tiles=-1}' 2>&1 | filecheck %s --check-prefix=TILES
 // RUN: not ipu-opt %s -p 'kernel-select{tiles=4 sram_kib=100}' 2>&1 | filecheck %s --check-prefix=SRAM
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/rows = "softmax[a-z_]*"/rows = "softmax_fast"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=VALUE
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' | sed 's/kernel = {rows = "softmax[a-z_]*"}/kernel = "softmax"/' | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=DICT
-// RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/q_scale = "program"/q_scale = "sum"/' | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=QSCALE
-// RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' | sed 's/k_operand = "rows"/k_operand = "sideways"/' | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=KOPERAND
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624}' -o %t.exchange4.mlir
+// RUN: sed 's/rows = "softmax[a-z_]*"/rows = "softmax_fast"/' %t.exchange4.mlir | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=VALUE
+// RUN: sed 's/kernel = {rows = "softmax[a-z_]*"}/kernel = "softmax"/' %t.exchange4.mlir | not ipu-opt -p 'kernel-select{tiles=4}' 2>&1 | filecheck %s --check-prefix=DICT
+// RUN: ipu-opt %S/kernel-select.mlir -p 'nn-quantize-weights,nn-to-exchange-pipeline{tiles=16 sram_kib=624}' -o %t.exchange16.mlir
+// RUN: sed 's/q_scale = "program"/q_scale = "sum"/' %t.exchange16.mlir | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=QSCALE
+// RUN: sed 's/k_operand = "rows"/k_operand = "sideways"/' %t.exchange16.mlir | not ipu-opt -p 'kernel-select{tiles=16}' 2>&1 | filecheck %s --check-prefix=KOPERAND
 
 // OPT: ipu-opt: error: kernel-select: max_key_chunk must be 0 or a positive multiple of 16, got 40
 // SCORES: ipu-opt: error: kernel-select: scores must be one of ['transposed', 'direct'], got 'sideways'

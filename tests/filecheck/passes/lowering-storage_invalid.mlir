@@ -1,12 +1,13 @@
 // RUN: not ipu-opt %s -p 'lowering-storage{tiles=4 sram_kib=100}' 2>&1 | filecheck %s --check-prefix=SRAM
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/tables = [0-9]* : i64/tables = -5 : i64/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=NEG
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/, tables = [0-9]* : i64//' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=KEYS
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/scratch = [0-9]* : i64/scratch = 700000 : i64/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=BIG
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/lowering.scratch = array<i64: [0-9, ]*>/lowering.scratch = array<i64: 1, 2>/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=SCR
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed 's/lowering.scratch = array<i64: [0-9]*,/lowering.scratch = array<i64: 40000,/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=SCRBIG
+// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' -o %t.stored.mlir
+// RUN: sed 's/tables = [0-9]* : i64/tables = -5 : i64/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=NEG
+// RUN: sed 's/, tables = [0-9]* : i64//' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=KEYS
+// RUN: sed 's/scratch = [0-9]* : i64/scratch = 700000 : i64/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=BIG
+// RUN: sed 's/lowering.scratch = array<i64: [0-9, ]*>/lowering.scratch = array<i64: 1, 2>/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=SCR
+// RUN: sed 's/lowering.scratch = array<i64: [0-9]*,/lowering.scratch = array<i64: 40000,/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=SCRBIG
 // RUN: not ipu-opt %s -p 'memory-plan{tiles=4 reserve-scratch-bytes=-2}' 2>&1 | filecheck %s --check-prefix=OPT
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed -E 's/lowering.data = array<i64: [0-9]+, [0-9]+>/lowering.data = array<i64: 7>/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=DATA
-// RUN: ipu-opt %s -p 'nn-to-exchange-pipeline{tiles=4 sram_kib=624},lowering-storage{tiles=4}' | sed -E 's/lowering.data = array<i64: [0-9]+,/lowering.data = array<i64: 20000,/' | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=DATABIG
+// RUN: sed -E 's/lowering.data = array<i64: [0-9]+, [0-9]+>/lowering.data = array<i64: 7>/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=DATA
+// RUN: sed -E 's/lowering.data = array<i64: [0-9]+,/lowering.data = array<i64: 20000,/' %t.stored.mlir | not ipu-opt -p 'memory-plan{tiles=4}' 2>&1 | filecheck %s --check-prefix=DATABIG
 
 // SRAM: ipu-opt: error: lowering-storage: sram_kib must be a multiple of 16
 // NEG: ipu-opt: error: @rows: lowering.storage tables = -5 : i64: a byte count >= 0 expected
