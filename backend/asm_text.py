@@ -1,5 +1,9 @@
 """Graphcore-syntax assembly text: printing kernels and parsing them back (lark grammar).
 
+The grammar (`GRAMMAR`) defines the language and gives every diagnostic; a regex fast path (`_fast_items`) reads
+the text this project writes (an item per line or per `;`, one-line bundles) about 20x faster and leaves anything
+else to the grammar (tests/unit/test_asm_text_fast.py holds the two to the same items).
+
 The accepted text is the subset of Graphcore's assembler syntax this project emits:
 
     .section .text.main          # ignored
