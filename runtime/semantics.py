@@ -32,6 +32,9 @@ zeroes all three accumulator sets of the context.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 import numpy as np
 
 from ipu.backend.isa import (
@@ -43,9 +46,26 @@ from ipu.backend.isa import (
     SUPERVISOR_CSRS,
 )
 from ipu.backend.isa import WORKER_CSRS as WC
-from ipu.runtime import fp8, jit
+from ipu.runtime import fp8
 from ipu.runtime.errors import SimError
 from ipu.runtime.halfconv import F16_TO_F32, f16_bits_to_f32, f32_to_f16_bits
+
+
+def _lazy_module(name: str):
+    """`name`, imported on its first attribute access (importlib's LazyLoader)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec(name)
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# The compiled kernels (numba, ~0.25 s to import) load when the simulator first asks for one: the compiler uses
+# this module's numerics (kernels' reference functions) and never simulates.
+jit = _lazy_module("ipu.runtime.jit")
 
 WRITTEN_LO, WRITTEN_HI, PROTECTED = 1, 2, 4
 WRITTEN = 3
