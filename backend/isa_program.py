@@ -89,12 +89,15 @@ class Kernel:
                 check_instr(ins.form, ins.ops, self.supervisor)
                 if not self.supervisor:
                     _check_azeros(self.name, ins)
+                if len(_VERIFIED) >= _VERIFIED_MAX:  # a long-lived process (a test run): bounded memory
+                    _VERIFIED.clear()
                 _VERIFIED.add(key)
 
 
 # (form key, operand values, supervisor) of the instructions `Kernel.verify` has passed: a check depends on
 # nothing else, and a kernel library repeats its instructions (each is checked once per process).
 _VERIFIED: set[tuple] = set()
+_VERIFIED_MAX = 1 << 18
 
 
 def _check_azeros(kernel: str, ins: Instr) -> None:
