@@ -60,7 +60,7 @@ LOCATED = re.compile(r"^\S+:\d+:\d+: error: ")
 
 @dataclass(frozen=True)
 class IpuMLIRTarget(MLIRTarget):
-    """xDSL's `mlir` target with `IpuPrinter`: large dense attributes as hex strings, parsed back fast."""
+    """xDSL's `mlir` target with `IpuPrinter` (string literals written whole: the same text, faster)."""
 
     def emit(self, ctx: Context, module: ModuleOp, output) -> None:
         if self.syntax_highlight:
