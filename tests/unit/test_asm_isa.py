@@ -182,6 +182,21 @@ def test_context_checks():
         Bundle(make("nop"), make("nop"))
 
 
+def test_verified_instructions_are_remembered_per_context_and_bounded(monkeypatch):
+    """`Kernel.verify` checks each (instruction, context) once: an instruction a worker kernel passed is still
+    refused in supervisor code, and the memory of passed instructions stays within its bound."""
+    from ipu.backend import isa_program
+
+    add = make("f16v4add", "$a0:1", "$a0:1", "$a2:3")
+    Kernel("w", False, [add]).verify()
+    with pytest.raises(OperandError, match="worker-only instruction used in supervisor code"):
+        Kernel("s", True, [add]).verify()
+    monkeypatch.setattr(isa_program, "_VERIFIED", set())
+    monkeypatch.setattr(isa_program, "_VERIFIED_MAX", 3)
+    Kernel("w", False, [make("add", "$m0", "$m1", i) for i in range(10)]).verify()
+    assert 0 < len(isa_program._VERIFIED) <= 3
+
+
 def test_worker_code_keeps_azeros_zero():
     """$a14 is the low half of $azeros: a worker kernel writing it (attn_merge4 once kept a merge weight there)
     made later `st64 $azeros` store garbage into zero padding. Every kernel library passes the check."""
