@@ -40,7 +40,7 @@ def pipeline_spec(
     activation_scales: tuple[str, ...] = (),
     weights_order: str = "auto",
     fp8_linears: tuple[str, ...] = (),
-    sum_addends: str = "sums",
+    sum_addends: str = "loops",
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -67,8 +67,9 @@ def pipeline_spec(
     - `nn-fuse-sum-activation`: a K split's f16 sum and the tanh GELU reading it as one op (the fused `ksum`
       computes the GELU before it stores the sum: So400m's fc1 parts);
     - `nn-fuse-sum-add{addends=sum_addends}`: f32 adds of a K split's sum folded into it as addends (the fused
-      `ksum` adds them before it stores the sum: "sums", the default, folds So400m's two fc2 parts' add; "any"
-      the residual adds too; "none" none);
+      `ksum` adds them before it stores the sum: "loops", the default, folds So400m's two fc2 parts' add and,
+      in the layer loop, the residual adds, whose carried stream tile-plan keeps in the sums' column blocks
+      (`tile-plan{carried}`); "sums" only the first; "any" every residual add; "none" none);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-fuse-sum-cast` (an FP8 cast folded into the planned K-split
       sum it reads, where the fused `ksum` takes the blocks), `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
@@ -158,9 +159,11 @@ class IpuCompilePipelinePass(ModulePass):
     """GEMM weight storage (tile-plan's `weights_order`): "auto" keeps the weights of FP8-activation K splits in
     the AMP panel order their GEMM reads in place (`ampw`, permuted by the host at upload; `tile_plan.ampw_fits`),
     the rest row-major; "row_major": every weight row-major, panels made on the device per inference."""
-    sum_addends: str = "sums"
-    """Which f32 adds of a K split's sum `nn-fuse-sum-add` folds into the sum (`addends`): "sums" (the addend
-    another K split's sum: So400m's MLP parts), "any" (the residual stream's too) or "none"."""
+    sum_addends: str = "loops"
+    """Which f32 adds of a K split's sum `nn-fuse-sum-add` folds into the sum (`addends`): "loops" (default:
+    another K split's sum, as So400m's MLP parts, or a value the layer loop carries: the residual stream, which
+    tile-plan then carries in the sums' column blocks), "sums" (another K split's sum only), "any" (every residual
+    add, in or out of a loop) or "none"."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""

@@ -17,9 +17,15 @@ plain sum), laid out as the sum's column blocks.
 Option `addends` chooses which adds are folded, by the addend's producer, since tile-plan lays an addend out as
 the sum's result and an addend computed elsewhere then crosses the exchange:
 
-- "sums" (default): the addend is itself a K split's sum (an `nn.reduce_sum`, fused or not): So400m's two MLP
-  parts (`nn-split-mlp`), whose sums lie in the same column blocks: nothing moves;
-- "any": every such add, the residual stream's too (whose carried value then arrives in the sum's blocks);
+- "sums": the addend is itself a K split's sum (an `nn.reduce_sum`, fused or not): So400m's two MLP parts
+  (`nn-split-mlp`), whose sums lie in the same column blocks: nothing moves;
+- "loops" (default): as "sums", and an addend that is a value a layer loop carries (a carried block argument of
+  an `nn.repeat` body: the residual stream). tile-plan (option `carried`) then keeps the carried value in the
+  sum's column blocks, so that it moves no more than without the fold: So400m's residual adds (out_proj's sum +
+  the stream, then fc2's sums + that sum) run inside the sums, and only the layer norms gather the stream into
+  rows. In straight-line code (one layer, no loop) the stream's adds stay adds: their addend would cross the
+  exchange into the sum's blocks;
+- "any": every such add, the residual stream's too, in or out of a loop;
 - "none": the pass does nothing.
 
 Option `max_addends` (default 2, the fused kernel's `ksum.MAX_ADDENDS`): addends per sum; the lowering adds
@@ -33,7 +39,7 @@ from dataclasses import dataclass
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import Float32Type, ModuleOp, TensorType
-from xdsl.ir import OpResult, SSAValue
+from xdsl.ir import BlockArgument, OpResult, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.pattern_rewriter import (
     PatternRewriter,
@@ -45,7 +51,7 @@ from xdsl.rewriter import InsertPoint
 
 from ipu.dialects import nn
 
-ADDEND_POLICIES = ("sums", "any", "none")
+ADDEND_POLICIES = ("loops", "sums", "any", "none")
 
 
 def _defined_before(v: SSAValue, op: nn.ReduceSumOp) -> bool:
@@ -55,6 +61,14 @@ def _defined_before(v: SSAValue, op: nn.ReduceSumOp) -> bool:
     if isinstance(v, OpResult) and v.op.parent_block() is block:
         return block.get_operation_index(v.op) < block.get_operation_index(op)
     return True
+
+
+def _loop_carried(v: SSAValue) -> bool:
+    """v is a value a layer loop carries: a block argument of an `nn.repeat` body for one of its carried values."""
+    if not isinstance(v, BlockArgument):
+        return False
+    loop = v.block.parent_op()
+    return isinstance(loop, nn.RepeatOp) and v.index < len(loop.carried)
 
 
 @dataclass
@@ -73,7 +87,10 @@ class FuseSumAdd(RewritePattern):
         return s
 
     def _addend_ok(self, a: SSAValue, s: nn.ReduceSumOp) -> bool:
-        if self.addends == "sums" and not isinstance(getattr(a, "owner", None), nn.ReduceSumOp):
+        is_sum = isinstance(getattr(a, "owner", None), nn.ReduceSumOp)
+        if self.addends == "sums" and not is_sum:
+            return False
+        if self.addends == "loops" and not (is_sum or _loop_carried(a)):
             return False
         return _defined_before(a, s)
 
@@ -104,7 +121,7 @@ class NNFuseSumAddPass(ModulePass):
 
     name = "nn-fuse-sum-add"
 
-    addends: str = "sums"
+    addends: str = "loops"
     max_addends: int = 2
 
     def __post_init__(self) -> None:

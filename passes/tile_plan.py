@@ -57,6 +57,7 @@ import numpy as np
 from xdsl.context import Context
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
+    ArrayAttr,
     Float8E4M3FNUZType,
     Float8E5M2FNUZType,
     IntegerAttr,
@@ -104,6 +105,10 @@ def is_host_value(v: SSAValue) -> bool:
 
 
 GEMM_BUDGET_ATTR = "tile.gemm_budget"
+# On `nn.repeat`: the layouts of its carried values inside the loop (one per carried value), a decision tile-plan
+# takes (option `carried`) or a person gives; the entry values are relayouted to them once, before the loop.
+CARRIED_ATTR = "tile.carried_layouts"
+CARRIED_CHOICES = ("auto", "entry")
 
 
 def _from_params(v: SSAValue) -> bool:
@@ -1618,6 +1623,9 @@ class _Planner:
         shape, dtype = op.results[0].type.get_shape(), op.results[0].type.element_type
         have = tl.layout_of(x)
         rows = isinstance(op, nn.LayerNormOp | nn.SoftmaxOp)
+        if isinstance(op, ELEMENTWISE_OPS) and (into := carried_into(op.results[0])) is not None:
+            # made in the layout its loop carries it in: no relayout between it and the loop
+            return with_dtype(into, dtype)
         if (
             isinstance(op, nn.AddOp)
             and len(shape) == 2
@@ -1795,13 +1803,17 @@ class _Planner:
         consumer asks for; the stacked operand outside gets that layout with `stack = count`."""
         block = op.body.block
         nc = len(op.carried)
+        chosen = carried_choice(op)
         carried_layouts = []
-        for v in op.carried:
+        for i, v in enumerate(op.carried):
             lay = tl.layout_of(v)
             if lay is None:
                 t = v.type
                 lay = spread_rows(t.get_shape(), t.element_type, self.target.num_tiles)
                 self.set_layout(v.owner, lay)
+            if chosen is not None and chosen[i] != lay:
+                self.require(op, i, chosen[i])  # once, before the loop
+                lay = chosen[i]
             carried_layouts.append(lay)
         # Plan the body with block arguments as layout-less sources: give them temporary `_ArgSource`s.
         new_block = Block(arg_types=[a.type for a in block.args])
@@ -1856,6 +1868,63 @@ class _Planner:
         Rewriter.replace_op(op, new)
 
 
+def carried_choice(op: nn.RepeatOp) -> list[tl.LayoutAttr] | None:
+    """The carried layouts `CARRIED_ATTR` gives `op` (None: none given), checked against the carried values."""
+    attr = op.attributes.get(CARRIED_ATTR)
+    if attr is None:
+        return None
+    lays = list(attr.data) if isinstance(attr, ArrayAttr) else None
+    if lays is None or len(lays) != len(op.carried) or not all(isinstance(x, tl.LayoutAttr) for x in lays):
+        raise PassFailedException(
+            f"tile-plan: {label(op)}: {CARRIED_ATTR} must be an array of {len(op.carried)} #tile.layout "
+            f"(one per carried value), got {attr}"
+        )
+    for v, lay in zip(op.carried, lays, strict=True):
+        try:
+            tl.check_layout_matches(op, v, lay)
+        except Exception as e:  # a layout of another shape or element type
+            raise PassFailedException(f"tile-plan: {label(op)}: {CARRIED_ATTR}: {e}") from None
+    return lays
+
+
+def carried_into(v: SSAValue) -> tl.LayoutAttr | None:
+    """The layout a loop's `CARRIED_ATTR` gives v where v enters it as a carried value (None: none given)."""
+    for use in v.uses:
+        user = use.operation
+        if isinstance(user, nn.RepeatOp) and use.index < len(user.carried):
+            chosen = carried_choice(user)
+            if chosen is not None:
+                return chosen[use.index]
+    return None
+
+
+def loop_carried_layouts(rep: tl.RepeatOp) -> list[tl.LayoutAttr]:
+    """The carried layouts a planned loop would rather have: where the body yields carried value i in a layout Y
+    other than its entry layout (a relayout back to the entry layout every iteration) and a consumer in the body
+    relayouts the carried value i to that same Y (another, the other way), Y: then neither runs (at most one
+    relayout of another consumer's takes their place); else the entry layout. So400m: the residual stream, yielded
+    by fc2's K-split sum and read by the next out_proj sum as an addend in the same column blocks, stays in them,
+    and only the layer norm gathers it into rows."""
+
+    def reaches(user: Operation, y: tl.LayoutAttr) -> bool:  # a relayout to y, directly or via `gather_mid`
+        if not isinstance(user, tl.RelayoutOp):
+            return False
+        return user.layout == y or any(
+            isinstance(u.operation, tl.RelayoutOp) and u.operation.layout == y for u in user.result.uses
+        )
+
+    block = rep.body.block
+    term = block.last_op
+    chosen = []
+    for i, v in enumerate(term.operands):
+        entry = rep.arg_layouts.data[i]
+        src = v.owner.input if isinstance(v.owner, tl.RelayoutOp) else v
+        y = tl.layout_of(src)
+        wanted = y is not None and any(reaches(u.operation, y) for u in block.args[i].uses)
+        chosen.append(y if wanted and y != entry else entry)
+    return chosen
+
+
 @dataclass(frozen=True)
 class TilePlanPass(ModulePass):
     """Chooses a layout for every tensor and a plan for every operator (see the module docstring)."""
@@ -1877,6 +1946,10 @@ class TilePlanPass(ModulePass):
     as AMP panels, `ampw_fits`: FP8-activation K splits; row-major elsewhere), "row_major", "amp16" (AMP
     micro-panels) or "ampw" (every GEMM's). The choice is the plan's `worder`; a plan given before tile-plan
     keeps its own."""
+    carried: str = "auto"
+    """Layouts of a loop's carried values: "auto" (those `loop_carried_layouts` prefers after a trial plan:
+    the layout the body yields them in, where a consumer in the body wants that layout too) or "entry" (the
+    layout each enters the loop with). A `tile.carried_layouts` already on the loop is kept."""
 
     def __post_init__(self) -> None:
         # Raised while the pipeline is built: `ipu-opt` reports one line naming the option.
@@ -1889,6 +1962,10 @@ class TilePlanPass(ModulePass):
             raise ValueError(
                 f"{self.name}: option 'attention' must be one of {', '.join(tl.ATTENTION_KINDS)}, got {self.attention!r}"
             )
+        if self.carried not in CARRIED_CHOICES:
+            raise ValueError(
+                f"{self.name}: option 'carried' must be one of {', '.join(CARRIED_CHOICES)}, got {self.carried!r}"
+            )
         if not 0 <= self.memory_fraction <= 1:
             raise ValueError(
                 f"{self.name}: option 'memory_fraction' must be in [0, 1] (0: derived), got {self.memory_fraction}"
@@ -1896,6 +1973,19 @@ class TilePlanPass(ModulePass):
         target_for(self.tiles, self.sram_kib)  # raises ValueError naming tiles / sram_kib
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        loops = [o for o in op.walk() if isinstance(o, nn.RepeatOp)]
+        if self.carried == "auto" and any(CARRIED_ATTR not in o.attributes for o in loops):
+            # A trial plan of a copy shows each loop's yielded layouts; the real plan then keeps the carried values
+            # in the layouts `loop_carried_layouts` prefers (recorded on the loop: a person's choice is kept).
+            trial = op.clone()
+            self._plan(trial)
+            planned = [o for o in trial.walk() if isinstance(o, tl.RepeatOp)]
+            for loop, rep in zip(loops, planned, strict=True):
+                if CARRIED_ATTR not in loop.attributes:
+                    loop.attributes[CARRIED_ATTR] = ArrayAttr(loop_carried_layouts(rep))
+        self._plan(op)
+
+    def _plan(self, op: ModuleOp) -> None:
         target = target_for(self.tiles, self.sram_kib)
         planner = _Planner(target, 0, self.attention, self.weights_order)
         for f in op.walk():

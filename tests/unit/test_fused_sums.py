@@ -1,8 +1,8 @@
 """`nn-fuse-sum-add` and `tile-fuse-sum-cast` end to end: a SigLIP whose MLP `nn-split-mlp` cuts in two parts, so
 that the second fc2 part's K-split sum takes the first's as an addend (the fused `ksum` adds it before the store),
 and each fc1 part's GELU sum stores FP8 for fc2's FP8 GEMM (the cast folded in). The fused sums, the lowering's
-unfused fallback (one `add_f32` call per addend) and the residual stream's adds folded too (addends=any) all give
-the bits of the separate ops, and the device matches the reference evaluator."""
+unfused fallback (one `add_f32` call per addend) and the residual stream's adds folded too (addends=loops, the
+default, and addends=any) all give the bits of the separate ops, and the device matches the reference evaluator."""
 
 from __future__ import annotations
 
@@ -108,6 +108,58 @@ def test_residual_adds_folded_too(monkeypatch, unfused):
     assert sorted(seen) == [1, 2], seen
     for k in unfused:
         np.testing.assert_array_equal(got[k], unfused[k], err_msg=k)
+
+
+def test_residual_adds_folded_in_the_loop(monkeypatch, unfused):
+    """addends=loops (the pipeline's default): in the layer loop the residual adds fold as with addends=any
+    (the carried stream is a loop value), the same bits; tile-plan carries the stream in the column blocks of
+    the sums that read and yield it, so no relayout brings it to them (only the layer norms gather it)."""
+    seen = _policy(monkeypatch, "loops")
+    got = run(3)
+    assert sorted(seen) == [1, 2], seen
+    for k in unfused:
+        np.testing.assert_array_equal(got[k], unfused[k], err_msg=k)
+
+
+def test_loop_carries_the_stream_in_the_sums_blocks():
+    """tile-plan's carried layouts (`carried=auto`) on So400m's layer loop (planned only, two layers): out_proj's
+    and fc2's sums, which take the residual stream as an addend, lie in the same column blocks, so the loop
+    carries the stream in them: the out_proj sum reads it where it lies, the body yields fc2's sum as it is,
+    and the only relayout of the stream in the body is the layer norm's gather into rows. With `carried=entry`
+    the stream stays in rows, and the body moves it into the sum's blocks and back at the yield."""
+    from xdsl.context import Context
+    from xdsl.passes import PassPipeline
+
+    from ipu.dialects import nn
+    from ipu.dialects import tile as tl
+    from ipu.frontend.siglip import PRESETS, build_vision_model
+    from ipu.passes.compile_pipeline import IpuCompilePipelinePass
+    from ipu.passes.registry import all_passes
+
+    def planned(carried: str) -> tl.RepeatOp:
+        mod = build_vision_model(PRESETS["so400m-patch14-384"].with_layers(2))
+        cp = IpuCompilePipelinePass(repeat=True).resolved(mod)
+        head = cp.pipeline_text().split(",nn-to-exchange-pipeline")[0] + f",tile-plan{{carried={carried}}}"
+        PassPipeline.parse_spec(dict(all_passes()), head).apply(Context(), mod)
+        return next(o for o in mod.walk() if isinstance(o, tl.RepeatOp))
+
+    def stream_moves(rep):
+        return [tl.layout_of(u.operation.result) for u in rep.body.block.args[0].uses
+                if isinstance(u.operation, tl.RelayoutOp)]  # fmt: skip
+
+    rep = planned("auto")
+    body = rep.body.block
+    sums = [o for o in body.ops if isinstance(o, nn.ReduceSumOp) and o.addends]
+    blocks = tl.layout_of(sums[0].result)
+    assert len(sums) == 2 and tl.layout_of(sums[1].result) == blocks
+    assert rep.arg_layouts.data[0] == blocks
+    assert body.last_op.operands[0] is sums[1].result  # yielded where it lies
+    assert body.args[0] in list(sums[0].addends)  # read where it lies
+    assert [list(m.block_) for m in stream_moves(rep)] == [[1, 1152]]  # the layer norm's rows
+    entry = planned("entry")
+    assert list(entry.arg_layouts.data[0].block_) == [1, 1152]
+    assert blocks in stream_moves(entry)
+    assert isinstance(entry.body.block.last_op.operands[0].owner, tl.RelayoutOp)
 
 
 def test_fused_sums_match_the_reference():

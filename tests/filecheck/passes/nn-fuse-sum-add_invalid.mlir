@@ -5,7 +5,7 @@
 // RUN: not ipu-opt %s -p 'nn-fuse-sum-add{max_addends=0}' 2>&1 | filecheck %s --check-prefix=COUNT
 // RUN: not ipu-opt %s -p nn-fuse-sum-add 2>&1 | filecheck %s --check-prefix=VERIFY
 
-// POLICY: nn-fuse-sum-add: option 'addends' must be one of sums, any, none, got 'some'
+// POLICY: nn-fuse-sum-add: option 'addends' must be one of loops, sums, any, none, got 'some'
 // POLICY-NOT: Traceback
 // COUNT: nn-fuse-sum-add: option 'max_addends' must be >= 1, got 0
 // COUNT-NOT: Traceback

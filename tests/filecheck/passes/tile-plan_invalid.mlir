@@ -1,11 +1,13 @@
 // RUN: not ipu-opt %s -p 'tile-plan{weights_order=col_major}' 2>&1 | filecheck %s --check-prefix=ORDER
 // RUN: not ipu-opt %s -p 'tile-plan{tiles=2000}' 2>&1 | filecheck %s --check-prefix=TILES
 // RUN: not ipu-opt %s -p 'tile-plan{memory_fraction=1.5}' 2>&1 | filecheck %s --check-prefix=MEM
+// RUN: not ipu-opt %s -p 'tile-plan{carried=yield}' 2>&1 | filecheck %s --check-prefix=CARRIED
 // RUN: ipu-opt %s --split-input-file -p 'tile-plan{tiles=4 sram_kib=256}' --verify-diagnostics 2>&1 | filecheck %s
 
 // ORDER: ipu-opt: error: bad pass pipeline: tile-plan: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'col_major'
 // TILES: ipu-opt: error: bad pass pipeline: tiles must be in [1, 1472], got 2000
 // MEM: ipu-opt: error: bad pass pipeline: tile-plan: option 'memory_fraction' must be in [0, 1] (0: derived), got 1.5
+// CARRIED: ipu-opt: error: bad pass pipeline: tile-plan: option 'carried' must be one of auto, entry, got 'yield'
 
 func.func @grid_does_not_cover() {
   %x = nn.input "x" : tensor<8x16xf32>
@@ -107,3 +109,33 @@ func.func @merge_heads_not_dividing() {
   func.return
 }
 // CHECK: tile-plan: nn.attention_merge (%m): merge blocks of 3 heads (plan kblock) need a divisor of the 2 heads whose row blocks split the 8-row query blocks over 2 chunks each
+
+// -----
+
+func.func @carried_count() {
+  %h = nn.input "h" : tensor<8x16xf32>
+  %ws = nn.param "encoder.layers.*.w" : tensor<2x16x16xf32>
+  %r = nn.repeat 2 carried(%h : tensor<8x16xf32>) stacked(%ws : tensor<2x16x16xf32>) attributes {tile.carried_layouts = []} -> tensor<8x16xf32> {
+  ^bb0(%a: tensor<8x16xf32>, %w: tensor<16x16xf32>):
+    %y = nn.linear %a, %w : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+    nn.yield %y : tensor<8x16xf32>
+  }
+  nn.output "r" %r : tensor<8x16xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.repeat (%r): tile.carried_layouts must be an array of 1 #tile.layout (one per carried value), got []
+
+// -----
+
+func.func @carried_shape() {
+  %h = nn.input "h" : tensor<8x16xf32>
+  %ws = nn.param "encoder.layers.*.w" : tensor<2x16x16xf32>
+  %r = nn.repeat 2 carried(%h : tensor<8x16xf32>) stacked(%ws : tensor<2x16x16xf32>) attributes {tile.carried_layouts = [#tile.layout<shape = [16, 16], block = [4, 16], replicas = 1, tiles = #tile.affine<0, 1, 0>, order = "row_major", dtype = f32>]} -> tensor<8x16xf32> {
+  ^bb0(%a: tensor<8x16xf32>, %w: tensor<16x16xf32>):
+    %y = nn.linear %a, %w : tensor<8x16xf32>, tensor<16x16xf32> -> tensor<8x16xf32>
+    nn.yield %y : tensor<8x16xf32>
+  }
+  nn.output "r" %r : tensor<8x16xf32>
+  func.return
+}
+// CHECK: tile-plan: nn.repeat (%r): tile.carried_layouts:
