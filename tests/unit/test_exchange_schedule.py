@@ -292,3 +292,80 @@ def test_largest_first_only_where_the_timed_exchange_is_shorter():
             assert best.mode.data == "latency"
             np.testing.assert_array_equal(best.send_table(), rot.send_table())
     assert chosen == {"latency", "largest"}
+
+
+def _broadcast_and_gather(bcast_elems: int, rows: int, seed: int, cols: int = 576):
+    """A module whose one phase moves a parameter of `bcast_elems` f16 from tile 95 to `rows` tiles (one send, a
+    broadcast) and gathers an f32 [rows, cols] tensor from [rows / 8, 32] blocks into one row per tile (a layer
+    norm's parameters and rows)."""
+    from xdsl.dialects import func
+    from xdsl.dialects.builtin import ModuleOp
+
+    from ipu.dialects import nn
+
+    rng = np.random.default_rng(seed)
+    n = 96
+    p_src = tl.LayoutAttr((bcast_elems,), (bcast_elems,), np.array([[95]], np.int32), f16)
+    p_dst = tl.LayoutAttr((bcast_elems,), (bcast_elems,), np.arange(rows, dtype=np.int32)[None, :], f16)
+    blocks = 8 * (cols // 32)
+    g_src = tl.LayoutAttr(
+        (rows, cols), (-(-rows // 8), 32), (rng.permutation(blocks) % n)[:, None].astype(np.int32), f32
+    )
+    g_dst = tl.LayoutAttr((rows, cols), (1, cols), rng.permutation(rows)[:, None].astype(np.int32), f32)
+    srcs = []
+    for name, lay in (("p", p_src), ("g", g_src)):
+        x = nn.InputOp(name, TensorType(lay.dtype, list(lay.shape_)))
+        x.attributes[tl.LAYOUT_ATTR] = lay
+        srcs.append(x)
+    tables = phase_tables([(p_src, p_dst), (g_src, g_dst)])
+    phase = ex.PhaseOp([s.result for s in srcs], [p_dst, g_dst], *tables, n, LATENCY, BUDGET)
+    ret = func.ReturnOp(*phase.res)
+    f = func.FuncOp("f", ([], [r.type for r in phase.res]))
+    f.body.block.add_ops([*srcs, ex.SyncOp(150), phase, ret])
+    return ModuleOp([f]), ret
+
+
+def test_broadcasts_split_off_where_two_phases_are_shorter():
+    """exchange-schedule runs a phase's broadcasts (results sent to >= BROADCAST_RECEIVERS tiles) as a phase of
+    their own before the rest exactly where the two timed spans and the barrier between are shorter than the
+    phase's: then the parts are valid phases (every byte delivered once, no port conflicts), a barrier as the one
+    before lies between them, and each result is read from its part; otherwise (and with split_broadcasts=false)
+    the phase stays whole. Over these cases both happen."""
+    from ipu.passes.exchange_schedule import (
+        BROADCAST_RECEIVERS,
+        PHASE_ENTRY_CYCLES,
+        ExchangeSchedulePass,
+        schedule_phase,
+        timed_span,
+    )
+
+    def span(p):
+        return timed_span(p.send_table(), p.recv_table(), p.send_table()[:, 4])
+
+    outcomes = set()
+    cases = ((1152, 80, 0), (2304, 72, 1), (4, 80, 2), (8, 64, 3), (2304, 40, 4), (512, 96, 5))
+    for bcast, rows, seed in cases:
+        mod, ret = _broadcast_and_gather(bcast, rows, seed)
+        whole_mod, _ = _broadcast_and_gather(bcast, rows, seed)
+        whole = next(o for o in whole_mod.walk() if isinstance(o, ex.PhaseOp))
+        schedule_phase(whole, "latency", 256)
+        kept_mod, _ = _broadcast_and_gather(bcast, rows, seed)
+        ExchangeSchedulePass(split_broadcasts=False).apply(None, kept_mod)
+        assert len([o for o in kept_mod.walk() if isinstance(o, ex.PhaseOp)]) == 1
+        ExchangeSchedulePass().apply(None, mod)
+        phases = [o for o in mod.walk() if isinstance(o, ex.PhaseOp)]
+        if len(phases) == 1:
+            outcomes.add("kept")
+            if rows >= BROADCAST_RECEIVERS:  # a broadcast was there: splitting it off would not have paid
+                assert span(phases[0]) <= span(whole)
+            continue
+        outcomes.add("split")
+        first, second = phases
+        assert rows >= BROADCAST_RECEIVERS
+        assert isinstance(second.prev_op, ex.SyncOp) and second.prev_op.cycles.value.data == 150
+        assert isinstance(first.prev_op, ex.SyncOp)
+        for p in phases:
+            p.verify_()
+        assert [r.owner for r in ret.operands] == [first, second]  # the broadcast first, then the gather
+        assert span(first) + span(second) + 150 + PHASE_ENTRY_CYCLES < span(whole)
+    assert outcomes == {"kept", "split"}, outcomes
