@@ -40,7 +40,7 @@ def pipeline_spec(
     activation_scales: tuple[str, ...] = (),
     weights_order: str = "auto",
     fp8_linears: tuple[str, ...] = (),
-    sum_addends: str = "loops",
+    sum_addends: str = "sums",
 ) -> str:
     """The pass pipeline from nn IR to placed IR for `target` (layers outlined into one loop if outline_repeat).
 
@@ -67,9 +67,10 @@ def pipeline_spec(
     - `nn-fuse-sum-activation`: a K split's f16 sum and the tanh GELU reading it as one op (the fused `ksum`
       computes the GELU before it stores the sum: So400m's fc1 parts);
     - `nn-fuse-sum-add{addends=sum_addends}`: f32 adds of a K split's sum folded into it as addends (the fused
-      `ksum` adds them before it stores the sum: "loops", the default, folds So400m's two fc2 parts' add and,
-      in the layer loop, the residual adds, whose carried stream tile-plan keeps in the sums' column blocks
-      (`tile-plan{carried}`); "sums" only the first; "any" every residual add; "none" none);
+      `ksum` adds them before it stores the sum: "sums", the default here, folds So400m's two fc2 parts' add;
+      "loops" the residual adds in the layer loop too, whose carried stream tile-plan then keeps in the sums'
+      column blocks (`tile-plan{carried}`); "any" every residual add; "none" none. `IpuCompilePipelinePass`
+      chooses "loops" or "sums" per module by a trial plan, `sum_addends=auto`);
     - `nn-to-exchange-pipeline` runs tile-plan, `tile-fuse-sum-cast` (an FP8 cast folded into the planned K-split
       sum it reads, where the fused `ksum` takes the blocks), `tile-balance-homes` (the resident parameters' home blocks
       spread over the tiles, each tile's working set counted), exchange-lower, exchange-schedule, kernel-select;
@@ -159,11 +160,13 @@ class IpuCompilePipelinePass(ModulePass):
     """GEMM weight storage (tile-plan's `weights_order`): "auto" keeps the weights of FP8-activation K splits in
     the AMP panel order their GEMM reads in place (`ampw`, permuted by the host at upload; `tile_plan.ampw_fits`),
     the rest row-major; "row_major": every weight row-major, panels made on the device per inference."""
-    sum_addends: str = "loops"
-    """Which f32 adds of a K split's sum `nn-fuse-sum-add` folds into the sum (`addends`): "loops" (default:
-    another K split's sum, as So400m's MLP parts, or a value the layer loop carries: the residual stream, which
-    tile-plan then carries in the sums' column blocks), "sums" (another K split's sum only), "any" (every residual
-    add, in or out of a loop) or "none"."""
+    sum_addends: str = "auto"
+    """Which f32 adds of a K split's sum `nn-fuse-sum-add` folds into the sum (`addends`): "loops" (another K
+    split's sum, as So400m's MLP parts, or a value the layer loop carries: the residual stream, which tile-plan
+    then carries in the sums' column blocks), "sums" (another K split's sum only), "any" (every residual add, in
+    or out of a loop), "none", or "auto" (default): "loops" where a trial plan of the module (its nn passes and
+    tile-plan) shows every sum in the loop reading its residual addends where they lie, else "sums"
+    (`residual_folds_in_place`; `resolved` spells it out)."""
     stop_after: str = ""
     """Stop after this pass of the pipeline (e.g. `nn-to-exchange-pipeline`: the IR with the kernel choices, to
     edit before `lowering-storage,memory-plan`); "" runs it all."""
@@ -197,19 +200,27 @@ class IpuCompilePipelinePass(ModulePass):
         from ipu.passes.nn_fuse_sum_add import ADDEND_POLICIES
         from ipu.passes.tile_plan import WEIGHTS_ORDERS
 
-        if self.sum_addends not in ADDEND_POLICIES:
+        if self.sum_addends not in ("auto", *ADDEND_POLICIES):
             raise ValueError(
-                f"{self.name}: option 'sum_addends' must be one of {', '.join(ADDEND_POLICIES)}, got {self.sum_addends!r}"
+                f"{self.name}: option 'sum_addends' must be one of auto, {', '.join(ADDEND_POLICIES)}, got "
+                f"{self.sum_addends!r}"
             )
 
         if self.weights_order not in WEIGHTS_ORDERS:
             raise ValueError(
                 f"{self.name}: option 'weights_order' must be one of {', '.join(WEIGHTS_ORDERS)}, got {self.weights_order!r}"
             )
-        # (the passes of `fp8`, a superset of any module's `mlp` resolution)
-        spelled = replace(self, activations="fp8", stop_after="") if self.activations == "mlp" else self
-        names = [p.name for p in spelled.passes()] if self.stop_after else []
-        if self.stop_after and self.stop_after not in names:
+        # (the passes of `fp8`, a superset of any module's `mlp` resolution; `auto` sum_addends: the same passes)
+        if not self.stop_after:
+            return
+        spelled = replace(
+            self,
+            activations="fp8" if self.activations == "mlp" else self.activations,
+            sum_addends="sums" if self.sum_addends == "auto" else self.sum_addends,
+            stop_after="",
+        )
+        names = [p.name for p in spelled.passes()]
+        if self.stop_after not in names:
             raise ValueError(f"{self.name}: option 'stop_after': no pass {self.stop_after!r} in {names}")
 
     @property
@@ -227,9 +238,18 @@ class IpuCompilePipelinePass(ModulePass):
         return keep
 
     def resolved(self, module: ModuleOp) -> IpuCompilePipelinePass:
-        """This pass with activations `mlp` spelled out for `module`: `fp8` restricted to the MLP linear names the
-        module has (`fp8_linears`), at 2^`MLP_FP8_SCALE` unless scales are given; `f16` if it has none. Other
-        activations: unchanged."""
+        """This pass with activations `mlp` and sum_addends `auto` spelled out for `module`. `mlp`: `fp8`
+        restricted to the MLP linear names the module has (`fp8_linears`), at 2^`MLP_FP8_SCALE` unless scales are
+        given; `f16` if it has none. `auto`: "loops" where `residual_folds_in_place` says so for a trial plan of a
+        copy of the module, else "sums". Other values: unchanged."""
+        cp = self._activations_resolved(module)
+        if cp.sum_addends != "auto":
+            return cp
+        if cp.repeat and residual_folds_in_place(replace(cp, sum_addends="loops"), module):
+            return replace(cp, sum_addends="loops")
+        return replace(cp, sum_addends="sums")
+
+    def _activations_resolved(self, module: ModuleOp) -> IpuCompilePipelinePass:
         if self.activations != "mlp":
             return self
         from ipu.dialects import nn
@@ -250,9 +270,11 @@ class IpuCompilePipelinePass(ModulePass):
 
     def pipeline_text(self) -> str:
         """The passes this pass applies, in xDSL's `-p` syntax (= `pipeline_spec` of its target; activations
-        `mlp` must be `resolved` for a module first)."""
+        `mlp` and sum_addends `auto` must be `resolved` for a module first)."""
         if self.activations == "mlp":
             raise ValueError(f"{self.name}: activations=mlp depends on the module: resolve it first")
+        if self.sum_addends == "auto":
+            raise ValueError(f"{self.name}: sum_addends=auto depends on the module: resolve it first")
         return pipeline_spec(
             self.target,
             self.repeat,
@@ -277,7 +299,7 @@ class IpuCompilePipelinePass(ModulePass):
     def apply_with_progress(self, ctx: Context, op: ModuleOp, progress=None, extra_phases: int = 0) -> None:
         """`apply`, calling `progress(pass name, passes done, total)` before each pass (total: the passes to run
         plus `extra_phases` a caller runs after them, as `compile_model`'s lowering)."""
-        if self.activations == "mlp":
+        if self.activations == "mlp" or self.sum_addends == "auto":
             return self.resolved(op).apply_with_progress(ctx, op, progress, extra_phases)
         passes = self.passes()
         if self.stop_after:
@@ -286,3 +308,36 @@ class IpuCompilePipelinePass(ModulePass):
             if progress is not None:
                 progress(p.name, i, len(passes) + extra_phases)
             p.apply(ctx, op)
+
+
+def residual_folds_in_place(cp: IpuCompilePipelinePass, module: ModuleOp) -> bool:
+    """Whether folding the layer loop's residual adds into its K-split sums (`cp`'s sum_addends, "loops") pays on
+    `module`: a trial of cp's nn passes and tile-plan on a copy, in which some sum of a loop body takes a residual
+    addend (a value the loop carries, or a sum that took one) and every such addend reaches its sum without a
+    relayout (tile-plan's carried layouts put the stream where the sums lie: So400m). Where the sums' layouts
+    differ (e.g. out_proj's and fc2's blocks on other tiles), each fold would move the stream once more per layer
+    than the adds do, and the answer is no."""
+    from ipu.dialects import nn
+    from ipu.dialects import tile as tl
+    from ipu.passes.registry import all_passes
+
+    trial = module.clone()
+    head = cp.pipeline_text().split(",nn-to-exchange-pipeline")[0]
+    plan = f"tile-plan{{tiles={cp.tiles} sram_kib={cp.sram_kib} weights_order={cp.weights_order}}}"
+    PassPipeline.parse_spec(dict(all_passes()), f"{head},{plan}").apply(Context(), trial)
+    folded = False
+    for loop in trial.walk():
+        if not isinstance(loop, tl.RepeatOp):
+            continue
+        residual = set(loop.body.block.args[: len(loop.carried)])
+        for op in loop.body.block.ops:
+            if not isinstance(op, nn.ReduceSumOp):
+                continue
+            for a in op.addends:
+                moved = isinstance(a.owner, tl.RelayoutOp)
+                if (a.owner.input if moved else a) in residual:
+                    if moved:
+                        return False
+                    folded = True
+                    residual.add(op.result)
+    return folded

@@ -17,14 +17,15 @@ plain sum), laid out as the sum's column blocks.
 Option `addends` chooses which adds are folded, by the addend's producer, since tile-plan lays an addend out as
 the sum's result and an addend computed elsewhere then crosses the exchange:
 
-- "sums": the addend is itself a K split's sum (an `nn.reduce_sum`, fused or not): So400m's two MLP parts
-  (`nn-split-mlp`), whose sums lie in the same column blocks: nothing moves;
-- "loops" (default): as "sums", and an addend that is a value a layer loop carries (a carried block argument of
-  an `nn.repeat` body: the residual stream). tile-plan (option `carried`) then keeps the carried value in the
-  sum's column blocks, so that it moves no more than without the fold: So400m's residual adds (out_proj's sum +
-  the stream, then fc2's sums + that sum) run inside the sums, and only the layer norms gather the stream into
-  rows. In straight-line code (one layer, no loop) the stream's adds stay adds: their addend would cross the
-  exchange into the sum's blocks;
+- "sums" (default): the addend is itself a K split's sum (an `nn.reduce_sum`, fused or not): So400m's two MLP
+  parts (`nn-split-mlp`), whose sums lie in the same column blocks: nothing moves;
+- "loops": as "sums", and an addend that is a value a layer loop carries (a carried block argument of an
+  `nn.repeat` body: the residual stream). tile-plan (option `carried`) then keeps the carried value in the sum's
+  column blocks where the sums that read and yield it lie in the same blocks, so that it moves no more than
+  without the fold: So400m's residual adds (out_proj's sum + the stream, then fc2's sums + that sum) run inside
+  the sums, and only the layer norms gather the stream into rows. Where the sums lie in other blocks, each fold
+  moves the stream once more per layer (`ipu-compile-pipeline{sum_addends=auto}` tries this on a copy and takes
+  "sums" there). In straight-line code (one layer, no loop) the stream's adds stay adds;
 - "any": every such add, the residual stream's too, in or out of a loop;
 - "none": the pass does nothing.
 
@@ -121,7 +122,7 @@ class NNFuseSumAddPass(ModulePass):
 
     name = "nn-fuse-sum-add"
 
-    addends: str = "loops"
+    addends: str = "sums"
     max_addends: int = 2
 
     def __post_init__(self) -> None:

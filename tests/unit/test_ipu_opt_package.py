@@ -105,6 +105,7 @@ def test_pass_applies_pipeline_spec(target, repeat, scratch, split_rows):
         scratch=scratch,
         split_rows=split_rows,
         activations="f16",  # the default, `mlp`, is resolved per module (test_compile_policy)
+        sum_addends="sums",  # the default, `auto`, too (test_fused_sums)
     )
     assert p.target == target
     spec = pipeline_spec(target, repeat, scratch=scratch, split_rows=split_rows)

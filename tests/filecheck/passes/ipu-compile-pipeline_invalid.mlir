@@ -51,4 +51,4 @@ func.func @f() {
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 weights_order=panels}' 2>&1 | filecheck %s --check-prefix=WORDER
 // WORDER: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'weights_order' must be one of auto, row_major, amp16, ampw, got 'panels'
 // RUN: not ipu-opt %s -p 'ipu-compile-pipeline{tiles=4 sum_addends=all}' 2>&1 | filecheck %s --check-prefix=ADDENDS
-// ADDENDS: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'sum_addends' must be one of loops, sums, any, none, got 'all'
+// ADDENDS: ipu-opt: error: bad pass pipeline: ipu-compile-pipeline: option 'sum_addends' must be one of auto, loops, sums, any, none, got 'all'

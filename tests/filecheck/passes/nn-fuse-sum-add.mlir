@@ -1,17 +1,18 @@
 // nn-fuse-sum-add: an f32 nn.add whose operand is a K split's sum read only by it becomes that sum with the other
-// operand as an addend (addends=loops, the default: when the addend is itself a sum, as the two MLP parts' sums,
-// or a value a layer loop carries, as the residual stream in @loop; addends=sums: only the first). A fused sum
-// takes the next add's addend too, up to max_addends. Not fused: an f16 sum, a broadcast add, a sum with a second
-// reader, a sum with an activation, an addend defined after the sum, and by default a residual add outside a loop
-// (%r in @mlp_parts). With addends=any the residual stream's add folds everywhere; addends=none leaves everything.
-// Prints and parses back.
+// operand as an addend (addends=sums, the default: when the addend is itself a sum, as the two MLP parts' sums;
+// addends=loops: also a value a layer loop carries, as the residual stream in @loop, but not a residual add
+// outside a loop, %r in @mlp_parts). A fused sum takes the next add's addend too, up to max_addends. Not fused: an
+// f16 sum, a broadcast add, a sum with a second reader, a sum with an activation, an addend defined after the
+// sum. With addends=any the residual stream's add folds everywhere; addends=none leaves everything. Prints and
+// parses back.
 
 // RUN: ipu-opt %s -p nn-fuse-sum-add | filecheck %s
 // RUN: ipu-opt %s -p nn-fuse-sum-add | ipu-opt | filecheck %s
 // RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=any}' | filecheck %s --check-prefix=ANY
 // RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=any max_addends=1}' | filecheck %s --check-prefix=ONE
 // RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=none}' | filecheck %s --check-prefix=NONE
-// RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=sums}' | filecheck %s --check-prefix=SUMS
+// RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=loops}' | filecheck %s --check-prefix=LOOPS
+// RUN: ipu-opt %s -p 'nn-fuse-sum-add{addends=loops}' | filecheck %s --check-prefix=LOOPSKEPT
 
 func.func @mlp_parts(%pa: tensor<8x35x32xf16>, %pb: tensor<8x35x32xf16>, %b: tensor<32xf32>, %h: tensor<35x32xf32>) -> tensor<35x32xf32> {
   %ya = nn.reduce_sum %pa, %b : tensor<8x35x32xf16>, tensor<32xf32> -> tensor<35x32xf32>
@@ -90,14 +91,19 @@ func.func @loop(%h: tensor<35x32xf32>, %ps: tensor<2x8x35x32xf16>, %qs: tensor<2
   func.return %r : tensor<35x32xf32>
 }
 
-// CHECK-LABEL: func.func @loop
-// CHECK:         ^bb0(%a: tensor<35x32xf32>, %p: tensor<8x35x32xf16>, %q: tensor<8x35x32xf16>):
-// CHECK-NEXT:      %h2 = nn.reduce_sum %p addends(%a : tensor<35x32xf32>) : tensor<8x35x32xf16> -> tensor<35x32xf32>
-// CHECK-NEXT:      %h3 = nn.reduce_sum %q addends(%h2 : tensor<35x32xf32>) : tensor<8x35x32xf16> -> tensor<35x32xf32>
-// CHECK-NEXT:      nn.yield %h3
+// LOOPS-LABEL: func.func @loop
+// LOOPS:         ^bb0(%a: tensor<35x32xf32>, %p: tensor<8x35x32xf16>, %q: tensor<8x35x32xf16>):
+// LOOPS-NEXT:      %h2 = nn.reduce_sum %p addends(%a : tensor<35x32xf32>) : tensor<8x35x32xf16> -> tensor<35x32xf32>
+// LOOPS-NEXT:      %h3 = nn.reduce_sum %q addends(%h2 : tensor<35x32xf32>) : tensor<8x35x32xf16> -> tensor<35x32xf32>
+// LOOPS-NEXT:      nn.yield %h3
 
-// SUMS-LABEL: func.func @loop
-// SUMS:            %s = nn.reduce_sum %p :
-// SUMS-NEXT:       %h2 = nn.add %a, %s
-// SUMS-NEXT:       %t = nn.reduce_sum %q :
-// SUMS-NEXT:       %h3 = nn.add %h2, %t
+// LOOPSKEPT-LABEL: func.func @mlp_parts
+// LOOPSKEPT-NEXT:    %ya = nn.reduce_sum %pa, %b
+// LOOPSKEPT-NEXT:    %y = nn.reduce_sum %pb addends(%ya : tensor<35x32xf32>)
+// LOOPSKEPT-NEXT:    %r = nn.add %h, %y
+
+// CHECK-LABEL: func.func @loop
+// CHECK:            %s = nn.reduce_sum %p :
+// CHECK-NEXT:       %h2 = nn.add %a, %s
+// CHECK-NEXT:       %t = nn.reduce_sum %q :
+// CHECK-NEXT:       %h3 = nn.add %h2, %t
