@@ -36,7 +36,9 @@ wherever a producer's layout differs from what a consumer needs, a `tile.relayou
 consumer (one per value and layout per block); a gather of many small producer blocks into a consumer block goes
 through an intermediate layout (two relayouts: `gather_mid`), since every piece costs an exchange round.
 `nn.repeat` becomes `tile.repeat`: the body is planned once;
-carried values keep the layout they enter with, stacked parameters get their slice's home with `stack = count`.
+carried values keep the layout they enter with, or the one `tile.carried_layouts` on the loop gives (option
+`carried=auto`, the default, sets it from a trial plan: `loop_carried_layouts`), stacked parameters get their
+slice's home with `stack = count`.
 
 Existing decisions are honoured: an op that already has `tile.plan` keeps it (its result layout is derived from
 the plan unless `tile.layout` is also given), and a parameter or input with a `tile.layout` keeps that layout. So a
@@ -1798,8 +1800,8 @@ class _Planner:
         return plan, whole_on(r.get_shape(), r.element_type, tile)
 
     def plan_repeat(self, op: nn.RepeatOp) -> None:
-        """nn.repeat -> tile.repeat. Carried values keep their incoming layout; the yield is relayouted back to
-        it. Stacked parameters: the body is planned first, so each stacked slice gets the home its first
+        """nn.repeat -> tile.repeat. Carried values keep their incoming layout, or `tile.carried_layouts`' (the
+        entry values relayouted to it once, before the loop); the yield is relayouted back to it. Stacked parameters: the body is planned first, so each stacked slice gets the home its first
         consumer asks for; the stacked operand outside gets that layout with `stack = count`."""
         block = op.body.block
         nc = len(op.carried)
