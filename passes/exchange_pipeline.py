@@ -49,6 +49,11 @@ class NNToExchangePipelinePass(ModulePass):
     weights_order: str = "auto"
     """tile-plan: storage order of GEMM weight panels ("auto": `ampw` AMP panels where the kernel reads them in
     place, `tile_plan.ampw_fits`; "row_major", "amp16", "ampw")."""
+    carried: str = "auto"
+    """tile-plan: the layouts a layer loop carries its values in ("auto": from a trial plan; "entry": as they
+    enter the loop)."""
+    split_broadcasts: bool = True
+    """exchange-schedule: a phase's broadcasts run as a phase of their own where that is shorter."""
 
     def passes(self) -> tuple[ModulePass, ...]:
         return (
@@ -57,6 +62,7 @@ class NNToExchangePipelinePass(ModulePass):
                 sram_kib=self.sram_kib,
                 memory_fraction=self.memory_fraction,
                 weights_order=self.weights_order,
+                carried=self.carried,
             ),
             TileFuseSumCastPass(enable=self.fuse_sum_cast),
             TileBalanceHomesPass(
@@ -67,7 +73,9 @@ class NNToExchangePipelinePass(ModulePass):
                 off_readers=self.off_readers,
             ),
             ExchangeLowerPass(tiles=self.tiles, sram_kib=self.sram_kib),
-            ExchangeSchedulePass(mode=self.mode, stream_words=self.stream_words),
+            ExchangeSchedulePass(
+                mode=self.mode, stream_words=self.stream_words, split_broadcasts=self.split_broadcasts
+            ),
             KernelSelectPass(tiles=self.tiles, sram_kib=self.sram_kib),
         )
 

@@ -1801,8 +1801,9 @@ class _Planner:
 
     def plan_repeat(self, op: nn.RepeatOp) -> None:
         """nn.repeat -> tile.repeat. Carried values keep their incoming layout, or `tile.carried_layouts`' (the
-        entry values relayouted to it once, before the loop); the yield is relayouted back to it. Stacked parameters: the body is planned first, so each stacked slice gets the home its first
-        consumer asks for; the stacked operand outside gets that layout with `stack = count`."""
+        entry values relayouted to it once, before the loop); the yield is relayouted back to it. Stacked
+        parameters: the body is planned first, so each stacked slice gets the home its first consumer asks for;
+        the stacked operand outside gets that layout with `stack = count`."""
         block = op.body.block
         nc = len(op.carried)
         chosen = carried_choice(op)
