@@ -317,14 +317,21 @@ def residual_folds_in_place(cp: IpuCompilePipelinePass, module: ModuleOp) -> boo
     relayout (tile-plan's carried layouts put the stream where the sums lie: So400m). Where the sums' layouts
     differ (e.g. out_proj's and fc2's blocks on other tiles), each fold would move the stream once more per layer
     than the adds do, and the answer is no."""
+    from xdsl.utils.exceptions import PassFailedException
+
     from ipu.dialects import nn
     from ipu.dialects import tile as tl
     from ipu.passes.registry import all_passes
 
+    if any(o.dialect_name() not in ("builtin", "func", "nn") for o in module.walk()):
+        return False  # planned already (tile level or below): the nn passes do not run on it
     trial = module.clone()
     head = cp.pipeline_text().split(",nn-to-exchange-pipeline")[0]
     plan = f"tile-plan{{tiles={cp.tiles} sram_kib={cp.sram_kib} weights_order={cp.weights_order}}}"
-    PassPipeline.parse_spec(dict(all_passes()), f"{head},{plan}").apply(Context(), trial)
+    try:
+        PassPipeline.parse_spec(dict(all_passes()), f"{head},{plan}").apply(Context(), trial)
+    except PassFailedException:
+        return False  # the real pipeline reports it
     folded = False
     for loop in trial.walk():
         if not isinstance(loop, tl.RepeatOp):
