@@ -70,7 +70,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, Region, SSAValue
 from xdsl.passes import ModulePass
 from xdsl.rewriter import InsertPoint, Rewriter
-from xdsl.utils.exceptions import PassFailedException
+from xdsl.utils.exceptions import PassFailedException, VerifyException
 
 from ipu.backend.target import IPU21, Target
 from ipu.dialects import nn
@@ -1885,7 +1885,7 @@ def carried_choice(op: nn.RepeatOp) -> list[tl.LayoutAttr] | None:
     for v, lay in zip(op.carried, lays, strict=True):
         try:
             tl.check_layout_matches(op, v, lay)
-        except Exception as e:  # a layout of another shape or element type
+        except VerifyException as e:  # a layout of another shape or element type
             raise PassFailedException(f"tile-plan: {label(op)}: {CARRIED_ATTR}: {e}") from None
     return lays
 
