@@ -276,12 +276,13 @@ def _span(phase: ex.PhaseOp) -> int:
     return timed_span(phase.send_table(), phase.recv_table(), phase.send_table()[:, 4])
 
 
-def split_broadcasts(phase: ex.PhaseOp, schedule) -> tuple[ex.PhaseOp, ex.PhaseOp] | None:
+def split_broadcasts(phase: ex.PhaseOp, schedule) -> tuple[ex.PhaseOp, ex.PhaseOp, np.ndarray] | None:
     """Two phases for one (`split_broadcasts`): the results sent to at least BROADCAST_RECEIVERS tiles, then the
     others, where their timed spans plus a barrier are shorter than the phase's (`timed_span`). A broadcast
     holds the port of every tile it reaches, so receipts scheduled among its sends wait for it or delay it
     (So400m: a layer norm's gather of its rows with its parameters, 4,004 cycles, against 1,251 + 2,177 and a
-    barrier apart). `schedule` schedules a phase; the phase itself is already scheduled. None: keep it."""
+    barrier apart). `schedule` schedules a phase; the phase itself is already scheduled. Returns the two parts
+    and the mask of the phase's results in the first; None: keep the phase."""
     sync = phase.prev_op
     sends, recvs, copies = phase.send_table(), phase.recv_table(), phase.copy_table()
     if not isinstance(sync, ex.SyncOp) or len(recvs) == 0:
@@ -302,17 +303,17 @@ def split_broadcasts(phase: ex.PhaseOp, schedule) -> tuple[ex.PhaseOp, ex.PhaseO
     extra = sync.cycles.value.data + PHASE_ENTRY_CYCLES
     if _span(parts[0]) + _span(parts[1]) + extra >= _span(phase):
         return None
-    return parts[0], parts[1]
+    return parts[0], parts[1], broadcast
 
 
-def _replace_by(phase: ex.PhaseOp, parts: tuple[ex.PhaseOp, ex.PhaseOp]) -> None:
-    """phase -> parts[0], a barrier (as the one before phase), parts[1]; each result taken over by its part."""
+def _replace_by(phase: ex.PhaseOp, first: ex.PhaseOp, second: ex.PhaseOp, in_first: np.ndarray) -> None:
+    """phase -> first, a barrier (as the one before phase), second; result i taken over by first where
+    in_first[i], else by second."""
     sync = phase.prev_op
-    Rewriter.insert_op([parts[0], ex.SyncOp(sync.cycles.value.data, sync.zone.data), parts[1]],
+    Rewriter.insert_op([first, ex.SyncOp(sync.cycles.value.data, sync.zone.data), second],
                        InsertPoint.before(phase))  # fmt: skip
-    counters = [0, 0]
-    for res, broadcast in zip(phase.res, _broadcasts(phase), strict=True):
-        k = 0 if broadcast else 1
+    parts, counters = (first, second), [0, 0]
+    for res, k in zip(phase.res, np.where(in_first, 0, 1).tolist(), strict=True):
         new = parts[k].res[counters[k]]
         counters[k] += 1
         new.name_hint = res.name_hint
@@ -376,12 +377,12 @@ class ExchangeSchedulePass(ModulePass):
         phases = []
         for p in [o for o in op.walk() if isinstance(o, ex.PhaseOp)]:
             schedule(p)
-            parts = split_broadcasts(p, schedule) if self.split_broadcasts else None
-            if parts is None:
+            split = split_broadcasts(p, schedule) if self.split_broadcasts else None
+            if split is None:
                 phases.append(p)
             else:
-                _replace_by(p, parts)
-                phases.extend(parts)
+                _replace_by(p, *split)
+                phases.extend(split[:2])
         for p in phases:
             per_tile = ex.encoded_row_bytes(p.send_table(), p.recv_table(), p.tiles.value.data)
             worst = int(per_tile.argmax()) if len(per_tile) else 0
